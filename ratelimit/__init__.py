@@ -1,0 +1,47 @@
+"""Distributed rate limiting for asyncio over Redis.
+
+Example::
+
+    from ratelimit import RateLimit
+
+    rl = RateLimit.from_url("redis://localhost:6379", namespace="shop")
+
+    @rl.limit("apikey:100/h & (10/s | 15/m)", apikey=get_api_key)
+    async def search(q: str) -> list[str]: ...
+"""
+
+from ratelimit.backends import Backend as Backend
+from ratelimit.backends import MemoryBackend as MemoryBackend
+from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
+from ratelimit.decision import Decision as Decision
+from ratelimit.errors import BackendError as BackendError
+from ratelimit.errors import RateLimitError as RateLimitError
+from ratelimit.errors import RateLimitExceeded as RateLimitExceeded
+from ratelimit.errors import RuleConflictError as RuleConflictError
+from ratelimit.errors import RuleSyntaxError as RuleSyntaxError
+from ratelimit.errors import SelectorNotFoundError as SelectorNotFoundError
+from ratelimit.errors import UnknownKeyError as UnknownKeyError
+from ratelimit.limiter import Limit as Limit
+from ratelimit.limiter import RateLimit as RateLimit
+from ratelimit.rules import And as And
+from ratelimit.rules import Or as Or
+from ratelimit.rules import Rule as Rule
+
+__all__ = [
+    "And",
+    "Backend",
+    "BackendError",
+    "Decision",
+    "Limit",
+    "MemoryBackend",
+    "Or",
+    "RateLimit",
+    "RateLimitError",
+    "RateLimitExceeded",
+    "RedisScriptBackend",
+    "Rule",
+    "RuleConflictError",
+    "RuleSyntaxError",
+    "SelectorNotFoundError",
+    "UnknownKeyError",
+]

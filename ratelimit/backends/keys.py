@@ -1,0 +1,49 @@
+"""Redis key layout. Only the Redis backends use it; front ends never build keys.
+
+::
+
+    rl:{<namespace>:<key>}                      a rule without a selector
+    rl:{<namespace>:<key>}:<selector>=<value>   a rule with a selector
+
+Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
+``:``, ``{``, ``}``, ``=``, ``#`` and spaces in a value cannot make two identifiers share a
+key or break the hash tag. A part longer than 64 characters once encoded becomes ``#`` and a
+128-bit BLAKE2b digest of its UTF-8 bytes, so keys stay short whatever the values are. The
+hash tag ``{<namespace>:<key>}`` puts every key of one limit in one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from urllib.parse import quote
+
+from ratelimit.plan import Identifier
+
+PREFIX = "rl"
+MAX_PART = 64
+_SAFE = re.compile(r"[A-Za-z0-9_.\-/@+]*\Z")
+
+
+def encode_part(text: str) -> str:
+    """Encode one part of a key exactly when short, else as a 128-bit digest."""
+    encoded = text if _SAFE.match(text) else quote(text, safe="/@+", errors="surrogateescape")
+    if len(encoded) <= MAX_PART:
+        return encoded
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16)
+    return "#" + digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=4096)
+def tag(namespace: str, key: str) -> str:
+    """The key prefix, with its hash tag, shared by every key of one (namespace, key)."""
+    return f"{PREFIX}:{{{encode_part(namespace)}:{encode_part(key)}}}"
+
+
+def identifier_key(identifier: Identifier) -> str:
+    """The Redis key of one identifier."""
+    prefix = tag(identifier.namespace, identifier.key)
+    if identifier.selector is None or identifier.value is None:
+        return prefix
+    return f"{prefix}:{encode_part(identifier.selector)}={encode_part(identifier.value)}"

@@ -1,0 +1,91 @@
+-- sliding_log.lua: decide a whole rule tree on sliding logs and record the hit, atomically.
+--
+-- KEYS[k]   one list per identifier: hit timestamps in microseconds, newest first.
+-- ARGV[1]   now in microseconds, or "" to read the server's TIME.
+-- ARGV[2]   L, the number of leaves (rules).
+-- ARGV[3..] per leaf, 3 values: key index k (0 when the selector did not resolve),
+--           count, span in microseconds.
+-- ARGV[..]  the tree as a prefix program of (opcode, operand) pairs:
+--           0 = leaf (operand: leaf index from 0), 1 = And, 2 = Or (operand: child count).
+--
+-- Returns   {allowed (1/0), now, hits_1, nth_1, ..., hits_L, nth_L}: per leaf the hits in
+--           its window before this call (at most its count) and, when that reaches the
+--           count, the count-th newest timestamp. When allowed, every key got the hit,
+--           was trimmed to the largest count and expires after the largest span on it.
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+
+local leaves = tonumber(ARGV[2])
+local limited = {}
+local result = {0, now}
+local keep, ttl = {}, {}
+
+-- Hits younger than the span among the newest `count` entries of a list, and the
+-- count-th newest timestamp when they reach `count` (binary search with LINDEX).
+local function window(key, count, threshold)
+  local n = math.min(redis.call('LLEN', key), count)
+  if n == 0 then return 0, 0 end
+  local last = tonumber(redis.call('LINDEX', key, n - 1))
+  if last > threshold then
+    if n == count then return count, last end
+    return n, 0
+  end
+  local lo, hi = 0, n - 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if tonumber(redis.call('LINDEX', key, mid)) <= threshold then hi = mid else lo = mid + 1 end
+  end
+  return lo, 0
+end
+
+for i = 0, leaves - 1 do
+  local k = tonumber(ARGV[3 + 3 * i])
+  local count = tonumber(ARGV[4 + 3 * i])
+  local span = tonumber(ARGV[5 + 3 * i])
+  local hits, nth = 0, 0
+  if k > 0 then
+    hits, nth = window(KEYS[k], count, now - span)
+    keep[k] = math.max(keep[k] or 0, count)
+    ttl[k] = math.max(ttl[k] or 0, span)
+  end
+  limited[i] = hits >= count
+  result[#result + 1] = hits
+  result[#result + 1] = nth
+end
+
+local pos = 3 + 3 * leaves
+local function node()
+  local op, operand = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+  pos = pos + 2
+  if op == 0 then return limited[operand] end
+  local all, any = true, false
+  for _ = 1, operand do
+    local child = node()
+    all = all and child
+    any = any or child
+  end
+  if op == 1 then return all end
+  return any
+end
+
+if node() then return result end
+
+result[1] = 1
+for k, count in pairs(keep) do
+  local key = KEYS[k]
+  local newest = tonumber(redis.call('LINDEX', key, 0) or 0)
+  -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
+  redis.call('LPUSH', key, string.format('%.0f', math.max(now, newest)))
+  redis.call('LTRIM', key, 0, count - 1)
+  local ms = math.ceil(ttl[k] / 1000)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+return result

@@ -1,0 +1,35 @@
+"""The one result type every backend returns and every front end reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ratelimit.rules import Rule
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Whether a call was admitted, and what the caller may want to tell its own caller.
+
+    - ``allowed``: the call was admitted and its hit recorded (a denied call records nothing).
+    - ``retry_after``: seconds until the same call would be admitted if nothing else
+      happened; ``0.0`` when allowed. Never negative.
+    - ``rule``: the rule that decided: for a denial the limited rule that holds longest
+      (``Or``) or frees first (``And``); when allowed, the rule with the fewest calls left.
+      ``None`` when no rule applied (every selector resolved to ``None``).
+    - ``remaining``: calls still admitted right now after this one; ``0`` when denied;
+      ``None`` when nothing limits the call.
+    - ``key``: the limit's key.
+
+    Example::
+
+        decision = await rl.limit("10/s", key="search").decide()
+        if not decision.allowed:
+            print(f"try again in {decision.retry_after:.1f} s")
+    """
+
+    allowed: bool
+    retry_after: float
+    rule: Rule | None
+    remaining: int | None
+    key: str

@@ -1,0 +1,103 @@
+"""The package's exceptions: one tree, each carrying the data a caller needs.
+
+::
+
+    RateLimitError
+    ├── RateLimitExceeded (also RuntimeError)    retry_after, rule, key, decision
+    ├── RuleSyntaxError (also ValueError)         text, column
+    ├── RuleConflictError (also ValueError)       key
+    ├── UnknownKeyError (also LookupError)        key
+    ├── SelectorNotFoundError (also LookupError)  selector, looked_in
+    └── BackendError                              the backend's own error is its __cause__
+
+``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
+``async with``); ``Limit.decide()`` returns a :class:`~ratelimit.Decision` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ratelimit.decision import Decision
+    from ratelimit.rules import Rule
+
+
+class RateLimitError(Exception):
+    """Base of every exception this package raises."""
+
+
+class RateLimitExceeded(RateLimitError, RuntimeError):
+    """A call was refused: its rules are limited. The guarded code did not run.
+
+    ``retry_after`` is the number of seconds until the same call would be admitted if
+    nothing else happened; ``rule`` is the rule that decided; ``key`` the limit's key.
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        self.retry_after: float = decision.retry_after
+        self.rule: Rule | None = decision.rule
+        self.key: str = decision.key
+        super().__init__(
+            f"rate limit exceeded for key {decision.key!r} by rule '{decision.rule}'; "
+            f"retry after {decision.retry_after:.3f} s"
+        )
+
+
+class RuleSyntaxError(RateLimitError, ValueError):
+    """A rule could not be parsed or is out of range.
+
+    ``column`` is 1-based, or ``None`` when the error is not about one place in a text.
+    """
+
+    def __init__(self, message: str, text: str | None = None, column: int | None = None) -> None:
+        self.message = message
+        self.text = text
+        self.column = column
+        where = f" at column {column}" if column is not None else ""
+        shown = f" in {text!r}" if text is not None else ""
+        super().__init__(f"{message}{where}{shown}")
+
+
+class RuleConflictError(RateLimitError, ValueError):
+    """Different rules were registered twice under one key."""
+
+    def __init__(self, key: str, registered: object, new: object) -> None:
+        self.key = key
+        super().__init__(
+            f"key {key!r} already has rules '{registered}'; refusing different rules '{new}' "
+            f"(give this limit its own key=, or reuse the rules with limit(key={key!r}))"
+        )
+
+
+class UnknownKeyError(RateLimitError, LookupError):
+    """``limit(key=...)`` without rules named a key that no limit registered."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"no rules are registered for key {key!r}: decorate one function with "
+            f"limit(<rules>, key={key!r}) before calling a limit(key={key!r}) without rules"
+        )
+
+
+class SelectorNotFoundError(RateLimitError, LookupError):
+    """A rule names a selector that none of the places looked in could supply."""
+
+    def __init__(self, selector: str, key: str, looked_in: Sequence[str]) -> None:
+        self.selector = selector
+        self.key = key
+        self.looked_in = tuple(looked_in)
+        super().__init__(
+            f"selector {selector!r} of key {key!r} was not found; looked in: "
+            + "; ".join(self.looked_in)
+        )
+
+
+class BackendError(RateLimitError):
+    """The storage failed (Redis unreachable, timed out, or answered with an error).
+
+    The original exception is chained as ``__cause__``.
+    """

@@ -1,0 +1,227 @@
+"""The front end: ``RateLimit`` and the ``Limit`` it hands out as decorator and ``async with``.
+
+Example::
+
+    rl = RateLimit.from_url("memory://", namespace="shop")
+
+    @rl.limit("apikey:100/h & (10/s | 15/m)", apikey=get_api_key)
+    async def search(q: str) -> list[str]: ...
+
+    async with rl.limit("username:10/5m", username="vova", key="login"):
+        ...
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+
+from ratelimit.backends import Backend, backend_for, backend_from_url
+from ratelimit.backends.base import Clock
+from ratelimit.decision import Decision
+from ratelimit.errors import RateLimitExceeded, RuleConflictError, UnknownKeyError
+from ratelimit.plan import CompiledTree, make_plan
+from ratelimit.rules import Node, RuleLike, to_tree
+from ratelimit.selectors import CallSite, SelectorSources, resolve
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+GLOBAL_KEY = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Registration:
+    compiled: CompiledTree
+    sources: SelectorSources
+
+
+class RateLimit:
+    """Rate limits shared by every process that points at the same storage.
+
+    ``storage`` is a ``redis.asyncio.Redis``, a ``redis.asyncio.RedisCluster`` or a backend
+    object (see :class:`~ratelimit.backends.Backend`). ``namespace`` keeps this application's
+    counters apart from others on the same Redis. ``clock`` (seconds) replaces the storage's
+    clock, for tests that step time.
+
+    Example::
+
+        rl = RateLimit(redis.asyncio.Redis(), namespace="shop")
+
+        @rl.limit("10/s")
+        async def ping() -> str: ...
+    """
+
+    def __init__(self, storage: object, namespace: str = "", *, clock: Clock | None = None):
+        if not isinstance(namespace, str):
+            raise TypeError(f"namespace must be text, not {type(namespace).__name__}")
+        self.namespace = namespace
+        self.backend: Backend = backend_for(storage, clock=clock)
+        self._registry: dict[str, _Registration] = {}
+
+    @classmethod
+    def from_url(
+        cls, url: str, namespace: str = "", *, clock: Clock | None = None, **options: Any
+    ) -> RateLimit:
+        """Open storage by URL: ``memory://``, ``redis://``, ``rediss://`` or ``unix://``.
+
+        ``options`` go to ``redis.asyncio.from_url``. The client opened here is closed by
+        :meth:`aclose` (or by leaving ``async with``).
+        """
+        return cls(backend_from_url(url, clock=clock, **options), namespace)
+
+    async def aclose(self) -> None:
+        """Release the storage this limiter opened."""
+        await self.backend.aclose()
+
+    async def __aenter__(self) -> RateLimit:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def limit(
+        self,
+        rules: RuleLike | None = None,
+        key: str | None = None,
+        selector: object | None = None,
+        **selectors: object,
+    ) -> Limit:
+        """A limit to use as ``@decorator`` or in ``async with``.
+
+        ``rules``: text such as ``"apikey:100/h & (10/s | 15/m)"``, a ``Rule``/``And``/``Or``
+        tree, or a list meaning ``Or``; parsed now, so a bad rule fails at import.
+        ``key``: shares counters between functions (default: the function's
+        ``module.qualname``; for ``async with``, ``""``, shared by every such block).
+        ``limit(key=...)`` without rules reuses the rules and selectors registered for that
+        key. ``selector``: an object whose items, attributes or methods give selector values.
+        ``**selectors``: selector values as literals, callables or async callables.
+        """
+        return Limit(self, rules, key, selector, selectors)
+
+    def _register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
+        registered = self._registry.get(key)
+        if registered is None:
+            self._registry[key] = _Registration(compiled, sources)
+        elif registered.compiled.tree != compiled.tree:
+            raise RuleConflictError(key, registered.compiled.tree, compiled.tree)
+
+    def _registered(self, key: str) -> _Registration:
+        registration = self._registry.get(key)
+        if registration is None:
+            raise UnknownKeyError(key)
+        return registration
+
+
+class Limit:
+    """Rules bound to a :class:`RateLimit`: a decorator, an ``async with`` block, or
+    :meth:`decide` for a decision without an exception.
+
+    As a decorator, a refused call raises :class:`RateLimitExceeded` and the function body
+    does not run; a plain ``def`` becomes a coroutine function. ``async with`` raises on
+    entry in the same way.
+    """
+
+    def __init__(
+        self,
+        owner: RateLimit,
+        rules: RuleLike | None,
+        key: str | None,
+        selector: object | None,
+        selectors: dict[str, object],
+    ) -> None:
+        if rules is None and key is None:
+            raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"key must be text, not {type(key).__name__}")
+        self._owner = owner
+        self._key = key
+        self._sources = SelectorSources(selectors, selector)
+        tree: Node | None = None if rules is None else to_tree(rules)
+        self._compiled = None if tree is None else CompiledTree(tree)
+        if self._compiled is not None and key:
+            owner._register(key, self._compiled, self._sources)
+        self._resolved: _Registration | None = None
+
+    def _resolve_key(self, key: str) -> _Registration:
+        """Rules and selector sources for ``key``, looked up at first use when not given."""
+        if self._resolved is None:
+            if self._compiled is not None:
+                self._resolved = _Registration(self._compiled, self._sources)
+            else:
+                registered = self._owner._registered(key)
+                self._resolved = _Registration(
+                    registered.compiled, self._sources.merged_over(registered.sources)
+                )
+        return self._resolved
+
+    async def _decide(self, key: str, call: CallSite | None) -> Decision:
+        registration = self._resolve_key(key)
+        compiled = registration.compiled
+        values = (
+            await resolve(compiled.selectors, registration.sources, key, call)
+            if compiled.selectors
+            else {}
+        )
+        plan = make_plan(compiled, self._owner.namespace, key, values)
+        return await self._owner.backend.decide(plan)
+
+    async def decide(self) -> Decision:
+        """Decide one call under this limit's key without raising: the hit is recorded only
+        if ``Decision.allowed``. Selectors come from ``limit()``'s arguments."""
+        return await self._decide(GLOBAL_KEY if self._key is None else self._key, None)
+
+    async def __aenter__(self) -> Decision:
+        decision = await self.decide()
+        if not decision.allowed:
+            raise RateLimitExceeded(decision)
+        return decision
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, func: Callable[P, Awaitable[R]]
+    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[Any, Any, Any]]:
+        if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
+            raise TypeError(
+                f"cannot limit generator function {_name(func)}: the limit would count the "
+                "call, not the iteration; limit the code that consumes it instead"
+            )
+        if not callable(func):
+            raise TypeError(f"limit() decorates functions, not {type(func).__name__}")
+        key = self._key if self._key is not None else _name(func)
+        if self._compiled is not None and self._key is None:
+            self._owner._register(key, self._compiled, self._sources)
+        signature = inspect.signature(func)
+        is_coroutine = inspect.iscoroutinefunction(func)
+
+        @functools.wraps(func)
+        async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            decision = await self._decide(key, CallSite(signature, args, kwargs))
+            if not decision.allowed:
+                raise RateLimitExceeded(decision)
+            if is_coroutine:
+                return await func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            return await result if inspect.isawaitable(result) else result
+
+        return limited
+
+
+def _name(func: Callable[..., Any]) -> str:
+    return f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', func)}"

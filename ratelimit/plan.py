@@ -1,0 +1,157 @@
+"""Plans: what a backend must decide for one call, and how counts become a :class:`Decision`.
+
+A rule tree is compiled once (:class:`CompiledTree`): its leaves in order and a prefix
+program of opcodes that storage scripts evaluate. Each call then gets a :class:`Plan`: the
+identifier each leaf counts on, after its selector was resolved. Backends count hits per leaf
+and hand them to :func:`evaluate`, the one place that turns counts into a decision, so every
+backend computes ``retry_after``, ``remaining`` and the binding rule the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ratelimit.decision import Decision
+from ratelimit.rules import And, Node, Or, Rule
+
+# Prefix program opcodes, each followed by one operand.
+OP_LEAF = 0  # operand: leaf index
+OP_AND = 1  # operand: number of children
+OP_OR = 2  # operand: number of children
+
+US_PER_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Identifier:
+    """What one hit is counted on: (namespace, key, selector name, selector value)."""
+
+    namespace: str
+    key: str
+    selector: str | None
+    value: str | None
+
+
+class CompiledTree:
+    """A rule tree flattened for evaluation: leaves in order and a prefix program."""
+
+    __slots__ = ("program", "rules", "selectors", "tree")
+
+    def __init__(self, tree: Node) -> None:
+        self.tree = tree
+        rules: list[Rule] = []
+        program: list[int] = []
+        self._emit(tree, rules, program)
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.program: tuple[int, ...] = tuple(program)
+        self.selectors: tuple[str, ...] = tuple(
+            dict.fromkeys(r.selector for r in rules if r.selector is not None)
+        )
+
+    @classmethod
+    def _emit(cls, node: Node, rules: list[Rule], program: list[int]) -> None:
+        if isinstance(node, Rule):
+            program += (OP_LEAF, len(rules))
+            rules.append(node)
+            return
+        program += (OP_AND if isinstance(node, And) else OP_OR, len(node.children))
+        for child in node.children:
+            cls._emit(child, rules, program)
+
+    def __repr__(self) -> str:
+        return f"CompiledTree({str(self.tree)!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One call's work: the compiled tree and, per leaf, the identifier it counts on.
+
+    ``leaf_identifiers[i]`` indexes ``identifiers``, or is ``-1`` when leaf ``i``'s selector
+    resolved to ``None`` or ``""`` (the rule is then never limited and records nothing).
+    """
+
+    compiled: CompiledTree
+    key: str
+    identifiers: tuple[Identifier, ...]
+    leaf_identifiers: tuple[int, ...]
+
+
+def make_plan(
+    compiled: CompiledTree, namespace: str, key: str, values: Mapping[str, str | None]
+) -> Plan:
+    """Build the plan of one call from its resolved selector values."""
+    index: dict[Identifier, int] = {}
+    leaf_identifiers: list[int] = []
+    for rule in compiled.rules:
+        if rule.selector is None:
+            identifier = Identifier(namespace, key, None, None)
+        else:
+            value = values.get(rule.selector)
+            if not value:
+                leaf_identifiers.append(-1)
+                continue
+            identifier = Identifier(namespace, key, rule.selector, value)
+        leaf_identifiers.append(index.setdefault(identifier, len(index)))
+    return Plan(compiled, key, tuple(index), tuple(leaf_identifiers))
+
+
+def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
+    """Per identifier: (largest count, largest span in ms) of the rules counting on it."""
+    limits = [(0, 0)] * len(plan.identifiers)
+    for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
+        if i >= 0:
+            count, span = limits[i]
+            limits[i] = (max(count, rule.count), max(span, rule.span_ms))
+    return limits
+
+
+# One node's outcome: limited, retry after (us), calls left before this one (None: no
+# limit applies), binding leaf index (None: no rule applies).
+_Outcome = tuple[bool, int, int | None, int | None]
+
+
+def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[int, int]]) -> Decision:
+    """Turn per-leaf counts into the decision for the whole tree.
+
+    ``counts[i]`` is ``(hits, nth_newest_us)`` for leaf ``i``: the hits inside the rule's
+    window before this call (at most the rule's count), and, when that reaches the count,
+    the timestamp in microseconds of the count-th newest hit (else anything).
+    """
+    rules = plan.compiled.rules
+
+    def leaf(i: int) -> _Outcome:
+        if plan.leaf_identifiers[i] < 0:
+            return (False, 0, None, None)
+        rule = rules[i]
+        hits, nth_newest_us = counts[i]
+        if hits >= rule.count:
+            return (True, nth_newest_us + rule.span_ms * US_PER_MS - now_us, 0, i)
+        return (False, 0, rule.count - hits, i)
+
+    def node(pos: int) -> tuple[_Outcome, int]:
+        op, operand = plan.compiled.program[pos], plan.compiled.program[pos + 1]
+        pos += 2
+        if op == OP_LEAF:
+            return leaf(operand), pos
+        children: list[_Outcome] = []
+        for _ in range(operand):
+            child, pos = node(pos)
+            children.append(child)
+        limited = [c for c in children if c[0]]
+        if op == OP_OR and limited:
+            return max(limited, key=lambda c: c[1]), pos
+        if op == OP_AND and len(limited) == len(children):
+            return min(limited, key=lambda c: c[1]), pos
+        open_children = [c for c in children if not c[0]]
+        bounded = [c for c in open_children if c[2] is not None]
+        if not bounded or (op == OP_AND and len(bounded) < len(open_children)):
+            return (False, 0, None, None), pos
+        pick = min if op == OP_OR else max
+        return pick(bounded, key=lambda c: c[2]), pos  # type: ignore[arg-type, return-value]
+
+    (limited, retry_us, remaining, binding), _ = node(0)
+    rule = rules[binding] if binding is not None else None
+    if limited:
+        return Decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key)
+    return Decision(True, 0.0, rule, None if remaining is None else remaining - 1, plan.key)

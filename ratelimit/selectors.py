@@ -1,0 +1,123 @@
+"""Selector values: where a rule's ``username`` or ``apikey`` comes from, for one call.
+
+Looked up in this order, first match wins:
+
+1. keyword arguments given to ``limit()``: a literal, a callable or an async callable;
+2. the ``selector=`` object: a mapping item, else an attribute, method or async method;
+3. the decorated call's own arguments, by parameter name (defaults applied);
+4. an attribute, method or async method of the call's first positional argument (``self``).
+
+Callables are called with no arguments and awaited when they return an awaitable. Values
+become text (``bytes`` are decoded losslessly); ``None`` and ``""`` mean "no value": the
+rule is then not limited and records nothing. Nothing here is stored between calls.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ratelimit.errors import SelectorNotFoundError
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorSources:
+    """The call-independent places a limit takes selector values from."""
+
+    keywords: Mapping[str, object] = field(default_factory=dict)
+    obj: object | None = None
+
+    def merged_over(self, registered: SelectorSources) -> SelectorSources:
+        """These sources first, then those registered for the same key."""
+        return SelectorSources(
+            {**registered.keywords, **self.keywords},
+            self.obj if self.obj is not None else registered.obj,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """The decorated function's signature and one call's arguments (absent for ``async with``)."""
+
+    signature: inspect.Signature
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+async def resolve(
+    names: Sequence[str], sources: SelectorSources, key: str, call: CallSite | None = None
+) -> dict[str, str | None]:
+    """Resolve every selector in ``names`` for one call."""
+    values: dict[str, str | None] = {}
+    arguments: dict[str, Any] | None = None
+    for name in names:
+        value = _MISSING
+        if name in sources.keywords:
+            value = await _called(sources.keywords[name])
+        elif sources.obj is not None:
+            value = await _from_object(sources.obj, name)
+        if value is _MISSING and call is not None:
+            if arguments is None:
+                arguments = _arguments(call)
+            value = arguments.get(name, _MISSING)
+            if value is _MISSING and call.args:
+                value = await _from_object(call.args[0], name, mapping=False)
+        if value is _MISSING:
+            raise SelectorNotFoundError(name, key, _places(name, sources, call))
+        values[name] = as_text(value)
+    return values
+
+
+def as_text(value: object) -> str | None:
+    """A selector value as text: ``None`` stays ``None``, bytes decode without loss."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return str(value)
+
+
+async def _called(value: object) -> object:
+    if callable(value):
+        value = value()
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+async def _from_object(obj: object, name: str, *, mapping: bool = True) -> object:
+    if mapping and isinstance(obj, Mapping):
+        return await _called(obj[name]) if name in obj else _MISSING
+    attribute = getattr(obj, name, _MISSING)
+    return _MISSING if attribute is _MISSING else await _called(attribute)
+
+
+def _arguments(call: CallSite) -> dict[str, Any]:
+    try:
+        bound = call.signature.bind(*call.args, **call.kwargs)
+    except TypeError:
+        return {}
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    for parameter in call.signature.parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            arguments = {**arguments.pop(parameter.name, {}), **arguments}
+    return arguments
+
+
+def _places(name: str, sources: SelectorSources, call: CallSite | None) -> list[str]:
+    places = [f"keyword arguments of limit() ({', '.join(sources.keywords) or 'none'})"]
+    if sources.obj is not None:
+        kind = "items" if isinstance(sources.obj, Mapping) else "attributes"
+        places.append(f"{kind} of the selector object {type(sources.obj).__name__}")
+    if call is None:
+        places.append("no call arguments (async with): pass it to limit() or use selector=")
+    else:
+        places.append(f"parameters of the call ({', '.join(call.signature.parameters)})")
+        if call.args:
+            places.append(f"attributes of the first argument ({type(call.args[0]).__name__})")
+    return places
