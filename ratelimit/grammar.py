@@ -48,24 +48,24 @@ def _to_count(text: str, loc: int, tokens: pp.ParseResults) -> int:
 def _to_span_ms(text: str, loc: int, tokens: pp.ParseResults) -> int:
     unit = str(tokens["unit"])
     word = unit.lower().rstrip("s") if len(unit) > 2 else unit
-    multiple = int(tokens.get("multiple", 1))
+    multiple = int(tokens["multiple"]) if "multiple" in tokens else 1
     span_ms = multiple * _UNIT_MS[_WORD_UNIT.get(word, word)]
     if not 1 <= span_ms <= MAX_SPAN_MS:
         raise pp.ParseFatalException(
-            text, loc, f"span must be from 1 ms to 3650 days, not {tokens.get('multiple', '')}{unit}"
+            text, loc, f"span must be from 1 ms to 3650 days, not {multiple}{unit}"
         )
     return span_ms
 
 
 def _to_rule(tokens: pp.ParseResults) -> Rule:
-    selector = tokens.get("selector")
-    return Rule(int(tokens["count"]), int(tokens["span"]), str(selector) if selector else None)
+    selector = str(tokens["selector"]) if "selector" in tokens else None
+    return Rule(int(tokens["count"]), int(tokens["span"]), selector)
 
 
 def _fold(cls: type[And] | type[Or]) -> pp.ParseAction:
     def action(tokens: pp.ParseResults) -> Node:
         children = list(tokens)
-        return children[0] if len(children) == 1 else cls(*children)  # type: ignore[no-any-return]
+        return children[0] if len(children) == 1 else cls(*children)
 
     return action
 
@@ -95,7 +95,8 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
     ).set_parse_action(_to_rule).set_name("rule (such as 10/s or user:5/m)")
     rule = rule + pp.Optional(third_field)
 
-    tree = pp.Forward().set_name("rules")
+    tree = pp.Forward()
+    tree.set_name("rules")
     atom = (rule | (pp.Suppress("(") - tree - pp.Suppress(")"))).set_name(
         "rule (such as 10/s or user:5/m) or '('"
     )

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ratelimit.decision import Decision
-from ratelimit.rules import And, Node, Or, Rule
+from ratelimit.rules import And, Node, Rule
 
 # Prefix program opcodes, each followed by one operand.
 OP_LEAF = 0  # operand: leaf index

@@ -44,7 +44,9 @@ class Rule:
 
     def __post_init__(self) -> None:
         if type(self.count) is not int or not 1 <= self.count <= MAX_COUNT:
-            raise RuleSyntaxError(f"count must be an integer from 1 to {MAX_COUNT}, not {self.count!r}")
+            raise RuleSyntaxError(
+                f"count must be an integer from 1 to {MAX_COUNT}, not {self.count!r}"
+            )
         if type(self.span_ms) is not int or not 1 <= self.span_ms <= MAX_SPAN_MS:
             raise RuleSyntaxError(
                 f"span must be from 1 ms to 3650 days, not {self.span_ms!r} ms"
@@ -93,7 +95,9 @@ class _Composite:
         self.children = tuple(to_tree(child) for child in children)
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.children == other.children  # type: ignore[attr-defined]
+        return isinstance(other, _Composite) and type(self) is type(other) and (
+            self.children == other.children
+        )
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.children))

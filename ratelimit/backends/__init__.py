@@ -44,4 +44,11 @@ def backend_from_url(url: str, *, clock: Clock | None = None, **options: Any) ->
     )
 
 
-__all__ = ["Backend", "Clock", "MemoryBackend", "RedisScriptBackend", "backend_for", "backend_from_url"]
+__all__ = [
+    "Backend",
+    "Clock",
+    "MemoryBackend",
+    "RedisScriptBackend",
+    "backend_for",
+    "backend_from_url",
+]

@@ -1,0 +1,107 @@
+"""Fixtures: one contract suite over every backend, a private Redis, and a fake clock."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import fakeredis
+import pytest
+import redis.asyncio as aioredis
+
+from ratelimit import MemoryBackend, RateLimit, RedisScriptBackend
+from ratelimit.backends.base import Backend
+from tests.redis_server import RedisServer
+
+
+class FakeClock:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis for this test session: ``REDIS_URL`` if given, else one started here."""
+    given = os.environ.get("REDIS_URL")
+    if given:
+        yield given
+        return
+    with RedisServer() as server:
+        yield server.url
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace of this test's own, so tests never see each other's keys."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+BACKENDS = [
+    "memory",
+    "fakeredis",
+    pytest.param("redis", marks=pytest.mark.redis),
+]
+
+BackendFactory = Callable[..., Backend]
+
+
+@pytest.fixture(params=BACKENDS)
+async def make_backend(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[BackendFactory]:
+    """A factory of backends of the parametrized kind: ``make_backend(clock=None)``."""
+    kind: str = request.param
+    clients: list[aioredis.Redis] = []
+
+    def factory(clock: Callable[[], float] | None = None) -> Backend:
+        if kind == "memory":
+            return MemoryBackend(clock=clock)
+        if kind == "fakeredis":
+            client: aioredis.Redis = fakeredis.FakeAsyncRedis()
+        else:
+            client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+        clients.append(client)
+        return RedisScriptBackend(client, clock=clock)
+
+    yield factory
+    for client in clients:
+        await client.aclose()
+
+
+@pytest.fixture
+def make_rl(
+    make_backend: BackendFactory, namespace: str
+) -> Callable[..., RateLimit]:
+    """``make_rl(clock=None)``: a RateLimit on the parametrized backend, own namespace."""
+
+    def factory(clock: Callable[[], float] | None = None) -> RateLimit:
+        return RateLimit(make_backend(clock), namespace)
+
+    return factory
+
+
+@pytest.fixture
+def rl(make_rl: Callable[..., RateLimit], clock: FakeClock) -> RateLimit:
+    """A RateLimit on the parametrized backend driven by the fake clock."""
+    return make_rl(clock)
