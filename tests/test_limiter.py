@@ -32,14 +32,19 @@ def rl() -> RateLimit:
 def test_public_names_are_sorted_and_complete() -> None:
     assert ratelimit.__all__ == sorted(ratelimit.__all__)
     public = {name for name in vars(ratelimit) if not name.startswith("_")}
-    public -= {"backends", "decision", "errors", "grammar", "limiter", "plan", "rules",
-               "selectors"}
+    public -= {"backends", "decision", "errors", "grammar", "limiter", "plan", "rules", "selectors"}
     assert public == set(ratelimit.__all__)
 
 
 def test_exception_tree() -> None:
-    for exc in (RateLimitExceeded, RuleSyntaxError, RuleConflictError, UnknownKeyError,
-                ratelimit.SelectorNotFoundError, ratelimit.BackendError):
+    for exc in (
+        RateLimitExceeded,
+        RuleSyntaxError,
+        RuleConflictError,
+        UnknownKeyError,
+        ratelimit.SelectorNotFoundError,
+        ratelimit.BackendError,
+    ):
         assert issubclass(exc, RateLimitError)
     assert issubclass(RateLimitExceeded, RuntimeError)
     assert issubclass(RuleSyntaxError, ValueError)

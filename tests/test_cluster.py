@@ -1,0 +1,56 @@
+"""A real three-node Redis Cluster: one decision touches one slot, so no CROSSSLOT."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.crc import key_slot
+
+from ratelimit import RateLimit, RateLimitExceeded
+from tests.redis_server import RedisCluster
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def cluster_url() -> Iterator[str]:
+    if os.environ.get("REDIS_URL"):
+        pytest.skip("REDIS_URL points at one server; the cluster test starts its own nodes")
+    with RedisCluster() as cluster:
+        yield cluster.url
+
+
+@pytest.fixture
+async def cluster_client(cluster_url: str) -> AsyncIterator[AsyncRedisCluster]:
+    client = AsyncRedisCluster.from_url(cluster_url)
+    yield client
+    await client.aclose()
+
+
+async def test_trees_over_many_selectors_run_on_a_cluster(
+    cluster_client: AsyncRedisCluster, namespace: str
+) -> None:
+    rl = RateLimit(cluster_client, namespace)
+    nodes_used = set()
+    for n in range(12):  # different keys land on different nodes
+        key = f"endpoint-{n}"
+
+        @rl.limit("(user:2/m & ip:2/m) | 3/m", key=key)
+        async def work(user: str, ip: str) -> None: ...
+
+        assert [await _admitted(work, "u", "1.1.1.1") for _ in range(4)] == [1, 1, 0, 0]
+        slot = key_slot(f"rl:{{{namespace}:{key}}}".encode())
+        nodes_used.add(cluster_client.nodes_manager.get_node_from_slot(slot).name)
+    assert len(nodes_used) > 1
+
+
+async def _admitted(work: object, user: str, ip: str) -> int:
+    assert callable(work)
+    try:
+        await work(user, ip)
+    except RateLimitExceeded:
+        return 0
+    return 1

@@ -1,0 +1,62 @@
+"""The memory backend: bounded memory, thread safety."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from ratelimit import MemoryBackend, RateLimit
+from tests.conftest import FakeClock
+
+
+async def test_expired_identifiers_are_swept_away() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock=clock, sweep_every=100)
+    rl = RateLimit(backend, "mem")
+    for n in range(5000):
+        assert (await rl.limit("user:1/s | user:5/m", key="sweep", user=n).decide()).allowed
+    assert len(backend) == 5000
+    clock.advance(60)  # every log is now older than the largest span (5/m)
+    for n in range(100):
+        await rl.limit("user:1/s | user:5/m", key="sweep", user=f"new{n}").decide()
+    assert len(backend) == 100
+
+
+async def test_a_log_younger_than_its_largest_span_is_kept() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock=clock, sweep_every=1)
+    rl = RateLimit(backend, "mem")
+    limit = rl.limit("1/s | 2/m", key="keep")
+    assert (await limit.decide()).allowed
+    clock.advance(30)  # past 1/s but inside 2/m: the hit must still count
+    assert (await limit.decide()).allowed
+    assert not (await limit.decide()).allowed
+    assert len(backend) == 1
+
+
+def test_threads_with_their_own_loops_share_one_backend_safely() -> None:
+    backend = MemoryBackend()
+    rl = RateLimit(backend, "mem")
+    admitted: list[int] = []
+
+    async def burst() -> int:
+        limit = rl.limit("100/m", key="threads")
+        return sum([(await limit.decide()).allowed for _ in range(50)])
+
+    def run() -> None:
+        admitted.append(asyncio.run(burst()))
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(admitted) == 100
+
+
+async def test_aclose_forgets_everything() -> None:
+    backend = MemoryBackend()
+    rl = RateLimit(backend, "mem")
+    await rl.limit("1/m", key="x").decide()
+    await rl.aclose()
+    assert len(backend) == 0

@@ -1,0 +1,197 @@
+"""Against a real redis-server: concurrency across processes, the server's clock, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ratelimit import BackendError, RateLimit, RateLimitExceeded
+from tests.redis_server import RedisServer, free_port
+
+pytestmark = pytest.mark.redis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    workers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.concurrency_worker",
+            redis_url,
+            namespace,
+            "50",
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while int(await redis_client.get(f"{namespace}:ready") or 0) < 4:
+            assert time.monotonic() < deadline, "workers did not start"
+            assert all(w.returncode is None for w in workers), "a worker died"
+            await asyncio.sleep(0.01)  # polling child processes, not waiting for a window
+        await redis_client.rpush(f"{namespace}:go", *["go"] * 4)
+        outputs = [await asyncio.wait_for(w.communicate(), 60) for w in workers]
+        admitted = [int(out) for out, _ in outputs]
+    finally:
+        for w in workers:
+            if w.returncode is None:
+                w.kill()
+                await w.wait()
+    assert sum(admitted) == 50, admitted
+    assert await redis_client.llen(f"rl:{{{namespace}:shared}}") == 50
+
+
+async def test_decisions_use_the_server_clock_not_the_clients(
+    redis_client: aioredis.Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A client whose clock is a day off changes nothing: Redis TIME decides.
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 86_400)
+    rl = RateLimit(redis_client, namespace)
+    assert (await rl.limit("1/m", key="clock").decide()).allowed
+    seconds, micros = await redis_client.time()
+    newest = await redis_client.lindex(f"rl:{{{namespace}:clock}}", 0)
+    assert newest is not None
+    stored = int(newest)
+    assert 0 <= seconds * 1_000_000 + micros - stored < 5_000_000
+    denied = await rl.limit("1/m", key="clock").decide()
+    assert 55 < denied.retry_after <= 60
+
+
+async def test_timestamps_are_microseconds(redis_client: aioredis.Redis, namespace: str) -> None:
+    rl = RateLimit(redis_client, namespace)
+    for _ in range(20):
+        await rl.limit("100/s", key="us").decide()
+    stamps = [int(s) for s in await redis_client.lrange(f"rl:{{{namespace}:us}}", 0, -1)]
+    assert stamps == sorted(stamps, reverse=True)
+    assert len(set(stamps)) > 1  # whole seconds would make them equal
+
+
+async def test_redis_down_raises_backend_error_and_the_body_does_not_run(
+    namespace: str,
+) -> None:
+    rl = RateLimit.from_url(f"redis://127.0.0.1:{free_port()}/0", namespace)
+    ran = False
+
+    @rl.limit("10/s")
+    async def work() -> None:
+        nonlocal ran
+        ran = True
+
+    with pytest.raises(BackendError, match="redis failed to decide key") as caught:
+        await work()
+    assert isinstance(caught.value.__cause__, RedisConnectionError)
+    assert not ran
+    await rl.aclose()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+async def test_redis_restart_costs_one_error_then_recovers(
+    own_server: RedisServer, namespace: str
+) -> None:
+    client = aioredis.Redis.from_url(own_server.url)
+    limit = RateLimit(client, namespace).limit("2/m", key="restart")
+    assert (await limit.decide()).allowed
+    own_server.restart()  # data and the script cache are gone, the connection is cut
+    with pytest.raises(BackendError) as caught:
+        await limit.decide()  # the pooled connection was cut under it
+    assert isinstance(caught.value.__cause__, RedisConnectionError)
+    # reconnected, script reloaded after NOSCRIPT; the counters started again (data was lost)
+    assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
+    own_server.stop()
+    with pytest.raises(BackendError):  # and while it stays down: a clear error every time
+        await limit.decide()
+    await client.aclose()
+
+
+async def test_redis_restart_is_invisible_with_retry_on_connection_error(
+    own_server: RedisServer, namespace: str
+) -> None:
+    client = aioredis.Redis.from_url(own_server.url, retry_on_error=[RedisConnectionError])
+    limit = RateLimit(client, namespace).limit("2/m", key="restart")
+    assert (await limit.decide()).allowed
+    own_server.restart()
+    assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
+    await client.aclose()
+
+
+async def test_script_cache_flush_is_survived(redis_client: aioredis.Redis, namespace: str) -> None:
+    rl = RateLimit(redis_client, namespace)
+    assert (await rl.limit("2/m", key="flush").decide()).allowed
+    await redis_client.script_flush()
+    assert (await rl.limit("2/m", key="flush").decide()).allowed
+    assert not (await rl.limit("2/m", key="flush").decide()).allowed
+
+
+@pytest.fixture
+async def silent_server() -> AsyncIterator[int]:
+    """A TCP server that accepts connections and never answers: a hung Redis."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    for writer in held:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def test_a_hung_redis_times_out_as_backend_error(silent_server: int) -> None:
+    rl = RateLimit.from_url(f"redis://127.0.0.1:{silent_server}/0", socket_timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(BackendError) as caught:
+        await rl.limit("1/s", key="hung").decide()
+    assert isinstance(caught.value.__cause__, RedisTimeoutError)
+    assert time.monotonic() - started < 5
+    await rl.aclose()
+
+
+async def test_a_key_of_the_wrong_type_is_a_backend_error_and_writes_nothing(
+    redis_client: aioredis.Redis, namespace: str
+) -> None:
+    rl = RateLimit(redis_client, namespace)
+    await redis_client.set(f"rl:{{{namespace}:typed}}:user=x", "not a list")
+    with pytest.raises(BackendError) as caught:
+        await rl.limit("user:5/m & 5/m", key="typed", user="x").decide()
+    assert isinstance(caught.value.__cause__, ResponseError)
+    assert "WRONGTYPE" in str(caught.value)
+    assert not await redis_client.exists(f"rl:{{{namespace}:typed}}")
+
+
+async def test_denied_calls_write_nothing(redis_client: aioredis.Redis, namespace: str) -> None:
+    rl = RateLimit(redis_client, namespace)
+
+    @rl.limit("user:2/m", key="deny")
+    async def work(user: str) -> None: ...
+
+    await work("u")
+    await work("u")
+    key = f"rl:{{{namespace}:deny}}:user=u"
+    before = await redis_client.lrange(key, 0, -1)
+    for _ in range(5):
+        with pytest.raises(RateLimitExceeded):
+            await work("u")
+    assert await redis_client.lrange(key, 0, -1) == before
