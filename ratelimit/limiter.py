@@ -24,9 +24,9 @@ from ratelimit.backends import Backend, backend_for, backend_from_url
 from ratelimit.backends.base import Clock
 from ratelimit.decision import Decision
 from ratelimit.errors import RateLimitExceeded, RuleConflictError, UnknownKeyError
-from ratelimit.plan import CompiledTree, make_plan
+from ratelimit.plan import CompiledTree, compile_tree, make_plan
 from ratelimit.rules import Node, RuleLike, to_tree
-from ratelimit.selectors import CallSite, SelectorSources, resolve
+from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -112,7 +112,7 @@ class RateLimit:
         registered = self._registry.get(key)
         if registered is None:
             self._registry[key] = _Registration(compiled, sources)
-        elif registered.compiled.tree != compiled.tree:
+        elif registered.compiled is not compiled and registered.compiled.tree != compiled.tree:
             raise RuleConflictError(key, registered.compiled.tree, compiled.tree)
 
     def _registered(self, key: str) -> _Registration:
@@ -147,7 +147,7 @@ class Limit:
         self._key = key
         self._sources = SelectorSources(selectors, selector)
         tree: Node | None = None if rules is None else to_tree(rules)
-        self._compiled = None if tree is None else CompiledTree(tree)
+        self._compiled = None if tree is None else compile_tree(tree)
         if self._compiled is not None and key:
             owner._register(key, self._compiled, self._sources)
         self._resolved: _Registration | None = None
@@ -211,12 +211,12 @@ class Limit:
         key = self._key if self._key is not None else _name(func)
         if self._compiled is not None and self._key is None:
             self._owner._register(key, self._compiled, self._sources)
-        signature = inspect.signature(func)
+        parameters = Parameters(inspect.signature(func))
         is_coroutine = inspect.iscoroutinefunction(func)
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
-            decision = await self._decide(key, CallSite(signature, args, kwargs))
+            decision = await self._decide(key, CallSite(parameters, args, kwargs))
             if not decision.allowed:
                 raise RateLimitExceeded(decision)
             if is_coroutine:

@@ -9,6 +9,7 @@ backend computes ``retry_after``, ``remaining`` and the binding rule the same wa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,9 +35,14 @@ class Identifier:
 
 
 class CompiledTree:
-    """A rule tree flattened for evaluation: leaves in order and a prefix program."""
+    """A rule tree flattened for evaluation: leaves in order and a prefix program.
 
-    __slots__ = ("program", "rules", "selectors", "tree")
+    ``wire`` is the same as one line of ASCII numbers for storage scripts: the leaf count,
+    then ``count span_us`` per leaf, then the program. Use :func:`compile_tree` to get the
+    shared, cached instance for a tree.
+    """
+
+    __slots__ = ("program", "rules", "selectors", "tree", "wire")
 
     def __init__(self, tree: Node) -> None:
         self.tree = tree
@@ -48,6 +54,10 @@ class CompiledTree:
         self.selectors: tuple[str, ...] = tuple(
             dict.fromkeys(r.selector for r in rules if r.selector is not None)
         )
+        numbers = [len(rules)]
+        for rule in rules:
+            numbers += (rule.count, rule.span_ms * US_PER_MS)
+        self.wire: bytes = " ".join(map(str, numbers + program)).encode()
 
     @classmethod
     def _emit(cls, node: Node, rules: list[Rule], program: list[int]) -> None:
@@ -61,6 +71,12 @@ class CompiledTree:
 
     def __repr__(self) -> str:
         return f"CompiledTree({str(self.tree)!r})"
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_tree(tree: Node) -> CompiledTree:
+    """The compiled form of ``tree``, shared by every limit with an equal tree."""
+    return CompiledTree(tree)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,11 +39,59 @@ class SelectorSources:
         )
 
 
+class Parameters:
+    """Where each named parameter of a function is found in a call, computed once.
+
+    Finds a name where :meth:`inspect.Signature.bind` would put it (the positional
+    argument, else the keyword, else the default; other keywords count when the function
+    takes ``**kwargs``) without binding the whole call.
+    """
+
+    __slots__ = ("_defaults", "_keywords", "_positional_only", "_positions", "names")
+
+    def __init__(self, signature: inspect.Signature) -> None:
+        kinds = inspect.Parameter
+        parameters = list(signature.parameters.values())
+        self.names = tuple(signature.parameters)
+        self._positions = {
+            p.name: i
+            for i, p in enumerate(parameters)
+            if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        }
+        self._positional_only = frozenset(
+            p.name for p in parameters if p.kind is kinds.POSITIONAL_ONLY
+        )
+        takes_any_keyword = any(p.kind is kinds.VAR_KEYWORD for p in parameters)
+        self._keywords: frozenset[str] | None = (
+            None
+            if takes_any_keyword
+            else frozenset(
+                p.name
+                for p in parameters
+                if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+            )
+        )
+        self._defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+
+    def lookup(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+        """The argument the call gives parameter ``name``, or a missing marker."""
+        position = self._positions.get(name)
+        if position is not None and position < len(args):
+            return args[position]
+        if (
+            name in kwargs
+            and name not in self._positional_only
+            and (self._keywords is None or name in self._keywords)
+        ):
+            return kwargs[name]
+        return self._defaults.get(name, _MISSING)
+
+
 @dataclass(frozen=True, slots=True)
 class CallSite:
-    """The decorated function's signature and one call's arguments (absent for ``async with``)."""
+    """The decorated function's parameters and one call's arguments (none for ``async with``)."""
 
-    signature: inspect.Signature
+    parameters: Parameters
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
 
@@ -53,7 +101,6 @@ async def resolve(
 ) -> dict[str, str | None]:
     """Resolve every selector in ``names`` for one call."""
     values: dict[str, str | None] = {}
-    arguments: dict[str, Any] | None = None
     for name in names:
         value = _MISSING
         if name in sources.keywords:
@@ -61,13 +108,11 @@ async def resolve(
         elif sources.obj is not None:
             value = await _from_object(sources.obj, name)
         if value is _MISSING and call is not None:
-            if arguments is None:
-                arguments = _arguments(call)
-            value = arguments.get(name, _MISSING)
+            value = call.parameters.lookup(name, call.args, call.kwargs)
             if value is _MISSING and call.args:
                 value = await _from_object(call.args[0], name, mapping=False)
         if value is _MISSING:
-            raise SelectorNotFoundError(name, key, _places(name, sources, call))
+            raise SelectorNotFoundError(name, key, _places(sources, call))
         values[name] = as_text(value)
     return values
 
@@ -96,20 +141,7 @@ async def _from_object(obj: object, name: str, *, mapping: bool = True) -> objec
     return _MISSING if attribute is _MISSING else await _called(attribute)
 
 
-def _arguments(call: CallSite) -> dict[str, Any]:
-    try:
-        bound = call.signature.bind(*call.args, **call.kwargs)
-    except TypeError:
-        return {}
-    bound.apply_defaults()
-    arguments = dict(bound.arguments)
-    for parameter in call.signature.parameters.values():
-        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            arguments = {**arguments.pop(parameter.name, {}), **arguments}
-    return arguments
-
-
-def _places(name: str, sources: SelectorSources, call: CallSite | None) -> list[str]:
+def _places(sources: SelectorSources, call: CallSite | None) -> list[str]:
     places = [f"keyword arguments of limit() ({', '.join(sources.keywords) or 'none'})"]
     if sources.obj is not None:
         kind = "items" if isinstance(sources.obj, Mapping) else "attributes"
@@ -117,7 +149,7 @@ def _places(name: str, sources: SelectorSources, call: CallSite | None) -> list[
     if call is None:
         places.append("no call arguments (async with): pass it to limit() or use selector=")
     else:
-        places.append(f"parameters of the call ({', '.join(call.signature.parameters)})")
+        places.append(f"parameters of the call ({', '.join(call.parameters.names)})")
         if call.args:
             places.append(f"attributes of the first argument ({type(call.args[0]).__name__})")
     return places

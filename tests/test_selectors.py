@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any
 
 import pytest
@@ -209,3 +210,61 @@ async def test_a_failing_selector_callable_propagates_and_records_nothing(
         await work()
     assert calls == 0
     assert len(rl.backend) == 0  # type: ignore[arg-type]
+
+
+def _pos_only(user: str = "default", other: str = "", /, **rest: object) -> None: ...
+
+
+def _var_args(user: str = "default", *args: object, flag: bool = False) -> None: ...
+
+
+def _kw_only(*, user: str, flag: bool = False) -> None: ...
+
+
+def _plain(user: str, flag: bool = False, **rest: object) -> None: ...
+
+
+CALLS: list[tuple[tuple[object, ...], dict[str, object]]] = [
+    ((), {}),
+    (("a",), {}),
+    ((), {"user": "b"}),
+    (("a", "x"), {"user": "c"}),
+    ((), {"user": "b", "flag": True}),
+    (("a", True, 3), {}),
+]
+
+
+def _bound_value(signature: inspect.Signature, args: Any, kwargs: Any, name: str) -> object:
+    from ratelimit.selectors import _MISSING
+
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    parameter = signature.parameters.get(name)
+    if parameter is not None and parameter.kind not in (
+        inspect.Parameter.VAR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    ):
+        return bound.arguments[name]
+    for p in signature.parameters.values():
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            return bound.arguments[p.name].get(name, _MISSING)
+    return _MISSING
+
+
+def test_parameter_lookup_agrees_with_signature_bind() -> None:
+    from ratelimit.selectors import Parameters
+
+    checked = 0
+    for function in (_pos_only, _var_args, _kw_only, _plain):
+        signature = inspect.signature(function)
+        parameters = Parameters(signature)
+        for args, kwargs in CALLS:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError:
+                continue  # not a valid call of this function
+            for name in ("user", "flag"):
+                expected = _bound_value(signature, args, kwargs, name)
+                assert parameters.lookup(name, args, kwargs) is expected, (function, args, kwargs)
+                checked += 1
+    assert checked == 26

@@ -8,6 +8,7 @@ so application servers need no clock agreement, unless a clock is injected (test
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from typing import TypeAlias
 
@@ -20,7 +21,7 @@ from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import identifier_key
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
-from ratelimit.plan import US_PER_MS, Plan, evaluate
+from ratelimit.plan import Plan, evaluate
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
@@ -52,16 +53,13 @@ class RedisScriptBackend:
         self._script: AsyncScript = client.register_script(SLIDING_LOG)
 
     async def decide(self, plan: Plan) -> Decision:
-        rules = plan.compiled.rules
         if not plan.identifiers:
-            return evaluate(plan, 0, [(0, 0)] * len(rules))
-        args: list[int | str] = [
-            "" if self._clock is None else clock_us(self._clock),
-            len(rules),
-        ]
-        for rule, i in zip(rules, plan.leaf_identifiers, strict=True):
-            args += (i + 1, rule.count, rule.span_ms * US_PER_MS)
-        args += plan.compiled.program
+            return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        args = (
+            b"" if self._clock is None else clock_us(self._clock),
+            plan.compiled.wire,
+            _slots(plan.leaf_identifiers),
+        )
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
         try:
             reply = await self._script(keys=keys, args=args)
@@ -76,3 +74,9 @@ class RedisScriptBackend:
     async def aclose(self) -> None:
         if self._owns_client:
             await self.client.aclose()
+
+
+@functools.lru_cache(maxsize=1024)
+def _slots(leaf_identifiers: tuple[int, ...]) -> bytes:
+    """ARGV[3] of the script: per leaf its 1-based key index, 0 for none."""
+    return " ".join(str(i + 1) for i in leaf_identifiers).encode()

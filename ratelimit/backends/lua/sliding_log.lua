@@ -2,11 +2,12 @@
 --
 -- KEYS[k]   one list per identifier: hit timestamps in microseconds, newest first.
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
--- ARGV[2]   L, the number of leaves (rules).
--- ARGV[3..] per leaf, 3 values: key index k (0 when the selector did not resolve),
---           count, span in microseconds.
--- ARGV[..]  the tree as a prefix program of (opcode, operand) pairs:
---           0 = leaf (operand: leaf index from 0), 1 = And, 2 = Or (operand: child count).
+-- ARGV[2]   the tree, space-separated numbers: L (the number of leaves), then per leaf its
+--           count and span in microseconds, then the tree as a prefix program of
+--           (opcode, operand) pairs: 0 = leaf (operand: leaf index from 0), 1 = And,
+--           2 = Or (operand: number of children).
+-- ARGV[3]   per leaf, space-separated: the index k of its key in KEYS, or 0 when its
+--           selector did not resolve (the rule is then never limited, records nothing).
 --
 -- Returns   {allowed (1/0), now, hits_1, nth_1, ..., hits_L, nth_L}: per leaf the hits in
 --           its window before this call (at most its count) and, when that reaches the
@@ -23,7 +24,11 @@ else
   now = tonumber(ARGV[1])
 end
 
-local leaves = tonumber(ARGV[2])
+local tree, slots = {}, {}
+for n in string.gmatch(ARGV[2], '%d+') do tree[#tree + 1] = tonumber(n) end
+for n in string.gmatch(ARGV[3], '%d+') do slots[#slots + 1] = tonumber(n) end
+
+local leaves = tree[1]
 local limited = {}
 local result = {0, now}
 local keep, ttl = {}, {}
@@ -47,9 +52,9 @@ local function window(key, count, threshold)
 end
 
 for i = 0, leaves - 1 do
-  local k = tonumber(ARGV[3 + 3 * i])
-  local count = tonumber(ARGV[4 + 3 * i])
-  local span = tonumber(ARGV[5 + 3 * i])
+  local k = slots[i + 1]
+  local count = tree[2 + 2 * i]
+  local span = tree[3 + 2 * i]
   local hits, nth = 0, 0
   if k > 0 then
     hits, nth = window(KEYS[k], count, now - span)
@@ -61,9 +66,9 @@ for i = 0, leaves - 1 do
   result[#result + 1] = nth
 end
 
-local pos = 3 + 3 * leaves
+local pos = 2 + 2 * leaves
 local function node()
-  local op, operand = tonumber(ARGV[pos]), tonumber(ARGV[pos + 1])
+  local op, operand = tree[pos], tree[pos + 1]
   pos = pos + 2
   if op == 0 then return limited[operand] end
   local all, any = true, false
@@ -83,8 +88,8 @@ for k, count in pairs(keep) do
   local key = KEYS[k]
   local newest = tonumber(redis.call('LINDEX', key, 0) or 0)
   -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
-  redis.call('LPUSH', key, string.format('%.0f', math.max(now, newest)))
-  redis.call('LTRIM', key, 0, count - 1)
+  local length = redis.call('LPUSH', key, string.format('%.0f', math.max(now, newest)))
+  if length > count then redis.call('LTRIM', key, 0, count - 1) end
   local ms = math.ceil(ttl[k] / 1000)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
