@@ -28,6 +28,16 @@ class FakeClock:
         self.now += seconds
 
 
+def pytest_report_header() -> str:
+    if os.environ.get("REDIS_URL"):
+        return f"redis: REDIS_URL={os.environ['REDIS_URL']}"
+    try:
+        server = RedisServer()
+    except FileNotFoundError as exc:
+        return f"redis: {exc}"
+    return f"redis: {server.binary} (version {server.version()})"
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -1,0 +1,44 @@
+"""The examples run, on memory:// and on a real Redis, and say what they should."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+EXPECTED = {
+    "quickstart.py": "ping 6: refused by 5/s",
+    "selector_sources.py": "bad_kittie #2: refused by username:3/m (key 'cats')",
+    "context_manager.py": "vova must wait 300 s",
+}
+
+
+def run(example: Path, redis_url: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_every_example_is_checked() -> None:
+    assert {e.name for e in EXAMPLES} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
+def test_example_on_memory(example: Path) -> None:
+    assert EXPECTED[example.name] in run(example, None)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
+def test_example_on_redis(example: Path, redis_url: str) -> None:
+    assert EXPECTED[example.name] in run(example, redis_url)
