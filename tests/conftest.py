@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 
 from ratelimit import MemoryBackend, RateLimit, RedisScriptBackend
 from ratelimit.backends.base import Backend
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, find_binary, server_version
 
 
 class FakeClock:
@@ -32,10 +32,10 @@ def pytest_report_header() -> str:
     if os.environ.get("REDIS_URL"):
         return f"redis: REDIS_URL={os.environ['REDIS_URL']}"
     try:
-        server = RedisServer()
+        binary = find_binary()
     except FileNotFoundError as exc:
         return f"redis: {exc}"
-    return f"redis: {server.binary} (version {server.version()})"
+    return f"redis: {binary} (version {server_version(binary)})"
 
 
 @pytest.fixture

