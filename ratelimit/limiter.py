@@ -25,7 +25,7 @@ from ratelimit.backends.base import Clock
 from ratelimit.decision import Decision
 from ratelimit.errors import RateLimitExceeded, RuleConflictError, UnknownKeyError
 from ratelimit.plan import CompiledTree, compile_tree, make_plan
-from ratelimit.rules import Node, RuleLike, to_tree
+from ratelimit.rules import RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 
 P = ParamSpec("P")
@@ -146,26 +146,25 @@ class Limit:
         self._owner = owner
         self._key = key
         self._sources = SelectorSources(selectors, selector)
-        tree: Node | None = None if rules is None else to_tree(rules)
-        self._compiled = None if tree is None else compile_tree(tree)
+        self._compiled = None if rules is None else compile_tree(to_tree(rules))
+        # Without rules, the registration of ``key`` is looked up at the first call.
+        self._registration = (
+            None if self._compiled is None else _Registration(self._compiled, self._sources)
+        )
         if self._compiled is not None and key:
             owner._register(key, self._compiled, self._sources)
-        self._resolved: _Registration | None = None
 
-    def _resolve_key(self, key: str) -> _Registration:
-        """Rules and selector sources for ``key``, looked up at first use when not given."""
-        if self._resolved is None:
-            if self._compiled is not None:
-                self._resolved = _Registration(self._compiled, self._sources)
-            else:
-                registered = self._owner._registered(key)
-                self._resolved = _Registration(
-                    registered.compiled, self._sources.merged_over(registered.sources)
-                )
-        return self._resolved
+    def _registered(self, key: str) -> _Registration:
+        """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
+        if self._registration is None:
+            registered = self._owner._registered(key)
+            self._registration = _Registration(
+                registered.compiled, self._sources.merged_over(registered.sources)
+            )
+        return self._registration
 
     async def _decide(self, key: str, call: CallSite | None) -> Decision:
-        registration = self._resolve_key(key)
+        registration = self._registered(key)
         compiled = registration.compiled
         values = (
             await resolve(compiled.selectors, registration.sources, key, call)

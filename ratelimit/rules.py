@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -75,9 +74,6 @@ class Rule:
         prefix = f"{self.selector}:" if self.selector else ""
         return f"{prefix}{self.count}/{span}"
 
-    def leaves(self) -> Iterator[Rule]:
-        yield self
-
 
 class _Composite:
     """``And`` / ``Or``: an operator over one or more child trees (rules or text)."""
@@ -110,10 +106,6 @@ class _Composite:
             return str(self.children[0])
         parts = (f"({c})" if isinstance(c, _Composite) else str(c) for c in self.children)
         return f" {self.operator} ".join(parts)
-
-    def leaves(self) -> Iterator[Rule]:
-        for child in self.children:
-            yield from child.leaves()
 
 
 class And(_Composite):

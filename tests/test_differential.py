@@ -59,31 +59,21 @@ async def compare(backends: dict[str, tuple[Backend, FakeClock]], seed: int) -> 
 
 
 @pytest.mark.parametrize("seed", range(6))
-async def test_memory_and_fakeredis_script_decide_alike(seed: int) -> None:
-    client = fakeredis.FakeAsyncRedis()
+@pytest.mark.parametrize("server", ["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
+async def test_memory_and_script_engine_decide_alike(
+    seed: int, server: str, request: pytest.FixtureRequest
+) -> None:
+    client: aioredis.Redis = (
+        fakeredis.FakeAsyncRedis()
+        if server == "fakeredis"
+        else aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+    )
     memory_clock, script_clock = FakeClock(), FakeClock()
     try:
         await compare(
             {
                 "memory": (MemoryBackend(clock=memory_clock), memory_clock),
-                "fakeredis": (RedisScriptBackend(client, clock=script_clock), script_clock),
-            },
-            seed,
-        )
-    finally:
-        await client.aclose()
-
-
-@pytest.mark.redis
-@pytest.mark.parametrize("seed", range(6))
-async def test_memory_and_real_redis_script_decide_alike(seed: int, redis_url: str) -> None:
-    client = aioredis.Redis.from_url(redis_url)
-    memory_clock, script_clock = FakeClock(), FakeClock()
-    try:
-        await compare(
-            {
-                "memory": (MemoryBackend(clock=memory_clock), memory_clock),
-                "redis": (RedisScriptBackend(client, clock=script_clock), script_clock),
+                server: (RedisScriptBackend(client, clock=script_clock), script_clock),
             },
             seed,
         )
