@@ -12,9 +12,11 @@ Example::
 
 from ratelimit.backends import Backend as Backend
 from ratelimit.backends import MemoryBackend as MemoryBackend
+from ratelimit.backends import RedisCommandBackend as RedisCommandBackend
 from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
 from ratelimit.decision import Decision as Decision
 from ratelimit.errors import BackendError as BackendError
+from ratelimit.errors import LockTimeoutError as LockTimeoutError
 from ratelimit.errors import RateLimitError as RateLimitError
 from ratelimit.errors import RateLimitExceeded as RateLimitExceeded
 from ratelimit.errors import RuleConflictError as RuleConflictError
@@ -33,11 +35,13 @@ __all__ = [
     "BackendError",
     "Decision",
     "Limit",
+    "LockTimeoutError",
     "MemoryBackend",
     "Or",
     "RateLimit",
     "RateLimitError",
     "RateLimitExceeded",
+    "RedisCommandBackend",
     "RedisScriptBackend",
     "Rule",
     "RuleConflictError",

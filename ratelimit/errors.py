@@ -8,6 +8,7 @@
     ├── RuleConflictError (also ValueError)       key
     ├── UnknownKeyError (also LookupError)        key
     ├── SelectorNotFoundError (also LookupError)  selector, looked_in
+    ├── LockTimeoutError (also TimeoutError)      lock, waited
     └── BackendError                              the backend's own error is its __cause__
 
 ``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
@@ -93,6 +94,22 @@ class SelectorNotFoundError(RateLimitError, LookupError):
         super().__init__(
             f"selector {selector!r} of key {key!r} was not found; looked in: "
             + "; ".join(self.looked_in)
+        )
+
+
+class LockTimeoutError(RateLimitError, TimeoutError):
+    """The command engine could not take its Redis lock within ``lock_timeout``.
+
+    The call was neither admitted nor counted. ``lock`` is the lock's Redis key and
+    ``waited`` the seconds spent trying.
+    """
+
+    def __init__(self, lock: str, waited: float) -> None:
+        self.lock = lock
+        self.waited = waited
+        super().__init__(
+            f"could not take lock {lock!r} within {waited:.3f} s; the call was not admitted "
+            "(raise lock_timeout, or lower contention on this key)"
         )
 
 

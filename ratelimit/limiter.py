@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ratelimit.backends import Backend, backend_for, backend_from_url
+from ratelimit.backends import Backend, EngineOptions, backend_for, backend_from_url
 from ratelimit.backends.base import Clock
 from ratelimit.decision import Decision
 from ratelimit.errors import RateLimitExceeded, RuleConflictError, UnknownKeyError
@@ -48,6 +48,13 @@ class RateLimit:
     counters apart from others on the same Redis. ``clock`` (seconds) replaces the storage's
     clock, for tests that step time.
 
+    With a Redis client, ``use_scripts=True`` (default) decides with one atomic Lua script;
+    ``disable_locks`` then changes nothing. ``use_scripts=False`` sends no Lua: plain
+    commands under a Redis lock per (namespace, key), held at most ``lock_ttl`` seconds if
+    its holder dies, retried every ``lock_polling_interval`` seconds (with jitter) and given
+    up after ``lock_timeout`` seconds with ``LockTimeoutError``; ``disable_locks=True``
+    drops that lock, which is faster but admits a bounded overshoot under concurrency.
+
     Example::
 
         rl = RateLimit(redis.asyncio.Redis(), namespace="shop")
@@ -56,23 +63,51 @@ class RateLimit:
         async def ping() -> str: ...
     """
 
-    def __init__(self, storage: object, namespace: str = "", *, clock: Clock | None = None):
+    def __init__(
+        self,
+        storage: object,
+        namespace: str = "",
+        *,
+        use_scripts: bool = True,
+        disable_locks: bool = False,
+        lock_ttl: float = 10.0,
+        lock_polling_interval: float = 0.1,
+        lock_timeout: float = 10.0,
+        clock: Clock | None = None,
+    ) -> None:
         if not isinstance(namespace, str):
             raise TypeError(f"namespace must be text, not {type(namespace).__name__}")
         self.namespace = namespace
-        self.backend: Backend = backend_for(storage, clock=clock)
+        engine = EngineOptions(
+            use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout
+        )
+        self.backend: Backend = backend_for(storage, clock=clock, engine=engine)
         self._registry: dict[str, _Registration] = {}
 
     @classmethod
     def from_url(
-        cls, url: str, namespace: str = "", *, clock: Clock | None = None, **options: Any
+        cls,
+        url: str,
+        namespace: str = "",
+        *,
+        use_scripts: bool = True,
+        disable_locks: bool = False,
+        lock_ttl: float = 10.0,
+        lock_polling_interval: float = 0.1,
+        lock_timeout: float = 10.0,
+        clock: Clock | None = None,
+        **options: Any,
     ) -> RateLimit:
         """Open storage by URL: ``memory://``, ``redis://``, ``rediss://`` or ``unix://``.
 
-        ``options`` go to ``redis.asyncio.from_url``. The client opened here is closed by
-        :meth:`aclose` (or by leaving ``async with``).
+        The engine and lock settings are those of :class:`RateLimit`; ``options`` go to
+        ``redis.asyncio.from_url``. The client opened here is closed by :meth:`aclose` (or
+        by leaving ``async with``).
         """
-        return cls(backend_from_url(url, clock=clock, **options), namespace)
+        engine = EngineOptions(
+            use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout
+        )
+        return cls(backend_from_url(url, clock=clock, engine=engine, **options), namespace)
 
     async def aclose(self) -> None:
         """Release the storage this limiter opened."""

@@ -88,6 +88,7 @@ class Plan:
     """
 
     compiled: CompiledTree
+    namespace: str
     key: str
     identifiers: tuple[Identifier, ...]
     leaf_identifiers: tuple[int, ...]
@@ -109,7 +110,29 @@ def make_plan(
                 continue
             identifier = Identifier(namespace, key, rule.selector, value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
-    return Plan(compiled, key, tuple(index), tuple(leaf_identifiers))
+    return Plan(compiled, namespace, key, tuple(index), tuple(leaf_identifiers))
+
+
+def window(hits: Sequence[int], count: int, threshold_us: int) -> tuple[int, int]:
+    """Hits newer than ``threshold_us`` among the newest ``count`` of a log (newest first),
+    and the count-th newest timestamp when they reach ``count`` (else 0).
+
+    A binary search: the same one the Lua script runs with LINDEX.
+    """
+    n = min(len(hits), count)
+    if n == 0:
+        return 0, 0
+    last = hits[n - 1]
+    if last > threshold_us:
+        return (count, last) if n == count else (n, 0)
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if hits[mid] <= threshold_us:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, 0
 
 
 def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:

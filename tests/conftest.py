@@ -10,7 +10,7 @@ import fakeredis
 import pytest
 import redis.asyncio as aioredis
 
-from ratelimit import MemoryBackend, RateLimit, RedisScriptBackend
+from ratelimit import MemoryBackend, RateLimit, RedisCommandBackend, RedisScriptBackend
 from ratelimit.backends.base import Backend
 from tests.redis_server import RedisServer, find_binary, server_version
 
@@ -70,7 +70,9 @@ def namespace() -> str:
 BACKENDS = [
     "memory",
     "fakeredis",
+    "fakeredis-commands",
     pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-commands", marks=pytest.mark.redis),
 ]
 
 BackendFactory = Callable[..., Backend]
@@ -80,18 +82,23 @@ BackendFactory = Callable[..., Backend]
 async def make_backend(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[BackendFactory]:
-    """A factory of backends of the parametrized kind: ``make_backend(clock=None)``."""
+    """A factory of backends of the parametrized kind: ``make_backend(clock=None)``.
+
+    ``fakeredis``/``redis`` run the script engine; ``-commands`` the locked command engine.
+    """
     kind: str = request.param
     clients: list[aioredis.Redis] = []
 
     def factory(clock: Callable[[], float] | None = None) -> Backend:
         if kind == "memory":
             return MemoryBackend(clock=clock)
-        if kind == "fakeredis":
+        if kind.startswith("fakeredis"):
             client: aioredis.Redis = fakeredis.FakeAsyncRedis()
         else:
             client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
         clients.append(client)
+        if kind.endswith("-commands"):
+            return RedisCommandBackend(client, clock=clock)
         return RedisScriptBackend(client, clock=clock)
 
     yield factory

@@ -194,3 +194,20 @@ async def test_clock_going_backwards_does_not_admit_extra(rl: RateLimit, clock: 
     assert not (await decide(rl, "2/s")).allowed
     clock.advance(5.999)
     assert not (await decide(rl, "2/s")).allowed
+
+
+async def test_long_logs_count_exactly(rl: RateLimit, clock: FakeClock) -> None:
+    # More hits than the command engine reads in its first round trip (64).
+    limit = rl.limit("user:100/m", key="long", user="u")
+    for n in range(90):  # at t = 0, 0.5, ..., 44.5
+        decision = await limit.decide()
+        assert decision.remaining == 99 - n
+        clock.advance(0.5)
+    clock.advance(60.2 - 45)  # t = 60.2: the hit of t = 0 has left, 89 remain
+    assert (await limit.decide()).remaining == 100 - 89 - 1
+    for _ in range(10):
+        assert (await limit.decide()).allowed
+    denied = await limit.decide()
+    assert not denied.allowed
+    # 11 hits at t = 60.2 and 89 from t = 44.5 down to 0.5: the 100th newest is t = 0.5
+    assert denied.retry_after == pytest.approx(0.5 + 60 - 60.2, abs=1e-6)

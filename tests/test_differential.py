@@ -7,26 +7,58 @@ milliseconds up to seconds) is run against each backend with one fake clock; eve
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 
 import fakeredis
 import pytest
 import redis.asyncio as aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from ratelimit import MemoryBackend, RateLimit, RedisScriptBackend
+from ratelimit import (
+    And,
+    MemoryBackend,
+    Or,
+    RateLimit,
+    RedisCommandBackend,
+    RedisScriptBackend,
+    Rule,
+)
 from ratelimit.backends.base import Backend
+from ratelimit.backends.keys import identifier_key
 from ratelimit.decision import Decision
+from ratelimit.plan import Identifier, compile_tree
+from ratelimit.rules import Node, to_tree
 from tests.conftest import FakeClock
 
+# Redis expires keys in real time even when decisions run on a fake clock, so every
+# identifier of these trees also carries a span of 10 s or more: no key can expire while a
+# trace runs, however slow the machine (see outlasts_the_test below).
 TREES = [
-    "3/s",
-    "2/100ms | 5/s",
-    "user:3/s & 2/s",
-    "apikey:4/2s & (3/s | 5/10s)",
-    "(user:2/s | ip:3/s) & (5/s | user:4/3s)",
-    "user:1/s | ip:2/500ms | 6/5s",
+    "3/s | 1000/10s",
+    "2/100ms | 5/s | 1000/10s",
+    "user:3/s & 2/s | user:1000/10s & 1000/10s",
+    "apikey:4/2s & (3/s | 5/10s) | apikey:1000/10s",
+    "(user:2/s | ip:3/s) & (5/s | user:4/3s) | ip:1000/10s & user:1000/10s & 1000/10s",
+    "user:1/s | ip:2/500ms | 6/5s | ip:1000/10s & user:1000/10s & 1000/10s",
 ]
+MIN_TTL_MS = 10_000
+
+
+def outlasts_the_test(tree: Node) -> bool:
+    """Whether every identifier of ``tree`` keeps its Redis key for 10 s or more."""
+    longest: dict[str | None, int] = {}
+    for rule in compile_tree(tree).rules:
+        longest[rule.selector] = max(longest.get(rule.selector, 0), rule.span_ms)
+    return min(longest.values()) >= MIN_TTL_MS
+
+
+def test_the_seeded_trees_outlast_the_test() -> None:
+    assert all(outlasts_the_test(to_tree(text)) for text in TREES)
+
+
 USERS = ["alice", "bob", None, ""]
 IPS = ["10.0.0.1", "10.0.0.2"]
 
@@ -79,3 +111,93 @@ async def test_memory_and_script_engine_decide_alike(
         )
     finally:
         await client.aclose()
+
+
+# --- property: random trees and call sequences through memory, script and command engines ---
+
+SELECTORS = [None, "user", "ip", "apikey", "org"]
+VALUES = ["a", "b", "c", None, ""]
+SPANS_MS = [1, 50, 1000, 3000, 10_000, 60_000]
+COUNTS = [1, 2, 3, 5, 65, 70, 130]
+STEPS = [0.0, 0.0, 0.0005, 0.001, 0.01, 0.3, 1.0, 2.5]
+
+_rules = st.builds(
+    Rule, st.sampled_from(COUNTS), st.sampled_from(SPANS_MS), st.sampled_from(SELECTORS)
+)
+_trees: st.SearchStrategy[Node] = st.recursive(
+    _rules,
+    lambda children: (
+        st.builds(lambda c: And(*c), st.lists(children, min_size=2, max_size=3))
+        | st.builds(lambda c: Or(*c), st.lists(children, min_size=2, max_size=3))
+    ),
+    max_leaves=6,
+).filter(outlasts_the_test)
+_calls = st.lists(
+    st.tuples(st.sampled_from(STEPS), st.integers(0, 4), st.integers(0, 4), st.integers(1, 8)),
+    min_size=1,
+    max_size=40,
+)
+
+
+async def run_all_engines(tree: Node, calls: list[tuple[float, int, int, int]]) -> None:
+    script_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    command_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    clocks = [FakeClock(), FakeClock(), FakeClock()]
+    memory = MemoryBackend(clock=clocks[0])
+    backends: list[Backend] = [
+        memory,
+        RedisScriptBackend(script_client, clock=clocks[1]),
+        RedisCommandBackend(command_client, clock=clocks[2]),
+    ]
+    limiters = [RateLimit(b, "prop") for b in backends]
+    try:
+        for step, (advance, user, ip, repeat) in enumerate(calls):
+            for clock in clocks:
+                clock.advance(advance)
+            values = {"user": VALUES[user], "ip": VALUES[ip], "apikey": "k", "org": VALUES[user]}
+            for _ in range(repeat):
+                decisions = [await rl.limit(tree, key="k", **values).decide() for rl in limiters]
+                assert decisions[1] == decisions[0], f"script differs at step {step}"
+                assert decisions[2] == decisions[0], f"commands differ at step {step}"
+        # The final state: every stored log equal, once entries older than every span on the
+        # identifier are set aside (memory forgets them on its fake clock; Redis keys expire
+        # on the real one).
+        now = round(clocks[0]() * 1_000_000)
+        keys = sorted(await script_client.keys("*"))
+        assert keys == sorted(await command_client.keys("*"))
+        assert {identifier_key(i).encode() for i in memory._logs} <= set(keys)
+        for identifier in {*memory._logs} | {i for i in all_identifiers(tree)}:
+            key = identifier_key(identifier)
+            horizon = now - max_span_us(tree, identifier.selector)
+            log = memory._logs.get(identifier)
+            stored = [[t for t in (log.hits if log else []) if t > horizon]]
+            for client in (script_client, command_client):
+                stored.append([int(t) for t in await client.lrange(key, 0, -1) if int(t) > horizon])
+                ttl = await client.pttl(key)
+                assert ttl == -2 or 0 < ttl <= 3_600_000, key  # absent, or expiring
+            assert stored[1] == stored[0], key
+            assert stored[2] == stored[0], key
+    finally:
+        await script_client.aclose()
+        await command_client.aclose()
+
+
+def max_span_us(tree: Node, selector: str | None) -> int:
+    return 1000 * max(r.span_ms for r in compile_tree(tree).rules if r.selector == selector)
+
+
+def all_identifiers(tree: Node) -> list[Identifier]:
+    selectors = {r.selector for r in compile_tree(tree).rules}
+    return [
+        Identifier("prop", "k", s, None if s is None else v)
+        for s in selectors
+        for v in (["x"] if s is None else ["a", "b", "c", "k"])
+    ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_trees, _calls)
+def test_every_engine_decides_and_stores_alike(
+    tree: Node, calls: list[tuple[float, int, int, int]]
+) -> None:
+    asyncio.run(run_all_engines(tree, calls))

@@ -1,24 +1,66 @@
-"""Storage backends: the in-process memory backend and the Redis script engine."""
+"""Storage backends: the in-process memory backend and the Redis engines (script, commands)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from ratelimit.backends.base import Backend, Clock
 from ratelimit.backends.memory import MemoryBackend
-from ratelimit.backends.redis_script import RedisScriptBackend, is_redis_client
+from ratelimit.backends.redis_commands import RedisCommandBackend
+from ratelimit.backends.redis_script import (
+    RedisClient,
+    RedisScriptBackend,
+    client_from_url,
+    is_redis_client,
+)
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
-def backend_for(storage: object, *, clock: Clock | None = None) -> Backend:
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """How a Redis client is driven: ``RateLimit``'s engine and lock settings."""
+
+    use_scripts: bool = True
+    disable_locks: bool = False
+    lock_ttl: float = 10.0
+    lock_polling_interval: float = 0.1
+    lock_timeout: float = 10.0
+
+    def backend(
+        self, client: RedisClient, clock: Clock | None, *, owns_client: bool = False
+    ) -> Backend:
+        """The script engine (``disable_locks`` changes nothing: scripts are atomic), or
+        the command engine with these lock settings."""
+        if self.use_scripts:
+            return RedisScriptBackend(client, clock=clock, owns_client=owns_client)
+        return RedisCommandBackend(
+            client,
+            clock=clock,
+            disable_locks=self.disable_locks,
+            lock_ttl=self.lock_ttl,
+            lock_polling_interval=self.lock_polling_interval,
+            lock_timeout=self.lock_timeout,
+            owns_client=owns_client,
+        )
+
+
+def backend_for(
+    storage: object, *, clock: Clock | None = None, engine: EngineOptions = EngineOptions()
+) -> Backend:
     """The backend for what ``RateLimit`` was given: a redis-py asyncio client or a backend."""
     if is_redis_client(storage):
-        return RedisScriptBackend(storage, clock=clock)  # type: ignore[arg-type]
+        return engine.backend(storage, clock)  # type: ignore[arg-type]
     if isinstance(storage, Backend):
         if clock is not None:
             raise TypeError("clock= goes to the backend's own constructor when passing a backend")
+        if engine != EngineOptions():
+            raise TypeError(
+                "use_scripts, disable_locks and lock_* apply to a Redis client; "
+                "configure a backend object through its own constructor"
+            )
         return storage
     raise TypeError(
         "RateLimit needs a redis.asyncio.Redis, a redis.asyncio.RedisCluster or a backend "
@@ -27,18 +69,23 @@ def backend_for(storage: object, *, clock: Clock | None = None) -> Backend:
     )
 
 
-def backend_from_url(url: str, *, clock: Clock | None = None, **options: Any) -> Backend:
-    """Open a backend from a URL: ``memory://``, ``redis://``, ``rediss://`` or ``unix://``."""
+def backend_from_url(
+    url: str,
+    *,
+    clock: Clock | None = None,
+    engine: EngineOptions = EngineOptions(),
+    **options: Any,
+) -> Backend:
+    """Open a backend from a URL: ``memory://``, ``redis://``, ``rediss://`` or ``unix://``.
+
+    ``options`` go to ``redis.asyncio.from_url``."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
-        if options:
-            raise TypeError(f"memory:// takes no options, got {', '.join(options)}")
+        if options or engine != EngineOptions():
+            raise TypeError("memory:// takes no options and no engine or lock settings")
         return MemoryBackend(clock=clock)
     if scheme in REDIS_SCHEMES:
-        import redis.asyncio as aioredis
-
-        client = aioredis.from_url(url, **options)
-        return RedisScriptBackend(client, clock=clock, owns_client=True)
+        return engine.backend(client_from_url(url, **options), clock, owns_client=True)
     raise ValueError(
         f"unsupported storage URL {url!r}: use memory://, redis://, rediss:// or unix://"
     )
@@ -47,7 +94,9 @@ def backend_from_url(url: str, *, clock: Clock | None = None, **options: Any) ->
 __all__ = [
     "Backend",
     "Clock",
+    "EngineOptions",
     "MemoryBackend",
+    "RedisCommandBackend",
     "RedisScriptBackend",
     "backend_for",
     "backend_from_url",

@@ -4,6 +4,7 @@
 
     rl:{<namespace>:<key>}                      a rule without a selector
     rl:{<namespace>:<key>}:<selector>=<value>   a rule with a selector
+    rl:{<namespace>:<key>}:lock                 the command engine's lock
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
 ``:``, ``{``, ``}``, ``=``, ``#`` and spaces in a value cannot make two identifiers share a
@@ -47,3 +48,8 @@ def identifier_key(identifier: Identifier) -> str:
     if identifier.selector is None or identifier.value is None:
         return prefix
     return f"{prefix}:{encode_part(identifier.selector)}={encode_part(identifier.value)}"
+
+
+def lock_key(namespace: str, key: str) -> str:
+    """The command engine's lock for one (namespace, key): same hash tag as its counters."""
+    return f"{tag(namespace, key)}:lock"

@@ -13,7 +13,14 @@ from collections import deque
 
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.decision import Decision
-from ratelimit.plan import US_PER_MS, Identifier, Plan, evaluate, limits_per_identifier
+from ratelimit.plan import (
+    US_PER_MS,
+    Identifier,
+    Plan,
+    evaluate,
+    limits_per_identifier,
+    window,
+)
 
 
 class _Log:
@@ -24,25 +31,6 @@ class _Log:
     def __init__(self) -> None:
         self.hits: deque[int] = deque()
         self.expires_us = 0
-
-
-def window(hits: deque[int], count: int, threshold_us: int) -> tuple[int, int]:
-    """Hits newer than ``threshold_us`` among the newest ``count``, and the count-th newest
-    timestamp when they reach ``count``. The same binary search as the Lua script."""
-    n = min(len(hits), count)
-    if n == 0:
-        return 0, 0
-    last = hits[n - 1]
-    if last > threshold_us:
-        return (count, last) if n == count else (n, 0)
-    lo, hi = 0, n - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if hits[mid] <= threshold_us:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo, 0
 
 
 class MemoryBackend:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -26,6 +26,12 @@ from ratelimit.plan import Plan, evaluate
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
 SLIDING_LOG = resources.files("ratelimit.backends").joinpath("lua/sliding_log.lua").read_text()
+
+
+def client_from_url(url: str, **options: Any) -> aioredis.Redis:
+    """A redis-py asyncio client for ``url``; ``options`` go to ``redis.asyncio.from_url``."""
+    client: aioredis.Redis = aioredis.from_url(url, **options)
+    return client
 
 
 def is_redis_client(obj: object) -> bool:

@@ -1,0 +1,159 @@
+"""The Redis backend's command engine (``use_scripts=False``): plain commands, no Lua at all.
+
+For Redis-compatible servers and proxies that refuse scripts. Per decision, under a lock per
+(namespace, key) (see :mod:`ratelimit.backends.redis_lock`) unless ``disable_locks``:
+
+1. one pipeline reads ``TIME``, the newest entries of every log (up to 64, ``LRANGE``), their
+   ``PTTL``, and ``LINDEX count-1`` for rules whose count is beyond what was read;
+2. the tree is evaluated in Python by the same code as every other backend; a second read
+   (``LRANGE``) is needed only when a rule of count > 64 has more than 64 hits in its window
+   without being limited;
+3. if allowed, one ``MULTI`` does ``LPUSH`` / ``LTRIM`` / ``PEXPIRE`` on every identifier;
+4. the lock is released.
+
+Decisions equal the script engine's, ``retry_after`` and ``remaining`` included. Without the
+lock, concurrent decisions on one key can read the same state and all be admitted: a bounded
+overshoot of at most the number of decisions in flight at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.exceptions import RedisError
+
+from ratelimit.backends.base import Clock, clock_us
+from ratelimit.backends.keys import identifier_key, lock_key
+from ratelimit.backends.redis_lock import RedisLock
+from ratelimit.backends.redis_script import RedisClient
+from ratelimit.decision import Decision
+from ratelimit.errors import BackendError
+from ratelimit.plan import US_PER_MS, Plan, evaluate, limits_per_identifier, window
+
+HEAD = 64  # entries of each log read in the first round trip
+
+
+class RedisCommandBackend:
+    """Decides plans with plain Redis commands, under a Redis lock unless ``disable_locks``.
+
+    ``lock_ttl`` bounds how long a crashed holder blocks others; ``lock_polling_interval``
+    is the wait between tries (±50 % jitter); ``lock_timeout`` is how long a decision waits
+    for the lock before :class:`~ratelimit.errors.LockTimeoutError`. Waiting never admits.
+
+    Example::
+
+        rl = RateLimit(redis.asyncio.Redis(), use_scripts=False)   # builds this backend
+    """
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        clock: Clock | None = None,
+        disable_locks: bool = False,
+        lock_ttl: float = 10.0,
+        lock_polling_interval: float = 0.1,
+        lock_timeout: float = 10.0,
+        owns_client: bool = False,
+    ) -> None:
+        for name, value in (
+            ("lock_ttl", lock_ttl),
+            ("lock_polling_interval", lock_polling_interval),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+        if not lock_timeout >= 0:
+            raise ValueError(f"lock_timeout must be 0 or more seconds, not {lock_timeout!r}")
+        self.client = client
+        self._clock = clock
+        self._owns_client = owns_client
+        self.disable_locks = disable_locks
+        self.lock_ttl = lock_ttl
+        self.lock_polling_interval = lock_polling_interval
+        self.lock_timeout = lock_timeout
+
+    def lock(self, plan: Plan) -> RedisLock:
+        """The lock guarding every identifier of ``plan``'s (namespace, key)."""
+        return RedisLock(
+            self.client,
+            lock_key(plan.namespace, plan.key),
+            ttl=self.lock_ttl,
+            polling_interval=self.lock_polling_interval,
+            timeout=self.lock_timeout,
+        )
+
+    async def decide(self, plan: Plan) -> Decision:
+        if not plan.identifiers:
+            return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        try:
+            if self.disable_locks:
+                return await self._decide(plan)
+            async with self.lock(plan).held():
+                return await self._decide(plan)
+        except RedisError as exc:
+            raise BackendError(f"redis failed to decide key {plan.key!r}: {exc}") from exc
+
+    async def _decide(self, plan: Plan) -> Decision:
+        keys = [identifier_key(identifier) for identifier in plan.identifiers]
+        limits = limits_per_identifier(plan)
+        rules = plan.compiled.rules
+        read = self.client.pipeline(transaction=False)
+        if self._clock is None:
+            read.time()
+        for key, (keep, _span) in zip(keys, limits, strict=True):
+            read.lrange(key, 0, min(keep, HEAD) - 1)
+            read.pttl(key)
+        deep = [
+            (leaf, i)
+            for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True))
+            if i >= 0 and rule.count > HEAD
+        ]
+        for leaf, i in deep:
+            read.lindex(keys[i], rules[leaf].count - 1)
+        replies = await read.execute()
+        if self._clock is None:
+            seconds, micros = replies.pop(0)
+            now = int(seconds) * 1_000_000 + int(micros)
+        else:
+            now = clock_us(self._clock)
+        heads = [[int(t) for t in replies[2 * i]] for i in range(len(keys))]
+        ttls = [int(replies[2 * i + 1]) for i in range(len(keys))]
+        nth = {leaf: replies[2 * len(keys) + n] for n, (leaf, _i) in enumerate(deep)}
+
+        counts: list[tuple[int, int]] = []
+        for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True)):
+            if i < 0:
+                counts.append((0, 0))
+                continue
+            threshold = now - rule.span_ms * US_PER_MS
+            counts.append(
+                await self._window(keys[i], heads[i], nth.get(leaf), rule.count, threshold)
+            )
+        decision = evaluate(plan, now, counts)
+        if decision.allowed:
+            write = self.client.pipeline(transaction=True)
+            for key, head, ttl, (keep, span_ms) in zip(keys, heads, ttls, limits, strict=True):
+                write.lpush(key, max(now, head[0]) if head else now)
+                write.ltrim(key, 0, keep - 1)
+                if ttl < span_ms:
+                    write.pexpire(key, span_ms)
+            await write.execute()
+        return decision
+
+    async def _window(
+        self, key: str, head: Sequence[int], nth: bytes | None, count: int, threshold: int
+    ) -> tuple[int, int]:
+        """``window()`` of one rule, reading past the head of its log only when it must."""
+        if count <= HEAD or len(head) < HEAD:
+            return window(head, count, threshold)
+        if nth is not None and int(nth) > threshold:
+            return count, int(nth)
+        hits, _ = window(head, HEAD, threshold)
+        if hits < HEAD:
+            return hits, 0  # an old entry within the head ends the window
+        rest = [int(t) for t in await self.client.lrange(key, HEAD, count - 1)]
+        return window([*head, *rest], count, threshold)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()

@@ -1,0 +1,108 @@
+"""A Redis lock with no Lua, for the command engine (redis-py's ``Lock`` releases by script).
+
+Taken with ``SET name token NX PX ttl``, retried every ``polling_interval`` seconds with
+±50 % jitter so waiters do not retry in lockstep, given up after ``timeout`` seconds with
+:class:`~ratelimit.errors.LockTimeoutError`. Released by compare-and-delete under
+``WATCH``: ``GET`` the token, and ``DEL`` in ``MULTI`` only if it is still ours, so a lock
+that expired and was taken by someone else is never deleted. A holder that dies blocks
+others for at most ``ttl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from redis.exceptions import RedisError, WatchError
+
+from ratelimit.backends.redis_script import RedisClient
+from ratelimit.errors import LockTimeoutError
+
+
+class RedisLock:
+    """One lock key. ``async with lock.held():`` takes it and always gives it back.
+
+    Example::
+
+        lock = RedisLock(client, "rl:{shop:search}:lock", ttl=10, polling_interval=0.1,
+                         timeout=10)
+        async with lock.held():
+            ...
+    """
+
+    def __init__(
+        self,
+        client: RedisClient,
+        name: str,
+        *,
+        ttl: float,
+        polling_interval: float,
+        timeout: float,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.ttl_ms = max(1, round(ttl * 1000))
+        self.polling_interval = polling_interval
+        self.timeout = timeout
+        self._jitter = jitter
+
+    def next_delay(self, remaining: float) -> float:
+        """Seconds to wait before the next try: the interval ±50 %, never past the timeout."""
+        return max(0.0, min(remaining, self.polling_interval * (0.5 + self._jitter())))
+
+    async def acquire(self) -> str:
+        """Take the lock and return its token, or raise ``LockTimeoutError``."""
+        token = secrets.token_hex(16)
+        started = time.monotonic()
+        while True:
+            if await self.client.set(self.name, token, nx=True, px=self.ttl_ms):
+                return token
+            waited = time.monotonic() - started
+            if waited >= self.timeout:
+                raise LockTimeoutError(self.name, waited)
+            await asyncio.sleep(self.next_delay(self.timeout - waited))
+
+    async def release(self, token: str) -> bool:
+        """Delete the lock if it still holds ``token``; say whether it did."""
+        pipe: Any  # a Pipeline or, on a cluster, a ClusterPipeline (typed only in part)
+        async with self.client.pipeline(transaction=True) as pipe:
+            await pipe.watch(self.name)
+            current = await pipe.get(self.name)
+            if current not in (token, token.encode()):
+                await pipe.unwatch()
+                return False
+            pipe.multi()
+            pipe.delete(self.name)
+            try:
+                await pipe.execute()
+            except WatchError:  # it changed after GET: expired and taken by another holder
+                return False
+        return True
+
+    @asynccontextmanager
+    async def held(self) -> AsyncIterator[str]:
+        """Hold the lock for the block; release it even if the block fails or is cancelled."""
+        token = await self.acquire()
+        try:
+            yield token
+        finally:
+            release = asyncio.ensure_future(self.release(token))
+            try:
+                await asyncio.shield(release)  # a cancelled caller still gives the lock back
+            except RedisError:
+                pass  # the lock expires after its ttl; the block's own outcome stands
+            except asyncio.CancelledError:
+                release.add_done_callback(_consume)
+                raise
+
+
+def _consume(task: asyncio.Future[bool]) -> None:
+    """Retrieve a background release's outcome so that asyncio does not report it."""
+    if not task.cancelled():
+        task.exception()
