@@ -1,7 +1,9 @@
 """One OS process of the concurrency test: many coroutines calling one limited function.
 
-Run as ``python -m tests.concurrency_worker URL NAMESPACE COROUTINES``. It says it is ready,
-waits for the go signal (a BLPOP), runs, and prints how many calls were admitted.
+Run as ``python -m tests.concurrency_worker URL NAMESPACE COROUTINES [ENGINE]`` with ENGINE
+``script`` (default), ``locked`` or ``unlocked`` (the command engine with or without its
+lock). It says it is ready, waits for the go signal (a BLPOP), runs, and prints how many
+calls were admitted.
 """
 
 from __future__ import annotations
@@ -13,10 +15,16 @@ import redis.asyncio as aioredis
 
 from ratelimit import RateLimit, RateLimitExceeded
 
+ENGINES = {
+    "script": {},
+    "locked": {"use_scripts": False, "lock_timeout": 60.0, "lock_polling_interval": 0.01},
+    "unlocked": {"use_scripts": False, "disable_locks": True},
+}
 
-async def main(url: str, namespace: str, coroutines: int) -> int:
+
+async def main(url: str, namespace: str, coroutines: int, engine: str = "script") -> int:
     client = aioredis.Redis.from_url(url, max_connections=coroutines)
-    rl = RateLimit(client, namespace)
+    rl = RateLimit(client, namespace, **ENGINES[engine])  # type: ignore[arg-type]
 
     @rl.limit("50/10s", key="shared")
     async def work() -> None:
@@ -39,4 +47,4 @@ async def main(url: str, namespace: str, coroutines: int) -> int:
 
 
 if __name__ == "__main__":
-    print(asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]))))
+    print(asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:])))

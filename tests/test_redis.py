@@ -22,9 +22,10 @@ pytestmark = pytest.mark.redis
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
-    redis_client: aioredis.Redis, redis_url: str, namespace: str
-) -> None:
+async def four_processes_of_fifty(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
+) -> int:
+    """Run 4 worker processes of 50 coroutines on one ``50/10s`` limit; return admitted."""
     workers = [
         await asyncio.create_subprocess_exec(
             sys.executable,
@@ -33,6 +34,7 @@ async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
             redis_url,
             namespace,
             "50",
+            engine,
             cwd=ROOT,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -52,8 +54,42 @@ async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
             if w.returncode is None:
                 w.kill()
                 await w.wait()
-    assert sum(admitted) == 50, admitted
+    return sum(admitted)
+
+
+@pytest.mark.parametrize("engine", ["script", "locked"])
+async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
+) -> None:
+    assert await four_processes_of_fifty(redis_client, redis_url, namespace, engine) == 50
     assert await redis_client.llen(f"rl:{{{namespace}:shared}}") == 50
+    assert not await redis_client.exists(f"rl:{{{namespace}:shared}}:lock")
+
+
+async def test_without_the_lock_the_command_engine_overshoots_within_bounds(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    from tests import concurrency_worker
+
+    spread = await four_processes_of_fifty(redis_client, redis_url, namespace, "unlocked")
+    await redis_client.rpush(f"{namespace}-one:go", "go")
+    in_flight = await concurrency_worker.main(redis_url, f"{namespace}-one", 200, "unlocked")
+    print(
+        f"unlocked command engine under 50/10s: 4 processes x 50 admitted {spread}; "
+        f"1 process x 200 in flight admitted {in_flight}"
+    )
+    assert 50 <= spread <= 200
+    assert 50 <= in_flight <= 200
+
+
+@pytest.mark.parametrize("engine", ["script", "locked"])
+async def test_two_hundred_in_flight_in_one_process_admit_exactly_fifty(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
+) -> None:
+    from tests import concurrency_worker
+
+    await redis_client.rpush(f"{namespace}:go", "go")
+    assert await concurrency_worker.main(redis_url, namespace, 200, engine) == 50
 
 
 async def test_decisions_use_the_server_clock_not_the_clients(
@@ -82,10 +118,16 @@ async def test_timestamps_are_microseconds(redis_client: aioredis.Redis, namespa
     assert len(set(stamps)) > 1  # whole seconds would make them equal
 
 
+ENGINES = pytest.mark.parametrize("use_scripts", [True, False], ids=["script", "commands"])
+
+
+@ENGINES
 async def test_redis_down_raises_backend_error_and_the_body_does_not_run(
-    namespace: str,
+    namespace: str, use_scripts: bool
 ) -> None:
-    rl = RateLimit.from_url(f"redis://127.0.0.1:{free_port()}/0", namespace)
+    rl = RateLimit.from_url(
+        f"redis://127.0.0.1:{free_port()}/0", namespace, use_scripts=use_scripts
+    )
     ran = False
 
     @rl.limit("10/s")
@@ -106,11 +148,12 @@ def own_server() -> Iterator[RedisServer]:
         yield server
 
 
+@ENGINES
 async def test_redis_restart_costs_one_error_then_recovers(
-    own_server: RedisServer, namespace: str
+    own_server: RedisServer, namespace: str, use_scripts: bool
 ) -> None:
     client = aioredis.Redis.from_url(own_server.url)
-    limit = RateLimit(client, namespace).limit("2/m", key="restart")
+    limit = RateLimit(client, namespace, use_scripts=use_scripts).limit("2/m", key="restart")
     assert (await limit.decide()).allowed
     own_server.restart()  # data and the script cache are gone, the connection is cut
     with pytest.raises(BackendError) as caught:
@@ -159,8 +202,13 @@ async def silent_server() -> AsyncIterator[int]:
     await server.wait_closed()
 
 
-async def test_a_hung_redis_times_out_as_backend_error(silent_server: int) -> None:
-    rl = RateLimit.from_url(f"redis://127.0.0.1:{silent_server}/0", socket_timeout=0.2)
+@ENGINES
+async def test_a_hung_redis_times_out_as_backend_error(
+    silent_server: int, use_scripts: bool
+) -> None:
+    rl = RateLimit.from_url(
+        f"redis://127.0.0.1:{silent_server}/0", socket_timeout=0.2, use_scripts=use_scripts
+    )
     started = time.monotonic()
     with pytest.raises(BackendError) as caught:
         await rl.limit("1/s", key="hung").decide()
@@ -169,10 +217,11 @@ async def test_a_hung_redis_times_out_as_backend_error(silent_server: int) -> No
     await rl.aclose()
 
 
+@ENGINES
 async def test_a_key_of_the_wrong_type_is_a_backend_error_and_writes_nothing(
-    redis_client: aioredis.Redis, namespace: str
+    redis_client: aioredis.Redis, namespace: str, use_scripts: bool
 ) -> None:
-    rl = RateLimit(redis_client, namespace)
+    rl = RateLimit(redis_client, namespace, use_scripts=use_scripts)
     await redis_client.set(f"rl:{{{namespace}:typed}}:user=x", "not a list")
     with pytest.raises(BackendError) as caught:
         await rl.limit("user:5/m & 5/m", key="typed", user="x").decide()

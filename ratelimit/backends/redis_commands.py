@@ -4,7 +4,8 @@ For Redis-compatible servers and proxies that refuse scripts. Per decision, unde
 (namespace, key) (see :mod:`ratelimit.backends.redis_lock`) unless ``disable_locks``:
 
 1. one pipeline reads ``TIME``, the newest entries of every log (up to 64, ``LRANGE``), their
-   ``PTTL``, and ``LINDEX count-1`` for rules whose count is beyond what was read;
+   ``PTTL``, and ``LINDEX count-1`` for rules whose count is beyond what was read (on a
+   cluster, ``TIME`` goes separately to the node that owns the slot);
 2. the tree is evaluated in Python by the same code as every other backend; a second read
    (``LRANGE``) is needed only when a rule of count > 64 has more than 64 hits in its window
    without being limited;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from ratelimit.backends.base import Clock, clock_us
@@ -98,7 +100,8 @@ class RedisCommandBackend:
         limits = limits_per_identifier(plan)
         rules = plan.compiled.rules
         read = self.client.pipeline(transaction=False)
-        if self._clock is None:
+        on_cluster = isinstance(self.client, RedisCluster)
+        if self._clock is None and not on_cluster:
             read.time()
         for key, (keep, _span) in zip(keys, limits, strict=True):
             read.lrange(key, 0, min(keep, HEAD) - 1)
@@ -111,11 +114,15 @@ class RedisCommandBackend:
         for leaf, i in deep:
             read.lindex(keys[i], rules[leaf].count - 1)
         replies = await read.execute()
-        if self._clock is None:
-            seconds, micros = replies.pop(0)
-            now = int(seconds) * 1_000_000 + int(micros)
-        else:
+        if self._clock is not None:
             now = clock_us(self._clock)
+        else:
+            if on_cluster:  # a cluster pipeline cannot route TIME: ask the slot's own node
+                node = self.client.get_node_from_key(keys[0])  # type: ignore[union-attr]
+                seconds, micros = await self.client.execute_command("TIME", target_nodes=node)
+            else:
+                seconds, micros = replies.pop(0)
+            now = int(seconds) * 1_000_000 + int(micros)
         heads = [[int(t) for t in replies[2 * i]] for i in range(len(keys))]
         ttls = [int(replies[2 * i + 1]) for i in range(len(keys))]
         nth = {leaf: replies[2 * len(keys) + n] for n, (leaf, _i) in enumerate(deep)}

@@ -1,0 +1,225 @@
+"""The command engine's Redis lock: timeouts, ownership, crashed holders, no Lua at all."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import fakeredis
+import pytest
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+from ratelimit import (
+    BackendError,
+    LockTimeoutError,
+    MemoryBackend,
+    RateLimit,
+    RateLimitError,
+    RedisCommandBackend,
+    RedisScriptBackend,
+)
+from ratelimit.backends.keys import identifier_key, lock_key
+from ratelimit.backends.redis_lock import RedisLock
+from ratelimit.plan import Identifier
+from tests.redis_server import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aioredis.Redis]:
+    fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    yield fake
+    await fake.aclose()
+
+
+def test_the_lock_shares_the_hash_tag_of_the_counters() -> None:
+    counters = identifier_key(Identifier("shop", "search", "user", "vova")).encode()
+    assert key_slot(lock_key("shop", "search").encode()) == key_slot(counters)
+    assert lock_key("shop", "search") == "rl:{shop:search}:lock"
+
+
+def test_polling_is_jittered_and_never_passes_the_timeout() -> None:
+    draws = iter([0.0, 0.5, 0.999, 0.25])
+    lock = RedisLock(
+        None,  # type: ignore[arg-type]
+        "l",
+        ttl=1,
+        polling_interval=0.1,
+        timeout=1,
+        jitter=lambda: next(draws),
+    )
+    delays = [lock.next_delay(remaining=10) for _ in range(3)]
+    assert delays == pytest.approx([0.05, 0.1, 0.1499])
+    assert lock.next_delay(remaining=0.02) == 0.02
+
+
+async def test_a_lock_it_cannot_take_raises_and_never_admits(
+    client: aioredis.Redis,
+) -> None:
+    rl = RateLimit(client, "ns", use_scripts=False, lock_timeout=0.2, lock_polling_interval=0.02)
+    await client.set("rl:{ns:busy}:lock", "someone else", px=60_000)
+    ran = False
+
+    @rl.limit("10/s", key="busy")
+    async def work() -> None:
+        nonlocal ran
+        ran = True
+
+    started = time.monotonic()
+    with pytest.raises(LockTimeoutError) as caught:
+        await work()
+    assert time.monotonic() - started >= 0.2
+    assert caught.value.lock == "rl:{ns:busy}:lock"
+    assert caught.value.waited >= 0.2
+    assert isinstance(caught.value, RateLimitError)
+    assert isinstance(caught.value, TimeoutError)
+    assert "rl:{ns:busy}:lock" in str(caught.value)
+    assert not ran
+    assert not await client.exists("rl:{ns:busy}")  # nothing was counted
+    assert await client.get("rl:{ns:busy}:lock") == b"someone else"
+
+
+async def test_release_never_deletes_a_lock_another_holder_owns(client: aioredis.Redis) -> None:
+    lock = RedisLock(client, "l", ttl=10, polling_interval=0.01, timeout=1)
+    token = await lock.acquire()
+    # Our lock expired and another holder took it: the key now holds their token.
+    await client.set("l", "their-token", px=10_000)
+    assert not await lock.release(token)
+    assert await client.get("l") == b"their-token"
+    assert await client.delete("l") == 1
+    token = await lock.acquire()
+    assert await lock.release(token)
+    assert not await client.exists("l")
+
+
+async def test_each_decision_takes_and_returns_the_lock(client: aioredis.Redis) -> None:
+    backend = RedisCommandBackend(client, lock_ttl=5)
+    rl = RateLimit(backend, "ns")
+    taken: list[int] = []
+    original = backend._decide
+
+    async def watching(plan: object) -> object:
+        taken.append(await client.pttl("rl:{ns:k}:lock"))
+        return await original(plan)  # type: ignore[arg-type]
+
+    backend._decide = watching  # type: ignore[assignment, method-assign]
+    for _ in range(3):
+        assert (await rl.limit("5/s", key="k").decide()).allowed
+    assert len(taken) == 3
+    assert all(0 < ttl <= 5000 for ttl in taken)  # held, with its ttl, while deciding
+    assert not await client.exists("rl:{ns:k}:lock")
+
+
+async def test_a_failing_decision_still_returns_the_lock(client: aioredis.Redis) -> None:
+    rl = RateLimit(client, "ns", use_scripts=False)
+    await client.set("rl:{ns:k}", "not a list")
+    with pytest.raises(BackendError, match="WRONGTYPE"):
+        await rl.limit("5/s", key="k").decide()
+    assert not await client.exists("rl:{ns:k}:lock")
+
+
+async def test_a_cancelled_decision_still_returns_the_lock(client: aioredis.Redis) -> None:
+    backend = RedisCommandBackend(client)
+    rl = RateLimit(backend, "ns")
+    entered = asyncio.Event()
+
+    async def stuck(plan: object) -> object:
+        entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    backend._decide = stuck  # type: ignore[assignment, method-assign]
+    task = asyncio.ensure_future(rl.limit("5/s", key="k").decide())
+    await entered.wait()
+    assert await client.exists("rl:{ns:k}:lock")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):  # let the shielded release finish
+        if not await client.exists("rl:{ns:k}:lock"):
+            break
+        await asyncio.sleep(0)
+    assert not await client.exists("rl:{ns:k}:lock")
+
+
+async def test_disable_locks_takes_no_lock(client: aioredis.Redis) -> None:
+    rl = RateLimit(client, "ns", use_scripts=False, disable_locks=True)
+    await client.set("rl:{ns:k}:lock", "someone else", px=60_000)
+    assert (await rl.limit("5/s", key="k").decide()).allowed  # not blocked by it
+
+
+def test_disable_locks_with_scripts_changes_nothing() -> None:
+    client = fakeredis.FakeAsyncRedis()
+    assert isinstance(RateLimit(client, disable_locks=True).backend, RedisScriptBackend)
+    assert isinstance(RateLimit(client, use_scripts=False).backend, RedisCommandBackend)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"lock_ttl": 0}, ValueError, "lock_ttl must be a positive number"),
+        ({"lock_polling_interval": -1}, ValueError, "lock_polling_interval must be"),
+        ({"lock_timeout": -0.5}, ValueError, "lock_timeout must be 0 or more"),
+        ({"lock_ttl": float("nan")}, ValueError, "lock_ttl must be"),
+    ],
+)
+def test_bad_lock_settings_are_refused(
+    options: dict[str, float], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        RateLimit(fakeredis.FakeAsyncRedis(), use_scripts=False, **options)  # type: ignore[arg-type]
+
+
+def test_engine_settings_do_not_apply_to_backend_objects() -> None:
+    with pytest.raises(TypeError, match="apply to a Redis client"):
+        RateLimit(MemoryBackend(), use_scripts=False)
+    with pytest.raises(TypeError, match="no engine or lock settings"):
+        RateLimit.from_url("memory://", disable_locks=True)
+
+
+@pytest.mark.redis
+async def test_the_command_engine_sends_no_lua() -> None:
+    with RedisServer() as server:
+        client = aioredis.Redis.from_url(server.url)
+        rl = RateLimit(client, "ns", use_scripts=False)
+        for _ in range(3):
+            await rl.limit("user:2/s & 3/m", key="k", user="u").decide()
+        stats = await client.info("commandstats")
+        await client.aclose()
+    used = {name.removeprefix("cmdstat_") for name in stats}
+    assert {"set", "lrange", "multi", "exec", "watch"} <= used
+    assert not used & {"eval", "evalsha", "eval_ro", "evalsha_ro", "script", "fcall", "function"}
+
+
+@pytest.mark.redis
+async def test_a_holder_killed_with_sigkill_blocks_others_at_most_lock_ttl(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    name = lock_key(namespace, "killed")
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.lock_holder", redis_url, name, "1.0",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert await asyncio.wait_for(holder.stdout.readline(), 30) == b"held\n"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        await holder.wait()
+    assert holder.returncode == -signal.SIGKILL
+    assert await redis_client.exists(name)  # the dead holder's lock is still there
+    rl = RateLimit(
+        redis_client, namespace, use_scripts=False, lock_ttl=1.0, lock_timeout=5.0,
+        lock_polling_interval=0.02,
+    )  # fmt: skip
+    started = time.monotonic()
+    assert (await rl.limit("5/s", key="killed").decide()).allowed
+    waited = time.monotonic() - started
+    assert waited <= 1.0 + 0.5  # its ttl, plus polling and scheduling
+    assert not await redis_client.exists(name)
