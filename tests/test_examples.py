@@ -15,7 +15,9 @@ EXPECTED = {
     "quickstart.py": "ping 6: refused by 5/s",
     "selector_sources.py": "bad_kittie #2: refused by username:3/m (key 'cats')",
     "context_manager.py": "vova must wait 300 s",
+    "command_engine.py": "vova: refused by user:3/10s",
 }
+ON_MEMORY = {**EXPECTED, "command_engine.py": "the command engine needs Redis"}
 
 
 def run(example: Path, redis_url: str | None) -> str:
@@ -35,7 +37,7 @@ def test_every_example_is_checked() -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
 def test_example_on_memory(example: Path) -> None:
-    assert EXPECTED[example.name] in run(example, None)
+    assert ON_MEMORY[example.name] in run(example, None)
 
 
 @pytest.mark.redis
