@@ -91,21 +91,25 @@ async def compare(backends: dict[str, tuple[Backend, FakeClock]], seed: int) -> 
 
 
 @pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("engine", [RedisScriptBackend, RedisCommandBackend])
 @pytest.mark.parametrize("server", ["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
-async def test_memory_and_script_engine_decide_alike(
-    seed: int, server: str, request: pytest.FixtureRequest
+async def test_memory_and_redis_engines_decide_alike(
+    seed: int,
+    engine: type[RedisScriptBackend | RedisCommandBackend],
+    server: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     client: aioredis.Redis = (
         fakeredis.FakeAsyncRedis()
         if server == "fakeredis"
         else aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
     )
-    memory_clock, script_clock = FakeClock(), FakeClock()
+    memory_clock, redis_clock = FakeClock(), FakeClock()
     try:
         await compare(
             {
                 "memory": (MemoryBackend(clock=memory_clock), memory_clock),
-                server: (RedisScriptBackend(client, clock=script_clock), script_clock),
+                f"{server}-{engine.__name__}": (engine(client, clock=redis_clock), redis_clock),
             },
             seed,
         )
