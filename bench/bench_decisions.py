@@ -17,7 +17,8 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -91,11 +92,21 @@ async def main(url: str, calls: int, users: int) -> None:
         print(f"{concurrency:>11} {rates[0]:>12.0f} {rates[1]:>10.0f} {rates[0] / rates[1]:>6.2f}")
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=20_000)
+def run(
+    main: Callable[[str, int, int], Coroutine[Any, Any, None]],
+    description: str,
+    default_calls: int,
+) -> None:
+    """Parse ``--calls`` and ``--users``, then run ``main`` against ``REDIS_URL`` or a
+    private redis-server started for this run."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--calls", type=int, default=default_calls)
     parser.add_argument("--users", type=int, default=1_000)
     options = parser.parse_args()
     with ExitStack() as stack:
         url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
         asyncio.run(main(url, options.calls, options.users))
+
+
+if __name__ == "__main__":
+    run(main, __doc__.split("\n")[0], default_calls=20_000)

@@ -12,12 +12,8 @@ the script engine, at concurrency 1 and 64.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import os
 import sys
 import uuid
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import redis.asyncio as aioredis
-from bench_decisions import measure
+from bench_decisions import measure, run
 
 from ratelimit import RateLimit
-from tests.redis_server import RedisServer
 
 ENGINES: dict[str, dict[str, Any]] = {
     "script": {},
@@ -66,10 +61,4 @@ async def main(url: str, calls: int, users: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=3_000)
-    parser.add_argument("--users", type=int, default=1_000)
-    options = parser.parse_args()
-    with ExitStack() as stack:
-        url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
-        asyncio.run(main(url, options.calls, options.users))
+    run(main, __doc__.split("\n")[0], default_calls=3_000)

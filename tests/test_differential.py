@@ -18,9 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimit import (
-    And,
     MemoryBackend,
-    Or,
     RateLimit,
     RedisCommandBackend,
     RedisScriptBackend,
@@ -32,6 +30,7 @@ from ratelimit.decision import Decision
 from ratelimit.plan import Identifier, compile_tree
 from ratelimit.rules import Node, to_tree
 from tests.conftest import FakeClock
+from tests.strategies import trees
 
 # Redis expires keys in real time even when decisions run on a fake clock, so every
 # identifier of these trees also carries a span of 10 s or more: no key can expire while a
@@ -128,14 +127,7 @@ STEPS = [0.0, 0.0, 0.0005, 0.001, 0.01, 0.3, 1.0, 2.5]
 _rules = st.builds(
     Rule, st.sampled_from(COUNTS), st.sampled_from(SPANS_MS), st.sampled_from(SELECTORS)
 )
-_trees: st.SearchStrategy[Node] = st.recursive(
-    _rules,
-    lambda children: (
-        st.builds(lambda c: And(*c), st.lists(children, min_size=2, max_size=3))
-        | st.builds(lambda c: Or(*c), st.lists(children, min_size=2, max_size=3))
-    ),
-    max_leaves=6,
-).filter(outlasts_the_test)
+_trees = trees(_rules, max_leaves=6).filter(outlasts_the_test)
 _calls = st.lists(
     st.tuples(st.sampled_from(STEPS), st.integers(0, 4), st.integers(0, 4), st.integers(1, 8)),
     min_size=1,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from ratelimit import And, Or, Rule, RuleSyntaxError
 from ratelimit.grammar import parse_rule, parse_tree
 from ratelimit.rules import Node, to_tree
+from tests.strategies import trees
 
 MINUTE = 60_000
 HOUR = 3_600_000
@@ -193,14 +194,7 @@ _rules = st.builds(
     st.sampled_from([1, 250, 1000, 60_000, 300_000, HOUR, DAY, 7 * DAY]),
     st.none() | st.sampled_from(["user", "apikey", "ip", "a_1"]),
 )
-_trees: st.SearchStrategy[Node] = st.recursive(
-    _rules,
-    lambda children: (
-        st.builds(lambda c: And(*c), st.lists(children, min_size=2, max_size=3))
-        | st.builds(lambda c: Or(*c), st.lists(children, min_size=2, max_size=3))
-    ),
-    max_leaves=8,
-)
+_trees = trees(_rules, max_leaves=8)
 
 
 @given(_trees)
