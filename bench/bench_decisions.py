@@ -18,9 +18,9 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
