@@ -16,6 +16,7 @@ from ratelimit.backends import RedisCommandBackend as RedisCommandBackend
 from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
 from ratelimit.decision import Decision as Decision
 from ratelimit.errors import BackendError as BackendError
+from ratelimit.errors import ConfigurationError as ConfigurationError
 from ratelimit.errors import LockTimeoutError as LockTimeoutError
 from ratelimit.errors import RateLimitError as RateLimitError
 from ratelimit.errors import RateLimitExceeded as RateLimitExceeded
@@ -33,6 +34,7 @@ __all__ = [
     "And",
     "Backend",
     "BackendError",
+    "ConfigurationError",
     "Decision",
     "Limit",
     "LockTimeoutError",

@@ -6,6 +6,7 @@
     ├── RateLimitExceeded (also RuntimeError)    retry_after, rule, key, decision
     ├── RuleSyntaxError (also ValueError)         text, column
     ├── RuleConflictError (also ValueError)       key
+    ├── ConfigurationError (also ValueError)      a setting that cannot work, such as a cost
     ├── UnknownKeyError (also LookupError)        key
     ├── SelectorNotFoundError (also LookupError)  selector, looked_in
     ├── LockTimeoutError (also TimeoutError)      lock, waited
@@ -71,6 +72,10 @@ class RuleConflictError(RateLimitError, ValueError):
             f"key {key!r} already has rules '{registered}'; refusing different rules '{new}' "
             f"(give this limit its own key=, or reuse the rules with limit(key={key!r}))"
         )
+
+
+class ConfigurationError(RateLimitError, ValueError):
+    """A setting that cannot work, such as a cost above a rule's count."""
 
 
 class UnknownKeyError(RateLimitError, LookupError):

@@ -23,7 +23,12 @@ from typing import Any, ParamSpec, TypeVar, overload
 from ratelimit.backends import Backend, EngineOptions, backend_for, backend_from_url
 from ratelimit.backends.base import Clock
 from ratelimit.decision import Decision
-from ratelimit.errors import RateLimitExceeded, RuleConflictError, UnknownKeyError
+from ratelimit.errors import (
+    ConfigurationError,
+    RateLimitExceeded,
+    RuleConflictError,
+    UnknownKeyError,
+)
 from ratelimit.plan import CompiledTree, compile_tree, make_plan
 from ratelimit.rules import RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
@@ -129,6 +134,8 @@ class RateLimit:
         rules: RuleLike | None = None,
         key: str | None = None,
         selector: object | None = None,
+        *,
+        cost: int = 1,
         **selectors: object,
     ) -> Limit:
         """A limit to use as ``@decorator`` or in ``async with``.
@@ -139,9 +146,10 @@ class RateLimit:
         ``module.qualname``; for ``async with``, ``""``, shared by every such block).
         ``limit(key=...)`` without rules reuses the rules and selectors registered for that
         key. ``selector``: an object whose items, attributes or methods give selector values.
-        ``**selectors``: selector values as literals, callables or async callables.
+        ``cost``: how many hits one call is worth (a whole number, at most every rule's
+        count). ``**selectors``: selector values as literals, callables or async callables.
         """
-        return Limit(self, rules, key, selector, selectors)
+        return Limit(self, rules, key, selector, selectors, cost)
 
     def _register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
         registered = self._registry.get(key)
@@ -173,7 +181,12 @@ class Limit:
         key: str | None,
         selector: object | None,
         selectors: dict[str, object],
+        cost: int = 1,
     ) -> None:
+        if type(cost) is not int or cost < 1:
+            raise ConfigurationError(
+                f"cost must be a whole number of hits, 1 or more, not {cost!r}"
+            )
         if rules is None and key is None:
             raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
         if key is not None and not isinstance(key, str):
@@ -181,7 +194,10 @@ class Limit:
         self._owner = owner
         self._key = key
         self._sources = SelectorSources(selectors, selector)
+        self._cost = cost
         self._compiled = None if rules is None else compile_tree(to_tree(rules))
+        if self._compiled is not None:
+            _check_cost(self._compiled, cost)
         # Without rules, the registration of ``key`` is looked up at the first call.
         self._registration = (
             None if self._compiled is None else _Registration(self._compiled, self._sources)
@@ -193,6 +209,7 @@ class Limit:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
         if self._registration is None:
             registered = self._owner._registered(key)
+            _check_cost(registered.compiled, self._cost)
             self._registration = _Registration(
                 registered.compiled, self._sources.merged_over(registered.sources)
             )
@@ -206,7 +223,7 @@ class Limit:
             if compiled.selectors
             else {}
         )
-        plan = make_plan(compiled, self._owner.namespace, key, values)
+        plan = make_plan(compiled, self._owner.namespace, key, values, self._cost)
         return await self._owner.backend.decide(plan)
 
     async def decide(self) -> Decision:
@@ -259,6 +276,15 @@ class Limit:
             return await result if inspect.isawaitable(result) else result
 
         return limited
+
+
+def _check_cost(compiled: CompiledTree, cost: int) -> None:
+    for rule in compiled.rules:
+        if cost > rule.count:
+            raise ConfigurationError(
+                f"cost {cost} is above the count of rule '{rule}': such a call could never "
+                "be admitted"
+            )
 
 
 def _name(func: Callable[..., Any]) -> str:

@@ -85,6 +85,7 @@ class Plan:
 
     ``leaf_identifiers[i]`` indexes ``identifiers``, or is ``-1`` when leaf ``i``'s selector
     resolved to ``None`` or ``""`` (the rule is then never limited and records nothing).
+    ``cost`` is how many hits the call is worth (at most every rule's count).
     """
 
     compiled: CompiledTree
@@ -92,10 +93,20 @@ class Plan:
     key: str
     identifiers: tuple[Identifier, ...]
     leaf_identifiers: tuple[int, ...]
+    cost: int = 1
+
+    def depth(self, rule: Rule) -> int:
+        """How many of the newest hits decide ``rule``: the call is refused when that many
+        are inside the window (``count - cost + 1``; the ``count``-th newest for cost 1)."""
+        return rule.count - self.cost + 1
 
 
 def make_plan(
-    compiled: CompiledTree, namespace: str, key: str, values: Mapping[str, str | None]
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    values: Mapping[str, str | None],
+    cost: int = 1,
 ) -> Plan:
     """Build the plan of one call from its resolved selector values."""
     index: dict[Identifier, int] = {}
@@ -110,7 +121,7 @@ def make_plan(
                 continue
             identifier = Identifier(namespace, key, rule.selector, value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
-    return Plan(compiled, namespace, key, tuple(index), tuple(leaf_identifiers))
+    return Plan(compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost)
 
 
 def window(hits: Sequence[int], count: int, threshold_us: int) -> tuple[int, int]:
@@ -154,8 +165,8 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[int, int]]) -> Deci
     """Turn per-leaf counts into the decision for the whole tree.
 
     ``counts[i]`` is ``(hits, nth_newest_us)`` for leaf ``i``: the hits inside the rule's
-    window before this call (at most the rule's count), and, when that reaches the count,
-    the timestamp in microseconds of the count-th newest hit (else anything).
+    window before this call among its newest ``plan.depth(rule)``, and, when they are all
+    inside, the timestamp in microseconds of the last of them (else anything).
     """
     rules = plan.compiled.rules
 
@@ -164,7 +175,7 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[int, int]]) -> Deci
             return (False, 0, None, None)
         rule = rules[i]
         hits, nth_newest_us = counts[i]
-        if hits >= rule.count:
+        if hits >= plan.depth(rule):
             return (True, nth_newest_us + rule.span_ms * US_PER_MS - now_us, 0, i)
         return (False, 0, rule.count - hits, i)
 
@@ -193,4 +204,5 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[int, int]]) -> Deci
     rule = rules[binding] if binding is not None else None
     if limited:
         return Decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key)
-    return Decision(True, 0.0, rule, None if remaining is None else remaining - 1, plan.key)
+    left = None if remaining is None else remaining - plan.cost
+    return Decision(True, 0.0, rule, left, plan.key)

@@ -6,6 +6,7 @@ Time is a fake clock handed to the backend; no test sleeps.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from tests.conftest import FakeClock
 
 
 async def decide(
-    rl: RateLimit, rules: str | And | Or, key: str = "k", **selectors: object
+    rl: RateLimit, rules: str | And | Or, key: str = "k", **selectors: Any
 ) -> Decision:
     return await rl.limit(rules, key=key, **selectors).decide()
 
@@ -211,3 +212,32 @@ async def test_long_logs_count_exactly(rl: RateLimit, clock: FakeClock) -> None:
     assert not denied.allowed
     # 11 hits at t = 60.2 and 89 from t = 44.5 down to 0.5: the 100th newest is t = 0.5
     assert denied.retry_after == pytest.approx(0.5 + 60 - 60.2, abs=1e-6)
+
+
+async def test_a_cost_records_that_many_hits(rl: RateLimit, clock: FakeClock) -> None:
+    heavy = rl.limit("10/s", key="cost", cost=3)
+    light = rl.limit("10/s", key="cost")
+    assert [(await heavy.decide()).remaining for _ in range(3)] == [7, 4, 1]
+    clock.advance(0.5)
+    denied = await heavy.decide()  # 9 + 3 > 10
+    assert not denied.allowed
+    # 8 of the 9 hits must leave before 3 more fit: the 8th newest is one of t = 0
+    assert denied.retry_after == pytest.approx(0.5, abs=1e-6)
+    assert (await light.decide()).remaining == 0  # 9 + 1 fits exactly
+    assert not (await light.decide()).allowed
+
+
+async def test_costs_in_trees(rl: RateLimit, clock: FakeClock) -> None:
+    tree = Or("user:6/m", "4/s")
+    assert (await rl.limit(tree, key="t", user="u", cost=2).decide()).remaining == 2
+    assert (await rl.limit(tree, key="t", user="u", cost=2).decide()).remaining == 0
+    assert not (await rl.limit(tree, key="t", user="u", cost=2).decide()).allowed  # 4/s full
+    clock.advance(1)
+    assert (await rl.limit(tree, key="t", user="u", cost=2).decide()).allowed  # user: 6 of 6
+    assert not (await rl.limit(tree, key="t", user="u").decide()).allowed
+
+
+async def test_a_cost_larger_than_one_lua_unpack(rl: RateLimit) -> None:
+    limit = rl.limit("5000/s", key="big", cost=2500)
+    assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
+    assert (await rl.limit("5000/s", key="big").decide()).allowed is False

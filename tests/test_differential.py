@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from typing import Any
 
 import fakeredis
 import pytest
@@ -129,13 +130,19 @@ _rules = st.builds(
 )
 _trees = trees(_rules, max_leaves=6).filter(outlasts_the_test)
 _calls = st.lists(
-    st.tuples(st.sampled_from(STEPS), st.integers(0, 4), st.integers(0, 4), st.integers(1, 8)),
+    st.tuples(
+        st.sampled_from(STEPS),
+        st.integers(0, 4),
+        st.integers(0, 4),
+        st.integers(1, 8),
+        st.sampled_from([1, 1, 1, 2, 3]),
+    ),
     min_size=1,
     max_size=40,
 )
 
 
-async def run_all_engines(tree: Node, calls: list[tuple[float, int, int, int]]) -> None:
+async def run_all_engines(tree: Node, calls: list[tuple[float, int, int, int, int]]) -> None:
     script_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     command_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     clocks = [FakeClock(), FakeClock(), FakeClock()]
@@ -147,12 +154,21 @@ async def run_all_engines(tree: Node, calls: list[tuple[float, int, int, int]]) 
     ]
     limiters = [RateLimit(b, "prop") for b in backends]
     try:
-        for step, (advance, user, ip, repeat) in enumerate(calls):
+        smallest = min(rule.count for rule in compile_tree(tree).rules)
+        for step, (advance, user, ip, repeat, cost) in enumerate(calls):
             for clock in clocks:
                 clock.advance(advance)
-            values = {"user": VALUES[user], "ip": VALUES[ip], "apikey": "k", "org": VALUES[user]}
+            values: dict[str, Any] = {
+                "user": VALUES[user],
+                "ip": VALUES[ip],
+                "apikey": "k",
+                "org": VALUES[user],
+            }
             for _ in range(repeat):
-                decisions = [await rl.limit(tree, key="k", **values).decide() for rl in limiters]
+                decisions = [
+                    await rl.limit(tree, key="k", cost=min(cost, smallest), **values).decide()
+                    for rl in limiters
+                ]
                 assert decisions[1] == decisions[0], f"script differs at step {step}"
                 assert decisions[2] == decisions[0], f"commands differ at step {step}"
         # The final state: every stored log equal, once entries older than every span on the
@@ -194,6 +210,6 @@ def all_identifiers(tree: Node) -> list[Identifier]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_trees, _calls)
 def test_every_engine_decides_and_stores_alike(
-    tree: Node, calls: list[tuple[float, int, int, int]]
+    tree: Node, calls: list[tuple[float, int, int, int, int]]
 ) -> None:
     asyncio.run(run_all_engines(tree, calls))

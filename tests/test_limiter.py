@@ -11,6 +11,7 @@ import pytest
 import ratelimit
 from ratelimit import (
     And,
+    ConfigurationError,
     Decision,
     MemoryBackend,
     RateLimit,
@@ -315,3 +316,26 @@ def test_a_synchronous_redis_client_is_refused() -> None:
 
     with pytest.raises(TypeError, match="synchronous redis.Redis will not do"):
         RateLimit(redis.Redis())
+
+
+@pytest.mark.parametrize("cost", [0, -1, 1.5, True, "2"])
+def test_a_cost_must_be_a_positive_whole_number(rl: RateLimit, cost: object) -> None:
+    with pytest.raises(ConfigurationError, match="cost must be a whole number of hits"):
+        rl.limit("10/s", cost=cost)  # type: ignore[arg-type]
+
+
+def test_a_cost_above_a_rules_count_fails_at_once(rl: RateLimit) -> None:
+    with pytest.raises(ConfigurationError, match="cost 6 is above the count of rule '5/m'"):
+        rl.limit("100/h & 5/m", cost=6)
+    assert issubclass(ConfigurationError, ValueError)
+
+
+async def test_a_cost_above_a_reused_keys_count_fails_at_the_first_call(rl: RateLimit) -> None:
+    @rl.limit(key="small", cost=6)
+    async def heavy() -> None: ...
+
+    @rl.limit("5/m", key="small")
+    async def light() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="cost 6 is above"):
+        await heavy()

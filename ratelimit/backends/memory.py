@@ -70,14 +70,16 @@ class MemoryBackend:
             if i < 0:
                 counts.append((0, 0))
             else:
-                counts.append(window(logs[i].hits, rule.count, now - rule.span_ms * US_PER_MS))
+                threshold = now - rule.span_ms * US_PER_MS
+                counts.append(window(logs[i].hits, plan.depth(rule), threshold))
         decision = evaluate(plan, now, counts)
         if decision.allowed:
             for identifier, log, (keep, span_ms) in zip(
                 plan.identifiers, logs, limits_per_identifier(plan), strict=True
             ):
                 hits = log.hits
-                hits.appendleft(max(now, hits[0]) if hits else now)
+                stamp = max(now, hits[0]) if hits else now
+                hits.extendleft([stamp] * min(plan.cost, keep))
                 while len(hits) > keep:
                     hits.pop()
                 log.expires_us = max(log.expires_us, now + span_ms * US_PER_MS)

@@ -109,10 +109,10 @@ class RedisCommandBackend:
         deep = [
             (leaf, i)
             for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True))
-            if i >= 0 and rule.count > HEAD
+            if i >= 0 and plan.depth(rule) > HEAD
         ]
         for leaf, i in deep:
-            read.lindex(keys[i], rules[leaf].count - 1)
+            read.lindex(keys[i], plan.depth(rules[leaf]) - 1)
         replies = await read.execute()
         if self._clock is not None:
             now = clock_us(self._clock)
@@ -134,13 +134,15 @@ class RedisCommandBackend:
                 continue
             threshold = now - rule.span_ms * US_PER_MS
             counts.append(
-                await self._window(keys[i], heads[i], nth.get(leaf), rule.count, threshold)
+                await self._window(keys[i], heads[i], nth.get(leaf), plan.depth(rule), threshold)
             )
         decision = evaluate(plan, now, counts)
         if decision.allowed:
             write = self.client.pipeline(transaction=True)
             for key, head, ttl, (keep, span_ms) in zip(keys, heads, ttls, limits, strict=True):
-                write.lpush(key, max(now, head[0]) if head else now)
+                stamp = max(now, head[0]) if head else now
+                for left in range(min(plan.cost, keep), 0, -1000):
+                    write.lpush(key, *[stamp] * min(left, 1000))
                 write.ltrim(key, 0, keep - 1)
                 if ttl < span_ms:
                     write.pexpire(key, span_ms)
@@ -150,7 +152,8 @@ class RedisCommandBackend:
     async def _window(
         self, key: str, head: Sequence[int], nth: bytes | None, count: int, threshold: int
     ) -> tuple[int, int]:
-        """``window()`` of one rule, reading past the head of its log only when it must."""
+        """``window()`` over the newest ``count`` entries of a log (a rule's depth), reading
+        past the head of the log only when it must."""
         if count <= HEAD or len(head) < HEAD:
             return window(head, count, threshold)
         if nth is not None and int(nth) > threshold:

@@ -65,6 +65,7 @@ class RedisScriptBackend:
             b"" if self._clock is None else clock_us(self._clock),
             plan.compiled.wire,
             _slots(plan.leaf_identifiers),
+            plan.cost,
         )
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
         try:

@@ -8,11 +8,13 @@
 --           2 = Or (operand: number of children).
 -- ARGV[3]   per leaf, space-separated: the index k of its key in KEYS, or 0 when its
 --           selector did not resolve (the rule is then never limited, records nothing).
+-- ARGV[4]   the call's cost: how many hits it records (at most every leaf's count).
 --
--- Returns   {allowed (1/0), now, hits_1, nth_1, ..., hits_L, nth_L}: per leaf the hits in
---           its window before this call (at most its count) and, when that reaches the
---           count, the count-th newest timestamp. When allowed, every key got the hit,
---           was trimmed to the largest count and expires after the largest span on it.
+-- Returns   {allowed (1/0), now, hits_1, nth_1, ..., hits_L, nth_L}: per leaf, with
+--           depth = count - cost + 1, the hits in its window among the newest `depth` and,
+--           when all `depth` are inside, the depth-th newest timestamp. When allowed, every
+--           key got `cost` hits, was trimmed to the largest count and expires after the
+--           largest span on it.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -29,6 +31,7 @@ for n in string.gmatch(ARGV[2], '%d+') do tree[#tree + 1] = tonumber(n) end
 for n in string.gmatch(ARGV[3], '%d+') do slots[#slots + 1] = tonumber(n) end
 
 local leaves = tree[1]
+local cost = tonumber(ARGV[4])
 local limited = {}
 local result = {0, now}
 local keep, ttl = {}, {}
@@ -55,13 +58,14 @@ for i = 0, leaves - 1 do
   local k = slots[i + 1]
   local count = tree[2 + 2 * i]
   local span = tree[3 + 2 * i]
+  local depth = count - cost + 1
   local hits, nth = 0, 0
   if k > 0 then
-    hits, nth = window(KEYS[k], count, now - span)
+    hits, nth = window(KEYS[k], depth, now - span)
     keep[k] = math.max(keep[k] or 0, count)
     ttl[k] = math.max(ttl[k] or 0, span)
   end
-  limited[i] = hits >= count
+  limited[i] = hits >= depth
   result[#result + 1] = hits
   result[#result + 1] = nth
 end
@@ -88,7 +92,15 @@ for k, count in pairs(keep) do
   local key = KEYS[k]
   local newest = tonumber(redis.call('LINDEX', key, 0) or 0)
   -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
-  local length = redis.call('LPUSH', key, string.format('%.0f', math.max(now, newest)))
+  local stamp = string.format('%.0f', math.max(now, newest))
+  local length = 0
+  local left = math.min(cost, count)
+  while left > 0 do  -- in chunks, under Lua's limit on unpack()
+    local chunk = {}
+    for n = 1, math.min(left, 1000) do chunk[n] = stamp end
+    length = redis.call('LPUSH', key, unpack(chunk))
+    left = left - #chunk
+  end
   if length > count then redis.call('LTRIM', key, 0, count - 1) end
   local ms = math.ceil(ttl[k] / 1000)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
