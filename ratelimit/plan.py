@@ -10,9 +10,18 @@ backend computes ``retry_after``, ``remaining`` and the binding rule the same wa
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ratelimit.algorithms import (
+    SLIDING_LOG,
+    SLIDING_WINDOW,
+    US_PER_MS,
+    Outcome,
+    counter_outcome,
+    log_outcome,
+)
 from ratelimit.decision import Decision
 from ratelimit.rules import And, Node, Rule
 
@@ -20,8 +29,6 @@ from ratelimit.rules import And, Node, Rule
 OP_LEAF = 0  # operand: leaf index
 OP_AND = 1  # operand: number of children
 OP_OR = 2  # operand: number of children
-
-US_PER_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +92,8 @@ class Plan:
 
     ``leaf_identifiers[i]`` indexes ``identifiers``, or is ``-1`` when leaf ``i``'s selector
     resolved to ``None`` or ``""`` (the rule is then never limited and records nothing).
-    ``cost`` is how many hits the call is worth (at most every rule's count).
+    ``cost`` is how many hits the call is worth (at most every rule's count; whole for the
+    sliding log). ``algorithm`` is one of :data:`~ratelimit.algorithms.ALGORITHMS`.
     """
 
     compiled: CompiledTree
@@ -93,12 +101,13 @@ class Plan:
     key: str
     identifiers: tuple[Identifier, ...]
     leaf_identifiers: tuple[int, ...]
-    cost: int = 1
+    cost: float = 1
+    algorithm: str = SLIDING_LOG
 
     def depth(self, rule: Rule) -> int:
-        """How many of the newest hits decide ``rule``: the call is refused when that many
-        are inside the window (``count - cost + 1``; the ``count``-th newest for cost 1)."""
-        return rule.count - self.cost + 1
+        """Sliding log: how many of the newest hits decide ``rule``; the call is refused
+        when that many are inside the window (``count - cost + 1``)."""
+        return rule.count - int(self.cost) + 1
 
 
 def make_plan(
@@ -106,7 +115,8 @@ def make_plan(
     namespace: str,
     key: str,
     values: Mapping[str, str | None],
-    cost: int = 1,
+    cost: float = 1,
+    algorithm: str = SLIDING_LOG,
 ) -> Plan:
     """Build the plan of one call from its resolved selector values."""
     index: dict[Identifier, int] = {}
@@ -121,29 +131,7 @@ def make_plan(
                 continue
             identifier = Identifier(namespace, key, rule.selector, value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
-    return Plan(compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost)
-
-
-def window(hits: Sequence[int], count: int, threshold_us: int) -> tuple[int, int]:
-    """Hits newer than ``threshold_us`` among the newest ``count`` of a log (newest first),
-    and the count-th newest timestamp when they reach ``count`` (else 0).
-
-    A binary search: the same one the Lua script runs with LINDEX.
-    """
-    n = min(len(hits), count)
-    if n == 0:
-        return 0, 0
-    last = hits[n - 1]
-    if last > threshold_us:
-        return (count, last) if n == count else (n, 0)
-    lo, hi = 0, n - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if hits[mid] <= threshold_us:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo, 0
+    return Plan(compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm)
 
 
 def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
@@ -156,35 +144,29 @@ def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
     return limits
 
 
-# One node's outcome: limited, retry after (us), calls left before this one (None: no
-# limit applies), binding leaf index (None: no rule applies).
-_Outcome = tuple[bool, int, int | None, int | None]
-
-
-def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[int, int]]) -> Decision:
+def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> Decision:
     """Turn per-leaf counts into the decision for the whole tree.
 
-    ``counts[i]`` is ``(hits, nth_newest_us)`` for leaf ``i``: the hits inside the rule's
-    window before this call among its newest ``plan.depth(rule)``, and, when they are all
-    inside, the timestamp in microseconds of the last of them (else anything).
+    ``counts[i]`` is what storage counted for leaf ``i``, read by the plan's algorithm: for
+    the sliding log (hits among the newest ``plan.depth(rule)``, the last of them when all
+    are inside the window); for the window counters (current count, previous count).
     """
     rules = plan.compiled.rules
+    sliding = plan.algorithm == SLIDING_WINDOW
 
-    def leaf(i: int) -> _Outcome:
+    def leaf(i: int) -> Outcome:
         if plan.leaf_identifiers[i] < 0:
             return (False, 0, None, None)
-        rule = rules[i]
-        hits, nth_newest_us = counts[i]
-        if hits >= plan.depth(rule):
-            return (True, nth_newest_us + rule.span_ms * US_PER_MS - now_us, 0, i)
-        return (False, 0, rule.count - hits, i)
+        if plan.algorithm == SLIDING_LOG:
+            return log_outcome(rules[i], i, plan.cost, counts[i], now_us)
+        return counter_outcome(rules[i], i, plan.cost, counts[i], now_us, sliding)
 
-    def node(pos: int) -> tuple[_Outcome, int]:
+    def node(pos: int) -> tuple[Outcome, int]:
         op, operand = plan.compiled.program[pos], plan.compiled.program[pos + 1]
         pos += 2
         if op == OP_LEAF:
             return leaf(operand), pos
-        children: list[_Outcome] = []
+        children: list[Outcome] = []
         for _ in range(operand):
             child, pos = node(pos)
             children.append(child)
@@ -204,5 +186,5 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[int, int]]) -> Deci
     rule = rules[binding] if binding is not None else None
     if limited:
         return Decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key)
-    left = None if remaining is None else remaining - plan.cost
+    left = None if remaining is None else math.floor(remaining - plan.cost)
     return Decision(True, 0.0, rule, left, plan.key)

@@ -11,15 +11,14 @@ import threading
 import time
 from collections import deque
 
+from ratelimit.algorithms import US_PER_MS, window
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.decision import Decision
 from ratelimit.plan import (
-    US_PER_MS,
     Identifier,
     Plan,
     evaluate,
     limits_per_identifier,
-    window,
 )
 
 
@@ -79,7 +78,7 @@ class MemoryBackend:
             ):
                 hits = log.hits
                 stamp = max(now, hits[0]) if hits else now
-                hits.extendleft([stamp] * min(plan.cost, keep))
+                hits.extendleft([stamp] * min(int(plan.cost), keep))
                 while len(hits) > keep:
                     hits.pop()
                 log.expires_us = max(log.expires_us, now + span_ms * US_PER_MS)

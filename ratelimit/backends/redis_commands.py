@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
+from ratelimit.algorithms import US_PER_MS, window
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import identifier_key, lock_key
 from ratelimit.backends.redis_lock import RedisLock
 from ratelimit.backends.redis_script import RedisClient
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
-from ratelimit.plan import US_PER_MS, Plan, evaluate, limits_per_identifier, window
+from ratelimit.plan import Plan, evaluate, limits_per_identifier
 
 HEAD = 64  # entries of each log read in the first round trip
 
@@ -141,7 +142,7 @@ class RedisCommandBackend:
             write = self.client.pipeline(transaction=True)
             for key, head, ttl, (keep, span_ms) in zip(keys, heads, ttls, limits, strict=True):
                 stamp = max(now, head[0]) if head else now
-                for left in range(min(plan.cost, keep), 0, -1000):
+                for left in range(min(int(plan.cost), keep), 0, -1000):
                     write.lpush(key, *[stamp] * min(left, 1000))
                 write.ltrim(key, 0, keep - 1)
                 if ttl < span_ms:

@@ -1,0 +1,108 @@
+"""The three algorithms, as one rule's outcome from what storage counted.
+
+- ``sliding-log`` (default, seed 002): per identifier the timestamps of its hits. Exact;
+  memory O(N) per identifier.
+- ``sliding-window`` (seeds 000/001/004, Cloudflare): per identifier and window size, the
+  count of the current window and of the previous one. The rate is
+  ``current + previous * (size - elapsed) / size``, with windows starting at multiples of
+  their size. O(1) memory per identifier; an approximation of the log.
+- ``fixed-window``: the same with the previous window's weight 0.
+
+A call is admitted by a rule when what is already counted plus the call's cost stays within
+the rule's count. Storage scripts compute the same "limited" flag with the same floating
+point operations in the same order, so every backend decides alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ratelimit.rules import Rule
+
+SLIDING_LOG = "sliding-log"
+SLIDING_WINDOW = "sliding-window"
+FIXED_WINDOW = "fixed-window"
+ALGORITHMS = (SLIDING_LOG, SLIDING_WINDOW, FIXED_WINDOW)
+COUNTERS = (SLIDING_WINDOW, FIXED_WINDOW)
+
+US_PER_MS = 1000
+
+# One rule's outcome: limited, retry after (us), what is left before this call (None: no
+# limit applies), binding leaf index (None: no rule applies).
+Outcome = tuple[bool, int, float | None, int | None]
+
+
+def window(hits: Sequence[int], count: int, threshold_us: int) -> tuple[int, int]:
+    """Sliding log: hits newer than ``threshold_us`` among the newest ``count`` of a log
+    (newest first), and the count-th newest timestamp when they are all newer (else 0).
+
+    A binary search: the same one the Lua script runs with LINDEX.
+    """
+    n = min(len(hits), count)
+    if n == 0:
+        return 0, 0
+    last = hits[n - 1]
+    if last > threshold_us:
+        return (count, last) if n == count else (n, 0)
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if hits[mid] <= threshold_us:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, 0
+
+
+def log_outcome(
+    rule: Rule, leaf: int, cost: float, counted: tuple[float, float], now_us: int
+) -> Outcome:
+    """Sliding log: ``counted`` is (hits among the newest ``count - cost + 1``, the last of
+    them when all are inside the window)."""
+    hits, nth_newest_us = counted
+    if hits >= rule.count - cost + 1:
+        return (True, int(nth_newest_us) + rule.span_ms * US_PER_MS - now_us, 0, leaf)
+    return (False, 0, rule.count - hits, leaf)
+
+
+def window_index(now_us: int, size_us: int) -> int:
+    """Which window of ``size_us`` holds ``now_us``: windows start at multiples of size."""
+    return now_us // size_us
+
+
+def counter_rate(
+    current: float, previous: float, now_us: int, size_us: int, sliding: bool
+) -> float:
+    """The rate a counter rule sees now (Lua computes it with the same operations)."""
+    if not sliding:
+        return current
+    elapsed = now_us - window_index(now_us, size_us) * size_us
+    return current + previous * (size_us - elapsed) / size_us
+
+
+def counter_outcome(
+    rule: Rule,
+    leaf: int,
+    cost: float,
+    counted: tuple[float, float],
+    now_us: int,
+    sliding: bool,
+) -> Outcome:
+    """Sliding or fixed window: ``counted`` is (current window's count, previous one's)."""
+    current, previous = counted
+    size = rule.span_ms * US_PER_MS
+    rate = counter_rate(current, previous, now_us, size, sliding)
+    if rate + cost <= rule.count:
+        return (False, 0, rule.count - rate, leaf)
+    elapsed = now_us - window_index(now_us, size) * size
+    room = rule.count - cost  # what may be counted for the call to pass
+    if current <= room and sliding:
+        # within this window, once the previous window's weight has fallen far enough
+        wait = size - size * (room - current) / previous - elapsed
+    elif sliding:
+        # in the next window, once this window (then the previous one) weighs little enough
+        wait = size - elapsed + size * (1 - room / current)
+    else:
+        wait = size - elapsed
+    return (True, math.ceil(wait), 0, leaf)
