@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.backends import Backend, EngineOptions, backend_for, backend_from_url
 from ratelimit.backends.base import Clock
 from ratelimit.decision import Decision
@@ -53,6 +55,10 @@ class RateLimit:
     counters apart from others on the same Redis. ``clock`` (seconds) replaces the storage's
     clock, for tests that step time.
 
+    ``algorithm``: ``"sliding-log"`` (default; exact, memory O(N) per identifier),
+    ``"sliding-window"`` (two counters per window size: O(1) memory, approximate) or
+    ``"fixed-window"``.
+
     With a Redis client, ``use_scripts=True`` (default) decides with one atomic Lua script;
     ``disable_locks`` then changes nothing. ``use_scripts=False`` sends no Lua: plain
     commands under a Redis lock per (namespace, key), held at most ``lock_ttl`` seconds if
@@ -73,6 +79,7 @@ class RateLimit:
         storage: object,
         namespace: str = "",
         *,
+        algorithm: str = SLIDING_LOG,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -82,7 +89,12 @@ class RateLimit:
     ) -> None:
         if not isinstance(namespace, str):
             raise TypeError(f"namespace must be text, not {type(namespace).__name__}")
+        if algorithm not in ALGORITHMS:
+            raise ConfigurationError(
+                f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
+            )
         self.namespace = namespace
+        self.algorithm = algorithm
         engine = EngineOptions(
             use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout
         )
@@ -95,6 +107,7 @@ class RateLimit:
         url: str,
         namespace: str = "",
         *,
+        algorithm: str = SLIDING_LOG,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -112,7 +125,8 @@ class RateLimit:
         engine = EngineOptions(
             use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout
         )
-        return cls(backend_from_url(url, clock=clock, engine=engine, **options), namespace)
+        backend = backend_from_url(url, clock=clock, engine=engine, **options)
+        return cls(backend, namespace, algorithm=algorithm)
 
     async def aclose(self) -> None:
         """Release the storage this limiter opened."""
@@ -135,7 +149,7 @@ class RateLimit:
         key: str | None = None,
         selector: object | None = None,
         *,
-        cost: int = 1,
+        cost: float = 1,
         **selectors: object,
     ) -> Limit:
         """A limit to use as ``@decorator`` or in ``async with``.
@@ -146,8 +160,9 @@ class RateLimit:
         ``module.qualname``; for ``async with``, ``""``, shared by every such block).
         ``limit(key=...)`` without rules reuses the rules and selectors registered for that
         key. ``selector``: an object whose items, attributes or methods give selector values.
-        ``cost``: how many hits one call is worth (a whole number, at most every rule's
-        count). ``**selectors``: selector values as literals, callables or async callables.
+        ``cost``: how many hits one call is worth, at most every rule's count (a whole
+        number for the sliding log; fractions allowed for the window counters).
+        ``**selectors``: selector values as literals, callables or async callables.
         """
         return Limit(self, rules, key, selector, selectors, cost)
 
@@ -181,12 +196,9 @@ class Limit:
         key: str | None,
         selector: object | None,
         selectors: dict[str, object],
-        cost: int = 1,
+        cost: float = 1,
     ) -> None:
-        if type(cost) is not int or cost < 1:
-            raise ConfigurationError(
-                f"cost must be a whole number of hits, 1 or more, not {cost!r}"
-            )
+        _check_cost_type(cost, owner.algorithm)
         if rules is None and key is None:
             raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
         if key is not None and not isinstance(key, str):
@@ -223,7 +235,8 @@ class Limit:
             if compiled.selectors
             else {}
         )
-        plan = make_plan(compiled, self._owner.namespace, key, values, self._cost)
+        owner = self._owner
+        plan = make_plan(compiled, owner.namespace, key, values, self._cost, owner.algorithm)
         return await self._owner.backend.decide(plan)
 
     async def decide(self) -> Decision:
@@ -278,7 +291,18 @@ class Limit:
         return limited
 
 
-def _check_cost(compiled: CompiledTree, cost: int) -> None:
+def _check_cost_type(cost: object, algorithm: str) -> None:
+    if algorithm == SLIDING_LOG:
+        if type(cost) is not int or cost < 1:
+            raise ConfigurationError(
+                f"cost must be a whole number of hits, 1 or more, not {cost!r} "
+                "(fractions need algorithm='sliding-window' or 'fixed-window')"
+            )
+    elif type(cost) not in (int, float) or not 0 < cost < math.inf:  # type: ignore[operator]
+        raise ConfigurationError(f"cost must be a number of hits above 0, not {cost!r}")
+
+
+def _check_cost(compiled: CompiledTree, cost: float) -> None:
     for rule in compiled.rules:
         if cost > rule.count:
             raise ConfigurationError(

@@ -144,6 +144,15 @@ def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
     return limits
 
 
+def windows_per_identifier(plan: Plan) -> list[list[int]]:
+    """Per identifier: the window sizes (us) of the rules counting on it, each once."""
+    sizes: list[dict[int, None]] = [{} for _ in plan.identifiers]
+    for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
+        if i >= 0:
+            sizes[i][rule.span_ms * US_PER_MS] = None
+    return [list(s) for s in sizes]
+
+
 def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> Decision:
     """Turn per-leaf counts into the decision for the whole tree.
 

@@ -30,11 +30,12 @@ async def cluster_client(cluster_url: str) -> AsyncIterator[AsyncRedisCluster]:
     await client.aclose()
 
 
+@pytest.mark.parametrize("algorithm", ["sliding-log", "sliding-window"])
 @pytest.mark.parametrize("use_scripts", [True, False], ids=["script", "commands"])
 async def test_trees_over_many_selectors_run_on_a_cluster(
-    cluster_client: AsyncRedisCluster, namespace: str, use_scripts: bool
+    cluster_client: AsyncRedisCluster, namespace: str, use_scripts: bool, algorithm: str
 ) -> None:
-    rl = RateLimit(cluster_client, namespace, use_scripts=use_scripts)
+    rl = RateLimit(cluster_client, namespace, use_scripts=use_scripts, algorithm=algorithm)
     nodes_used = set()
     for n in range(12):  # different keys land on different nodes
         key = f"endpoint-{n}"

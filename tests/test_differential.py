@@ -25,8 +25,9 @@ from ratelimit import (
     RedisScriptBackend,
     Rule,
 )
+from ratelimit.algorithms import ALGORITHMS
 from ratelimit.backends.base import Backend
-from ratelimit.backends.keys import identifier_key
+from ratelimit.backends.keys import counter_key, identifier_key
 from ratelimit.decision import Decision
 from ratelimit.plan import Identifier, compile_tree
 from ratelimit.rules import Node, to_tree
@@ -135,14 +136,16 @@ _calls = st.lists(
         st.integers(0, 4),
         st.integers(0, 4),
         st.integers(1, 8),
-        st.sampled_from([1, 1, 1, 2, 3]),
+        st.sampled_from([1, 1, 1, 2, 3, 0.5, 0.1, 1.25]),
     ),
     min_size=1,
     max_size=40,
 )
 
 
-async def run_all_engines(tree: Node, calls: list[tuple[float, int, int, int, int]]) -> None:
+async def run_all_engines(
+    tree: Node, calls: list[tuple[float, int, int, int, float]], algorithm: str
+) -> None:
     script_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     command_client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     clocks = [FakeClock(), FakeClock(), FakeClock()]
@@ -152,10 +155,12 @@ async def run_all_engines(tree: Node, calls: list[tuple[float, int, int, int, in
         RedisScriptBackend(script_client, clock=clocks[1]),
         RedisCommandBackend(command_client, clock=clocks[2]),
     ]
-    limiters = [RateLimit(b, "prop") for b in backends]
+    limiters = [RateLimit(b, "prop", algorithm=algorithm) for b in backends]
     try:
         smallest = min(rule.count for rule in compile_tree(tree).rules)
-        for step, (advance, user, ip, repeat, cost) in enumerate(calls):
+        for step, (advance, user, ip, repeat, drawn) in enumerate(calls):
+            whole = algorithm == "sliding-log"
+            cost = min(max(1, int(drawn)) if whole else drawn, smallest)
             for clock in clocks:
                 clock.advance(advance)
             values: dict[str, Any] = {
@@ -166,15 +171,17 @@ async def run_all_engines(tree: Node, calls: list[tuple[float, int, int, int, in
             }
             for _ in range(repeat):
                 decisions = [
-                    await rl.limit(tree, key="k", cost=min(cost, smallest), **values).decide()
-                    for rl in limiters
+                    await rl.limit(tree, key="k", cost=cost, **values).decide() for rl in limiters
                 ]
                 assert decisions[1] == decisions[0], f"script differs at step {step}"
                 assert decisions[2] == decisions[0], f"commands differ at step {step}"
+        now = round(clocks[0]() * 1_000_000)
+        if algorithm != "sliding-log":
+            await compare_counters(tree, now, memory, script_client, command_client)
+            return
         # The final state: every stored log equal, once entries older than every span on the
         # identifier are set aside (memory forgets them on its fake clock; Redis keys expire
         # on the real one).
-        now = round(clocks[0]() * 1_000_000)
         keys = sorted(await script_client.keys("*"))
         assert keys == sorted(await command_client.keys("*"))
         assert {identifier_key(i).encode() for i in memory._logs} <= set(keys)
@@ -194,6 +201,35 @@ async def run_all_engines(tree: Node, calls: list[tuple[float, int, int, int, in
         await command_client.aclose()
 
 
+async def compare_counters(
+    tree: Node, now: int, memory: MemoryBackend, *clients: aioredis.Redis
+) -> None:
+    """Every live window's count is equal in memory and in each Redis."""
+    for identifier in all_identifiers(tree):
+        entry = memory._windows.get(identifier)
+        expected = {
+            (size, int(index)): count
+            for size, slots in (entry.slots.items() if entry else [])
+            for index, count in slots
+            if index >= now // size - 1
+        }
+        for client in clients:
+            raw = await client.hgetall(counter_key(identifier))
+            fields = {_text(k): _text(v) for k, v in raw.items()}
+            stored = {}
+            for name, value in fields.items():
+                if not name.endswith("w"):
+                    size = int(name.split(":")[0])
+                    index = int(fields[name + "w"])
+                    if index >= now // size - 1:
+                        stored[(size, index)] = float(value)
+            assert stored == expected, counter_key(identifier)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def max_span_us(tree: Node, selector: str | None) -> int:
     return 1000 * max(r.span_ms for r in compile_tree(tree).rules if r.selector == selector)
 
@@ -207,9 +243,9 @@ def all_identifiers(tree: Node) -> list[Identifier]:
     ]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_trees, _calls)
+@settings(max_examples=90, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_trees, _calls, st.sampled_from(ALGORITHMS))
 def test_every_engine_decides_and_stores_alike(
-    tree: Node, calls: list[tuple[float, int, int, int, int]]
+    tree: Node, calls: list[tuple[float, int, int, int, float]], algorithm: str
 ) -> None:
-    asyncio.run(run_all_engines(tree, calls))
+    asyncio.run(run_all_engines(tree, calls, algorithm))

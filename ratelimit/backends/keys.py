@@ -5,6 +5,7 @@
     rl:{<namespace>:<key>}                      a rule without a selector
     rl:{<namespace>:<key>}:<selector>=<value>   a rule with a selector
     rl:{<namespace>:<key>}:lock                 the command engine's lock
+    rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash)
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
 ``:``, ``{``, ``}``, ``=``, ``#`` and spaces in a value cannot make two identifiers share a
@@ -48,6 +49,12 @@ def identifier_key(identifier: Identifier) -> str:
     if identifier.selector is None or identifier.value is None:
         return prefix
     return f"{prefix}:{encode_part(identifier.selector)}={encode_part(identifier.value)}"
+
+
+def counter_key(identifier: Identifier) -> str:
+    """The hash of one identifier's window counters. Its ``:w`` suffix cannot end a log key
+    (values are encoded without ``:``), so logs and counters never share a key."""
+    return f"{identifier_key(identifier)}:w"
 
 
 def lock_key(namespace: str, key: str) -> str:

@@ -1,8 +1,8 @@
-"""The in-process backend (``memory://``): the sliding log of the Redis script, in a dict.
+"""The in-process backend (``memory://``): the Redis scripts' logs and counters, in dicts.
 
 Decisions in one process only; nothing is shared with other processes. Safe for many
 coroutines and threads at once (a decision takes no await between counting and recording).
-Identifiers whose logs have expired are swept away, so memory follows the live identifiers.
+Identifiers whose data have expired are swept away, so memory follows the live identifiers.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 
-from ratelimit.algorithms import US_PER_MS, window
+from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.decision import Decision
 from ratelimit.plan import (
@@ -19,6 +19,7 @@ from ratelimit.plan import (
     Plan,
     evaluate,
     limits_per_identifier,
+    windows_per_identifier,
 )
 
 
@@ -32,8 +33,30 @@ class _Log:
         self.expires_us = 0
 
 
+class _Windows:
+    """One identifier's window counters: per window size (us), two slots of
+    ``[window index, count]`` (the current and the previous window), and its expiry."""
+
+    __slots__ = ("expires_us", "slots")
+
+    def __init__(self) -> None:
+        self.slots: dict[int, list[list[float]]] = {}
+        self.expires_us = 0
+
+    def counted(self, size_us: int, index: int) -> tuple[float, float]:
+        """(count of window ``index``, count of window ``index - 1``), 0.0 when not held."""
+        slots = self.slots.get(size_us)
+        if slots is None:
+            return 0.0, 0.0
+        current, previous = slots[index % 2], slots[(index - 1) % 2]
+        return (
+            current[1] if current[0] == index else 0.0,
+            previous[1] if previous[0] == index - 1 else 0.0,
+        )
+
+
 class MemoryBackend:
-    """Sliding logs in this process's memory.
+    """Sliding logs and window counters in this process's memory.
 
     ``clock`` (seconds, default ``time.monotonic``) may be replaced by a fake one in tests;
     ``sweep_every`` is how many decisions pass between sweeps of expired identifiers.
@@ -46,13 +69,14 @@ class MemoryBackend:
     def __init__(self, *, clock: Clock | None = None, sweep_every: int = 1024) -> None:
         self._clock: Clock = clock or time.monotonic
         self._logs: dict[Identifier, _Log] = {}
+        self._windows: dict[Identifier, _Windows] = {}
         self._lock = threading.Lock()
         self._sweep_every = max(1, sweep_every)
         self._since_sweep = 0
 
     def __len__(self) -> int:
-        """How many identifiers hold live logs."""
-        return len(self._logs)
+        """How many identifiers hold logs or counters (expired ones until the next sweep)."""
+        return len(self._logs) + len(self._windows)
 
     async def decide(self, plan: Plan) -> Decision:
         with self._lock:
@@ -63,6 +87,8 @@ class MemoryBackend:
         self._since_sweep += 1
         if self._since_sweep >= self._sweep_every:
             self._sweep(now)
+        if plan.algorithm != SLIDING_LOG:
+            return self._decide_windows(plan, now)
         logs = [self._live(identifier, now) for identifier in plan.identifiers]
         counts: list[tuple[int, int]] = []
         for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
@@ -85,6 +111,28 @@ class MemoryBackend:
                 self._logs[identifier] = log
         return decision
 
+    def _decide_windows(self, plan: Plan, now: int) -> Decision:
+        entries = []
+        for identifier in plan.identifiers:
+            entry = self._windows.get(identifier)
+            entries.append(entry if entry is not None and entry.expires_us > now else _Windows())
+        counts: list[tuple[float, float]] = []
+        for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
+            size = rule.span_ms * US_PER_MS
+            counts.append((0.0, 0.0) if i < 0 else entries[i].counted(size, now // size))
+        decision = evaluate(plan, now, counts)
+        if decision.allowed:
+            sizes = windows_per_identifier(plan)
+            for identifier, entry, sizes_of in zip(plan.identifiers, entries, sizes, strict=True):
+                for size in sizes_of:
+                    index = window_index(now, size)
+                    current, _ = entry.counted(size, index)
+                    slots = entry.slots.setdefault(size, [[-1, 0.0], [-1, 0.0]])
+                    slots[index % 2] = [index, current + plan.cost]
+                entry.expires_us = max(entry.expires_us, now + 2 * max(sizes_of))
+                self._windows[identifier] = entry
+        return decision
+
     def _live(self, identifier: Identifier, now: int) -> _Log:
         log = self._logs.get(identifier)
         if log is None or log.expires_us <= now:
@@ -93,10 +141,12 @@ class MemoryBackend:
 
     def _sweep(self, now: int) -> None:
         self._since_sweep = 0
-        expired = [i for i, log in self._logs.items() if log.expires_us <= now]
-        for identifier in expired:
-            del self._logs[identifier]
+        for table in (self._logs, self._windows):
+            expired = [i for i, entry in table.items() if entry.expires_us <= now]
+            for identifier in expired:
+                del table[identifier]
 
     async def aclose(self) -> None:
         with self._lock:
             self._logs.clear()
+            self._windows.clear()

@@ -19,19 +19,21 @@ overshoot of at most the number of decisions in flight at once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
-from ratelimit.algorithms import US_PER_MS, window
+from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, window, window_index
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.keys import identifier_key, lock_key
+from ratelimit.backends.keys import counter_key, identifier_key, lock_key
 from ratelimit.backends.redis_lock import RedisLock
 from ratelimit.backends.redis_script import RedisClient
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
-from ratelimit.plan import Plan, evaluate, limits_per_identifier
+from ratelimit.plan import Plan, evaluate, limits_per_identifier, windows_per_identifier
 
 HEAD = 64  # entries of each log read in the first round trip
 
@@ -96,14 +98,31 @@ class RedisCommandBackend:
         except RedisError as exc:
             raise BackendError(f"redis failed to decide key {plan.key!r}: {exc}") from exc
 
+    async def _now(self, replies: list[Any], key: str) -> int:
+        """The decision's time: the injected clock, else Redis TIME (first in ``replies``,
+        or, on a cluster, asked of the node that owns ``key``)."""
+        if self._clock is not None:
+            return clock_us(self._clock)
+        if isinstance(self.client, RedisCluster):  # a cluster pipeline cannot route TIME
+            node = self.client.get_node_from_key(key)
+            seconds, micros = await self.client.execute_command("TIME", target_nodes=node)
+        else:
+            seconds, micros = replies.pop(0)
+        return int(seconds) * 1_000_000 + int(micros)
+
+    def _pipeline_with_time(self) -> Any:
+        read = self.client.pipeline(transaction=False)
+        if self._clock is None and not isinstance(self.client, RedisCluster):
+            read.time()
+        return read
+
     async def _decide(self, plan: Plan) -> Decision:
+        if plan.algorithm != SLIDING_LOG:
+            return await self._decide_windows(plan)
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
         limits = limits_per_identifier(plan)
         rules = plan.compiled.rules
-        read = self.client.pipeline(transaction=False)
-        on_cluster = isinstance(self.client, RedisCluster)
-        if self._clock is None and not on_cluster:
-            read.time()
+        read = self._pipeline_with_time()
         for key, (keep, _span) in zip(keys, limits, strict=True):
             read.lrange(key, 0, min(keep, HEAD) - 1)
             read.pttl(key)
@@ -115,15 +134,7 @@ class RedisCommandBackend:
         for leaf, i in deep:
             read.lindex(keys[i], plan.depth(rules[leaf]) - 1)
         replies = await read.execute()
-        if self._clock is not None:
-            now = clock_us(self._clock)
-        else:
-            if on_cluster:  # a cluster pipeline cannot route TIME: ask the slot's own node
-                node = self.client.get_node_from_key(keys[0])  # type: ignore[union-attr]
-                seconds, micros = await self.client.execute_command("TIME", target_nodes=node)
-            else:
-                seconds, micros = replies.pop(0)
-            now = int(seconds) * 1_000_000 + int(micros)
+        now = await self._now(replies, keys[0])
         heads = [[int(t) for t in replies[2 * i]] for i in range(len(keys))]
         ttls = [int(replies[2 * i + 1]) for i in range(len(keys))]
         nth = {leaf: replies[2 * len(keys) + n] for n, (leaf, _i) in enumerate(deep)}
@@ -147,6 +158,52 @@ class RedisCommandBackend:
                 write.ltrim(key, 0, keep - 1)
                 if ttl < span_ms:
                     write.pexpire(key, span_ms)
+            await write.execute()
+        return decision
+
+    async def _decide_windows(self, plan: Plan) -> Decision:
+        """Sliding or fixed window: the same counters as ``window_counters.lua``."""
+        keys = [counter_key(identifier) for identifier in plan.identifiers]
+        sizes = windows_per_identifier(plan)
+        read = self._pipeline_with_time()
+        for key, sizes_of in zip(keys, sizes, strict=True):
+            for size in sizes_of:
+                read.hmget(
+                    key, [f"{size}:{slot}{suffix}" for slot in (0, 1) for suffix in ("", "w")]
+                )
+            read.pttl(key)
+        replies = await read.execute()
+        now = await self._now(replies, keys[0])
+        held: list[dict[int, tuple[float, float]]] = []  # per key, per size: (current, previous)
+        ttls: list[int] = []
+        for sizes_of in sizes:
+            counted = {}
+            for size in sizes_of:
+                index = window_index(now, size)
+                fields = replies.pop(0)
+                by_window = {
+                    int(fields[2 * slot + 1]): float(fields[2 * slot])
+                    for slot in (0, 1)
+                    if fields[2 * slot + 1] is not None
+                }
+                counted[size] = (by_window.get(index, 0.0), by_window.get(index - 1, 0.0))
+            held.append(counted)
+            ttls.append(int(replies.pop(0)))
+        counts = [
+            (0.0, 0.0) if i < 0 else held[i][rule.span_ms * US_PER_MS]
+            for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True)
+        ]
+        decision = evaluate(plan, now, counts)
+        if decision.allowed:
+            write = self.client.pipeline(transaction=True)
+            for key, counted, ttl in zip(keys, held, ttls, strict=True):
+                for size, (current, _previous) in counted.items():
+                    index = window_index(now, size)
+                    slot = f"{size}:{index % 2}"
+                    write.hset(key, mapping={slot: repr(current + plan.cost), f"{slot}w": index})
+                ms = math.ceil(2 * max(counted) / 1000)
+                if ttl < ms:
+                    write.pexpire(key, ms)
             await write.execute()
         return decision
 

@@ -17,15 +17,18 @@ from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.keys import identifier_key
+from ratelimit.backends.keys import counter_key, identifier_key
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
 from ratelimit.plan import Plan, evaluate
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
-SLIDING_LOG = resources.files("ratelimit.backends").joinpath("lua/sliding_log.lua").read_text()
+_LUA = resources.files("ratelimit.backends").joinpath("lua")
+SLIDING_LOG_LUA = _LUA.joinpath("sliding_log.lua").read_text()
+WINDOW_COUNTERS_LUA = _LUA.joinpath("window_counters.lua").read_text()
 
 
 def client_from_url(url: str, **options: Any) -> aioredis.Redis:
@@ -40,7 +43,8 @@ def is_redis_client(obj: object) -> bool:
 
 
 class RedisScriptBackend:
-    """Decides plans with one Lua script call against ``client``.
+    """Decides plans with one Lua script call against ``client`` (one script per family of
+    algorithms: ``sliding_log.lua``, ``window_counters.lua``).
 
     ``clock`` (seconds) replaces the server's ``TIME``, for tests that step time;
     ``owns_client`` closes the client in :meth:`aclose` (``RateLimit.from_url`` sets it).
@@ -56,24 +60,32 @@ class RedisScriptBackend:
         self.client = client
         self._clock = clock
         self._owns_client = owns_client
-        self._script: AsyncScript = client.register_script(SLIDING_LOG)
+        self._log_script: AsyncScript = client.register_script(SLIDING_LOG_LUA)
+        self._counter_script: AsyncScript = client.register_script(WINDOW_COUNTERS_LUA)
 
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
-        args = (
+        args: list[bytes | int | str] = [
             b"" if self._clock is None else clock_us(self._clock),
             plan.compiled.wire,
             _slots(plan.leaf_identifiers),
-            plan.cost,
-        )
-        keys = [identifier_key(identifier) for identifier in plan.identifiers]
+            repr(plan.cost),  # repr: the shortest text that reads back as the same float
+        ]
+        if plan.algorithm == SLIDING_LOG:
+            script = self._log_script
+            keys = [identifier_key(identifier) for identifier in plan.identifiers]
+        else:
+            script = self._counter_script
+            keys = [counter_key(identifier) for identifier in plan.identifiers]
+            args.append(b"1" if plan.algorithm == SLIDING_WINDOW else b"0")
         try:
-            reply = await self._script(keys=keys, args=args)
+            reply = await script(keys=keys, args=args)
         except RedisError as exc:
             raise BackendError(f"redis failed to decide key {plan.key!r}: {exc}") from exc
         allowed, now, *flat = reply
-        decision = evaluate(plan, now, list(zip(flat[0::2], flat[1::2], strict=True)))
+        numbers = [float(n) if plan.algorithm != SLIDING_LOG else int(n) for n in flat]
+        decision = evaluate(plan, int(now), list(zip(numbers[0::2], numbers[1::2], strict=True)))
         if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision

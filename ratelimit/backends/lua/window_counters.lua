@@ -1,0 +1,102 @@
+-- window_counters.lua: decide a whole rule tree on window counters and record the call,
+-- atomically (the sliding window of seeds 000/001/004, or the fixed window).
+--
+-- KEYS[k]   one hash per identifier. Per window size S (microseconds) it has two slots,
+--           s = 0 and 1: field "S:s" is the count (as %.17g) and "S:sw" the index of the
+--           window that slot holds. Window i spans [i*S, (i+1)*S) and lives in slot i % 2.
+-- ARGV[1]   now in microseconds, or "" to read the server's TIME.
+-- ARGV[2]   the tree, as in sliding_log.lua: L, then per leaf its count and window size in
+--           microseconds, then the prefix program.
+-- ARGV[3]   per leaf, space-separated: the index k of its key in KEYS, or 0 when its
+--           selector did not resolve (the rule is then never limited, records nothing).
+-- ARGV[4]   the call's cost, fractions allowed.
+-- ARGV[5]   1 for the sliding window, 0 for the fixed window.
+--
+-- Returns   {allowed (1/0), now, current_1, previous_1, ..., current_L, previous_L}: per
+--           leaf the counts of its current and previous window before this call, as %.17g
+--           strings. A leaf is limited when current + previous * (S - elapsed) / S + cost
+--           exceeds its count (previous weight 0 for the fixed window). When allowed, every
+--           (key, window size) got `cost` added to its current window, and every key expires
+--           two of its largest windows from now (never sooner than it already would).
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+
+local tree, slots = {}, {}
+for n in string.gmatch(ARGV[2], '%d+') do tree[#tree + 1] = tonumber(n) end
+for n in string.gmatch(ARGV[3], '%d+') do slots[#slots + 1] = tonumber(n) end
+local cost = tonumber(ARGV[4])
+local sliding = ARGV[5] == '1'
+
+local function field(size, slot)
+  return string.format('%.0f', size) .. ':' .. slot
+end
+
+local leaves = tree[1]
+local limited = {}
+local result = {0, string.format('%.0f', now)}
+local current_of, ttl = {}, {}  -- per key: per size, {window index, its count}; largest size
+
+for i = 0, leaves - 1 do
+  local k = slots[i + 1]
+  local count = tree[2 + 2 * i]
+  local size = tree[3 + 2 * i]
+  local current, previous = 0, 0
+  if k > 0 then
+    local index = math.floor(now / size)
+    local c, p = index % 2, (index - 1) % 2
+    local f = redis.call('HMGET', KEYS[k], field(size, c), field(size, c) .. 'w',
+      field(size, p), field(size, p) .. 'w')
+    if f[2] and tonumber(f[2]) == index then current = tonumber(f[1]) end
+    if f[4] and tonumber(f[4]) == index - 1 then previous = tonumber(f[3]) end
+    current_of[k] = current_of[k] or {}
+    current_of[k][size] = {index, current}
+    ttl[k] = math.max(ttl[k] or 0, size)
+    local rate = current
+    if sliding then
+      rate = current + previous * (size - (now - index * size)) / size
+    end
+    limited[i] = rate + cost > count
+  else
+    limited[i] = false
+  end
+  result[#result + 1] = string.format('%.17g', current)
+  result[#result + 1] = string.format('%.17g', previous)
+end
+
+local pos = 2 + 2 * leaves
+local function node()
+  local op, operand = tree[pos], tree[pos + 1]
+  pos = pos + 2
+  if op == 0 then return limited[operand] end
+  local all, any = true, false
+  for _ = 1, operand do
+    local child = node()
+    all = all and child
+    any = any or child
+  end
+  if op == 1 then return all end
+  return any
+end
+
+if node() then return result end
+
+result[1] = 1
+for k, sizes in pairs(current_of) do
+  local key = KEYS[k]
+  for size, held in pairs(sizes) do
+    local slot = held[1] % 2
+    redis.call('HSET', key, field(size, slot), string.format('%.17g', held[2] + cost),
+      field(size, slot) .. 'w', string.format('%.0f', held[1]))
+  end
+  local ms = math.ceil(2 * ttl[k] / 1000)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+return result
