@@ -31,8 +31,8 @@ from ratelimit.errors import (
     RuleConflictError,
     UnknownKeyError,
 )
-from ratelimit.plan import CompiledTree, compile_tree, make_plan
-from ratelimit.rules import RuleLike, to_tree
+from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, compile_tree, make_plan
+from ratelimit.rules import MAX_SPAN_MS, RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 
 P = ParamSpec("P")
@@ -166,6 +166,46 @@ class RateLimit:
         """
         return Limit(self, rules, key, selector, selectors, cost)
 
+    async def increment(
+        self, key: str, window_size: float, value: float = 1, weight: float | None = None
+    ) -> float:
+        """Kong's ``increment``: add ``value`` to the current window of ``window_size``
+        seconds counted for ``key``, and return the sliding rate after it.
+
+        The counter is the one a selector-less rule of ``key`` with that span uses under
+        ``algorithm="sliding-window"``, so your own policies and your limits can share it.
+        ``value`` may be fractional or negative (a refund). ``weight`` is the previous
+        window's weight (default ``(size - elapsed) / size``; ``0`` gives a fixed window).
+        """
+        return await self.backend.update_counter(
+            self._counter_update(key, window_size, value, weight)
+        )
+
+    async def sliding_window(
+        self, key: str, window_size: float, weight: float | None = None
+    ) -> float:
+        """Kong's ``sliding_window``: the rate :meth:`increment` would return, adding nothing."""
+        return await self.backend.update_counter(self._counter_update(key, window_size, 0, weight))
+
+    def _counter_update(
+        self, key: str, window_size: float, value: float, weight: float | None
+    ) -> CounterUpdate:
+        if not isinstance(key, str):
+            raise TypeError(f"key must be text, not {type(key).__name__}")
+        if not _is_number(window_size) or not 0 < window_size <= MAX_SPAN_MS / 1000:
+            raise ConfigurationError(
+                f"window_size must be seconds above 0 and at most 3650 days, not {window_size!r}"
+            )
+        size_us = round(window_size * 1_000_000)
+        if size_us < 1:
+            raise ConfigurationError(f"window_size {window_size!r} is under a microsecond")
+        if not _is_number(value):
+            raise ConfigurationError(f"value must be a finite number, not {value!r}")
+        if weight is not None and (not _is_number(weight) or not 0 <= weight <= 1):
+            raise ConfigurationError(f"weight must be from 0 to 1, or None, not {weight!r}")
+        identifier = Identifier(self.namespace, key, None, None)
+        return CounterUpdate(identifier, size_us, float(value), weight)
+
     def _register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
         registered = self._registry.get(key)
         if registered is None:
@@ -289,6 +329,10 @@ class Limit:
             return await result if inspect.isawaitable(result) else result
 
         return limited
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
 def _check_cost_type(cost: object, algorithm: str) -> None:

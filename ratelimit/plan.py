@@ -20,6 +20,7 @@ from ratelimit.algorithms import (
     US_PER_MS,
     Outcome,
     counter_outcome,
+    counter_rate,
     log_outcome,
 )
 from ratelimit.decision import Decision
@@ -108,6 +109,28 @@ class Plan:
         """Sliding log: how many of the newest hits decide ``rule``; the call is refused
         when that many are inside the window (``count - cost + 1``)."""
         return rule.count - int(self.cost) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class CounterUpdate:
+    """Kong's counter API: add ``value`` to the current window of ``size_us`` on
+    ``identifier`` (0 only reads), then return the sliding rate. ``weight`` is the previous
+    window's weight, or ``None`` for ``(size - elapsed) / size``; 0 gives a fixed window."""
+
+    identifier: Identifier
+    size_us: int
+    value: float
+    weight: float | None
+
+
+def counter_update_rate(
+    update: CounterUpdate, current: float, previous: float, now_us: int
+) -> float:
+    """The rate after ``update``, from the window counts before it (Lua does the same)."""
+    current += update.value
+    if update.weight is None:
+        return counter_rate(current, previous, now_us, update.size_us, sliding=True)
+    return current + previous * update.weight
 
 
 def make_plan(

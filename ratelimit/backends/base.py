@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from ratelimit.decision import Decision
-from ratelimit.plan import Plan
+from ratelimit.plan import CounterUpdate, Plan
 
 Clock = Callable[[], float]
 """A clock returns seconds as a float; only differences between readings matter."""
@@ -18,6 +18,10 @@ class Backend(Protocol):
 
     async def decide(self, plan: Plan) -> Decision:
         """Decide one call; record its hit on every identifier only if it is allowed."""
+        ...
+
+    async def update_counter(self, update: CounterUpdate) -> float:
+        """Kong's counter API: add to a window counter, return the sliding rate after it."""
         ...
 
     async def aclose(self) -> None:

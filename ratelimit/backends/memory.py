@@ -15,8 +15,10 @@ from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.decision import Decision
 from ratelimit.plan import (
+    CounterUpdate,
     Identifier,
     Plan,
+    counter_update_rate,
     evaluate,
     limits_per_identifier,
     windows_per_identifier,
@@ -132,6 +134,22 @@ class MemoryBackend:
                 entry.expires_us = max(entry.expires_us, now + 2 * max(sizes_of))
                 self._windows[identifier] = entry
         return decision
+
+    async def update_counter(self, update: CounterUpdate) -> float:
+        with self._lock:
+            now = clock_us(self._clock)
+            entry = self._windows.get(update.identifier)
+            if entry is None or entry.expires_us <= now:
+                entry = _Windows()
+            index = window_index(now, update.size_us)
+            current, previous = entry.counted(update.size_us, index)
+            rate = counter_update_rate(update, current, previous, now)
+            if update.value:
+                slots = entry.slots.setdefault(update.size_us, [[-1, 0.0], [-1, 0.0]])
+                slots[index % 2] = [index, current + update.value]
+                entry.expires_us = max(entry.expires_us, now + 2 * update.size_us)
+                self._windows[update.identifier] = entry
+            return rate
 
     def _live(self, identifier: Identifier, now: int) -> _Log:
         log = self._logs.get(identifier)

@@ -33,7 +33,14 @@ from ratelimit.backends.redis_lock import RedisLock
 from ratelimit.backends.redis_script import RedisClient
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
-from ratelimit.plan import Plan, evaluate, limits_per_identifier, windows_per_identifier
+from ratelimit.plan import (
+    CounterUpdate,
+    Plan,
+    counter_update_rate,
+    evaluate,
+    limits_per_identifier,
+    windows_per_identifier,
+)
 
 HEAD = 64  # entries of each log read in the first round trip
 
@@ -77,11 +84,11 @@ class RedisCommandBackend:
         self.lock_polling_interval = lock_polling_interval
         self.lock_timeout = lock_timeout
 
-    def lock(self, plan: Plan) -> RedisLock:
-        """The lock guarding every identifier of ``plan``'s (namespace, key)."""
+    def lock(self, namespace: str, key: str) -> RedisLock:
+        """The lock guarding every identifier of one (namespace, key)."""
         return RedisLock(
             self.client,
-            lock_key(plan.namespace, plan.key),
+            lock_key(namespace, key),
             ttl=self.lock_ttl,
             polling_interval=self.lock_polling_interval,
             timeout=self.lock_timeout,
@@ -93,10 +100,41 @@ class RedisCommandBackend:
         try:
             if self.disable_locks:
                 return await self._decide(plan)
-            async with self.lock(plan).held():
+            async with self.lock(plan.namespace, plan.key).held():
                 return await self._decide(plan)
         except RedisError as exc:
             raise BackendError(f"redis failed to decide key {plan.key!r}: {exc}") from exc
+
+    async def update_counter(self, update: CounterUpdate) -> float:
+        identifier = update.identifier
+        try:
+            if self.disable_locks:
+                return await self._update_counter(update)
+            async with self.lock(identifier.namespace, identifier.key).held():
+                return await self._update_counter(update)
+        except RedisError as exc:
+            raise BackendError(f"redis failed to update counter {identifier.key!r}: {exc}") from exc
+
+    async def _update_counter(self, update: CounterUpdate) -> float:
+        key = counter_key(update.identifier)
+        size = update.size_us
+        read = self._pipeline_with_time()
+        read.hmget(key, [f"{size}:{slot}{end}" for slot in (0, 1) for end in ("", "w")])
+        read.pttl(key)
+        replies = await read.execute()
+        now = await self._now(replies, key)
+        fields, ttl = replies
+        index = window_index(now, size)
+        current, previous = _counted(fields, index)
+        rate = counter_update_rate(update, current, previous, now)
+        if update.value:
+            write = self.client.pipeline(transaction=True)
+            slot = f"{size}:{index % 2}"
+            write.hset(key, mapping={slot: repr(current + update.value), f"{slot}w": index})
+            if int(ttl) < math.ceil(2 * size / 1000):
+                write.pexpire(key, math.ceil(2 * size / 1000))
+            await write.execute()
+        return rate
 
     async def _now(self, replies: list[Any], key: str) -> int:
         """The decision's time: the injected clock, else Redis TIME (first in ``replies``,
@@ -179,14 +217,7 @@ class RedisCommandBackend:
         for sizes_of in sizes:
             counted = {}
             for size in sizes_of:
-                index = window_index(now, size)
-                fields = replies.pop(0)
-                by_window = {
-                    int(fields[2 * slot + 1]): float(fields[2 * slot])
-                    for slot in (0, 1)
-                    if fields[2 * slot + 1] is not None
-                }
-                counted[size] = (by_window.get(index, 0.0), by_window.get(index - 1, 0.0))
+                counted[size] = _counted(replies.pop(0), window_index(now, size))
             held.append(counted)
             ttls.append(int(replies.pop(0)))
         counts = [
@@ -225,3 +256,14 @@ class RedisCommandBackend:
     async def aclose(self) -> None:
         if self._owns_client:
             await self.client.aclose()
+
+
+def _counted(fields: Sequence[Any], index: int) -> tuple[float, float]:
+    """(count of window ``index``, of window ``index - 1``) from the four fields of one
+    window size as ``HMGET`` returns them: count and index of slot 0, then of slot 1."""
+    by_window = {
+        int(fields[2 * slot + 1]): float(fields[2 * slot])
+        for slot in (0, 1)
+        if fields[2 * slot + 1] is not None
+    }
+    return by_window.get(index, 0.0), by_window.get(index - 1, 0.0)

@@ -22,13 +22,14 @@ from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
-from ratelimit.plan import Plan, evaluate
+from ratelimit.plan import CounterUpdate, Plan, evaluate
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
 _LUA = resources.files("ratelimit.backends").joinpath("lua")
 SLIDING_LOG_LUA = _LUA.joinpath("sliding_log.lua").read_text()
 WINDOW_COUNTERS_LUA = _LUA.joinpath("window_counters.lua").read_text()
+COUNTER_UPDATE_LUA = _LUA.joinpath("counter_update.lua").read_text()
 
 
 def client_from_url(url: str, **options: Any) -> aioredis.Redis:
@@ -62,6 +63,7 @@ class RedisScriptBackend:
         self._owns_client = owns_client
         self._log_script: AsyncScript = client.register_script(SLIDING_LOG_LUA)
         self._counter_script: AsyncScript = client.register_script(WINDOW_COUNTERS_LUA)
+        self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
 
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
@@ -89,6 +91,21 @@ class RedisScriptBackend:
         if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
+
+    async def update_counter(self, update: CounterUpdate) -> float:
+        args = (
+            b"" if self._clock is None else clock_us(self._clock),
+            update.size_us,
+            repr(update.value),
+            b"" if update.weight is None else repr(update.weight),
+        )
+        try:
+            rate = await self._update_script(keys=[counter_key(update.identifier)], args=args)
+        except RedisError as exc:
+            raise BackendError(
+                f"redis failed to update counter {update.identifier.key!r}: {exc}"
+            ) from exc
+        return float(rate)
 
     async def aclose(self) -> None:
         if self._owns_client:

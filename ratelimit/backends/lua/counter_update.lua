@@ -1,0 +1,49 @@
+-- counter_update.lua: Kong's counter API. Add to one window counter, return the sliding rate.
+--
+-- KEYS[1]   the identifier's counter hash, laid out as in window_counters.lua.
+-- ARGV[1]   now in microseconds, or "" to read the server's TIME.
+-- ARGV[2]   the window size S in microseconds.
+-- ARGV[3]   the value to add to the current window (fractions and negatives allowed; 0 only
+--           reads and writes nothing).
+-- ARGV[4]   the previous window's weight, or "" for (S - elapsed) / S.
+--
+-- Returns   the rate after the addition, current + previous * weight, as a %.17g string.
+--           When something was added, the key expires 2 * S from now (never sooner than it
+--           already would).
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local size = tonumber(ARGV[2])
+local value = tonumber(ARGV[3])
+local key = KEYS[1]
+
+local index = math.floor(now / size)
+local c, p = index % 2, (index - 1) % 2
+local prefix = string.format('%.0f', size) .. ':'
+local f = redis.call('HMGET', key, prefix .. c, prefix .. c .. 'w', prefix .. p, prefix .. p .. 'w')
+local current, previous = 0, 0
+if f[2] and tonumber(f[2]) == index then current = tonumber(f[1]) end
+if f[4] and tonumber(f[4]) == index - 1 then previous = tonumber(f[3]) end
+
+current = current + value
+local rate
+if ARGV[4] == '' then
+  rate = current + previous * (size - (now - index * size)) / size
+else
+  rate = current + previous * tonumber(ARGV[4])
+end
+
+if value ~= 0 then
+  redis.call('HSET', key, prefix .. c, string.format('%.17g', current),
+    prefix .. c .. 'w', string.format('%.0f', index))
+  local ms = math.ceil(2 * size / 1000)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+return string.format('%.17g', rate)
