@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
-from ratelimit.backends import Backend, EngineOptions, backend_for, backend_from_url
+from ratelimit.backends import (
+    Backend,
+    EngineOptions,
+    backend_for,
+    backend_from_url,
+)
 from ratelimit.backends.base import Clock
 from ratelimit.decision import Decision
 from ratelimit.errors import (
@@ -34,6 +38,7 @@ from ratelimit.errors import (
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, compile_tree, make_plan
 from ratelimit.rules import MAX_SPAN_MS, RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
+from ratelimit.settings import check_cost, check_cost_type, is_number, synced_backend
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,6 +64,11 @@ class RateLimit:
     ``"sliding-window"`` (two counters per window size: O(1) memory, approximate) or
     ``"fixed-window"``.
 
+    ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis on
+    every decision; ``> 0`` decides in-process on local counters and syncs them with Redis
+    every ``sync_rate`` seconds in the background (faster; each process may admit up to a
+    limit per interval before it sees the others); ``< 0`` is local only, no Redis at all.
+
     With a Redis client, ``use_scripts=True`` (default) decides with one atomic Lua script;
     ``disable_locks`` then changes nothing. ``use_scripts=False`` sends no Lua: plain
     commands under a Redis lock per (namespace, key), held at most ``lock_ttl`` seconds if
@@ -80,6 +90,7 @@ class RateLimit:
         namespace: str = "",
         *,
         algorithm: str = SLIDING_LOG,
+        sync_rate: float = 0,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -99,6 +110,9 @@ class RateLimit:
             use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout
         )
         self.backend: Backend = backend_for(storage, clock=clock, engine=engine)
+        self._unused: Backend | None = None
+        if sync_rate:
+            self.backend, self._unused = synced_backend(self.backend, sync_rate, algorithm)
         self._registry: dict[str, _Registration] = {}
 
     @classmethod
@@ -108,6 +122,7 @@ class RateLimit:
         namespace: str = "",
         *,
         algorithm: str = SLIDING_LOG,
+        sync_rate: float = 0,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -126,11 +141,13 @@ class RateLimit:
             use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout
         )
         backend = backend_from_url(url, clock=clock, engine=engine, **options)
-        return cls(backend, namespace, algorithm=algorithm)
+        return cls(backend, namespace, algorithm=algorithm, sync_rate=sync_rate)
 
     async def aclose(self) -> None:
-        """Release the storage this limiter opened."""
+        """Release the storage this limiter opened (after a last sync, with ``sync_rate``)."""
         await self.backend.aclose()
+        if self._unused is not None:
+            await self._unused.aclose()
 
     async def __aenter__(self) -> RateLimit:
         return self
@@ -192,16 +209,16 @@ class RateLimit:
     ) -> CounterUpdate:
         if not isinstance(key, str):
             raise TypeError(f"key must be text, not {type(key).__name__}")
-        if not _is_number(window_size) or not 0 < window_size <= MAX_SPAN_MS / 1000:
+        if not is_number(window_size) or not 0 < window_size <= MAX_SPAN_MS / 1000:
             raise ConfigurationError(
                 f"window_size must be seconds above 0 and at most 3650 days, not {window_size!r}"
             )
         size_us = round(window_size * 1_000_000)
         if size_us < 1:
             raise ConfigurationError(f"window_size {window_size!r} is under a microsecond")
-        if not _is_number(value):
+        if not is_number(value):
             raise ConfigurationError(f"value must be a finite number, not {value!r}")
-        if weight is not None and (not _is_number(weight) or not 0 <= weight <= 1):
+        if weight is not None and (not is_number(weight) or not 0 <= weight <= 1):
             raise ConfigurationError(f"weight must be from 0 to 1, or None, not {weight!r}")
         identifier = Identifier(self.namespace, key, None, None)
         return CounterUpdate(identifier, size_us, float(value), weight)
@@ -238,7 +255,7 @@ class Limit:
         selectors: dict[str, object],
         cost: float = 1,
     ) -> None:
-        _check_cost_type(cost, owner.algorithm)
+        check_cost_type(cost, owner.algorithm)
         if rules is None and key is None:
             raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
         if key is not None and not isinstance(key, str):
@@ -249,7 +266,7 @@ class Limit:
         self._cost = cost
         self._compiled = None if rules is None else compile_tree(to_tree(rules))
         if self._compiled is not None:
-            _check_cost(self._compiled, cost)
+            check_cost(self._compiled, cost)
         # Without rules, the registration of ``key`` is looked up at the first call.
         self._registration = (
             None if self._compiled is None else _Registration(self._compiled, self._sources)
@@ -261,7 +278,7 @@ class Limit:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
         if self._registration is None:
             registered = self._owner._registered(key)
-            _check_cost(registered.compiled, self._cost)
+            check_cost(registered.compiled, self._cost)
             self._registration = _Registration(
                 registered.compiled, self._sources.merged_over(registered.sources)
             )
@@ -329,30 +346,6 @@ class Limit:
             return await result if inspect.isawaitable(result) else result
 
         return limited
-
-
-def _is_number(value: object) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
-
-
-def _check_cost_type(cost: object, algorithm: str) -> None:
-    if algorithm == SLIDING_LOG:
-        if type(cost) is not int or cost < 1:
-            raise ConfigurationError(
-                f"cost must be a whole number of hits, 1 or more, not {cost!r} "
-                "(fractions need algorithm='sliding-window' or 'fixed-window')"
-            )
-    elif type(cost) not in (int, float) or not 0 < cost < math.inf:  # type: ignore[operator]
-        raise ConfigurationError(f"cost must be a number of hits above 0, not {cost!r}")
-
-
-def _check_cost(compiled: CompiledTree, cost: float) -> None:
-    for rule in compiled.rules:
-        if cost > rule.count:
-            raise ConfigurationError(
-                f"cost {cost} is above the count of rule '{rule}': such a call could never "
-                "be admitted"
-            )
 
 
 def _name(func: Callable[..., Any]) -> str:

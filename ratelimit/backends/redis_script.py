@@ -9,20 +9,21 @@ so application servers need no clock agreement, unless a clock is injected (test
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any, TypeAlias
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
-from ratelimit.plan import CounterUpdate, Plan, evaluate
+from ratelimit.plan import CounterUpdate, Identifier, Plan, evaluate
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
@@ -30,6 +31,12 @@ _LUA = resources.files("ratelimit.backends").joinpath("lua")
 SLIDING_LOG_LUA = _LUA.joinpath("sliding_log.lua").read_text()
 WINDOW_COUNTERS_LUA = _LUA.joinpath("window_counters.lua").read_text()
 COUNTER_UPDATE_LUA = _LUA.joinpath("counter_update.lua").read_text()
+COUNTER_SYNC_LUA = _LUA.joinpath("counter_sync.lua").read_text()
+
+Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
+"""One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
+Totals = dict[int, dict[int, float]]
+"""One identifier's totals from ``sync_counters``: per window size, per window index, count."""
 
 
 def client_from_url(url: str, **options: Any) -> aioredis.Redis:
@@ -59,17 +66,18 @@ class RedisScriptBackend:
         self, client: RedisClient, *, clock: Clock | None = None, owns_client: bool = False
     ) -> None:
         self.client = client
-        self._clock = clock
+        self.clock = clock
         self._owns_client = owns_client
         self._log_script: AsyncScript = client.register_script(SLIDING_LOG_LUA)
         self._counter_script: AsyncScript = client.register_script(WINDOW_COUNTERS_LUA)
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
+        self._sync_script: AsyncScript = client.register_script(COUNTER_SYNC_LUA)
 
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
         args: list[bytes | int | str] = [
-            b"" if self._clock is None else clock_us(self._clock),
+            b"" if self.clock is None else clock_us(self.clock),
             plan.compiled.wire,
             _slots(plan.leaf_identifiers),
             repr(plan.cost),  # repr: the shortest text that reads back as the same float
@@ -94,7 +102,7 @@ class RedisScriptBackend:
 
     async def update_counter(self, update: CounterUpdate) -> float:
         args = (
-            b"" if self._clock is None else clock_us(self._clock),
+            b"" if self.clock is None else clock_us(self.clock),
             update.size_us,
             repr(update.value),
             b"" if update.weight is None else repr(update.weight),
@@ -106,6 +114,52 @@ class RedisScriptBackend:
                 f"redis failed to update counter {update.identifier.key!r}: {exc}"
             ) from exc
         return float(rate)
+
+    async def sync_counters(
+        self, pushes: Sequence[Push]
+    ) -> tuple[int | None, list[Totals | Exception]]:
+        """For ``sync_rate``: push local diffs and fetch totals for many identifiers in one
+        pipelined round trip. Returns Redis's time (us; ``None`` if no call succeeded) and,
+        per push, its totals or the error of its call (its diffs were then not applied)."""
+        now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
+        calls = [
+            (counter_key(identifier), " ".join(f"{s} {i} {d!r}" for s, i, d in entries))
+            for identifier, entries in pushes
+        ]
+        results: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            for n in pending:
+                pipe.evalsha(self._sync_script.sha, 1, calls[n][0], now, calls[n][1])
+            try:
+                replies = await pipe.execute(raise_on_error=False)
+            except RedisError as exc:
+                raise BackendError(f"redis failed to sync counters: {exc}") from exc
+            for n, reply in zip(pending, replies, strict=True):
+                results[n] = reply
+            pending = [n for n in pending if isinstance(results[n], NoScriptError)]
+            if not pending or attempt == 2:
+                break
+            try:  # restarted or flushed: load the script, then retry only those calls
+                await self.client.script_load(COUNTER_SYNC_LUA)
+            except RedisError as exc:
+                raise BackendError(f"redis failed to load the sync script: {exc}") from exc
+        server_now: int | None = None
+        totals: list[Totals | Exception] = []
+        for reply in results:
+            if isinstance(reply, Exception):
+                totals.append(BackendError(f"redis failed to sync a counter: {reply}"))
+                continue
+            server_now = int(reply[0])
+            by_size: Totals = {}
+            for n in range(1, len(reply), 5):
+                windows = by_size.setdefault(int(reply[n]), {})
+                for index, count in ((reply[n + 1], reply[n + 2]), (reply[n + 3], reply[n + 4])):
+                    if int(index) >= 0:
+                        windows[int(index)] = float(count)
+            totals.append(by_size)
+        return server_now, totals
 
     async def aclose(self) -> None:
         if self._owns_client:

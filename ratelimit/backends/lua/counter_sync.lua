@@ -1,0 +1,66 @@
+-- counter_sync.lua: push one key's local window diffs and fetch its totals (sync_rate > 0).
+--
+-- KEYS[1]   an identifier's counter hash, laid out as in window_counters.lua.
+-- ARGV[1]   now in microseconds, or "" to read the server's TIME.
+-- ARGV[2]   space-separated triples "size index diff": add `diff` to window `index` of
+--           window size `size` (microseconds). A diff of 0 only asks for the totals. A diff
+--           for a window older than the one its slot holds is dropped (that window is over).
+--
+-- Returns   {now, size_1, index_a, count_a, index_b, count_b, size_2, ...}: per window size
+--           named in ARGV[2], both slots (window index and count, as strings; -1 and 0 for
+--           an empty slot). When something was added, the key expires two of its largest
+--           windows from now (never sooner than it already would).
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+
+local key = KEYS[1]
+local numbers = {}
+for n in string.gmatch(ARGV[2], '%S+') do numbers[#numbers + 1] = tonumber(n) end
+
+local wrote, largest, sizes, seen = false, 0, {}, {}
+for i = 1, #numbers, 3 do
+  local size, index, diff = numbers[i], numbers[i + 1], numbers[i + 2]
+  local name = string.format('%.0f', size) .. ':' .. (index % 2)
+  if diff ~= 0 then
+    local held = redis.call('HMGET', key, name, name .. 'w')
+    local held_index = tonumber(held[2] or -1)
+    if held_index == index then
+      redis.call('HSET', key, name, string.format('%.17g', tonumber(held[1]) + diff))
+      wrote = true
+    elseif held_index < index then
+      redis.call('HSET', key, name, string.format('%.17g', diff), name .. 'w',
+        string.format('%.0f', index))
+      wrote = true
+    end
+    largest = math.max(largest, size)
+  end
+  if not seen[size] then
+    seen[size] = true
+    sizes[#sizes + 1] = size
+  end
+end
+
+if wrote then
+  local ms = math.ceil(2 * largest / 1000)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+
+local result = {string.format('%.0f', now)}
+for _, size in ipairs(sizes) do
+  local prefix = string.format('%.0f', size) .. ':'
+  local f = redis.call('HMGET', key, prefix .. '0', prefix .. '0w', prefix .. '1', prefix .. '1w')
+  result[#result + 1] = string.format('%.0f', size)
+  result[#result + 1] = f[2] or '-1'
+  result[#result + 1] = f[1] or '0'
+  result[#result + 1] = f[4] or '-1'
+  result[#result + 1] = f[3] or '0'
+end
+return result

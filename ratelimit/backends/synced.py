@@ -1,0 +1,190 @@
+"""``sync_rate > 0`` (Kong's local counters): decide in-process, sync with Redis in the background.
+
+Decisions run on local window counters: the totals fetched at the last sync plus this
+process's own hits since. A background task in the running loop wakes every ``sync_rate``
+seconds and, in one pipelined round trip whatever the number of keys, pushes the local diffs
+to Redis and fetches fresh totals (``counter_sync.lua``). A failed sync is logged, keeps its
+diffs, and is retried at the next tick. Decisions between syncs do not see other processes'
+hits: each process can admit up to a whole limit per sync interval on its own, which is the
+price of not asking Redis on every call. Time is the local clock corrected by the offset to
+Redis's ``TIME`` measured at each sync, so windows stay aligned across processes.
+
+One event loop per backend: the sync task belongs to the loop of the first decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+
+from ratelimit.algorithms import US_PER_MS
+from ratelimit.backends.base import Clock, clock_us
+from ratelimit.backends.redis_script import Push, RedisScriptBackend
+from ratelimit.decision import Decision
+from ratelimit.plan import (
+    CounterUpdate,
+    Identifier,
+    Plan,
+    counter_update_rate,
+    evaluate,
+    windows_per_identifier,
+)
+
+logger = logging.getLogger("ratelimit")
+
+
+class _Local:
+    """One (identifier, window size): totals fetched at the last sync and hits since."""
+
+    __slots__ = ("diff", "synced", "used_us")
+
+    def __init__(self) -> None:
+        self.synced: dict[int, float] = {}
+        self.diff: dict[int, float] = {}
+        self.used_us = 0
+
+    def count(self, index: int) -> float:
+        return self.synced.get(index, 0.0) + self.diff.get(index, 0.0)
+
+    def add(self, index: int, value: float) -> None:
+        self.diff[index] = self.diff.get(index, 0.0) + value
+
+
+class SyncedBackend:
+    """Local window counters synced with Redis every ``sync_rate`` seconds.
+
+    Built by ``RateLimit(client, algorithm="sliding-window", sync_rate=1.0)``. Call
+    :meth:`sync` to sync now; :meth:`aclose` stops the task after a last sync.
+    """
+
+    def __init__(
+        self, remote: RedisScriptBackend, sync_rate: float, *, clock: Clock | None = None
+    ) -> None:
+        if not sync_rate > 0:
+            raise ValueError(f"sync_rate must be above 0 here, not {sync_rate!r}")
+        self.remote = remote
+        self.sync_rate = sync_rate
+        self._clock = clock
+        self._offset_us = 0
+        self._locals: dict[tuple[Identifier, int], _Local] = {}
+        self._lock = threading.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def _now(self) -> int:
+        if self._clock is not None:
+            return clock_us(self._clock)
+        return time.time_ns() // 1000 + self._offset_us
+
+    def _start(self) -> None:
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def decide(self, plan: Plan) -> Decision:
+        self._start()
+        with self._lock:
+            now = self._now()
+            counts: list[tuple[float, float]] = []
+            for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
+                if i < 0:
+                    counts.append((0.0, 0.0))
+                    continue
+                size = rule.span_ms * US_PER_MS
+                local = self._locals.get((plan.identifiers[i], size))
+                index = now // size
+                counts.append((local.count(index), local.count(index - 1)) if local else (0.0, 0.0))
+            decision = evaluate(plan, now, counts)
+            for identifier, sizes in zip(
+                plan.identifiers, windows_per_identifier(plan), strict=True
+            ):
+                for size in sizes:
+                    local = self._locals.setdefault((identifier, size), _Local())
+                    local.used_us = now
+                    if decision.allowed:
+                        local.add(now // size, plan.cost)
+            return decision
+
+    async def update_counter(self, update: CounterUpdate) -> float:
+        self._start()
+        with self._lock:
+            now = self._now()
+            local = self._locals.setdefault((update.identifier, update.size_us), _Local())
+            local.used_us = now
+            index = now // update.size_us
+            rate = counter_update_rate(update, local.count(index), local.count(index - 1), now)
+            if update.value:
+                local.add(index, update.value)
+            return rate
+
+    async def sync(self) -> None:
+        """Push every local diff and fetch fresh totals, in one round trip. On failure the
+        diffs stay for the next sync and the error (a ``BackendError``) is raised."""
+        with self._lock:
+            now = self._now()
+            taken: dict[Identifier, list[tuple[int, dict[int, float]]]] = {}
+            for (identifier, size), local in list(self._locals.items()):
+                if not local.diff and now - local.used_us > 2 * size:
+                    del self._locals[(identifier, size)]  # unused for two windows: forget it
+                    continue
+                taken.setdefault(identifier, []).append((size, local.diff))
+                local.diff = {}
+        if not taken:
+            return
+        pushes: list[Push] = []
+        for identifier, sizes in taken.items():
+            entries = []
+            for size, diff in sizes:  # every size is named, so every size gets its totals
+                entries += [(size, i, d) for i, d in diff.items()] or [(size, now // size, 0.0)]
+            pushes.append((identifier, entries))
+        sent = time.time_ns() // 1000
+        try:
+            server_now, results = await self.remote.sync_counters(pushes)
+        except BaseException:
+            self._restore(taken)
+            raise
+        received = time.time_ns() // 1000
+        with self._lock:
+            for (identifier, sizes), result in zip(taken.items(), results, strict=True):
+                if isinstance(result, Exception):
+                    logger.warning("ratelimit: sync of %r failed, retrying: %s", identifier, result)
+                    self._restore({identifier: sizes})
+                    continue
+                for size, windows in result.items():
+                    fetched = self._locals.get((identifier, size))
+                    if fetched is not None:
+                        fetched.synced = windows
+        if server_now is not None and self._clock is None:
+            self._offset_us = server_now - (sent + received) // 2
+
+    def _restore(self, taken: dict[Identifier, list[tuple[int, dict[int, float]]]]) -> None:
+        with self._lock:
+            for identifier, sizes in taken.items():
+                for size, diff in sizes:
+                    local = self._locals.setdefault((identifier, size), _Local())
+                    for index, value in diff.items():
+                        local.add(index, value)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.sync_rate)  # the sync interval itself
+            try:
+                await self.sync()
+            except Exception as exc:  # logged, diffs kept, next tick tries again
+                logger.warning("ratelimit: sync failed, keeping local diffs: %s", exc)
+
+    async def aclose(self) -> None:
+        """Stop the sync task, push what is left (best effort), close the remote."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        try:
+            await self.sync()
+        except Exception as exc:
+            logger.warning("ratelimit: last sync before closing failed: %s", exc)
+        await self.remote.aclose()

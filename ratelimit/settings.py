@@ -1,0 +1,55 @@
+"""Checks of ``RateLimit`` and ``limit()`` settings, and the backend ``sync_rate`` selects."""
+
+from __future__ import annotations
+
+import math
+
+from ratelimit.algorithms import SLIDING_LOG
+from ratelimit.backends import Backend, MemoryBackend, RedisScriptBackend
+from ratelimit.backends.synced import SyncedBackend
+from ratelimit.errors import ConfigurationError
+from ratelimit.plan import CompiledTree
+
+
+def synced_backend(
+    backend: Backend, sync_rate: float, algorithm: str
+) -> tuple[Backend, Backend | None]:
+    """The backend for ``sync_rate != 0``, and the one it replaces (to close), if any."""
+    if not is_number(sync_rate):
+        raise ConfigurationError(f"sync_rate must be a number of seconds, not {sync_rate!r}")
+    if not isinstance(backend, RedisScriptBackend):
+        raise ConfigurationError(
+            "sync_rate applies to a Redis client with use_scripts=True (the default)"
+        )
+    if sync_rate < 0:
+        return MemoryBackend(clock=backend.clock), backend  # local only: no Redis at all
+    if algorithm == SLIDING_LOG:
+        raise ConfigurationError(
+            "sync_rate > 0 syncs window counters: use algorithm='sliding-window' or "
+            "'fixed-window' (a sliding log cannot be merged from diffs)"
+        )
+    return SyncedBackend(backend, sync_rate, clock=backend.clock), None
+
+
+def is_number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def check_cost_type(cost: object, algorithm: str) -> None:
+    if algorithm == SLIDING_LOG:
+        if type(cost) is not int or cost < 1:
+            raise ConfigurationError(
+                f"cost must be a whole number of hits, 1 or more, not {cost!r} "
+                "(fractions need algorithm='sliding-window' or 'fixed-window')"
+            )
+    elif type(cost) not in (int, float) or not 0 < cost < math.inf:  # type: ignore[operator]
+        raise ConfigurationError(f"cost must be a number of hits above 0, not {cost!r}")
+
+
+def check_cost(compiled: CompiledTree, cost: float) -> None:
+    for rule in compiled.rules:
+        if cost > rule.count:
+            raise ConfigurationError(
+                f"cost {cost} is above the count of rule '{rule}': such a call could never "
+                "be admitted"
+            )
