@@ -1,0 +1,205 @@
+"""``sync_rate``: local counters synced with Redis (> 0), and local only (< 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis.asyncio as aioredis
+
+from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
+from ratelimit.backends.synced import SyncedBackend
+from tests.conftest import FakeClock
+from tests.redis_server import RedisServer, free_port
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aioredis.Redis]:
+    fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    yield fake
+    await fake.aclose()
+
+
+def synced(client: aioredis.Redis, clock: FakeClock, rate: float = 60.0) -> RateLimit:
+    return RateLimit(client, "ns", algorithm="sliding-window", sync_rate=rate, clock=clock)
+
+
+def counts(fields: dict[Any, Any]) -> list[float]:
+    """The window counts of a counter hash, without the window indexes."""
+    return sorted(float(v) for k, v in fields.items() if not bytes(k).endswith(b"w"))
+
+
+def backend_of(rl: RateLimit) -> SyncedBackend:
+    assert isinstance(rl.backend, SyncedBackend)
+    return rl.backend
+
+
+async def admitted(rl: RateLimit, n: int, rules: str = "5/m") -> int:
+    limit = rl.limit(rules, key="k")
+    return sum([(await limit.decide()).allowed for _ in range(n)])
+
+
+async def test_decisions_are_local_until_a_sync_pushes_them(
+    client: aioredis.Redis, clock: FakeClock
+) -> None:
+    rl = synced(client, clock)
+    assert await admitted(rl, 7) == 5
+    assert not await client.exists("rl:{ns:k}:w")  # nothing sent yet
+    await backend_of(rl).sync()
+    assert await rl.sliding_window("k", 60) == 5.0
+    assert counts(await client.hgetall("rl:{ns:k}:w")) == [5.0]
+    await rl.aclose()
+
+
+async def test_processes_see_each_other_after_a_sync(
+    client: aioredis.Redis, clock: FakeClock
+) -> None:
+    one, two = synced(client, clock), synced(client, clock)
+    assert await admitted(one, 5) == 5
+    assert await admitted(two, 5) == 5  # two has not seen one's hits: the overshoot
+    await backend_of(one).sync()
+    await backend_of(two).sync()
+    await backend_of(one).sync()
+    assert await admitted(one, 1) == 0
+    assert await admitted(two, 1) == 0
+    assert await one.sliding_window("k", 60) == 10.0
+    clock.advance(120)  # two windows later everything has gone
+    assert await admitted(two, 5) == 5
+    await one.aclose()
+    await two.aclose()
+
+
+async def test_counter_api_in_sync_mode(client: aioredis.Redis, clock: FakeClock) -> None:
+    rl = synced(client, clock)
+    assert await rl.increment("k", 60, 2.5) == 2.5
+    assert await rl.increment("k", 60, -1) == 1.5
+    await backend_of(rl).sync()
+    other = synced(client, clock)
+    assert await other.sliding_window("k", 60) == 0.0  # not synced yet
+    await backend_of(other).sync()
+    assert await other.sliding_window("k", 60) == 1.5
+    await rl.aclose()
+    await other.aclose()
+
+
+async def test_aclose_stops_the_task_after_a_last_sync(
+    client: aioredis.Redis, clock: FakeClock
+) -> None:
+    rl = synced(client, clock)
+    assert await admitted(rl, 3) == 3
+    backend = backend_of(rl)
+    task = backend._task
+    assert task is not None
+    assert not task.done()
+    await rl.aclose()
+    assert task.done()
+    assert backend._task is None
+    reader = synced(client, clock)
+    assert await reader.sliding_window("k", 60) == 0.0  # a new process learns at its sync
+    await backend_of(reader).sync()
+    assert await reader.sliding_window("k", 60) == 3.0  # flushed on the way out
+    await reader.aclose()
+
+
+async def test_a_script_flush_is_survived(client: aioredis.Redis, clock: FakeClock) -> None:
+    rl = synced(client, clock)
+    await admitted(rl, 2)
+    await client.script_flush()
+    await backend_of(rl).sync()
+    assert counts(await client.hgetall("rl:{ns:k}:w")) == [2.0]
+    assert await rl.sliding_window("k", 60) == 2.0
+    await rl.aclose()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.mark.redis
+async def test_redis_going_away_and_returning_while_the_task_runs(
+    own_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = aioredis.Redis.from_url(own_server.url, socket_timeout=1)
+    rl = RateLimit(client, "ns", algorithm="sliding-window", sync_rate=0.02)
+    assert await admitted(rl, 2) == 2
+    await wait_for(lambda: client.exists("rl:{ns:k}:w"))  # the task synced on its own
+    own_server.stop()
+    assert await admitted(rl, 2) == 2  # decisions go on, locally
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        await wait_for_log(caplog, "sync failed, keeping local diffs")
+    own_server.start()  # empty: the restart lost what was synced before
+    await wait_for(lambda: client.exists("rl:{ns:k}:w"))  # the kept diffs arrive
+    assert counts(await client.hgetall("rl:{ns:k}:w")) == [2.0]
+    # the restart lost the two hits synced before it; the local view follows Redis again
+    assert await rl.sliding_window("k", 60) == 2.0
+    await rl.aclose()
+    await client.aclose()
+
+
+async def wait_for(condition: object, seconds: float = 10) -> None:
+    """Poll a background task's effect (not a rate-limit window) for up to ``seconds``."""
+    assert callable(condition)
+    deadline = time.monotonic() + seconds
+    while not await condition():
+        assert time.monotonic() < deadline, "the sync task did not act in time"
+        await asyncio.sleep(0.01)
+
+
+async def wait_for_log(caplog: pytest.LogCaptureFixture, text: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in caplog.text:
+        assert time.monotonic() < deadline, f"no log line {text!r}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_failed_sync_raises_and_keeps_its_diffs(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    down = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    rl = RateLimit(down, "ns", algorithm="sliding-window", sync_rate=60, clock=clock)
+    assert await admitted(rl, 3) == 3
+    backend = backend_of(rl)
+    with pytest.raises(BackendError, match="failed to sync"):
+        await backend.sync()
+    assert await rl.sliding_window("k", 60) == 3.0
+    assert sum(sum(local.diff.values()) for local in backend._locals.values()) == 3.0
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        await rl.aclose()  # its last sync fails too: logged, not raised
+    assert "last sync before closing failed" in caplog.text
+    await down.aclose()
+
+
+async def test_negative_sync_rate_is_local_only() -> None:
+    nowhere = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    rl = RateLimit(nowhere, "ns", algorithm="sliding-window", sync_rate=-1)
+    assert isinstance(rl.backend, MemoryBackend)
+    assert await admitted(rl, 7) == 5  # no Redis was asked: it is not even there
+    log_rl = RateLimit(nowhere, "ns", sync_rate=-1)  # the log works locally too
+    assert await admitted(log_rl, 7) == 5
+    await rl.aclose()
+    await log_rl.aclose()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"sync_rate": 1}, "sync_rate > 0 syncs window counters"),
+        ({"sync_rate": 1, "algorithm": "sliding-window", "use_scripts": False}, "use_scripts"),
+        ({"sync_rate": float("nan"), "algorithm": "sliding-window"}, "sync_rate must be"),
+    ],
+)
+def test_bad_sync_settings(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        RateLimit(fakeredis.FakeAsyncRedis(), **options)  # type: ignore[arg-type]
+
+
+def test_sync_rate_with_a_backend_object_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="applies to a Redis client"):
+        RateLimit(MemoryBackend(), algorithm="sliding-window", sync_rate=1)
