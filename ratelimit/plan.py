@@ -104,6 +104,8 @@ class Plan:
     leaf_identifiers: tuple[int, ...]
     cost: float = 1
     algorithm: str = SLIDING_LOG
+    windows: tuple[tuple[int, ...], ...] = ()
+    """Window counters: per identifier, the window sizes (us) of the rules counting on it."""
 
     def depth(self, rule: Rule) -> int:
         """Sliding log: how many of the newest hits decide ``rule``; the call is refused
@@ -142,19 +144,51 @@ def make_plan(
     algorithm: str = SLIDING_LOG,
 ) -> Plan:
     """Build the plan of one call from its resolved selector values."""
+    return cached_plan(
+        compiled,
+        namespace,
+        key,
+        tuple(values.get(selector) for selector in compiled.selectors),
+        cost,
+        algorithm,
+    )
+
+
+@functools.lru_cache(maxsize=8192)
+def cached_plan(
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    values: tuple[str | None, ...],
+    cost: float,
+    algorithm: str,
+) -> Plan:
+    """The plan for selector ``values`` given in the order of ``compiled.selectors``; plans
+    are immutable, so the callers of a hot key share one."""
+    value_of = dict(zip(compiled.selectors, values, strict=True))
     index: dict[Identifier, int] = {}
     leaf_identifiers: list[int] = []
     for rule in compiled.rules:
         if rule.selector is None:
             identifier = Identifier(namespace, key, None, None)
         else:
-            value = values.get(rule.selector)
+            value = value_of[rule.selector]
             if not value:
                 leaf_identifiers.append(-1)
                 continue
             identifier = Identifier(namespace, key, rule.selector, value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
-    return Plan(compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm)
+    plan = Plan(compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm)
+    if algorithm == SLIDING_LOG:
+        return plan
+    sizes: list[dict[int, None]] = [{} for _ in index]
+    for rule, i in zip(compiled.rules, leaf_identifiers, strict=True):
+        if i >= 0:
+            sizes[i][rule.span_ms * US_PER_MS] = None
+    windows = tuple(tuple(s) for s in sizes)
+    return Plan(
+        compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm, windows
+    )
 
 
 def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
@@ -165,15 +199,6 @@ def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
             count, span = limits[i]
             limits[i] = (max(count, rule.count), max(span, rule.span_ms))
     return limits
-
-
-def windows_per_identifier(plan: Plan) -> list[list[int]]:
-    """Per identifier: the window sizes (us) of the rules counting on it, each once."""
-    sizes: list[dict[int, None]] = [{} for _ in plan.identifiers]
-    for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
-        if i >= 0:
-            sizes[i][rule.span_ms * US_PER_MS] = None
-    return [list(s) for s in sizes]
 
 
 def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> Decision:

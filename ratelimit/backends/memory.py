@@ -21,7 +21,6 @@ from ratelimit.plan import (
     counter_update_rate,
     evaluate,
     limits_per_identifier,
-    windows_per_identifier,
 )
 
 
@@ -124,7 +123,7 @@ class MemoryBackend:
             counts.append((0.0, 0.0) if i < 0 else entries[i].counted(size, now // size))
         decision = evaluate(plan, now, counts)
         if decision.allowed:
-            sizes = windows_per_identifier(plan)
+            sizes = plan.windows
             for identifier, entry, sizes_of in zip(plan.identifiers, entries, sizes, strict=True):
                 for size in sizes_of:
                     index = window_index(now, size)

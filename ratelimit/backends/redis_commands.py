@@ -39,7 +39,6 @@ from ratelimit.plan import (
     counter_update_rate,
     evaluate,
     limits_per_identifier,
-    windows_per_identifier,
 )
 
 HEAD = 64  # entries of each log read in the first round trip
@@ -202,7 +201,7 @@ class RedisCommandBackend:
     async def _decide_windows(self, plan: Plan) -> Decision:
         """Sliding or fixed window: the same counters as ``window_counters.lua``."""
         keys = [counter_key(identifier) for identifier in plan.identifiers]
-        sizes = windows_per_identifier(plan)
+        sizes = plan.windows
         read = self._pipeline_with_time()
         for key, sizes_of in zip(keys, sizes, strict=True):
             for size in sizes_of:

@@ -30,7 +30,6 @@ from ratelimit.plan import (
     Plan,
     counter_update_rate,
     evaluate,
-    windows_per_identifier,
 )
 
 logger = logging.getLogger("ratelimit")
@@ -84,24 +83,31 @@ class SyncedBackend:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def decide(self, plan: Plan) -> Decision:
-        self._start()
+        if self._task is None:
+            self._start()
         with self._lock:
             now = self._now()
+            known = self._locals
+            entries = [
+                [known.get((identifier, size)) for size in sizes]
+                for identifier, sizes in zip(plan.identifiers, plan.windows, strict=True)
+            ]
             counts: list[tuple[float, float]] = []
             for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
                 if i < 0:
                     counts.append((0.0, 0.0))
                     continue
                 size = rule.span_ms * US_PER_MS
-                local = self._locals.get((plan.identifiers[i], size))
+                local = entries[i][plan.windows[i].index(size)]
                 index = now // size
                 counts.append((local.count(index), local.count(index - 1)) if local else (0.0, 0.0))
             decision = evaluate(plan, now, counts)
-            for identifier, sizes in zip(
-                plan.identifiers, windows_per_identifier(plan), strict=True
+            for identifier, sizes, found in zip(
+                plan.identifiers, plan.windows, entries, strict=True
             ):
-                for size in sizes:
-                    local = self._locals.setdefault((identifier, size), _Local())
+                for size, local in zip(sizes, found, strict=True):
+                    if local is None:
+                        local = known[(identifier, size)] = _Local()
                     local.used_us = now
                     if decision.allowed:
                         local.add(now // size, plan.cost)
