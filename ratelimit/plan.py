@@ -106,6 +106,11 @@ class Plan:
     algorithm: str = SLIDING_LOG
     windows: tuple[tuple[int, ...], ...] = ()
     """Window counters: per identifier, the window sizes (us) of the rules counting on it."""
+    window_names: tuple[tuple[str, ...], ...] = ()
+    """Window counters: a name per (identifier, window size) in ``windows``, for stores in
+    this process (text, so that its hash is computed once)."""
+    leaf_windows: tuple[int, ...] = ()
+    """Window counters: per leaf, the position of its size in its identifier's ``windows``."""
 
     def depth(self, rule: Rule) -> int:
         """Sliding log: how many of the newest hits decide ``rule``; the call is refused
@@ -154,6 +159,11 @@ def make_plan(
     )
 
 
+def window_name(identifier: Identifier, size_us: int) -> str:
+    """The name of one (identifier, window size) in stores of this process."""
+    return f"{identifier!r}/{size_us}"
+
+
 @functools.lru_cache(maxsize=8192)
 def cached_plan(
     compiled: CompiledTree,
@@ -186,8 +196,25 @@ def cached_plan(
         if i >= 0:
             sizes[i][rule.span_ms * US_PER_MS] = None
     windows = tuple(tuple(s) for s in sizes)
+    names = tuple(
+        tuple(window_name(identifier, size) for size in sizes_of)
+        for identifier, sizes_of in zip(index, windows, strict=True)
+    )
+    leaf_windows = tuple(
+        windows[i].index(rule.span_ms * US_PER_MS) if i >= 0 else -1
+        for rule, i in zip(compiled.rules, leaf_identifiers, strict=True)
+    )
     return Plan(
-        compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm, windows
+        compiled,
+        namespace,
+        key,
+        tuple(index),
+        tuple(leaf_identifiers),
+        cost,
+        algorithm,
+        windows,
+        names,
+        leaf_windows,
     )
 
 

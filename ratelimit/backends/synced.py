@@ -30,6 +30,7 @@ from ratelimit.plan import (
     Plan,
     counter_update_rate,
     evaluate,
+    window_name,
 )
 
 logger = logging.getLogger("ratelimit")
@@ -38,9 +39,11 @@ logger = logging.getLogger("ratelimit")
 class _Local:
     """One (identifier, window size): totals fetched at the last sync and hits since."""
 
-    __slots__ = ("diff", "synced", "used_us")
+    __slots__ = ("diff", "identifier", "size", "synced", "used_us")
 
-    def __init__(self) -> None:
+    def __init__(self, identifier: Identifier, size: int) -> None:
+        self.identifier = identifier
+        self.size = size
         self.synced: dict[int, float] = {}
         self.diff: dict[int, float] = {}
         self.used_us = 0
@@ -68,7 +71,7 @@ class SyncedBackend:
         self.sync_rate = sync_rate
         self._clock = clock
         self._offset_us = 0
-        self._locals: dict[tuple[Identifier, int], _Local] = {}
+        self._locals: dict[str, _Local] = {}  # by Plan.window_names
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -88,36 +91,35 @@ class SyncedBackend:
         with self._lock:
             now = self._now()
             known = self._locals
-            entries = [
-                [known.get((identifier, size)) for size in sizes]
-                for identifier, sizes in zip(plan.identifiers, plan.windows, strict=True)
-            ]
+            entries = [[known.get(name) for name in names] for names in plan.window_names]
             counts: list[tuple[float, float]] = []
-            for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
-                if i < 0:
+            for rule, i, w in zip(
+                plan.compiled.rules, plan.leaf_identifiers, plan.leaf_windows, strict=True
+            ):
+                local = entries[i][w] if i >= 0 else None
+                if local is None:
                     counts.append((0.0, 0.0))
                     continue
-                size = rule.span_ms * US_PER_MS
-                local = entries[i][plan.windows[i].index(size)]
-                index = now // size
-                counts.append((local.count(index), local.count(index - 1)) if local else (0.0, 0.0))
+                index = now // (rule.span_ms * US_PER_MS)
+                counts.append((local.count(index), local.count(index - 1)))
             decision = evaluate(plan, now, counts)
-            for identifier, sizes, found in zip(
-                plan.identifiers, plan.windows, entries, strict=True
-            ):
-                for size, local in zip(sizes, found, strict=True):
+            for i, (names, found) in enumerate(zip(plan.window_names, entries, strict=True)):
+                for w, local in enumerate(found):
                     if local is None:
-                        local = known[(identifier, size)] = _Local()
+                        local = known[names[w]] = _Local(plan.identifiers[i], plan.windows[i][w])
                     local.used_us = now
                     if decision.allowed:
-                        local.add(now // size, plan.cost)
+                        local.add(now // local.size, plan.cost)
             return decision
 
     async def update_counter(self, update: CounterUpdate) -> float:
         self._start()
         with self._lock:
             now = self._now()
-            local = self._locals.setdefault((update.identifier, update.size_us), _Local())
+            name = window_name(update.identifier, update.size_us)
+            local = self._locals.get(name)
+            if local is None:
+                local = self._locals[name] = _Local(update.identifier, update.size_us)
             local.used_us = now
             index = now // update.size_us
             rate = counter_update_rate(update, local.count(index), local.count(index - 1), now)
@@ -131,11 +133,11 @@ class SyncedBackend:
         with self._lock:
             now = self._now()
             taken: dict[Identifier, list[tuple[int, dict[int, float]]]] = {}
-            for (identifier, size), local in list(self._locals.items()):
-                if not local.diff and now - local.used_us > 2 * size:
-                    del self._locals[(identifier, size)]  # unused for two windows: forget it
+            for name, local in list(self._locals.items()):
+                if not local.diff and now - local.used_us > 2 * local.size:
+                    del self._locals[name]  # unused for two windows: forget it
                     continue
-                taken.setdefault(identifier, []).append((size, local.diff))
+                taken.setdefault(local.identifier, []).append((local.size, local.diff))
                 local.diff = {}
         if not taken:
             return
@@ -159,7 +161,7 @@ class SyncedBackend:
                     self._restore({identifier: sizes})
                     continue
                 for size, windows in result.items():
-                    fetched = self._locals.get((identifier, size))
+                    fetched = self._locals.get(window_name(identifier, size))
                     if fetched is not None:
                         fetched.synced = windows
         if server_now is not None and self._clock is None:
@@ -169,7 +171,10 @@ class SyncedBackend:
         with self._lock:
             for identifier, sizes in taken.items():
                 for size, diff in sizes:
-                    local = self._locals.setdefault((identifier, size), _Local())
+                    name = window_name(identifier, size)
+                    local = self._locals.get(name)
+                    if local is None:
+                        local = self._locals[name] = _Local(identifier, size)
                     for index, value in diff.items():
                         local.add(index, value)
 
