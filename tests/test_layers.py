@@ -43,7 +43,7 @@ def test_front_ends_never_build_keys() -> None:
 
 
 def test_lua_lives_in_files_with_a_header() -> None:
-    scripts = list((PACKAGE / "backends" / "lua").glob("*.lua"))
+    scripts = [s for s in (PACKAGE / "backends" / "lua").glob("*.lua") if s.name[0] != "_"]
     assert scripts
     for script in scripts:
         lines = script.read_text().splitlines()

@@ -20,8 +20,8 @@ overshoot of at most the number of decisions in flight at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
@@ -42,6 +42,7 @@ from ratelimit.plan import (
 )
 
 HEAD = 64  # entries of each log read in the first round trip
+T = TypeVar("T")
 
 
 class RedisCommandBackend:
@@ -96,23 +97,31 @@ class RedisCommandBackend:
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        return await self._guarded(
+            plan.namespace, plan.key, lambda: self._decide(plan), f"decide key {plan.key!r}"
+        )
+
+    async def _guarded(
+        self, namespace: str, key: str, work: Callable[[], Awaitable[T]], what: str
+    ) -> T:
+        """Run ``work`` under the lock of (namespace, key) unless ``disable_locks``, with
+        Redis errors raised as ``BackendError``."""
         try:
             if self.disable_locks:
-                return await self._decide(plan)
-            async with self.lock(plan.namespace, plan.key).held():
-                return await self._decide(plan)
+                return await work()
+            async with self.lock(namespace, key).held():
+                return await work()
         except RedisError as exc:
-            raise BackendError(f"redis failed to decide key {plan.key!r}: {exc}") from exc
+            raise BackendError(f"redis failed to {what}: {exc}") from exc
 
     async def update_counter(self, update: CounterUpdate) -> float:
         identifier = update.identifier
-        try:
-            if self.disable_locks:
-                return await self._update_counter(update)
-            async with self.lock(identifier.namespace, identifier.key).held():
-                return await self._update_counter(update)
-        except RedisError as exc:
-            raise BackendError(f"redis failed to update counter {identifier.key!r}: {exc}") from exc
+        return await self._guarded(
+            identifier.namespace,
+            identifier.key,
+            lambda: self._update_counter(update),
+            f"update counter {identifier.key!r}",
+        )
 
     async def _update_counter(self, update: CounterUpdate) -> float:
         key = counter_key(update.identifier)

@@ -28,10 +28,17 @@ from ratelimit.plan import CounterUpdate, Identifier, Plan, evaluate
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
 _LUA = resources.files("ratelimit.backends").joinpath("lua")
-SLIDING_LOG_LUA = _LUA.joinpath("sliding_log.lua").read_text()
-WINDOW_COUNTERS_LUA = _LUA.joinpath("window_counters.lua").read_text()
-COUNTER_UPDATE_LUA = _LUA.joinpath("counter_update.lua").read_text()
-COUNTER_SYNC_LUA = _LUA.joinpath("counter_sync.lua").read_text()
+
+
+def _script(*parts: str) -> str:
+    """A script from its files: Redis scripts cannot import, so shared parts are joined."""
+    return "\n".join(_LUA.joinpath(part).read_text() for part in parts)
+
+
+SLIDING_LOG_LUA = _script("_now.lua", "_tree.lua", "sliding_log.lua")
+WINDOW_COUNTERS_LUA = _script("_now.lua", "_tree.lua", "window_counters.lua")
+COUNTER_UPDATE_LUA = _script("_now.lua", "counter_update.lua")
+COUNTER_SYNC_LUA = _script("_now.lua", "counter_sync.lua")
 
 Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
 """One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""

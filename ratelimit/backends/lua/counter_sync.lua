@@ -10,16 +10,9 @@
 --           named in ARGV[2], both slots (window index and count, as strings; -1 and 0 for
 --           an empty slot). When something was added, the key expires two of its largest
 --           windows from now (never sooner than it already would).
+--
+-- Runs after _now.lua, which redis_script.py joins in front of it.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
 
 local key = KEYS[1]
 local numbers = {}

@@ -10,16 +10,9 @@
 -- Returns   the rate after the addition, current + previous * weight, as a %.17g string.
 --           When something was added, the key expires 2 * S from now (never sooner than it
 --           already would).
+--
+-- Runs after _now.lua, which redis_script.py joins in front of it.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
 local size = tonumber(ARGV[2])
 local value = tonumber(ARGV[3])
 local key = KEYS[1]

@@ -15,20 +15,8 @@
 --           when all `depth` are inside, the depth-th newest timestamp. When allowed, every
 --           key got `cost` hits, was trimmed to the largest count and expires after the
 --           largest span on it.
-
-if redis.replicate_commands then redis.replicate_commands() end
-
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
-
-local tree, slots = {}, {}
-for n in string.gmatch(ARGV[2], '%d+') do tree[#tree + 1] = tonumber(n) end
-for n in string.gmatch(ARGV[3], '%d+') do slots[#slots + 1] = tonumber(n) end
+--
+-- Runs after _now.lua and _tree.lua, which redis_script.py joins in front of it.
 
 local leaves = tree[1]
 local cost = tonumber(ARGV[4])
@@ -70,22 +58,7 @@ for i = 0, leaves - 1 do
   result[#result + 1] = nth
 end
 
-local pos = 2 + 2 * leaves
-local function node()
-  local op, operand = tree[pos], tree[pos + 1]
-  pos = pos + 2
-  if op == 0 then return limited[operand] end
-  local all, any = true, false
-  for _ = 1, operand do
-    local child = node()
-    all = all and child
-    any = any or child
-  end
-  if op == 1 then return all end
-  return any
-end
-
-if node() then return result end
+if tree_limited(limited) then return result end
 
 result[1] = 1
 for k, count in pairs(keep) do

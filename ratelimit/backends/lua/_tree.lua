@@ -1,0 +1,27 @@
+-- _tree.lua: joined after _now.lua in front of the scripts that decide a rule tree.
+-- Reads ARGV[2] (the tree: L, per leaf count and span or size in microseconds, then the
+-- prefix program) into `tree` and ARGV[3] (per leaf, its key index or 0) into `slots`, and
+-- defines `tree_limited(limited)`: whether the tree is limited, given per leaf (from 0)
+-- whether that rule is limited. Opcodes: 0 = leaf, 1 = And, 2 = Or.
+
+local tree, slots = {}, {}
+for n in string.gmatch(ARGV[2], '%d+') do tree[#tree + 1] = tonumber(n) end
+for n in string.gmatch(ARGV[3], '%d+') do slots[#slots + 1] = tonumber(n) end
+
+local function tree_limited(limited)
+  local pos = 2 + 2 * tree[1]
+  local function node()
+    local op, operand = tree[pos], tree[pos + 1]
+    pos = pos + 2
+    if op == 0 then return limited[operand] end
+    local all, any = true, false
+    for _ = 1, operand do
+      local child = node()
+      all = all and child
+      any = any or child
+    end
+    if op == 1 then return all end
+    return any
+  end
+  return node()
+end
