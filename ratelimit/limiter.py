@@ -35,7 +35,7 @@ from ratelimit.errors import (
     RuleConflictError,
     UnknownKeyError,
 )
-from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, compile_tree, make_plan
+from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, cached_plan, compile_tree
 from ratelimit.rules import MAX_SPAN_MS, RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 from ratelimit.settings import check_cost, check_cost_type, is_number, synced_backend
@@ -290,11 +290,11 @@ class Limit:
         values = (
             await resolve(compiled.selectors, registration.sources, key, call)
             if compiled.selectors
-            else {}
+            else ()
         )
         owner = self._owner
-        plan = make_plan(compiled, owner.namespace, key, values, self._cost, owner.algorithm)
-        return await self._owner.backend.decide(plan)
+        plan = cached_plan(compiled, owner.namespace, key, values, self._cost, owner.algorithm)
+        return await owner.backend.decide(plan)
 
     async def decide(self) -> Decision:
         """Decide one call under this limit's key without raising: the hit is recorded only

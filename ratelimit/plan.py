@@ -228,6 +228,17 @@ def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
     return limits
 
 
+def _leaf(plan: Plan, i: int, now_us: int, counts: Sequence[tuple[float, float]]) -> Outcome:
+    """The outcome of leaf ``i`` under the plan's algorithm."""
+    if plan.leaf_identifiers[i] < 0:
+        return (False, 0, None, None)
+    rule = plan.compiled.rules[i]
+    if plan.algorithm == SLIDING_LOG:
+        return log_outcome(rule, i, plan.cost, counts[i], now_us)
+    sliding = plan.algorithm == SLIDING_WINDOW
+    return counter_outcome(rule, i, plan.cost, counts[i], now_us, sliding)
+
+
 def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> Decision:
     """Turn per-leaf counts into the decision for the whole tree.
 
@@ -236,20 +247,14 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> 
     are inside the window); for the window counters (current count, previous count).
     """
     rules = plan.compiled.rules
-    sliding = plan.algorithm == SLIDING_WINDOW
-
-    def leaf(i: int) -> Outcome:
-        if plan.leaf_identifiers[i] < 0:
-            return (False, 0, None, None)
-        if plan.algorithm == SLIDING_LOG:
-            return log_outcome(rules[i], i, plan.cost, counts[i], now_us)
-        return counter_outcome(rules[i], i, plan.cost, counts[i], now_us, sliding)
+    if len(rules) == 1:  # the common single rule: no tree to walk
+        return _decision(plan, _leaf(plan, 0, now_us, counts))
 
     def node(pos: int) -> tuple[Outcome, int]:
         op, operand = plan.compiled.program[pos], plan.compiled.program[pos + 1]
         pos += 2
         if op == OP_LEAF:
-            return leaf(operand), pos
+            return _leaf(plan, operand, now_us, counts), pos
         children: list[Outcome] = []
         for _ in range(operand):
             child, pos = node(pos)
@@ -266,8 +271,13 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> 
         pick = min if op == OP_OR else max
         return pick(bounded, key=lambda c: c[2]), pos  # type: ignore[arg-type, return-value]
 
-    (limited, retry_us, remaining, binding), _ = node(0)
-    rule = rules[binding] if binding is not None else None
+    return _decision(plan, node(0)[0])
+
+
+def _decision(plan: Plan, outcome: Outcome) -> Decision:
+    """The decision of the whole tree from its root's outcome."""
+    limited, retry_us, remaining, binding = outcome
+    rule = plan.compiled.rules[binding] if binding is not None else None
     if limited:
         return Decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key)
     left = None if remaining is None else math.floor(remaining - plan.cost)

@@ -91,6 +91,8 @@ class SyncedBackend:
         with self._lock:
             now = self._now()
             known = self._locals
+            if len(plan.compiled.rules) == 1 and plan.identifiers:
+                return self._decide_one(plan, now)
             entries = [[known.get(name) for name in names] for names in plan.window_names]
             counts: list[tuple[float, float]] = []
             for rule, i, w in zip(
@@ -111,6 +113,21 @@ class SyncedBackend:
                     if decision.allowed:
                         local.add(now // local.size, plan.cost)
             return decision
+
+    def _decide_one(self, plan: Plan, now: int) -> Decision:
+        """``decide`` for the common single rule with a value: one counter, no tree."""
+        name = plan.window_names[0][0]
+        local = self._locals.get(name)
+        size = plan.windows[0][0]
+        index = now // size
+        counts = [(local.count(index), local.count(index - 1)) if local else (0.0, 0.0)]
+        decision = evaluate(plan, now, counts)
+        if local is None:
+            local = self._locals[name] = _Local(plan.identifiers[0], size)
+        local.used_us = now
+        if decision.allowed:
+            local.add(index, plan.cost)
+        return decision
 
     async def update_counter(self, update: CounterUpdate) -> float:
         self._start()
