@@ -23,7 +23,7 @@ from ratelimit.algorithms import (
     counter_rate,
     log_outcome,
 )
-from ratelimit.decision import Decision
+from ratelimit.decision import Decision, make_decision
 from ratelimit.rules import And, Node, Rule
 
 # Prefix program opcodes, each followed by one operand.
@@ -279,6 +279,6 @@ def _decision(plan: Plan, outcome: Outcome) -> Decision:
     limited, retry_us, remaining, binding = outcome
     rule = plan.compiled.rules[binding] if binding is not None else None
     if limited:
-        return Decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key)
+        return make_decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key)
     left = None if remaining is None else math.floor(remaining - plan.cost)
-    return Decision(True, 0.0, rule, left, plan.key)
+    return make_decision(True, 0.0, rule, left, plan.key)

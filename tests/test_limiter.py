@@ -340,3 +340,16 @@ async def test_a_cost_above_a_reused_keys_count_fails_at_the_first_call(rl: Rate
 
     with pytest.raises(ConfigurationError, match="cost 6 is above"):
         await heavy()
+
+
+def test_the_fast_decision_constructor_builds_the_same_immutable_decision() -> None:
+    import dataclasses
+
+    from ratelimit.decision import make_decision
+
+    rule = Rule(1, 1000)
+    fast = make_decision(False, 0.5, rule, 0, "k")
+    assert fast == Decision(False, 0.5, rule, 0, "k")
+    assert repr(fast) == repr(Decision(False, 0.5, rule, 0, "k"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.allowed = True  # type: ignore[misc]
