@@ -20,6 +20,8 @@ class Decision:
     - ``remaining``: calls still admitted right now after this one; ``0`` when denied;
       ``None`` when nothing limits the call.
     - ``key``: the limit's key.
+    - ``degraded``: the storage failed and the failure policy (``on_error``) decided
+      instead; nothing was counted.
 
     Example::
 
@@ -33,6 +35,7 @@ class Decision:
     rule: Rule | None
     remaining: int | None
     key: str
+    degraded: bool = False
 
 
 _new = object.__new__
@@ -40,6 +43,7 @@ _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
     Decision.__dict__[name].__set__
     for name in ("allowed", "retry_after", "rule", "remaining", "key")
 )
+_DEGRADED = Decision.__dict__["degraded"].__set__
 
 
 def make_decision(
@@ -54,4 +58,5 @@ def make_decision(
     _RULE(decision, rule)
     _REMAINING(decision, remaining)
     _KEY(decision, key)
+    _DEGRADED(decision, False)
     return decision

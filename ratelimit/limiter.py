@@ -36,9 +36,16 @@ from ratelimit.errors import (
     UnknownKeyError,
 )
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, cached_plan, compile_tree
+from ratelimit.policy import FailurePolicy
 from ratelimit.rules import MAX_SPAN_MS, RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
-from ratelimit.settings import check_cost, check_cost_type, is_number, synced_backend
+from ratelimit.settings import (
+    check_cost,
+    check_cost_type,
+    check_timeout,
+    is_number,
+    synced_backend,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,6 +70,12 @@ class RateLimit:
     ``algorithm``: ``"sliding-log"`` (default; exact, memory O(N) per identifier),
     ``"sliding-window"`` (two counters per window size: O(1) memory, approximate) or
     ``"fixed-window"``.
+
+    ``on_error``: what a decision does when Redis fails or misses its deadline: ``"allow"``
+    (default, fail-open), ``"deny"`` or ``"raise"`` (``BackendError``); such decisions say
+    ``degraded=True``. ``timeout`` (seconds, default 0.25; ``None`` for none) bounds each
+    decision's work on Redis, so a hung Redis never hangs a caller; waiting for the command
+    engine's lock is not part of it and never fails open.
 
     ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis on
     every decision; ``> 0`` decides in-process on local counters and syncs them with Redis
@@ -91,6 +104,8 @@ class RateLimit:
         *,
         algorithm: str = SLIDING_LOG,
         sync_rate: float = 0,
+        on_error: str = "allow",
+        timeout: float | None = 0.25,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -106,9 +121,11 @@ class RateLimit:
             )
         self.namespace = namespace
         self.algorithm = algorithm
+        check_timeout(timeout)
         engine = EngineOptions(
-            use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout
+            use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout, timeout
         )
+        self.policy = FailurePolicy(on_error)
         self.backend: Backend = backend_for(storage, clock=clock, engine=engine)
         self._unused: Backend | None = None
         if sync_rate:
@@ -123,6 +140,8 @@ class RateLimit:
         *,
         algorithm: str = SLIDING_LOG,
         sync_rate: float = 0,
+        on_error: str = "allow",
+        timeout: float | None = 0.25,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -137,11 +156,12 @@ class RateLimit:
         ``redis.asyncio.from_url``. The client opened here is closed by :meth:`aclose` (or
         by leaving ``async with``).
         """
+        check_timeout(timeout)
         engine = EngineOptions(
-            use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout
+            use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout, timeout
         )
         backend = backend_from_url(url, clock=clock, engine=engine, **options)
-        return cls(backend, namespace, algorithm=algorithm, sync_rate=sync_rate)
+        return cls(backend, namespace, algorithm=algorithm, sync_rate=sync_rate, on_error=on_error)
 
     async def aclose(self) -> None:
         """Release the storage this limiter opened (after a last sync, with ``sync_rate``)."""
@@ -294,7 +314,7 @@ class Limit:
         )
         owner = self._owner
         plan = cached_plan(compiled, owner.namespace, key, values, self._cost, owner.algorithm)
-        return await owner.backend.decide(plan)
+        return await owner.policy.decide(owner.backend, plan)
 
     async def decide(self) -> Decision:
         """Decide one call under this limit's key without raising: the hit is recorded only

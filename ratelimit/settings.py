@@ -53,3 +53,10 @@ def check_cost(compiled: CompiledTree, cost: float) -> None:
                 f"cost {cost} is above the count of rule '{rule}': such a call could never "
                 "be admitted"
             )
+
+
+def check_timeout(timeout: object) -> None:
+    if timeout is not None and (not is_number(timeout) or not timeout > 0):  # type: ignore[operator]
+        raise ConfigurationError(
+            f"timeout must be a number of seconds above 0, or None, not {timeout!r}"
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -129,6 +130,15 @@ class RedisServer:
             self._process.kill()
             self._process.wait()
         self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it keeps its connections and answers nothing."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
 
     def restart(self) -> None:
         self.stop()

@@ -117,7 +117,7 @@ async def test_each_decision_takes_and_returns_the_lock(client: aioredis.Redis) 
 
 
 async def test_a_failing_decision_still_returns_the_lock(client: aioredis.Redis) -> None:
-    rl = RateLimit(client, "ns", use_scripts=False)
+    rl = RateLimit(client, "ns", use_scripts=False, on_error="raise")
     await client.set("rl:{ns:k}", "not a list")
     with pytest.raises(BackendError, match="WRONGTYPE"):
         await rl.limit("5/s", key="k").decide()

@@ -28,6 +28,7 @@ class EngineOptions:
     lock_ttl: float = 10.0
     lock_polling_interval: float = 0.1
     lock_timeout: float = 10.0
+    timeout: float | None = 0.25
 
     def backend(
         self, client: RedisClient, clock: Clock | None, *, owns_client: bool = False
@@ -35,7 +36,9 @@ class EngineOptions:
         """The script engine (``disable_locks`` changes nothing: scripts are atomic), or
         the command engine with these lock settings."""
         if self.use_scripts:
-            return RedisScriptBackend(client, clock=clock, owns_client=owns_client)
+            return RedisScriptBackend(
+                client, clock=clock, owns_client=owns_client, timeout=self.timeout
+            )
         return RedisCommandBackend(
             client,
             clock=clock,
@@ -44,6 +47,7 @@ class EngineOptions:
             lock_polling_interval=self.lock_polling_interval,
             lock_timeout=self.lock_timeout,
             owns_client=owns_client,
+            timeout=self.timeout,
         )
 
 

@@ -19,12 +19,13 @@ overshoot of at most the number of decisions in flight at once.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError, RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, window, window_index
 from ratelimit.backends.base import Clock, clock_us
@@ -32,7 +33,7 @@ from ratelimit.backends.keys import counter_key, identifier_key, lock_key
 from ratelimit.backends.redis_lock import RedisLock
 from ratelimit.backends.redis_script import RedisClient
 from ratelimit.decision import Decision
-from ratelimit.errors import BackendError
+from ratelimit.errors import BackendError, LockTimeoutError
 from ratelimit.plan import (
     CounterUpdate,
     Plan,
@@ -67,6 +68,7 @@ class RedisCommandBackend:
         lock_polling_interval: float = 0.1,
         lock_timeout: float = 10.0,
         owns_client: bool = False,
+        timeout: float | None = None,
     ) -> None:
         for name, value in (
             ("lock_ttl", lock_ttl),
@@ -83,6 +85,7 @@ class RedisCommandBackend:
         self.lock_ttl = lock_ttl
         self.lock_polling_interval = lock_polling_interval
         self.lock_timeout = lock_timeout
+        self.timeout = timeout
 
     def lock(self, namespace: str, key: str) -> RedisLock:
         """The lock guarding every identifier of one (namespace, key)."""
@@ -92,6 +95,7 @@ class RedisCommandBackend:
             ttl=self.lock_ttl,
             polling_interval=self.lock_polling_interval,
             timeout=self.lock_timeout,
+            round_trip_timeout=self.timeout,
         )
 
     async def decide(self, plan: Plan) -> Decision:
@@ -107,12 +111,26 @@ class RedisCommandBackend:
         """Run ``work`` under the lock of (namespace, key) unless ``disable_locks``, with
         Redis errors raised as ``BackendError``."""
         try:
-            if self.disable_locks:
-                return await work()
-            async with self.lock(namespace, key).held():
-                return await work()
+            try:
+                return await self._once(namespace, key, work)
+            except ConnectionError:
+                # A pooled connection that Redis dropped (a restart): once more on a fresh
+                # one. A write that landed before the drop counts twice: over-limits only.
+                return await self._once(namespace, key, work)
+        except LockTimeoutError:
+            raise  # contention, not an outage: never turned into a failure to fail open on
+        except TimeoutError as exc:
+            raise BackendError(f"redis did not answer within {self.timeout} s to {what}") from exc
         except RedisError as exc:
             raise BackendError(f"redis failed to {what}: {exc}") from exc
+
+    async def _once(self, namespace: str, key: str, work: Callable[[], Awaitable[T]]) -> T:
+        if self.disable_locks:
+            async with asyncio.timeout(self.timeout):
+                return await work()
+        async with self.lock(namespace, key).held():
+            async with asyncio.timeout(self.timeout):  # the lock's wait is not an outage
+                return await work()
 
     async def update_counter(self, update: CounterUpdate) -> float:
         identifier = update.identifier

@@ -43,6 +43,7 @@ class RedisLock:
         ttl: float,
         polling_interval: float,
         timeout: float,
+        round_trip_timeout: float | None = None,
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self.client = client
@@ -50,6 +51,7 @@ class RedisLock:
         self.ttl_ms = max(1, round(ttl * 1000))
         self.polling_interval = polling_interval
         self.timeout = timeout
+        self.round_trip_timeout = round_trip_timeout  # each SET or release, if Redis hangs
         self._jitter = jitter
 
     def next_delay(self, remaining: float) -> float:
@@ -61,7 +63,9 @@ class RedisLock:
         token = secrets.token_hex(16)
         started = time.monotonic()
         while True:
-            if await self.client.set(self.name, token, nx=True, px=self.ttl_ms):
+            async with asyncio.timeout(self.round_trip_timeout):
+                taken = await self.client.set(self.name, token, nx=True, px=self.ttl_ms)
+            if taken:
                 return token
             waited = time.monotonic() - started
             if waited >= self.timeout:
@@ -92,10 +96,12 @@ class RedisLock:
         try:
             yield token
         finally:
-            release = asyncio.ensure_future(self.release(token))
+            release = asyncio.ensure_future(
+                asyncio.wait_for(self.release(token), self.round_trip_timeout)
+            )
             try:
                 await asyncio.shield(release)  # a cancelled caller still gives the lock back
-            except RedisError:
+            except (RedisError, TimeoutError):
                 pass  # the lock expires after its ttl; the block's own outcome stands
             except asyncio.CancelledError:
                 release.add_done_callback(_consume)

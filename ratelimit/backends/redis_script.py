@@ -8,6 +8,7 @@ so application servers need no clock agreement, unless a clock is injected (test
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Sequence
 from importlib import resources
@@ -16,7 +17,7 @@ from typing import Any, TypeAlias
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import ConnectionError, NoScriptError, RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.base import Clock, clock_us
@@ -70,10 +71,16 @@ class RedisScriptBackend:
     """
 
     def __init__(
-        self, client: RedisClient, *, clock: Clock | None = None, owns_client: bool = False
+        self,
+        client: RedisClient,
+        *,
+        clock: Clock | None = None,
+        owns_client: bool = False,
+        timeout: float | None = None,
     ) -> None:
         self.client = client
         self.clock = clock
+        self.timeout = timeout
         self._owns_client = owns_client
         self._log_script: AsyncScript = client.register_script(SLIDING_LOG_LUA)
         self._counter_script: AsyncScript = client.register_script(WINDOW_COUNTERS_LUA)
@@ -97,7 +104,18 @@ class RedisScriptBackend:
             keys = [counter_key(identifier) for identifier in plan.identifiers]
             args.append(b"1" if plan.algorithm == SLIDING_WINDOW else b"0")
         try:
-            reply = await script(keys=keys, args=args)
+            async with asyncio.timeout(self.timeout):
+                try:
+                    reply = await script(keys=keys, args=args)
+                except ConnectionError:
+                    # A pooled connection that Redis dropped (a restart): one more try on a
+                    # fresh one, within the same deadline. Should Redis have run the script
+                    # before the drop, the hit counts twice: it over-limits, never admits more.
+                    reply = await script(keys=keys, args=args)
+        except TimeoutError as exc:
+            raise BackendError(
+                f"redis did not answer within {self.timeout} s deciding key {plan.key!r}"
+            ) from exc
         except RedisError as exc:
             raise BackendError(f"redis failed to decide key {plan.key!r}: {exc}") from exc
         allowed, now, *flat = reply
@@ -115,7 +133,10 @@ class RedisScriptBackend:
             b"" if update.weight is None else repr(update.weight),
         )
         try:
-            rate = await self._update_script(keys=[counter_key(update.identifier)], args=args)
+            async with asyncio.timeout(self.timeout):
+                rate = await self._update_script(keys=[counter_key(update.identifier)], args=args)
+        except TimeoutError as exc:
+            raise BackendError(f"redis did not answer within {self.timeout} s") from exc
         except RedisError as exc:
             raise BackendError(
                 f"redis failed to update counter {update.identifier.key!r}: {exc}"

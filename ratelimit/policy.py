@@ -1,0 +1,92 @@
+"""What a decision does when the storage fails: ``on_error="allow" | "deny" | "raise"``.
+
+``allow`` (default, fail-open, as seed 004 and Envoy do) admits the call; ``deny`` refuses it
+(``retry_after`` of :data:`DENY_RETRY_AFTER`); ``raise`` raises the ``BackendError``. Either
+way nothing is counted, and the decision says ``degraded=True``. Only ``BackendError``
+(Redis unreachable, timed out, or answering with an error) is a failure: waiting for the
+command engine's lock (``LockTimeoutError``) is contention and always raises.
+
+Outages are logged on the ``ratelimit`` logger without flooding it: one warning when one
+starts, one per minute while it lasts, and one when the storage answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ratelimit.backends import Backend
+from ratelimit.decision import Decision
+from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.plan import Plan
+
+ON_ERROR = ("allow", "deny", "raise")
+DENY_RETRY_AFTER = 1.0
+SUMMARY_EVERY = 60.0
+
+logger = logging.getLogger("ratelimit")
+
+
+class FailurePolicy:
+    """Runs decisions on a backend and applies ``on_error`` when the backend fails."""
+
+    def __init__(self, on_error: str = "allow") -> None:
+        if on_error not in ON_ERROR:
+            raise ConfigurationError(
+                f"on_error must be one of {', '.join(ON_ERROR)}, not {on_error!r}"
+            )
+        self.on_error = on_error
+        self._outage_started: float | None = None
+        self._last_summary = 0.0
+        self._degraded = 0
+        self._degraded_since_summary = 0
+
+    async def decide(self, backend: Backend, plan: Plan) -> Decision:
+        try:
+            decision = await backend.decide(plan)
+        except BackendError as exc:
+            if self.on_error == "raise":
+                raise
+            self._failed(exc)
+            allowed = self.on_error == "allow"
+            return Decision(
+                allowed,
+                0.0 if allowed else DENY_RETRY_AFTER,
+                None,
+                None if allowed else 0,
+                plan.key,
+                degraded=True,
+            )
+        if self._outage_started is not None:
+            self._recovered()
+        return decision
+
+    def _failed(self, exc: BackendError) -> None:
+        now = time.monotonic()
+        self._degraded += 1
+        self._degraded_since_summary += 1
+        verb = "admitting" if self.on_error == "allow" else "refusing"
+        if self._outage_started is None:
+            self._outage_started = self._last_summary = now
+            self._degraded_since_summary = 0
+            logger.warning("ratelimit: storage failed, %s calls until it answers: %s", verb, exc)
+        elif now - self._last_summary >= SUMMARY_EVERY:
+            logger.warning(
+                "ratelimit: storage still failing after %.0f s; %d more calls %s: %s",
+                now - self._outage_started,
+                self._degraded_since_summary,
+                verb.replace("ing", "ed"),
+                exc,
+            )
+            self._last_summary = now
+            self._degraded_since_summary = 0
+
+    def _recovered(self) -> None:
+        assert self._outage_started is not None
+        logger.warning(
+            "ratelimit: storage answers again after %.1f s; %d decisions were degraded",
+            time.monotonic() - self._outage_started,
+            self._degraded,
+        )
+        self._outage_started = None
+        self._degraded = 0

@@ -1,0 +1,146 @@
+"""The failure policy against a real redis-server that the tests kill, restart and pause."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+import redis.asyncio as aioredis
+
+from ratelimit import (
+    BackendError,
+    ConfigurationError,
+    Decision,
+    LockTimeoutError,
+    MemoryBackend,
+    RateLimit,
+    RateLimitExceeded,
+)
+from tests.redis_server import RedisServer
+
+TIMEOUT = 0.25
+MARGIN = 0.5  # scheduling slack on a loaded 2-core machine
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as running:
+        yield running
+
+
+async def timed(call: object) -> tuple[Decision | Exception, float]:
+    """Run one decision; return what it gave (or raised) and how long it took."""
+    assert callable(call)
+    started = time.monotonic()
+    try:
+        outcome: Decision | Exception = await call()
+    except (RateLimitExceeded, BackendError) as exc:
+        outcome = exc
+    return outcome, time.monotonic() - started
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("on_error", ["allow", "deny", "raise"])
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["script", "commands"])
+async def test_redis_killed_mid_stream_then_restarted(
+    server: RedisServer, on_error: str, use_scripts: bool
+) -> None:
+    client = aioredis.Redis.from_url(server.url)
+    rl = RateLimit(client, "f", on_error=on_error, timeout=TIMEOUT, use_scripts=use_scripts)
+    limit = rl.limit("1000/m", key="stream")
+    for _ in range(5):
+        decision, _took = await timed(limit.decide)
+        assert isinstance(decision, Decision)
+        assert decision.allowed
+        assert not decision.degraded
+
+    server.stop()  # SIGKILL
+    for _ in range(5):
+        outcome, took = await timed(limit.decide)
+        assert took < TIMEOUT + MARGIN
+        if on_error == "raise":
+            assert isinstance(outcome, BackendError)
+        else:
+            assert isinstance(outcome, Decision)
+            assert outcome.degraded
+            assert outcome.allowed is (on_error == "allow")
+
+    server.start()
+    back = time.monotonic()
+    while True:
+        outcome, took = await timed(limit.decide)
+        assert took < TIMEOUT + MARGIN
+        if isinstance(outcome, Decision) and not outcome.degraded:
+            break
+        assert time.monotonic() - back < 1.0, "not back within one second of Redis"
+    assert outcome.allowed
+    await client.aclose()
+
+
+@pytest.mark.redis
+async def test_redis_paused_then_resumed(server: RedisServer) -> None:
+    client = aioredis.Redis.from_url(server.url)
+    rl = RateLimit(client, "p", timeout=TIMEOUT)
+    assert (await rl.limit("1000/m", key="during").decide()).remaining == 999
+    server.pause()  # SIGSTOP: connections stay open, nothing answers
+    try:
+        for _ in range(3):
+            outcome, took = await timed(rl.limit("1000/m", key="during").decide)
+            assert took < TIMEOUT + MARGIN
+            assert isinstance(outcome, Decision)
+            assert outcome.degraded
+            assert outcome.allowed
+    finally:
+        server.resume()
+    # No connection still holds a reply meant for a call that gave up: each fresh key's
+    # answer is its own (a stale "during" reply would say 99x remaining).
+    for n in range(5):
+        decision = await rl.limit("10/m", key=f"after-{n}").decide()
+        assert not decision.degraded
+        assert decision.remaining == 9
+    await client.aclose()
+
+
+@pytest.mark.redis
+async def test_an_outage_logs_once_then_once_on_recovery(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = aioredis.Redis.from_url(server.url)
+    rl = RateLimit(client, "l", timeout=TIMEOUT)
+    limit = rl.limit("1000/m", key="log")
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        server.stop()
+        for _ in range(20):
+            assert (await limit.decide()).degraded
+        server.start()
+        while (await limit.decide()).degraded:
+            pass
+    lines = [r.getMessage() for r in caplog.records if r.name == "ratelimit"]
+    assert len(lines) == 2, lines
+    assert "storage failed, admitting calls" in lines[0]
+    assert "answers again" in lines[1]
+    assert "20 decisions were degraded" in lines[1] or "decisions were degraded" in lines[1]
+    await client.aclose()
+
+
+async def test_lock_contention_never_fails_open() -> None:
+    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    rl = RateLimit(
+        client, "c", use_scripts=False, on_error="allow", lock_timeout=0.1,
+        lock_polling_interval=0.02,
+    )  # fmt: skip
+    await client.set("rl:{c:busy}:lock", "someone else", px=60_000)
+    with pytest.raises(LockTimeoutError):
+        await rl.limit("5/s", key="busy").decide()
+    await client.aclose()
+
+
+def test_bad_failure_settings() -> None:
+    with pytest.raises(ConfigurationError, match="on_error must be one of allow, deny, raise"):
+        RateLimit(MemoryBackend(), on_error="ignore")
+    for timeout in (0, -1, float("nan"), "1"):
+        with pytest.raises(ConfigurationError, match="timeout must be a number of seconds"):
+            RateLimit(MemoryBackend(), timeout=timeout)  # type: ignore[arg-type]
