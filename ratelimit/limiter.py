@@ -29,6 +29,7 @@ from ratelimit.backends import (
 )
 from ratelimit.backends.base import Clock
 from ratelimit.decision import Decision
+from ratelimit.denials import DenialCache
 from ratelimit.errors import (
     ConfigurationError,
     RateLimitExceeded,
@@ -77,6 +78,9 @@ class RateLimit:
     decision's work on Redis, so a hung Redis never hangs a caller; waiting for the command
     engine's lock is not part of it and never fails open.
 
+    ``denial_cache``: how many refusals to remember in-process until they lift, answering
+    the same call again without asking Redis (0 turns it off).
+
     ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis on
     every decision; ``> 0`` decides in-process on local counters and syncs them with Redis
     every ``sync_rate`` seconds in the background (faster; each process may admit up to a
@@ -106,6 +110,7 @@ class RateLimit:
         sync_rate: float = 0,
         on_error: str = "allow",
         timeout: float | None = 0.25,
+        denial_cache: int = 10_000,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -130,6 +135,7 @@ class RateLimit:
         self._unused: Backend | None = None
         if sync_rate:
             self.backend, self._unused = synced_backend(self.backend, sync_rate, algorithm)
+        self.denials = DenialCache(denial_cache, clock=getattr(self.backend, "clock", None))
         self._registry: dict[str, _Registration] = {}
 
     @classmethod
@@ -142,6 +148,7 @@ class RateLimit:
         sync_rate: float = 0,
         on_error: str = "allow",
         timeout: float | None = 0.25,
+        denial_cache: int = 10_000,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -161,7 +168,14 @@ class RateLimit:
             use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout, timeout
         )
         backend = backend_from_url(url, clock=clock, engine=engine, **options)
-        return cls(backend, namespace, algorithm=algorithm, sync_rate=sync_rate, on_error=on_error)
+        return cls(
+            backend,
+            namespace,
+            algorithm=algorithm,
+            sync_rate=sync_rate,
+            on_error=on_error,
+            denial_cache=denial_cache,
+        )
 
     async def aclose(self) -> None:
         """Release the storage this limiter opened (after a last sync, with ``sync_rate``)."""
@@ -214,9 +228,12 @@ class RateLimit:
         ``value`` may be fractional or negative (a refund). ``weight`` is the previous
         window's weight (default ``(size - elapsed) / size``; ``0`` gives a fixed window).
         """
-        return await self.backend.update_counter(
+        rate = await self.backend.update_counter(
             self._counter_update(key, window_size, value, weight)
         )
+        if value < 0:
+            self.denials.forget(self.namespace, key)  # a refund can lift cached refusals
+        return rate
 
     async def sliding_window(
         self, key: str, window_size: float, weight: float | None = None
@@ -313,8 +330,15 @@ class Limit:
             else ()
         )
         owner = self._owner
-        plan = cached_plan(compiled, owner.namespace, key, values, self._cost, owner.algorithm)
-        return await owner.policy.decide(owner.backend, plan)
+        this = (compiled, owner.namespace, key, values, self._cost, owner.algorithm)
+        refused = owner.denials.get(this)
+        if refused is not None:
+            return refused  # still refused: the storage is not asked again until it lifts
+        plan = cached_plan(*this)
+        decision = await owner.policy.decide(owner.backend, plan)
+        if not decision.allowed:
+            owner.denials.remember(this, decision)
+        return decision
 
     async def decide(self) -> Decision:
         """Decide one call under this limit's key without raising: the hit is recorded only

@@ -153,7 +153,7 @@ async def test_a_redis_restart_is_survived_without_an_error(
     own_server: RedisServer, namespace: str, use_scripts: bool
 ) -> None:
     client = aioredis.Redis.from_url(own_server.url)
-    rl = RateLimit(client, namespace, use_scripts=use_scripts, on_error="raise")
+    rl = RateLimit(client, namespace, use_scripts=use_scripts, on_error="raise", denial_cache=0)
     limit = rl.limit("2/m", key="restart")
     assert (await limit.decide()).allowed
     own_server.restart()  # data and the script cache are gone, the connection is cut

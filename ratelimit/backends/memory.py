@@ -68,6 +68,7 @@ class MemoryBackend:
     """
 
     def __init__(self, *, clock: Clock | None = None, sweep_every: int = 1024) -> None:
+        self.clock = clock  # the injected clock, if any
         self._clock: Clock = clock or time.monotonic
         self._logs: dict[Identifier, _Log] = {}
         self._windows: dict[Identifier, _Windows] = {}

@@ -79,7 +79,7 @@ class RedisCommandBackend:
         if not lock_timeout >= 0:
             raise ValueError(f"lock_timeout must be 0 or more seconds, not {lock_timeout!r}")
         self.client = client
-        self._clock = clock
+        self.clock = clock
         self._owns_client = owns_client
         self.disable_locks = disable_locks
         self.lock_ttl = lock_ttl
@@ -165,8 +165,8 @@ class RedisCommandBackend:
     async def _now(self, replies: list[Any], key: str) -> int:
         """The decision's time: the injected clock, else Redis TIME (first in ``replies``,
         or, on a cluster, asked of the node that owns ``key``)."""
-        if self._clock is not None:
-            return clock_us(self._clock)
+        if self.clock is not None:
+            return clock_us(self.clock)
         if isinstance(self.client, RedisCluster):  # a cluster pipeline cannot route TIME
             node = self.client.get_node_from_key(key)
             seconds, micros = await self.client.execute_command("TIME", target_nodes=node)
@@ -176,7 +176,7 @@ class RedisCommandBackend:
 
     def _pipeline_with_time(self) -> Any:
         read = self.client.pipeline(transaction=False)
-        if self._clock is None and not isinstance(self.client, RedisCluster):
+        if self.clock is None and not isinstance(self.client, RedisCluster):
             read.time()
         return read
 

@@ -69,7 +69,7 @@ class SyncedBackend:
             raise ValueError(f"sync_rate must be above 0 here, not {sync_rate!r}")
         self.remote = remote
         self.sync_rate = sync_rate
-        self._clock = clock
+        self.clock = clock
         self._offset_us = 0
         self._locals: dict[str, _Local] = {}  # by Plan.window_names
         self._lock = threading.Lock()
@@ -77,8 +77,8 @@ class SyncedBackend:
         self._closed = False
 
     def _now(self) -> int:
-        if self._clock is not None:
-            return clock_us(self._clock)
+        if self.clock is not None:
+            return clock_us(self.clock)
         return time.time_ns() // 1000 + self._offset_us
 
     def _start(self) -> None:
@@ -181,7 +181,7 @@ class SyncedBackend:
                     fetched = self._locals.get(window_name(identifier, size))
                     if fetched is not None:
                         fetched.synced = windows
-        if server_now is not None and self._clock is None:
+        if server_now is not None and self.clock is None:
             self._offset_us = server_now - (sent + received) // 2
 
     def _restore(self, taken: dict[Identifier, list[tuple[int, dict[int, float]]]]) -> None:

@@ -1,0 +1,99 @@
+"""The denial cache: refusals answered in-process until they lift, never an admission."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio as aioredis
+
+from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
+from ratelimit.decision import Decision
+from ratelimit.plan import Plan
+from tests.conftest import FakeClock
+
+
+class Counting(MemoryBackend):
+    """A memory backend that counts how often it is asked."""
+
+    asked = 0
+
+    async def decide(self, plan: Plan) -> Decision:
+        self.asked += 1
+        return await super().decide(plan)
+
+
+async def test_a_refusal_is_answered_without_the_backend_until_it_lifts(
+    clock: FakeClock,
+) -> None:
+    backend = Counting(clock=clock)
+    rl = RateLimit(backend, "d")
+    limit = rl.limit("user:2/10s", key="k", user="u")
+    assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
+    assert backend.asked == 3
+    clock.advance(4)
+    cached = await limit.decide()
+    assert not cached.allowed
+    assert cached.retry_after == pytest.approx(6.0)  # brought up to date
+    assert backend.asked == 3  # not asked
+    with pytest.raises(RateLimitExceeded):
+        async with rl.limit("user:2/10s", key="k", user="u"):
+            pass
+    assert backend.asked == 3
+    assert (await rl.limit("user:2/10s", key="k", user="v").decide()).allowed  # other value
+    assert backend.asked == 4
+    clock.advance(6)  # the refusal lifts: the backend decides again
+    assert (await limit.decide()).allowed
+    assert backend.asked == 5
+
+
+async def test_the_cache_is_bounded_and_can_be_turned_off(clock: FakeClock) -> None:
+    rl = RateLimit(Counting(clock=clock), "d", denial_cache=2)
+    for user in ("a", "b", "c"):
+        limit = rl.limit("user:1/m", key="k", user=user)
+        await limit.decide()
+        await limit.decide()  # refused, remembered
+    assert len(rl.denials) == 2  # "a" went first
+    off = Counting(clock=clock)
+    rl_off = RateLimit(off, "d", denial_cache=0)
+    for _ in range(5):
+        await rl_off.limit("1/m", key="k").decide()
+    assert off.asked == 5
+    assert len(rl_off.denials) == 0
+
+
+async def test_degraded_refusals_are_not_remembered(clock: FakeClock) -> None:
+    class Failing(MemoryBackend):
+        async def decide(self, plan: Plan) -> Decision:
+            from ratelimit import BackendError
+
+            raise BackendError("down")
+
+    rl = RateLimit(Failing(clock=clock), "d", on_error="deny")
+    decision = await rl.limit("1/m", key="k").decide()
+    assert decision.degraded
+    assert not decision.allowed
+    assert len(rl.denials) == 0
+
+
+async def test_a_refund_lifts_the_refusals_of_its_key(clock: FakeClock) -> None:
+    rl = RateLimit(MemoryBackend(clock=clock), "d", algorithm="sliding-window")
+    limit = rl.limit("2/m", key="jobs")
+    assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
+    assert len(rl.denials) == 1
+    await rl.increment("jobs", 60, -1)  # a failed job gives its call back
+    assert len(rl.denials) == 0
+    assert (await limit.decide()).allowed
+
+
+@pytest.mark.redis
+async def test_redis_sees_no_command_while_a_key_is_refused(
+    redis_client: aioredis.Redis, namespace: str
+) -> None:
+    rl = RateLimit(redis_client, namespace)
+    limit = rl.limit("user:3/m", key="flood", user="bot")
+    for _ in range(4):
+        await limit.decide()
+    before = (await redis_client.info("commandstats"))["cmdstat_evalsha"]["calls"]
+    for _ in range(200):
+        assert not (await limit.decide()).allowed
+    after = (await redis_client.info("commandstats"))["cmdstat_evalsha"]["calls"]
+    assert after == before
