@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
@@ -36,15 +36,16 @@ from ratelimit.errors import (
     RuleConflictError,
     UnknownKeyError,
 )
-from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, cached_plan, compile_tree
+from ratelimit.hooks import Hook, Hooks
+from ratelimit.plan import CompiledTree, cached_plan, compile_tree
 from ratelimit.policy import FailurePolicy
-from ratelimit.rules import MAX_SPAN_MS, RuleLike, to_tree
+from ratelimit.rules import RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 from ratelimit.settings import (
     check_cost,
     check_cost_type,
     check_timeout,
-    is_number,
+    counter_update,
     synced_backend,
 )
 
@@ -81,6 +82,9 @@ class RateLimit:
     ``denial_cache``: how many refusals to remember in-process until they lift, answering
     the same call again without asking Redis (0 turns it off).
 
+    ``hooks``: callables given every ``Decision`` (allowed, denied or degraded, with its
+    rule, key and retry_after), for metrics and logs; one that raises is logged and skipped.
+
     ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis on
     every decision; ``> 0`` decides in-process on local counters and syncs them with Redis
     every ``sync_rate`` seconds in the background (faster; each process may admit up to a
@@ -111,6 +115,7 @@ class RateLimit:
         on_error: str = "allow",
         timeout: float | None = 0.25,
         denial_cache: int = 10_000,
+        hooks: Sequence[Hook] = (),
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -136,6 +141,7 @@ class RateLimit:
         if sync_rate:
             self.backend, self._unused = synced_backend(self.backend, sync_rate, algorithm)
         self.denials = DenialCache(denial_cache, clock=getattr(self.backend, "clock", None))
+        self.hooks = Hooks(hooks)
         self._registry: dict[str, _Registration] = {}
 
     @classmethod
@@ -149,6 +155,7 @@ class RateLimit:
         on_error: str = "allow",
         timeout: float | None = 0.25,
         denial_cache: int = 10_000,
+        hooks: Sequence[Hook] = (),
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -175,6 +182,7 @@ class RateLimit:
             sync_rate=sync_rate,
             on_error=on_error,
             denial_cache=denial_cache,
+            hooks=hooks,
         )
 
     async def aclose(self) -> None:
@@ -229,7 +237,7 @@ class RateLimit:
         window's weight (default ``(size - elapsed) / size``; ``0`` gives a fixed window).
         """
         rate = await self.backend.update_counter(
-            self._counter_update(key, window_size, value, weight)
+            counter_update(self.namespace, key, window_size, value, weight)
         )
         if value < 0:
             self.denials.forget(self.namespace, key)  # a refund can lift cached refusals
@@ -239,26 +247,9 @@ class RateLimit:
         self, key: str, window_size: float, weight: float | None = None
     ) -> float:
         """Kong's ``sliding_window``: the rate :meth:`increment` would return, adding nothing."""
-        return await self.backend.update_counter(self._counter_update(key, window_size, 0, weight))
-
-    def _counter_update(
-        self, key: str, window_size: float, value: float, weight: float | None
-    ) -> CounterUpdate:
-        if not isinstance(key, str):
-            raise TypeError(f"key must be text, not {type(key).__name__}")
-        if not is_number(window_size) or not 0 < window_size <= MAX_SPAN_MS / 1000:
-            raise ConfigurationError(
-                f"window_size must be seconds above 0 and at most 3650 days, not {window_size!r}"
-            )
-        size_us = round(window_size * 1_000_000)
-        if size_us < 1:
-            raise ConfigurationError(f"window_size {window_size!r} is under a microsecond")
-        if not is_number(value):
-            raise ConfigurationError(f"value must be a finite number, not {value!r}")
-        if weight is not None and (not is_number(weight) or not 0 <= weight <= 1):
-            raise ConfigurationError(f"weight must be from 0 to 1, or None, not {weight!r}")
-        identifier = Identifier(self.namespace, key, None, None)
-        return CounterUpdate(identifier, size_us, float(value), weight)
+        return await self.backend.update_counter(
+            counter_update(self.namespace, key, window_size, 0, weight)
+        )
 
     def _register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
         registered = self._registry.get(key)
@@ -331,13 +322,13 @@ class Limit:
         )
         owner = self._owner
         this = (compiled, owner.namespace, key, values, self._cost, owner.algorithm)
-        refused = owner.denials.get(this)
-        if refused is not None:
-            return refused  # still refused: the storage is not asked again until it lifts
-        plan = cached_plan(*this)
-        decision = await owner.policy.decide(owner.backend, plan)
-        if not decision.allowed:
-            owner.denials.remember(this, decision)
+        decision = owner.denials.get(this)  # still refused: the storage is not asked again
+        if decision is None:
+            decision = await owner.policy.decide(owner.backend, cached_plan(*this))
+            if not decision.allowed:
+                owner.denials.remember(this, decision)
+        if owner.hooks:
+            owner.hooks(decision)
         return decision
 
     async def decide(self) -> Decision:

@@ -8,7 +8,8 @@ from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.backends import Backend, MemoryBackend, RedisScriptBackend
 from ratelimit.backends.synced import SyncedBackend
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import CompiledTree
+from ratelimit.plan import CompiledTree, CounterUpdate, Identifier
+from ratelimit.rules import MAX_SPAN_MS
 
 
 def synced_backend(
@@ -60,3 +61,23 @@ def check_timeout(timeout: object) -> None:
         raise ConfigurationError(
             f"timeout must be a number of seconds above 0, or None, not {timeout!r}"
         )
+
+
+def counter_update(
+    namespace: str, key: str, window_size: float, value: float, weight: float | None
+) -> CounterUpdate:
+    """The checked arguments of ``increment`` / ``sliding_window``."""
+    if not isinstance(key, str):
+        raise TypeError(f"key must be text, not {type(key).__name__}")
+    if not is_number(window_size) or not 0 < window_size <= MAX_SPAN_MS / 1000:
+        raise ConfigurationError(
+            f"window_size must be seconds above 0 and at most 3650 days, not {window_size!r}"
+        )
+    size_us = round(window_size * 1_000_000)
+    if size_us < 1:
+        raise ConfigurationError(f"window_size {window_size!r} is under a microsecond")
+    if not is_number(value):
+        raise ConfigurationError(f"value must be a finite number, not {value!r}")
+    if weight is not None and (not is_number(weight) or not 0 <= weight <= 1):
+        raise ConfigurationError(f"weight must be from 0 to 1, or None, not {weight!r}")
+    return CounterUpdate(Identifier(namespace, key, None, None), size_us, float(value), weight)

@@ -17,6 +17,7 @@ EXPECTED = {
     "context_manager.py": "vova must wait 300 s",
     "command_engine.py": "vova: refused by user:3/10s",
     "counters.py": "synced mode: 100 of 150 admitted under 100/m",
+    "metrics.py": "  3  api denied by ip:5/m",
 }
 ON_MEMORY = {
     **EXPECTED,
