@@ -48,6 +48,7 @@ from ratelimit.settings import (
     counter_update,
     synced_backend,
 )
+from ratelimit.waiting import admitted, wait_seconds
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -209,6 +210,7 @@ class RateLimit:
         selector: object | None = None,
         *,
         cost: float = 1,
+        wait: float | bool = False,
         **selectors: object,
     ) -> Limit:
         """A limit to use as ``@decorator`` or in ``async with``.
@@ -221,9 +223,11 @@ class RateLimit:
         key. ``selector``: an object whose items, attributes or methods give selector values.
         ``cost``: how many hits one call is worth, at most every rule's count (a whole
         number for the sliding log; fractions allowed for the window counters).
+        ``wait``: how long a refused call may queue for admission, in seconds (``True``: as
+        long as it takes); see :mod:`ratelimit.waiting`.
         ``**selectors``: selector values as literals, callables or async callables.
         """
-        return Limit(self, rules, key, selector, selectors, cost)
+        return Limit(self, rules, key, selector, selectors, cost, wait)
 
     async def increment(
         self, key: str, window_size: float, value: float = 1, weight: float | None = None
@@ -282,8 +286,10 @@ class Limit:
         selector: object | None,
         selectors: dict[str, object],
         cost: float = 1,
+        wait: float | bool = False,
     ) -> None:
         check_cost_type(cost, owner.algorithm)
+        self._wait = wait_seconds(wait)
         if rules is None and key is None:
             raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
         if key is not None and not isinstance(key, str):
@@ -336,11 +342,14 @@ class Limit:
         if ``Decision.allowed``. Selectors come from ``limit()``'s arguments."""
         return await self._decide(GLOBAL_KEY if self._key is None else self._key, None)
 
+    async def acquire(self, wait: float | bool | None = None) -> Decision:
+        """Be admitted, waiting up to ``wait`` seconds (default: the limit's ``wait=``), or
+        raise ``RateLimitExceeded``. What ``async with`` does on entry."""
+        seconds = self._wait if wait is None else wait_seconds(wait)
+        return await admitted(self.decide, seconds)
+
     async def __aenter__(self) -> Decision:
-        decision = await self.decide()
-        if not decision.allowed:
-            raise RateLimitExceeded(decision)
-        return decision
+        return await self.acquire()
 
     async def __aexit__(
         self,
@@ -372,9 +381,12 @@ class Limit:
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
-            decision = await self._decide(key, CallSite(parameters, args, kwargs))
+            site = CallSite(parameters, args, kwargs)
+            decision = await self._decide(key, site)
             if not decision.allowed:
-                raise RateLimitExceeded(decision)
+                if not self._wait:
+                    raise RateLimitExceeded(decision)
+                await admitted(lambda: self._decide(key, site), self._wait)
             if is_coroutine:
                 return await func(*args, **kwargs)
             result = func(*args, **kwargs)

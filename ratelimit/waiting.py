@@ -1,0 +1,56 @@
+"""Waiting for admission: ``limit(..., wait=5.0)``, ``wait=True``, or ``Limit.acquire()``.
+
+A refused call sleeps until its ``retry_after`` (plus up to 10 % jitter, so that waiters
+refused together do not all come back at once), then asks again, until it is admitted or
+its wait runs out. It never sleeps past its wait: a refusal that outlasts what is left
+raises ``RateLimitExceeded`` at once. Nothing is recorded while waiting, so cancelling a
+waiter leaves nothing behind. ``wait`` bounds how long a caller queues; ``timeout`` (on
+``RateLimit``) bounds one decision's work on Redis. They are separate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+from ratelimit.decision import Decision
+from ratelimit.errors import ConfigurationError, RateLimitExceeded
+
+JITTER = 0.1
+MIN_PAUSE = 0.001
+
+
+def wait_seconds(wait: float | bool) -> float:
+    """``wait`` as seconds: ``False`` is 0, ``True`` is for ever (``math.inf``)."""
+    if wait is True:
+        return math.inf
+    if wait is False:
+        return 0.0
+    if type(wait) not in (int, float) or math.isnan(wait) or wait < 0:
+        raise ConfigurationError(
+            f"wait must be seconds (0 or more), True (as long as it takes) or False, not {wait!r}"
+        )
+    return float(wait)
+
+
+async def admitted(
+    decide: Callable[[], Awaitable[Decision]],
+    wait: float,
+    jitter: Callable[[], float] = random.random,
+) -> Decision:
+    """The first admitting decision within ``wait`` seconds, or ``RateLimitExceeded``."""
+    decision = await decide()
+    if decision.allowed:
+        return decision
+    deadline = time.monotonic() + wait
+    while not decision.allowed:
+        left = deadline - time.monotonic()
+        if decision.retry_after > left:
+            raise RateLimitExceeded(decision)
+        pause = decision.retry_after * (1 + JITTER * jitter())
+        await asyncio.sleep(max(MIN_PAUSE, min(pause, left)))
+        decision = await decide()
+    return decision

@@ -1,0 +1,78 @@
+"""Waiting for admission: ``wait=`` on a limit, ``acquire()``, and ``async with``.
+
+These use the real clock with short spans and margins: waiting is about real sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ratelimit import ConfigurationError, MemoryBackend, RateLimit, RateLimitExceeded
+
+
+async def test_waiters_all_pass_and_never_exceed_the_rule() -> None:
+    backend = MemoryBackend()
+    rl = RateLimit(backend, "w")
+    admitted_at: list[float] = []
+
+    @rl.limit("5/200ms", key="queue", wait=True)
+    async def work() -> None:
+        admitted_at.append(time.monotonic())
+
+    started = time.monotonic()
+    await asyncio.gather(*(work() for _ in range(15)))
+    took = time.monotonic() - started
+    assert len(admitted_at) == 15
+    assert 0.35 < took < 2.0  # three windows' worth of calls: about 0.4 s
+    admitted_at.sort()
+    for first, sixth in zip(admitted_at, admitted_at[5:], strict=False):
+        assert sixth - first >= 0.2 - 0.02  # never six within one window
+
+
+async def test_a_refusal_longer_than_the_wait_raises_at_once() -> None:
+    rl = RateLimit(MemoryBackend(), "w")
+    limit = rl.limit("1/10s", key="k", wait=0.5)
+    await limit.acquire()
+    started = time.monotonic()
+    with pytest.raises(RateLimitExceeded) as caught:
+        await limit.acquire()
+    assert time.monotonic() - started < 0.1  # no point sleeping 0.5 s for a 10 s refusal
+    assert caught.value.retry_after > 9
+
+
+async def test_a_waiter_is_admitted_when_the_window_frees() -> None:
+    rl = RateLimit(MemoryBackend(), "w")
+    limit = rl.limit("1/300ms", key="k")
+    await limit.acquire()
+    started = time.monotonic()
+    async with rl.limit("1/300ms", key="k", wait=1.0) as decision:
+        assert decision.allowed
+    assert 0.28 < time.monotonic() - started < 0.9
+    with pytest.raises(RateLimitExceeded):  # without wait: refused at once
+        await limit.acquire()
+
+
+async def test_a_cancelled_waiter_leaves_nothing_behind() -> None:
+    backend = MemoryBackend()
+    rl = RateLimit(backend, "w")
+    limit = rl.limit("2/10s", key="k", wait=True)
+    await limit.acquire()
+    await limit.acquire()
+    waiter = asyncio.ensure_future(limit.acquire())
+    for _ in range(10):  # yield to the loop: the waiter is refused and starts its pause
+        await asyncio.sleep(0)
+    assert not waiter.done()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    remaining = [log.hits for log in backend._logs.values()]
+    assert [len(hits) for hits in remaining] == [2]  # only the two admitted calls counted
+
+
+@pytest.mark.parametrize("wait", [-1, float("nan"), "5"])
+def test_bad_waits_are_refused(wait: object) -> None:
+    with pytest.raises(ConfigurationError, match="wait must be seconds"):
+        RateLimit(MemoryBackend()).limit("1/s", wait=wait)  # type: ignore[arg-type]
