@@ -24,7 +24,7 @@ from ratelimit.errors import RuleConflictError as RuleConflictError
 from ratelimit.errors import RuleSyntaxError as RuleSyntaxError
 from ratelimit.errors import SelectorNotFoundError as SelectorNotFoundError
 from ratelimit.errors import UnknownKeyError as UnknownKeyError
-from ratelimit.limiter import Limit as Limit
+from ratelimit.limit import Limit as Limit
 from ratelimit.limiter import RateLimit as RateLimit
 from ratelimit.rules import And as And
 from ratelimit.rules import Or as Or

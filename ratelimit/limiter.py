@@ -1,4 +1,4 @@
-"""The front end: ``RateLimit`` and the ``Limit`` it hands out as decorator and ``async with``.
+"""The front end: ``RateLimit``, which hands out ``Limit`` objects (``limit.py``).
 
 Example::
 
@@ -13,12 +13,9 @@ Example::
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any
 
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.backends import (
@@ -28,38 +25,23 @@ from ratelimit.backends import (
     backend_from_url,
 )
 from ratelimit.backends.base import Clock
-from ratelimit.decision import Decision
 from ratelimit.denials import DenialCache
 from ratelimit.errors import (
     ConfigurationError,
-    RateLimitExceeded,
     RuleConflictError,
     UnknownKeyError,
 )
 from ratelimit.hooks import Hook, Hooks
-from ratelimit.plan import CompiledTree, cached_plan, compile_tree
+from ratelimit.limit import Limit, Registration
+from ratelimit.plan import CompiledTree
 from ratelimit.policy import FailurePolicy
-from ratelimit.rules import RuleLike, to_tree
-from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
+from ratelimit.rules import RuleLike
+from ratelimit.selectors import SelectorSources
 from ratelimit.settings import (
-    check_cost,
-    check_cost_type,
     check_timeout,
     counter_update,
     synced_backend,
 )
-from ratelimit.waiting import admitted, wait_seconds
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-GLOBAL_KEY = ""
-
-
-@dataclass(frozen=True, slots=True)
-class _Registration:
-    compiled: CompiledTree
-    sources: SelectorSources
 
 
 class RateLimit:
@@ -143,7 +125,7 @@ class RateLimit:
             self.backend, self._unused = synced_backend(self.backend, sync_rate, algorithm)
         self.denials = DenialCache(denial_cache, clock=getattr(self.backend, "clock", None))
         self.hooks = Hooks(hooks)
-        self._registry: dict[str, _Registration] = {}
+        self._registry: dict[str, Registration] = {}
 
     @classmethod
     def from_url(
@@ -258,142 +240,12 @@ class RateLimit:
     def _register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
         registered = self._registry.get(key)
         if registered is None:
-            self._registry[key] = _Registration(compiled, sources)
+            self._registry[key] = Registration(compiled, sources)
         elif registered.compiled is not compiled and registered.compiled.tree != compiled.tree:
             raise RuleConflictError(key, registered.compiled.tree, compiled.tree)
 
-    def _registered(self, key: str) -> _Registration:
+    def _registered(self, key: str) -> Registration:
         registration = self._registry.get(key)
         if registration is None:
             raise UnknownKeyError(key)
         return registration
-
-
-class Limit:
-    """Rules bound to a :class:`RateLimit`: a decorator, an ``async with`` block, or
-    :meth:`decide` for a decision without an exception.
-
-    As a decorator, a refused call raises :class:`RateLimitExceeded` and the function body
-    does not run; a plain ``def`` becomes a coroutine function. ``async with`` raises on
-    entry in the same way.
-    """
-
-    def __init__(
-        self,
-        owner: RateLimit,
-        rules: RuleLike | None,
-        key: str | None,
-        selector: object | None,
-        selectors: dict[str, object],
-        cost: float = 1,
-        wait: float | bool = False,
-    ) -> None:
-        check_cost_type(cost, owner.algorithm)
-        self._wait = wait_seconds(wait)
-        if rules is None and key is None:
-            raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
-        if key is not None and not isinstance(key, str):
-            raise TypeError(f"key must be text, not {type(key).__name__}")
-        self._owner = owner
-        self._key = key
-        self._sources = SelectorSources(selectors, selector)
-        self._cost = cost
-        self._compiled = None if rules is None else compile_tree(to_tree(rules))
-        if self._compiled is not None:
-            check_cost(self._compiled, cost)
-        # Without rules, the registration of ``key`` is looked up at the first call.
-        self._registration = (
-            None if self._compiled is None else _Registration(self._compiled, self._sources)
-        )
-        if self._compiled is not None and key:
-            owner._register(key, self._compiled, self._sources)
-
-    def _registered(self, key: str) -> _Registration:
-        """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
-        if self._registration is None:
-            registered = self._owner._registered(key)
-            check_cost(registered.compiled, self._cost)
-            self._registration = _Registration(
-                registered.compiled, self._sources.merged_over(registered.sources)
-            )
-        return self._registration
-
-    async def _decide(self, key: str, call: CallSite | None) -> Decision:
-        registration = self._registered(key)
-        compiled = registration.compiled
-        values = (
-            await resolve(compiled.selectors, registration.sources, key, call)
-            if compiled.selectors
-            else ()
-        )
-        owner = self._owner
-        this = (compiled, owner.namespace, key, values, self._cost, owner.algorithm)
-        decision = owner.denials.get(this)  # still refused: the storage is not asked again
-        if decision is None:
-            decision = await owner.policy.decide(owner.backend, cached_plan(*this))
-            if not decision.allowed:
-                owner.denials.remember(this, decision)
-        if owner.hooks:
-            owner.hooks(decision)
-        return decision
-
-    async def decide(self) -> Decision:
-        """Decide one call under this limit's key without raising: the hit is recorded only
-        if ``Decision.allowed``. Selectors come from ``limit()``'s arguments."""
-        return await self._decide(GLOBAL_KEY if self._key is None else self._key, None)
-
-    async def acquire(self, wait: float | bool | None = None) -> Decision:
-        """Be admitted, waiting up to ``wait`` seconds (default: the limit's ``wait=``), or
-        raise ``RateLimitExceeded``. What ``async with`` does on entry."""
-        seconds = self._wait if wait is None else wait_seconds(wait)
-        return await admitted(self.decide, seconds)
-
-    async def __aenter__(self) -> Decision:
-        return await self.acquire()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
-
-    @overload
-    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]: ...
-
-    @overload
-    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]: ...
-
-    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[Any, Any, Any]]:
-        if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
-            raise TypeError(
-                f"cannot limit generator function {_name(func)}: the limit would count the "
-                "call, not the iteration; limit the code that consumes it instead"
-            )
-        if not callable(func):
-            raise TypeError(f"limit() decorates functions, not {type(func).__name__}")
-        key = self._key if self._key is not None else _name(func)
-        if self._compiled is not None and self._key is None:
-            self._owner._register(key, self._compiled, self._sources)
-        parameters = Parameters(inspect.signature(func))
-        is_coroutine = inspect.iscoroutinefunction(func)
-
-        @functools.wraps(func)
-        async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
-            site = CallSite(parameters, args, kwargs)
-            decision = await self._decide(key, site)
-            if not decision.allowed:
-                if not self._wait:
-                    raise RateLimitExceeded(decision)
-                await admitted(lambda: self._decide(key, site), self._wait)
-            if is_coroutine:
-                return await func(*args, **kwargs)
-            result = func(*args, **kwargs)
-            return await result if inspect.isawaitable(result) else result
-
-        return limited
-
-
-def _name(func: Callable[..., Any]) -> str:
-    return f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', func)}"

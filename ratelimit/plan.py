@@ -111,6 +111,8 @@ class Plan:
     this process (text, so that its hash is computed once)."""
     leaf_windows: tuple[int, ...] = ()
     """Window counters: per leaf, the position of its size in its identifier's ``windows``."""
+    record: bool = True
+    """Whether an allowed call is recorded; ``False`` only decides (``Limit.peek``)."""
 
     def depth(self, rule: Rule) -> int:
         """Sliding log: how many of the newest hits decide ``rule``; the call is refused
@@ -172,6 +174,7 @@ def cached_plan(
     values: tuple[str | None, ...],
     cost: float,
     algorithm: str,
+    record: bool = True,
 ) -> Plan:
     """The plan for selector ``values`` given in the order of ``compiled.selectors``; plans
     are immutable, so the callers of a hot key share one."""
@@ -188,7 +191,10 @@ def cached_plan(
                 continue
             identifier = Identifier(namespace, key, rule.selector, value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
-    plan = Plan(compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm)
+    plan = Plan(
+        compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm,
+        record=record,
+    )  # fmt: skip
     if algorithm == SLIDING_LOG:
         return plan
     sizes: list[dict[int, None]] = [{} for _ in index]
@@ -215,6 +221,7 @@ def cached_plan(
         windows,
         names,
         leaf_windows,
+        record,
     )
 
 

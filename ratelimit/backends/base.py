@@ -20,6 +20,10 @@ class Backend(Protocol):
         """Decide one call; record its hit on every identifier only if it is allowed."""
         ...
 
+    async def reset(self, plan: Plan) -> None:
+        """Forget every hit counted on the identifiers of ``plan`` (logs and counters)."""
+        ...
+
     async def update_counter(self, update: CounterUpdate) -> float:
         """Kong's counter API: add to a window counter, return the sliding rate after it."""
         ...

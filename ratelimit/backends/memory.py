@@ -100,7 +100,7 @@ class MemoryBackend:
                 threshold = now - rule.span_ms * US_PER_MS
                 counts.append(window(logs[i].hits, plan.depth(rule), threshold))
         decision = evaluate(plan, now, counts)
-        if decision.allowed:
+        if decision.allowed and plan.record:
             for identifier, log, (keep, span_ms) in zip(
                 plan.identifiers, logs, limits_per_identifier(plan), strict=True
             ):
@@ -123,7 +123,7 @@ class MemoryBackend:
             size = rule.span_ms * US_PER_MS
             counts.append((0.0, 0.0) if i < 0 else entries[i].counted(size, now // size))
         decision = evaluate(plan, now, counts)
-        if decision.allowed:
+        if decision.allowed and plan.record:
             sizes = plan.windows
             for identifier, entry, sizes_of in zip(plan.identifiers, entries, sizes, strict=True):
                 for size in sizes_of:
@@ -134,6 +134,12 @@ class MemoryBackend:
                 entry.expires_us = max(entry.expires_us, now + 2 * max(sizes_of))
                 self._windows[identifier] = entry
         return decision
+
+    async def reset(self, plan: Plan) -> None:
+        with self._lock:
+            for identifier in plan.identifiers:
+                self._logs.pop(identifier, None)
+                self._windows.pop(identifier, None)
 
     async def update_counter(self, update: CounterUpdate) -> float:
         with self._lock:

@@ -132,6 +132,13 @@ class RedisCommandBackend:
             async with asyncio.timeout(self.timeout):  # the lock's wait is not an outage
                 return await work()
 
+    async def reset(self, plan: Plan) -> None:
+        keys = [k for i in plan.identifiers for k in (identifier_key(i), counter_key(i))]
+        if keys:
+            await self._guarded(
+                plan.namespace, plan.key, lambda: self.client.delete(*keys), "reset"
+            )
+
     async def update_counter(self, update: CounterUpdate) -> float:
         identifier = update.identifier
         return await self._guarded(
@@ -213,7 +220,7 @@ class RedisCommandBackend:
                 await self._window(keys[i], heads[i], nth.get(leaf), plan.depth(rule), threshold)
             )
         decision = evaluate(plan, now, counts)
-        if decision.allowed:
+        if decision.allowed and plan.record:
             write = self.client.pipeline(transaction=True)
             for key, head, ttl, (keep, span_ms) in zip(keys, heads, ttls, limits, strict=True):
                 stamp = max(now, head[0]) if head else now
@@ -251,7 +258,7 @@ class RedisCommandBackend:
             for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True)
         ]
         decision = evaluate(plan, now, counts)
-        if decision.allowed:
+        if decision.allowed and plan.record:
             write = self.client.pipeline(transaction=True)
             for key, counted, ttl in zip(keys, held, ttls, strict=True):
                 for size, (current, _previous) in counted.items():

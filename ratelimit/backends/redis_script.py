@@ -95,6 +95,7 @@ class RedisScriptBackend:
             plan.compiled.wire,
             _slots(plan.leaf_identifiers),
             repr(plan.cost),  # repr: the shortest text that reads back as the same float
+            b"1" if plan.record else b"0",
         ]
         if plan.algorithm == SLIDING_LOG:
             script = self._log_script
@@ -124,6 +125,18 @@ class RedisScriptBackend:
         if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
+
+    async def reset(self, plan: Plan) -> None:
+        keys = [k for i in plan.identifiers for k in (identifier_key(i), counter_key(i))]
+        if not keys:
+            return
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.client.delete(*keys)
+        except TimeoutError as exc:
+            raise BackendError(f"redis did not answer within {self.timeout} s") from exc
+        except RedisError as exc:
+            raise BackendError(f"redis failed to reset key {plan.key!r}: {exc}") from exc
 
     async def update_counter(self, update: CounterUpdate) -> float:
         args = (

@@ -110,7 +110,7 @@ class SyncedBackend:
                     if local is None:
                         local = known[names[w]] = _Local(plan.identifiers[i], plan.windows[i][w])
                     local.used_us = now
-                    if decision.allowed:
+                    if decision.allowed and plan.record:
                         local.add(now // local.size, plan.cost)
             return decision
 
@@ -125,9 +125,16 @@ class SyncedBackend:
         if local is None:
             local = self._locals[name] = _Local(plan.identifiers[0], size)
         local.used_us = now
-        if decision.allowed:
+        if decision.allowed and plan.record:
             local.add(index, plan.cost)
         return decision
+
+    async def reset(self, plan: Plan) -> None:
+        with self._lock:
+            for names in plan.window_names:
+                for name in names:
+                    self._locals.pop(name, None)
+        await self.remote.reset(plan)
 
     async def update_counter(self, update: CounterUpdate) -> float:
         self._start()

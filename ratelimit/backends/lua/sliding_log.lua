@@ -9,6 +9,7 @@
 -- ARGV[3]   per leaf, space-separated: the index k of its key in KEYS, or 0 when its
 --           selector did not resolve (the rule is then never limited, records nothing).
 -- ARGV[4]   the call's cost: how many hits it records (at most every leaf's count).
+-- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
 --
 -- Returns   {allowed (1/0), now, hits_1, nth_1, ..., hits_L, nth_L}: per leaf, with
 --           depth = count - cost + 1, the hits in its window among the newest `depth` and,
@@ -61,6 +62,7 @@ end
 if tree_limited(limited) then return result end
 
 result[1] = 1
+if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
 for k, count in pairs(keep) do
   local key = KEYS[k]
   local newest = tonumber(redis.call('LINDEX', key, 0) or 0)

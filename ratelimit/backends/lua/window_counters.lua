@@ -10,7 +10,8 @@
 -- ARGV[3]   per leaf, space-separated: the index k of its key in KEYS, or 0 when its
 --           selector did not resolve (the rule is then never limited, records nothing).
 -- ARGV[4]   the call's cost, fractions allowed.
--- ARGV[5]   1 for the sliding window, 0 for the fixed window.
+-- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
+-- ARGV[6]   1 for the sliding window, 0 for the fixed window.
 --
 -- Returns   {allowed (1/0), now, current_1, previous_1, ..., current_L, previous_L}: per
 --           leaf the counts of its current and previous window before this call, as %.17g
@@ -22,7 +23,7 @@
 -- Runs after _now.lua and _tree.lua, which redis_script.py joins in front of it.
 
 local cost = tonumber(ARGV[4])
-local sliding = ARGV[5] == '1'
+local sliding = ARGV[6] == '1'
 
 local function field(size, slot)
   return string.format('%.0f', size) .. ':' .. slot
@@ -63,6 +64,7 @@ end
 if tree_limited(limited) then return result end
 
 result[1] = 1
+if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
 for k, sizes in pairs(current_of) do
   local key = KEYS[k]
   for size, held in pairs(sizes) do

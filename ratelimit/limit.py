@@ -1,0 +1,179 @@
+"""``Limit``: rules bound to a ``RateLimit``, as decorator, ``async with`` or methods."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from ratelimit.decision import Decision
+from ratelimit.errors import RateLimitExceeded
+from ratelimit.plan import CompiledTree, cached_plan, compile_tree
+from ratelimit.rules import RuleLike, to_tree
+from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
+from ratelimit.settings import check_cost, check_cost_type
+from ratelimit.waiting import admitted, wait_seconds
+
+if TYPE_CHECKING:
+    from ratelimit.limiter import RateLimit
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+GLOBAL_KEY = ""
+
+_Call = tuple[CompiledTree, str, str, tuple[str | None, ...], float, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    compiled: CompiledTree
+    sources: SelectorSources
+
+
+class Limit:
+    """Rules bound to a :class:`RateLimit`: a decorator, an ``async with`` block, or
+    :meth:`decide` for a decision without an exception.
+
+    As a decorator, a refused call raises :class:`RateLimitExceeded` and the function body
+    does not run; a plain ``def`` becomes a coroutine function. ``async with`` raises on
+    entry in the same way.
+    """
+
+    def __init__(
+        self,
+        owner: RateLimit,
+        rules: RuleLike | None,
+        key: str | None,
+        selector: object | None,
+        selectors: dict[str, object],
+        cost: float = 1,
+        wait: float | bool = False,
+    ) -> None:
+        check_cost_type(cost, owner.algorithm)
+        self._wait = wait_seconds(wait)
+        if rules is None and key is None:
+            raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"key must be text, not {type(key).__name__}")
+        self._owner = owner
+        self._key = key
+        self._sources = SelectorSources(selectors, selector)
+        self._cost = cost
+        self._compiled = None if rules is None else compile_tree(to_tree(rules))
+        if self._compiled is not None:
+            check_cost(self._compiled, cost)
+        # Without rules, the registration of ``key`` is looked up at the first call.
+        self._registration = (
+            None if self._compiled is None else Registration(self._compiled, self._sources)
+        )
+        if self._compiled is not None and key:
+            owner._register(key, self._compiled, self._sources)
+
+    def _registered(self, key: str) -> Registration:
+        """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
+        if self._registration is None:
+            registered = self._owner._registered(key)
+            check_cost(registered.compiled, self._cost)
+            self._registration = Registration(
+                registered.compiled, self._sources.merged_over(registered.sources)
+            )
+        return self._registration
+
+    async def _call(self, key: str, call: CallSite | None) -> _Call:
+        """What identifies one call: (tree, namespace, key, selector values, cost, algorithm)."""
+        registration = self._registered(key)
+        compiled = registration.compiled
+        values = (
+            await resolve(compiled.selectors, registration.sources, key, call)
+            if compiled.selectors
+            else ()
+        )
+        owner = self._owner
+        return (compiled, owner.namespace, key, values, self._cost, owner.algorithm)
+
+    async def _decide(self, key: str, call: CallSite | None, record: bool = True) -> Decision:
+        owner = self._owner
+        this = await self._call(key, call)
+        decision = owner.denials.get(this)  # still refused: the storage is not asked again
+        if decision is None:
+            decision = await owner.policy.decide(owner.backend, cached_plan(*this, record))
+            if not decision.allowed:
+                owner.denials.remember(this, decision)
+        if owner.hooks:
+            owner.hooks(decision)
+        return decision
+
+    async def peek(self) -> Decision:
+        """The decision ``decide()`` would give, recording nothing."""
+        return await self._decide(GLOBAL_KEY if self._key is None else self._key, None, False)
+
+    async def reset(self) -> None:
+        """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
+        key = GLOBAL_KEY if self._key is None else self._key
+        await self._owner.backend.reset(cached_plan(*await self._call(key, None)))
+        self._owner.denials.forget(self._owner.namespace, key)
+
+    async def decide(self) -> Decision:
+        """Decide one call under this limit's key without raising: the hit is recorded only
+        if ``Decision.allowed``. Selectors come from ``limit()``'s arguments."""
+        return await self._decide(GLOBAL_KEY if self._key is None else self._key, None)
+
+    async def acquire(self, wait: float | bool | None = None) -> Decision:
+        """Be admitted, waiting up to ``wait`` seconds (default: the limit's ``wait=``), or
+        raise ``RateLimitExceeded``. What ``async with`` does on entry."""
+        seconds = self._wait if wait is None else wait_seconds(wait)
+        return await admitted(self.decide, seconds)
+
+    async def __aenter__(self) -> Decision:
+        return await self.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    @overload
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[Any, Any, Any]]:
+        if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
+            raise TypeError(
+                f"cannot limit generator function {_name(func)}: the limit would count the "
+                "call, not the iteration; limit the code that consumes it instead"
+            )
+        if not callable(func):
+            raise TypeError(f"limit() decorates functions, not {type(func).__name__}")
+        key = self._key if self._key is not None else _name(func)
+        if self._compiled is not None and self._key is None:
+            self._owner._register(key, self._compiled, self._sources)
+        parameters = Parameters(inspect.signature(func))
+        is_coroutine = inspect.iscoroutinefunction(func)
+
+        @functools.wraps(func)
+        async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            site = CallSite(parameters, args, kwargs)
+            decision = await self._decide(key, site)
+            if not decision.allowed:
+                if not self._wait:
+                    raise RateLimitExceeded(decision)
+                await admitted(lambda: self._decide(key, site), self._wait)
+            if is_coroutine:
+                return await func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            return await result if inspect.isawaitable(result) else result
+
+        return limited
+
+
+def _name(func: Callable[..., Any]) -> str:
+    return f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', func)}"
