@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from ratelimit.decision import Decision
+from ratelimit.decision import Decision, make_decision
 from ratelimit.errors import RateLimitExceeded
 from ratelimit.plan import CompiledTree, cached_plan, compile_tree
 from ratelimit.rules import RuleLike, to_tree
@@ -99,7 +99,10 @@ class Limit:
         owner = self._owner
         this = await self._call(key, call)
         decision = owner.denials.get(this)  # still refused: the storage is not asked again
-        if decision is None:
+        if decision is None and owner.background is not None and record:
+            owner.background.submit(this, cached_plan(*this))  # admitted now, counted later
+            decision = make_decision(True, 0.0, None, None, key)
+        elif decision is None:
             decision = await owner.policy.decide(owner.backend, cached_plan(*this, record))
             if not decision.allowed:
                 owner.denials.remember(this, decision)

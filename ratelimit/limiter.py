@@ -25,6 +25,7 @@ from ratelimit.backends import (
     backend_from_url,
 )
 from ratelimit.backends.base import Clock
+from ratelimit.background import BackgroundCounter
 from ratelimit.denials import DenialCache
 from ratelimit.errors import (
     ConfigurationError,
@@ -68,6 +69,9 @@ class RateLimit:
     ``hooks``: callables given every ``Decision`` (allowed, denied or degraded, with its
     rule, key and retry_after), for metrics and logs; one that raises is logged and skipped.
 
+    ``background``: admit calls at once and count them off the request path; refusals
+    reach the denial cache a round trip later (an overshoot of about that many calls).
+
     ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis on
     every decision; ``> 0`` decides in-process on local counters and syncs them with Redis
     every ``sync_rate`` seconds in the background (faster; each process may admit up to a
@@ -99,6 +103,7 @@ class RateLimit:
         timeout: float | None = 0.25,
         denial_cache: int = 10_000,
         hooks: Sequence[Hook] = (),
+        background: bool = False,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -125,6 +130,13 @@ class RateLimit:
             self.backend, self._unused = synced_backend(self.backend, sync_rate, algorithm)
         self.denials = DenialCache(denial_cache, clock=getattr(self.backend, "clock", None))
         self.hooks = Hooks(hooks)
+        self.background = (
+            BackgroundCounter(
+                lambda plan: self.policy.decide(self.backend, plan), self.denials.remember
+            )
+            if background
+            else None
+        )
         self._registry: dict[str, Registration] = {}
 
     @classmethod
@@ -139,6 +151,7 @@ class RateLimit:
         timeout: float | None = 0.25,
         denial_cache: int = 10_000,
         hooks: Sequence[Hook] = (),
+        background: bool = False,
         use_scripts: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
@@ -166,10 +179,14 @@ class RateLimit:
             on_error=on_error,
             denial_cache=denial_cache,
             hooks=hooks,
+            background=background,
         )
 
     async def aclose(self) -> None:
-        """Release the storage this limiter opened (after a last sync, with ``sync_rate``)."""
+        """Release the storage this limiter opened (after counting what is queued, with
+        ``background``, and a last sync, with ``sync_rate``)."""
+        if self.background is not None:
+            await self.background.aclose()
         await self.backend.aclose()
         if self._unused is not None:
             await self._unused.aclose()
