@@ -169,7 +169,7 @@ class Limit:
             if not decision.allowed:
                 if not self._wait:
                     raise RateLimitExceeded(decision)
-                await admitted(lambda: self._decide(key, site), self._wait)
+                await admitted(lambda: self._decide(key, site), self._wait, first=decision)
             if is_coroutine:
                 return await func(*args, **kwargs)
             result = func(*args, **kwargs)

@@ -40,9 +40,12 @@ async def admitted(
     decide: Callable[[], Awaitable[Decision]],
     wait: float,
     jitter: Callable[[], float] = random.random,
+    first: Decision | None = None,
 ) -> Decision:
-    """The first admitting decision within ``wait`` seconds, or ``RateLimitExceeded``."""
-    decision = await decide()
+    """The first admitting decision within ``wait`` seconds, or ``RateLimitExceeded``.
+
+    ``first``: a decision the caller already has, so that it is not asked again at once."""
+    decision = first if first is not None else await decide()
     if decision.allowed:
         return decision
     deadline = time.monotonic() + wait

@@ -76,3 +76,23 @@ async def test_a_cancelled_waiter_leaves_nothing_behind() -> None:
 def test_bad_waits_are_refused(wait: object) -> None:
     with pytest.raises(ConfigurationError, match="wait must be seconds"):
         RateLimit(MemoryBackend()).limit("1/s", wait=wait)  # type: ignore[arg-type]
+
+
+async def test_a_refused_waiter_is_not_decided_twice_in_a_row() -> None:
+    asked = 0
+
+    class Counting(MemoryBackend):
+        async def decide(self, plan):  # type: ignore[no-untyped-def]
+            nonlocal asked
+            asked += 1
+            return await super().decide(plan)
+
+    rl = RateLimit(Counting(), "w", denial_cache=0)
+
+    @rl.limit("1/10s", key="once", wait=0.5)
+    async def work() -> None: ...
+
+    await work()
+    with pytest.raises(RateLimitExceeded):
+        await work()  # refused for 10 s, more than its wait: raises without asking again
+    assert asked == 2
