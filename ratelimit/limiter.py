@@ -78,11 +78,14 @@ class RateLimit:
     limit per interval before it sees the others); ``< 0`` is local only, no Redis at all.
 
     With a Redis client, ``use_scripts=True`` (default) decides with one atomic Lua script;
-    ``disable_locks`` then changes nothing. ``use_scripts=False`` sends no Lua: plain
-    commands under a Redis lock per (namespace, key), held at most ``lock_ttl`` seconds if
-    its holder dies, retried every ``lock_polling_interval`` seconds (with jitter) and given
-    up after ``lock_timeout`` seconds with ``LockTimeoutError``; ``disable_locks=True``
-    drops that lock, which is faster but admits a bounded overshoot under concurrency.
+    ``disable_locks`` then changes nothing. ``auto_pipeline=True`` (default) sends the
+    scripts of decisions made in the same event-loop turn together, in one pipeline (each
+    still atomic, with its own reply or error); a decision made alone is sent at once.
+    ``use_scripts=False`` sends no Lua: plain commands under a Redis lock per (namespace,
+    key), held at most ``lock_ttl`` seconds if its holder dies, retried every
+    ``lock_polling_interval`` seconds (with jitter) and given up after ``lock_timeout``
+    seconds with ``LockTimeoutError``; ``disable_locks=True`` drops that lock, which is
+    faster but admits a bounded overshoot under concurrency.
 
     Example::
 
@@ -105,6 +108,7 @@ class RateLimit:
         hooks: Sequence[Hook] = (),
         background: bool = False,
         use_scripts: bool = True,
+        auto_pipeline: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
         lock_polling_interval: float = 0.1,
@@ -121,7 +125,13 @@ class RateLimit:
         self.algorithm = algorithm
         check_timeout(timeout)
         engine = EngineOptions(
-            use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout, timeout
+            use_scripts,
+            disable_locks,
+            lock_ttl,
+            lock_polling_interval,
+            lock_timeout,
+            timeout,
+            auto_pipeline,
         )
         self.policy = FailurePolicy(on_error)
         self.backend: Backend = backend_for(storage, clock=clock, engine=engine)
@@ -153,6 +163,7 @@ class RateLimit:
         hooks: Sequence[Hook] = (),
         background: bool = False,
         use_scripts: bool = True,
+        auto_pipeline: bool = True,
         disable_locks: bool = False,
         lock_ttl: float = 10.0,
         lock_polling_interval: float = 0.1,
@@ -168,7 +179,13 @@ class RateLimit:
         """
         check_timeout(timeout)
         engine = EngineOptions(
-            use_scripts, disable_locks, lock_ttl, lock_polling_interval, lock_timeout, timeout
+            use_scripts,
+            disable_locks,
+            lock_ttl,
+            lock_polling_interval,
+            lock_timeout,
+            timeout,
+            auto_pipeline,
         )
         backend = backend_from_url(url, clock=clock, engine=engine, **options)
         return cls(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ratelimit.algorithms import (
     SLIDING_LOG,
@@ -113,6 +113,8 @@ class Plan:
     """Window counters: per leaf, the position of its size in its identifier's ``windows``."""
     record: bool = True
     """Whether an allowed call is recorded; ``False`` only decides (``Limit.peek``)."""
+    memo: dict[str, object] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    """What a backend builds once per plan (its encoded command, say); not part of its value."""
 
     def depth(self, rule: Rule) -> int:
         """Sliding log: how many of the newest hits decide ``rule``; the call is refused

@@ -29,6 +29,7 @@ class EngineOptions:
     lock_polling_interval: float = 0.1
     lock_timeout: float = 10.0
     timeout: float | None = 0.25
+    auto_pipeline: bool = True
 
     def backend(
         self, client: RedisClient, clock: Clock | None, *, owns_client: bool = False
@@ -37,7 +38,11 @@ class EngineOptions:
         the command engine with these lock settings."""
         if self.use_scripts:
             return RedisScriptBackend(
-                client, clock=clock, owns_client=owns_client, timeout=self.timeout
+                client,
+                clock=clock,
+                owns_client=owns_client,
+                timeout=self.timeout,
+                auto_pipeline=self.auto_pipeline,
             )
         return RedisCommandBackend(
             client,
@@ -62,7 +67,7 @@ def backend_for(
             raise TypeError("clock= goes to the backend's own constructor when passing a backend")
         if engine != EngineOptions():
             raise TypeError(
-                "use_scripts, disable_locks and lock_* apply to a Redis client; "
+                "use_scripts, auto_pipeline, disable_locks and lock_* apply to a Redis client; "
                 "configure a backend object through its own constructor"
             )
         return storage

@@ -17,11 +17,12 @@ from typing import Any, TypeAlias
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key
+from ratelimit.backends.redis_pipeline import MAX_BATCH, Command, Script, pipeline_for
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
 from ratelimit.plan import CounterUpdate, Identifier, Plan, evaluate
@@ -40,6 +41,8 @@ SLIDING_LOG_LUA = _script("_now.lua", "_tree.lua", "sliding_log.lua")
 WINDOW_COUNTERS_LUA = _script("_now.lua", "_tree.lua", "window_counters.lua")
 COUNTER_UPDATE_LUA = _script("_now.lua", "counter_update.lua")
 COUNTER_SYNC_LUA = _script("_now.lua", "counter_sync.lua")
+SLIDING_LOG_SCRIPT = Script(SLIDING_LOG_LUA)
+WINDOW_COUNTERS_SCRIPT = Script(WINDOW_COUNTERS_LUA)
 
 Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
 """One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
@@ -77,54 +80,54 @@ class RedisScriptBackend:
         clock: Clock | None = None,
         owns_client: bool = False,
         timeout: float | None = None,
+        auto_pipeline: bool = True,
     ) -> None:
         self.client = client
         self.clock = clock
         self.timeout = timeout
         self._owns_client = owns_client
-        self._log_script: AsyncScript = client.register_script(SLIDING_LOG_LUA)
-        self._counter_script: AsyncScript = client.register_script(WINDOW_COUNTERS_LUA)
+        self._pipeline = pipeline_for(client, timeout, batch=MAX_BATCH if auto_pipeline else 1)
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
         self._sync_script: AsyncScript = client.register_script(COUNTER_SYNC_LUA)
 
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
-        args: list[bytes | int | str] = [
-            b"" if self.clock is None else clock_us(self.clock),
-            plan.compiled.wire,
-            _slots(plan.leaf_identifiers),
-            repr(plan.cost),  # repr: the shortest text that reads back as the same float
-            b"1" if plan.record else b"0",
-        ]
-        if plan.algorithm == SLIDING_LOG:
-            script = self._log_script
-            keys = [identifier_key(identifier) for identifier in plan.identifiers]
-        else:
-            script = self._counter_script
-            keys = [counter_key(identifier) for identifier in plan.identifiers]
-            args.append(b"1" if plan.algorithm == SLIDING_WINDOW else b"0")
-        try:
-            async with asyncio.timeout(self.timeout):
-                try:
-                    reply = await script(keys=keys, args=args)
-                except ConnectionError:
-                    # A pooled connection that Redis dropped (a restart): one more try on a
-                    # fresh one, within the same deadline. Should Redis have run the script
-                    # before the drop, the hit counts twice: it over-limits, never admits more.
-                    reply = await script(keys=keys, args=args)
-        except TimeoutError as exc:
-            raise BackendError(
-                f"redis did not answer within {self.timeout} s deciding key {plan.key!r}"
-            ) from exc
-        except RedisError as exc:
-            raise BackendError(f"redis failed to decide key {plan.key!r}: {exc}") from exc
+        command = plan.memo.get("evalsha") if self.clock is None else None
+        if command is None:
+            command = self._command(plan)
+        reply = await self._pipeline.call(command, plan.key)  # type: ignore[arg-type]
         allowed, now, *flat = reply
-        numbers = [float(n) if plan.algorithm != SLIDING_LOG else int(n) for n in flat]
+        if plan.algorithm == SLIDING_LOG:
+            numbers: list[float] = [int(n) for n in flat]
+        else:
+            numbers = [float(n) for n in flat]
         decision = evaluate(plan, int(now), list(zip(numbers[0::2], numbers[1::2], strict=True)))
         if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
+
+    def _command(self, plan: Plan) -> Command:
+        """The plan's EVALSHA, kept on the plan unless a clock is injected (time varies)."""
+        args = [
+            b"" if self.clock is None else str(clock_us(self.clock)).encode(),
+            plan.compiled.wire,
+            _slots(plan.leaf_identifiers),
+            repr(plan.cost).encode(),  # repr: the shortest text that reads back as the same float
+            b"1" if plan.record else b"0",
+        ]
+        if plan.algorithm == SLIDING_LOG:
+            command = Command(
+                SLIDING_LOG_SCRIPT, [identifier_key(i) for i in plan.identifiers], args
+            )
+        else:
+            args.append(b"1" if plan.algorithm == SLIDING_WINDOW else b"0")
+            command = Command(
+                WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers], args
+            )
+        if self.clock is None:
+            plan.memo["evalsha"] = command
+        return command
 
     async def reset(self, plan: Plan) -> None:
         keys = [k for i in plan.identifiers for k in (identifier_key(i), counter_key(i))]
@@ -203,6 +206,7 @@ class RedisScriptBackend:
         return server_now, totals
 
     async def aclose(self) -> None:
+        await self._pipeline.aclose()
         if self._owns_client:
             await self.client.aclose()
 

@@ -1,0 +1,192 @@
+"""What ``bench/suite.py`` measures: ours in each configuration, the peers, and two floors.
+
+Every contender is an async factory taking the Redis URL and the rule (``limit`` calls per
+minute per user) and returning a :class:`Contender`: ``decide(user)`` makes one decision for
+``user`` and says whether it was admitted. Each builds on redis-py against the same server,
+keeps its state under a fresh prefix, and is closed after its run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from ratelimit import RateLimit
+from ratelimit.backends.keys import identifier_key
+from ratelimit.backends.redis_script import SLIDING_LOG_LUA
+from ratelimit.plan import Identifier, compile_tree
+from ratelimit.rules import Rule
+
+Decide = Callable[[str], Awaitable[bool]]
+DecideMany = Callable[[list[str]], Awaitable[list[bool]]]
+
+
+@dataclass
+class Contender:
+    decide: Decide
+    close: Callable[[], Awaitable[None]]
+    many: DecideMany | None = None
+    """If set, the harness sends ``concurrency`` decisions at a time through it instead."""
+
+
+Factory = Callable[[str, int], Awaitable[Contender]]
+
+
+def _prefix() -> str:
+    return f"bench-{uuid.uuid4().hex[:8]}"
+
+
+def _client(url: str) -> aioredis.Redis:
+    return aioredis.Redis.from_url(url, max_connections=256)
+
+
+def ours(storage: str | None = None, **options: Any) -> Factory:
+    """``@rl.limit(f"user:{limit}/m")`` on a ``RateLimit`` built with ``options``, on a
+    redis-py client, or on ``storage`` (a URL such as ``memory://``) when given."""
+
+    async def factory(url: str, limit: int) -> Contender:
+        if storage is not None:
+            rl = RateLimit.from_url(storage, _prefix(), **options)
+            close: Callable[[], Awaitable[None]] = rl.aclose
+        else:
+            client = _client(url)
+            rl = RateLimit(client, _prefix(), **options)
+
+            async def close() -> None:
+                await rl.aclose()
+                await client.aclose()
+
+        @rl.limit(f"user:{limit}/m")
+        async def work(user: str) -> bool:
+            return True
+
+        return Contender(work, close)
+
+    return factory
+
+
+async def limits_moving_window(url: str, limit: int) -> Contender:
+    from limits import RateLimitItemPerMinute
+    from limits.aio.storage import RedisStorage
+    from limits.aio.strategies import MovingWindowRateLimiter
+
+    return _limits(url, limit, MovingWindowRateLimiter, RateLimitItemPerMinute, RedisStorage)
+
+
+async def limits_sliding_window(url: str, limit: int) -> Contender:
+    from limits import RateLimitItemPerMinute
+    from limits.aio.storage import RedisStorage
+    from limits.aio.strategies import SlidingWindowCounterRateLimiter
+
+    return _limits(
+        url, limit, SlidingWindowCounterRateLimiter, RateLimitItemPerMinute, RedisStorage
+    )
+
+
+def _limits(url: str, limit: int, strategy: Any, item_type: Any, storage_type: Any) -> Contender:
+    storage = storage_type(
+        url.replace("redis://", "async+redis://"),
+        implementation="redispy",
+        key_prefix=_prefix(),
+        max_connections=256,
+    )
+    limiter = strategy(storage)
+    item = item_type(limit)
+
+    async def decide(user: str) -> bool:
+        allowed: bool = await limiter.hit(item, "work", user)
+        return allowed
+
+    async def close() -> None:
+        await storage.reset()
+
+    return Contender(decide, close)
+
+
+async def throttled_py(url: str, limit: int) -> Contender:
+    from throttled.asyncio import RedisStore, Throttled, per_min
+
+    store = RedisStore(server=url, options={"CONNECTION_POOL_KWARGS": {"max_connections": 256}})
+    throttle = Throttled(using="sliding_window", quota=per_min(limit), store=store)
+    prefix = _prefix()
+
+    async def decide(user: str) -> bool:
+        result = await throttle.limit(f"{prefix}:{user}")
+        return not result.limited
+
+    async def close() -> None:
+        return None
+
+    return Contender(decide, close)
+
+
+async def pyrate_limiter(url: str, limit: int) -> Contender:
+    """pyrate-limiter's ``RedisBucket`` (a sorted set per bucket), one bucket per user
+    routed by a ``BucketFactory``, as its documentation shows for per-key limits."""
+    from pyrate_limiter import BucketFactory, Duration, Limiter, Rate, RateItem, RedisBucket
+
+    client = _client(url)
+    rates = [Rate(limit, Duration.MINUTE)]
+    prefix = _prefix()
+    buckets: dict[str, Any] = {}
+
+    class PerUser(BucketFactory):
+        def wrap_item(self, name: str, weight: int = 1) -> RateItem:
+            return RateItem(name, time.time_ns() // 1_000_000, weight=weight)
+
+        def get(self, item: RateItem) -> Any:
+            return buckets[item.name]
+
+    limiter = Limiter(PerUser())
+
+    async def decide(user: str) -> bool:
+        if user not in buckets:
+            buckets[user] = await RedisBucket.init(rates, client, f"{prefix}:{user}")
+        allowed: bool = await limiter.try_acquire_async(user, blocking=False)
+        return allowed
+
+    return Contender(decide, client.aclose)
+
+
+def _bare_args(limit: int) -> tuple[bytes, bytes]:
+    return compile_tree(Rule(limit, 60_000, "user")).wire, b"1"
+
+
+async def _bare(url: str, limit: int) -> Contender:
+    client = _client(url)
+    sha = await client.script_load(SLIDING_LOG_LUA)
+    wire, slots = _bare_args(limit)
+    prefix = _prefix()
+
+    def key(user: str) -> str:
+        return identifier_key(Identifier(prefix, "work", "user", user))
+
+    async def decide(user: str) -> bool:
+        reply = await client.evalsha(sha, 1, key(user), b"", wire, slots, b"1", b"1")
+        return bool(reply[0])
+
+    async def many(users: list[str]) -> list[bool]:
+        pipe = client.pipeline(transaction=False)
+        for user in users:
+            pipe.evalsha(sha, 1, key(user), b"", wire, slots, b"1", b"1")
+        return [bool(reply[0]) for reply in await pipe.execute()]
+
+    return Contender(decide, client.aclose, many)
+
+
+async def bare_evalsha(url: str, limit: int) -> Contender:
+    """The floor: our sliding-log script through redis-py's ``evalsha``, one call per
+    decision, with arguments built in advance and no limiter around it."""
+    contender = await _bare(url, limit)
+    return Contender(contender.decide, contender.close)
+
+
+async def bare_pipelined(url: str, limit: int) -> Contender:
+    """The ceiling: the same calls, ``concurrency`` at a time in one redis-py pipeline
+    without a transaction."""
+    return await _bare(url, limit)

@@ -1,0 +1,202 @@
+"""Decisions per second, latency and Redis commands per decision: ours beside every peer.
+
+    python bench/suite.py [--seconds 2] [--rounds 3] [--loop asyncio|uvloop] [--only NAME]
+
+Starts its own redis-server (or uses ``REDIS_URL``) and measures, in one run and one process,
+at concurrency 1 and 64: our script engine with and without automatic pipelining, the command
+engine with and without its lock, ``sync_rate=1`` and the memory backend, against ``limits``
+(moving window and sliding-window counter), ``throttled-py`` (sliding window) and
+``pyrate-limiter`` (Redis bucket), all on redis-py, plus two floors: our script sent bare
+through ``evalsha`` (one call per decision), and bare in pipelines of ``concurrency``.
+
+Each decision is one admitted call for one of 10 000 users under ``user:1000/m`` (the
+costlier path: checked and recorded). A row runs for ``--seconds``; with ``--rounds`` above
+one the rows take turns, and each figure is the median of its rounds. Prints a Markdown table:
+decisions/s, p50 and p99 latency, Redis commands per decision (from ``INFO commandstats``),
+and ours / the best peer at that concurrency. Peers come from the ``bench`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import contenders as c
+import redis.asyncio as aioredis
+
+from tests.redis_server import RedisServer
+
+USERS = 10_000
+LIMIT = 1_000
+CONCURRENCY = (1, 64)
+
+OURS: dict[str, c.Factory] = {
+    "ratelimit: script": c.ours(auto_pipeline=False),
+    "ratelimit: script, auto-pipelined (default)": c.ours(),
+    "ratelimit: locked commands": c.ours(use_scripts=False),
+    "ratelimit: unlocked commands": c.ours(use_scripts=False, disable_locks=True),
+    "ratelimit: sync_rate=1 (sliding window)": c.ours(algorithm="sliding-window", sync_rate=1),
+    "ratelimit: memory://": c.ours("memory://"),
+}
+PEERS: dict[str, c.Factory] = {
+    "limits: moving window": c.limits_moving_window,
+    "limits: sliding-window counter": c.limits_sliding_window,
+    "throttled-py: sliding window": c.throttled_py,
+    "pyrate-limiter: Redis bucket": c.pyrate_limiter,
+}
+FLOORS: dict[str, c.Factory] = {
+    "floor: bare EVALSHA": c.bare_evalsha,
+    "floor: bare EVALSHA, pipelined": c.bare_pipelined,
+}
+
+
+@dataclass
+class Result:
+    rates: list[float] = field(default_factory=list)
+    p50: list[float] = field(default_factory=list)
+    p99: list[float] = field(default_factory=list)
+    commands: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(self.rates)
+
+
+async def commands_run(client: aioredis.Redis) -> int:
+    """Commands the server has run so far, not counting INFO itself."""
+    stats = await client.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+
+
+async def measure(
+    contender: c.Contender, seconds: float, concurrency: int, admin: aioredis.Redis
+) -> tuple[float, list[float], int]:
+    """Run ``contender`` for ``seconds``: (decisions/s, latencies in s, commands run)."""
+    users = [f"user-{i}" for i in range(USERS)]
+    await asyncio.gather(*(contender.decide(u) for u in users[:64]))  # pools, scripts, buckets
+    latencies: list[float] = []
+    counter = iter(range(64, 1 << 62))
+    deadline = time.perf_counter() + seconds
+    clock = time.perf_counter
+
+    async def one_at_a_time() -> None:
+        decide = contender.decide
+        for i in counter:
+            started = clock()
+            if not await decide(users[i % USERS]):
+                raise SystemExit(f"a decision was refused at call {i}: raise LIMIT")
+            finished = clock()
+            latencies.append(finished - started)
+            if finished > deadline:
+                return
+
+    async def batches() -> None:
+        assert contender.many is not None
+        while True:
+            batch = [users[next(counter) % USERS] for _ in range(concurrency)]
+            started = clock()
+            if not all(await contender.many(batch)):
+                raise SystemExit("a decision was refused: raise LIMIT")
+            finished = clock()
+            latencies.extend([finished - started] * concurrency)
+            if finished > deadline:
+                return
+
+    before = await commands_run(admin)
+    started = clock()
+    if contender.many is not None and concurrency > 1:
+        await batches()
+    else:
+        await asyncio.gather(*(one_at_a_time() for _ in range(concurrency)))
+    elapsed = clock() - started
+    commands = await commands_run(admin) - before
+    return len(latencies) / elapsed, latencies, commands
+
+
+async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
+    contenders = {**OURS, **PEERS, **FLOORS}
+    if only:
+        contenders = {k: v for k, v in contenders.items() if only in k or k in PEERS}
+    admin = aioredis.Redis.from_url(url)
+    info = await admin.info("server")
+    results = {(name, n): Result() for name in contenders for n in CONCURRENCY}
+    for _ in range(rounds):
+        for concurrency in CONCURRENCY:
+            for name, factory in contenders.items():
+                contender = await factory(url, LIMIT)
+                try:
+                    rate, latencies, commands = await measure(
+                        contender, seconds, concurrency, admin
+                    )
+                finally:
+                    await contender.close()
+                quantiles = statistics.quantiles(latencies, n=100)
+                result = results[(name, concurrency)]
+                result.rates.append(rate)
+                result.p50.append(quantiles[49] * 1e6)
+                result.p99.append(quantiles[98] * 1e6)
+                result.commands.append(commands / len(latencies))
+                print(f"  {name} at {concurrency}: {rate:,.0f}/s", file=sys.stderr, flush=True)
+    await admin.aclose()
+    print(
+        f"Redis {info['redis_version']} on 127.0.0.1, Python {platform.python_version()}, "
+        f"{loop_name()} loop, {os.cpu_count()} cores ({platform.machine()}); "
+        f"{seconds} s per row, median of {rounds} round(s); user:{LIMIT}/m over {USERS} users\n"
+    )
+    print(table(results, contenders))
+
+
+def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -> str:
+    lines = [
+        "| contender | concurrency | decisions/s | p50 µs | p99 µs | Redis cmds/decision "
+        "| vs best peer |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for concurrency in CONCURRENCY:
+        best = max((results[(p, concurrency)].rate for p in PEERS if p in names), default=0.0)
+        for name in names:
+            r = results[(name, concurrency)]
+            ratio = f"{r.rate / best:.2f}x" if best else "n/a"
+            lines.append(
+                f"| {name} | {concurrency} | {r.rate:,.0f} | {statistics.median(r.p50):,.0f} "
+                f"| {statistics.median(r.p99):,.0f} | {statistics.median(r.commands):.2f} "
+                f"| {ratio} |"
+            )
+    return "\n".join(lines)
+
+
+def loop_name() -> str:
+    return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--only", help="run only contenders whose name contains this")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    options = parse()
+    with ExitStack() as stack:
+        url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
+        coroutine = main(url, options.seconds, options.rounds, options.only)
+        if options.loop == "uvloop":
+            import uvloop
+
+            uvloop.run(coroutine)
+        else:
+            asyncio.run(coroutine)

@@ -1,0 +1,289 @@
+"""Automatic pipelining: script calls made in the same event-loop turn go to Redis together.
+
+Each call stays its own ``EVALSHA``, atomic on the server; a batch only shares the round
+trip, in a pipeline without a transaction. Every call gets its own reply or its own error: a
+script that fails, fails alone. ``NOSCRIPT`` (Redis restarted, or its scripts were flushed)
+is answered once for the whole batch: the missing scripts are loaded and only the calls that
+missed them are sent again, in one more round trip.
+
+A call made while nothing is in flight goes out at once, from its caller's task: it never
+waits for company. Calls made while others are in flight are queued and sent together at the
+end of the loop turn, at most ``batch`` per pipeline and ``in_flight`` pipelines at a time.
+When a batch comes back, its callers resume before the next one is sent, so the calls they
+make next travel together too. Each batch has one deadline (``timeout``), not one per call.
+
+:class:`ConnectionPipeline` drives a plain ``redis.asyncio.Redis`` directly: it keeps up to
+``in_flight`` connections taken from the client's pool (so with its address, credentials,
+TLS and connection limit, and closed with it) and given back by ``aclose()``; it writes
+each batch as bytes packed once per plan, and reads the replies back in order.
+:class:`ClientPipeline` goes through the client's own ``pipeline()``, which routes each call
+to its node on a ``RedisCluster``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError, NoScriptError, RedisError, ResponseError
+
+from ratelimit.errors import BackendError
+
+MAX_BATCH = 128
+"""Most calls in one pipeline."""
+MAX_IN_FLIGHT = 4
+"""Most pipelines in flight at once, each on its own connection."""
+
+Reply = Any
+
+
+def pack(*args: bytes) -> bytes:
+    """One command in the Redis protocol (RESP), from its arguments."""
+    return b"".join([b"*%d\r\n" % len(args), *(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)])
+
+
+class Script:
+    """A Lua script: its text and SHA1, for ``SCRIPT LOAD`` and ``EVALSHA``."""
+
+    __slots__ = ("load", "sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source.encode()
+        self.sha = hashlib.sha1(self.source).hexdigest().encode()
+        self.load = pack(b"SCRIPT", b"LOAD", self.source)
+
+
+class Command:
+    """One ``EVALSHA``: the script, its arguments, and the same packed as RESP bytes."""
+
+    __slots__ = ("args", "packed", "script")
+
+    def __init__(self, script: Script, keys: Sequence[str], args: Sequence[bytes]) -> None:
+        self.script = script
+        self.args: tuple[str | int | bytes, ...] = (
+            "EVALSHA", script.sha.decode(), len(keys), *keys, *args
+        )  # fmt: skip
+        self.packed = pack(b"EVALSHA", script.sha, b"%d" % len(keys), *map(str.encode, keys), *args)
+
+
+_Pending = tuple[Command, str, "asyncio.Future[Reply]"]
+
+
+class Pipeline:
+    """Batches concurrent calls; subclasses say how one batch travels (:meth:`_exchange`)."""
+
+    def __init__(
+        self,
+        timeout: float | None,
+        *,
+        batch: int = MAX_BATCH,
+        in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self.timeout = timeout
+        self._batch = batch
+        self._max_in_flight = in_flight
+        self._in_flight = 0
+        self._pending: list[_Pending] = []
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def call(self, command: Command, key: str) -> Reply:
+        """The reply of ``command``; ``BackendError`` (naming ``key``) if it failed."""
+        if self._batch > 1 and (self._in_flight or self._pending):
+            future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            self._pending.append((command, key, future))
+            self._schedule()
+            return await future
+        self._in_flight += 1  # alone: sent at once, from the caller's task
+        try:
+            reply = (await self._run([command]))[0]
+        except (TimeoutError, RedisError) as exc:
+            raise self._error(key, exc) from exc
+        finally:
+            self._in_flight -= 1
+        if isinstance(reply, Exception):
+            raise self._error(key, reply) from reply
+        return reply
+
+    def _schedule(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        while self._pending and self._in_flight < self._max_in_flight:
+            batch = self._pending[: self._batch]
+            del self._pending[: self._batch]
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[_Pending]) -> None:
+        live = [p for p in batch if not p[2].done()]  # a cancelled caller's call is dropped
+        try:
+            replies = await self._run([c for c, _, _ in live]) if live else []
+        except Exception as exc:  # the whole batch failed: each caller gets its own error
+            replies = [exc] * len(live)
+        except BaseException:
+            for _, _, future in live:
+                future.cancel()
+            raise
+        finally:
+            # The batch's callers resume first; what they ask next goes out together.
+            asyncio.get_running_loop().call_soon(self._done)
+        for (_, key, future), reply in zip(live, replies, strict=True):
+            if future.done():
+                continue
+            if isinstance(reply, Exception):
+                future.set_exception(self._error(key, reply))
+            else:
+                future.set_result(reply)
+
+    def _done(self) -> None:
+        self._in_flight -= 1
+        if self._pending:
+            self._flush()
+
+    async def _run(self, commands: list[Command]) -> list[Reply | Exception]:
+        """Send ``commands`` under one deadline: per command its reply or its error."""
+        async with asyncio.timeout(self.timeout):
+            return await self._exchange(commands)
+
+    def _error(self, key: str, exc: Exception) -> BackendError:
+        """A fresh error for one call (a batch's callers never share one instance)."""
+        if isinstance(exc, TimeoutError):
+            error = BackendError(
+                f"redis did not answer within {self.timeout} s deciding key {key!r}"
+            )
+        else:
+            error = BackendError(f"redis failed to decide key {key!r}: {exc}")
+        error.__cause__ = exc
+        return error
+
+    async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Let the batches in flight finish, then release what this pipeline holds."""
+        while self._tasks or self._pending:
+            if self._pending and not self._scheduled:
+                self._flush()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.sleep(0)
+
+
+class ConnectionPipeline(Pipeline):
+    """Batches on connections of its own to a plain ``redis.asyncio.Redis``."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        timeout: float | None,
+        *,
+        batch: int = MAX_BATCH,
+        in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        super().__init__(timeout, batch=batch, in_flight=in_flight)
+        self._pool = client.connection_pool
+        self._idle: list[Any] = []
+
+    async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
+        connection = self._idle.pop() if self._idle else await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            try:
+                return await self._talk(connection, commands)
+            except ConnectionError:
+                # A connection that Redis dropped (a restart): once more on a fresh one. Had
+                # Redis run a script before the drop, that hit counts twice (never admits more).
+                await connection.disconnect()
+                return await self._talk(connection, commands)
+        except BaseException:
+            await connection.disconnect(nowait=True)  # replies left unread would desync it
+            raise
+        finally:
+            if len(self._idle) < self._max_in_flight:
+                self._idle.append(connection)  # kept out of the pool: no lock, no checks
+            else:
+                await self._pool.release(connection)
+
+    @staticmethod
+    async def _talk(connection: Any, commands: list[Command]) -> list[Reply | Exception]:
+        await connection.send_packed_command(
+            b"".join([c.packed for c in commands]), check_health=False
+        )
+        replies = [await _read(connection) for _ in commands]
+        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if not missing:
+            return replies
+        scripts = {commands[i].script.sha: commands[i].script for i in missing}
+        await connection.send_packed_command(
+            b"".join([s.load for s in scripts.values()] + [commands[i].packed for i in missing]),
+            check_health=False,
+        )
+        for _ in scripts:
+            loaded = await _read(connection)
+            if isinstance(loaded, Exception):
+                raise loaded
+        for i in missing:
+            replies[i] = await _read(connection)
+        return replies
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        while self._idle:
+            await self._pool.release(self._idle.pop())
+
+
+class ClientPipeline(Pipeline):
+    """Batches through the client's ``pipeline(transaction=False)`` (``RedisCluster``)."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis | RedisCluster,
+        timeout: float | None,
+        *,
+        batch: int = MAX_BATCH,
+        in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        super().__init__(timeout, batch=batch, in_flight=in_flight)
+        self._client = client
+
+    async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
+        replies = await self._pipelined(commands)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if missing:
+            for script in {commands[i].script.sha: commands[i].script for i in missing}.values():
+                await self._client.script_load(script.source)  # on every node of a cluster
+            again = await self._pipelined([commands[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipelined(self, commands: list[Command]) -> list[Reply | Exception]:
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command.args)
+        replies: list[Reply | Exception] = await pipe.execute(raise_on_error=False)
+        return replies
+
+
+def pipeline_for(
+    client: aioredis.Redis | RedisCluster, timeout: float | None, *, batch: int = MAX_BATCH
+) -> Pipeline:
+    """The pipeline for ``client``; ``batch=1`` sends every call on its own."""
+    if isinstance(client, aioredis.Redis) and client.connection is None:
+        return ConnectionPipeline(client, timeout, batch=batch)
+    return ClientPipeline(client, timeout, batch=batch)
+
+
+async def _read(connection: Any) -> Reply | Exception:
+    try:
+        return await connection.read_response()
+    except ResponseError as exc:
+        return exc
