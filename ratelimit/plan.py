@@ -180,6 +180,12 @@ def cached_plan(
 ) -> Plan:
     """The plan for selector ``values`` given in the order of ``compiled.selectors``; plans
     are immutable, so the callers of a hot key share one."""
+    if algorithm == SLIDING_LOG and len(compiled.rules) == 1:  # the common case, quickly
+        selector = compiled.rules[0].selector
+        if selector is not None and not values[0]:
+            return Plan(compiled, namespace, key, (), (-1,), cost, algorithm, record=record)
+        identifier = Identifier(namespace, key, selector, None if selector is None else values[0])
+        return Plan(compiled, namespace, key, (identifier,), (0,), cost, algorithm, record=record)
     value_of = dict(zip(compiled.selectors, values, strict=True))
     index: dict[Identifier, int] = {}
     leaf_identifiers: list[int] = []

@@ -23,7 +23,9 @@ to its node on a ``RedisCluster``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +45,7 @@ Reply = Any
 
 def pack(*args: bytes) -> bytes:
     """One command in the Redis protocol (RESP), from its arguments."""
-    return b"".join([b"*%d\r\n" % len(args), *(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)])
+    return b"*%d\r\n" % len(args) + pack_args(args)
 
 
 class Script:
@@ -58,16 +60,40 @@ class Script:
 
 
 class Command:
-    """One ``EVALSHA``: the script, its arguments, and the same packed as RESP bytes."""
+    """One ``EVALSHA``: the script, its keys and arguments, packed as RESP bytes.
 
-    __slots__ = ("args", "packed", "script")
+    ``packed_args`` is the arguments already packed: they are the same for every call of a
+    decorated function (its rules, cost and flags), so callers cache them."""
 
-    def __init__(self, script: Script, keys: Sequence[str], args: Sequence[bytes]) -> None:
+    __slots__ = ("args", "keys", "packed", "script")
+
+    def __init__(
+        self, script: Script, keys: Sequence[str], args: Sequence[bytes], packed_args: bytes
+    ) -> None:
         self.script = script
-        self.args: tuple[str | int | bytes, ...] = (
-            "EVALSHA", script.sha.decode(), len(keys), *keys, *args
-        )  # fmt: skip
-        self.packed = pack(b"EVALSHA", script.sha, b"%d" % len(keys), *map(str.encode, keys), *args)
+        self.keys = keys
+        self.args = args
+        self.packed = b"".join(
+            [_head(script.sha, len(keys), len(args)), *[_bulk(k.encode()) for k in keys]]
+        ) + packed_args  # fmt: skip
+
+    def arguments(self) -> tuple[str | int | bytes, ...]:
+        """The command as redis-py's ``execute_command`` takes it."""
+        return ("EVALSHA", self.script.sha.decode(), len(self.keys), *self.keys, *self.args)
+
+
+def _bulk(arg: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+
+
+@functools.lru_cache(maxsize=64)
+def _head(sha: bytes, keys: int, args: int) -> bytes:
+    return b"*%d\r\n" % (3 + keys + args) + _bulk(b"EVALSHA") + _bulk(sha) + _bulk(b"%d" % keys)
+
+
+def pack_args(args: Sequence[bytes]) -> bytes:
+    """Arguments packed for :class:`Command`."""
+    return b"".join([_bulk(a) for a in args])
 
 
 _Pending = tuple[Command, str, "asyncio.Future[Reply]"]
@@ -105,6 +131,8 @@ class Pipeline:
             raise self._error(key, exc) from exc
         finally:
             self._in_flight -= 1
+            if self._pending:
+                self._schedule()  # queued while this call was out
         if isinstance(reply, Exception):
             raise self._error(key, reply) from reply
         return reply
@@ -133,10 +161,8 @@ class Pipeline:
         except BaseException:
             for _, _, future in live:
                 future.cancel()
+            self._in_flight -= 1
             raise
-        finally:
-            # The batch's callers resume first; what they ask next goes out together.
-            asyncio.get_running_loop().call_soon(self._done)
         for (_, key, future), reply in zip(live, replies, strict=True):
             if future.done():
                 continue
@@ -144,6 +170,9 @@ class Pipeline:
                 future.set_exception(self._error(key, reply))
             else:
                 future.set_result(reply)
+        # Scheduled after the callers' wake-ups: what they ask next is queued while this
+        # batch still counts as in flight, so it goes out together instead of one alone.
+        asyncio.get_running_loop().call_soon(self._done)
 
     def _done(self) -> None:
         self._in_flight -= 1
@@ -212,27 +241,47 @@ class ConnectionPipeline(Pipeline):
             else:
                 await self._pool.release(connection)
 
-    @staticmethod
-    async def _talk(connection: Any, commands: list[Command]) -> list[Reply | Exception]:
-        await connection.send_packed_command(
-            b"".join([c.packed for c in commands]), check_health=False
-        )
-        replies = [await _read(connection) for _ in commands]
+    async def _talk(self, connection: Any, commands: list[Command]) -> list[Reply | Exception]:
+        await self._write(connection, b"".join([c.packed for c in commands]))
+        replies = [await self._read(connection) for _ in commands]
         missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if not missing:
             return replies
         scripts = {commands[i].script.sha: commands[i].script for i in missing}
-        await connection.send_packed_command(
+        await self._write(
+            connection,
             b"".join([s.load for s in scripts.values()] + [commands[i].packed for i in missing]),
-            check_health=False,
         )
         for _ in scripts:
-            loaded = await _read(connection)
+            loaded = await self._read(connection)
             if isinstance(loaded, Exception):
                 raise loaded
         for i in missing:
-            replies[i] = await _read(connection)
+            replies[i] = await self._read(connection)
         return replies
+
+    async def _write(self, connection: Any, data: bytes) -> None:
+        """Send ``data``. Under a deadline of our own, without redis-py's per-write timer
+        (with ``socket_timeout`` set, its default, each write is a ``wait_for`` task)."""
+        write = getattr(connection, "_send_packed_command", None)
+        if self.timeout is None or write is None or not connection.is_connected:
+            await connection.send_packed_command(data, check_health=False)
+            return
+        try:
+            await write([data])
+        except OSError as exc:
+            await connection.disconnect(nowait=True)
+            raise ConnectionError(f"error writing to redis: {exc}") from exc
+
+    async def _read(self, connection: Any) -> Reply | Exception:
+        """One reply, or the error Redis answered. Under a deadline of our own, without
+        redis-py's per-read timer (``math.inf`` turns it off)."""
+        try:
+            return await connection.read_response(
+                timeout=None if self.timeout is None else math.inf
+            )
+        except ResponseError as exc:
+            return exc
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -268,7 +317,7 @@ class ClientPipeline(Pipeline):
     async def _pipelined(self, commands: list[Command]) -> list[Reply | Exception]:
         pipe = self._client.pipeline(transaction=False)
         for command in commands:
-            pipe.execute_command(*command.args)
+            pipe.execute_command(*command.arguments())
         replies: list[Reply | Exception] = await pipe.execute(raise_on_error=False)
         return replies
 
@@ -280,10 +329,3 @@ def pipeline_for(
     if isinstance(client, aioredis.Redis) and client.connection is None:
         return ConnectionPipeline(client, timeout, batch=batch)
     return ClientPipeline(client, timeout, batch=batch)
-
-
-async def _read(connection: Any) -> Reply | Exception:
-    try:
-        return await connection.read_response()
-    except ResponseError as exc:
-        return exc

@@ -22,10 +22,10 @@ from redis.exceptions import NoScriptError, RedisError
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key
-from ratelimit.backends.redis_pipeline import MAX_BATCH, Command, Script, pipeline_for
+from ratelimit.backends.redis_pipeline import MAX_BATCH, Command, Script, pack_args, pipeline_for
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
-from ratelimit.plan import CounterUpdate, Identifier, Plan, evaluate
+from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan, evaluate
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
@@ -109,24 +109,18 @@ class RedisScriptBackend:
 
     def _command(self, plan: Plan) -> Command:
         """The plan's EVALSHA, kept on the plan unless a clock is injected (time varies)."""
-        args = [
-            b"" if self.clock is None else str(clock_us(self.clock)).encode(),
-            plan.compiled.wire,
-            _slots(plan.leaf_identifiers),
-            repr(plan.cost).encode(),  # repr: the shortest text that reads back as the same float
-            b"1" if plan.record else b"0",
-        ]
         if plan.algorithm == SLIDING_LOG:
-            command = Command(
-                SLIDING_LOG_SCRIPT, [identifier_key(i) for i in plan.identifiers], args
-            )
+            script, keys = SLIDING_LOG_SCRIPT, [identifier_key(i) for i in plan.identifiers]
         else:
-            args.append(b"1" if plan.algorithm == SLIDING_WINDOW else b"0")
-            command = Command(
-                WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers], args
-            )
-        if self.clock is None:
-            plan.memo["evalsha"] = command
+            script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
+        if self.clock is not None:
+            now = str(clock_us(self.clock)).encode()
+            args = _args.__wrapped__(now, plan.compiled, plan.leaf_identifiers, plan.cost,
+                                     plan.record, plan.algorithm)  # fmt: skip
+            return Command(script, keys, *args)
+        command = Command(script, keys, *_args(b"", plan.compiled, plan.leaf_identifiers,
+                                               plan.cost, plan.record, plan.algorithm))  # fmt: skip
+        plan.memo["evalsha"] = command
         return command
 
     async def reset(self, plan: Plan) -> None:
@@ -212,6 +206,23 @@ class RedisScriptBackend:
 
 
 @functools.lru_cache(maxsize=1024)
-def _slots(leaf_identifiers: tuple[int, ...]) -> bytes:
-    """ARGV[3] of the script: per leaf its 1-based key index, 0 for none."""
-    return " ".join(str(i + 1) for i in leaf_identifiers).encode()
+def _args(
+    now: bytes,
+    compiled: CompiledTree,
+    leaf_identifiers: tuple[int, ...],
+    cost: float,
+    record: bool,
+    algorithm: str,
+) -> tuple[tuple[bytes, ...], bytes]:
+    """The script's ARGV, plain and packed. They depend on the rules and flags, not on the
+    selector values, so every call of a decorated function shares them."""
+    args = [
+        now,
+        compiled.wire,
+        " ".join(str(i + 1) for i in leaf_identifiers).encode(),  # per leaf its key's KEYS index
+        repr(cost).encode(),  # repr: the shortest text that reads back as the same float
+        b"1" if record else b"0",
+    ]
+    if algorithm != SLIDING_LOG:
+        args.append(b"1" if algorithm == SLIDING_WINDOW else b"0")
+    return tuple(args), pack_args(args)
