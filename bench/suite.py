@@ -12,8 +12,9 @@ through ``evalsha`` (one call per decision), and bare in pipelines of ``concurre
 Each decision is one admitted call for one of 10 000 users under ``user:1000/m`` (the
 costlier path: checked and recorded). A row runs for ``--seconds``; with ``--rounds`` above
 one the rows take turns, and each figure is the median of its rounds. Prints a Markdown table:
-decisions/s, p50 and p99 latency, Redis commands per decision (from ``INFO commandstats``),
-and ours / the best peer at that concurrency. Peers come from the ``bench`` extra.
+decisions/s, p50 and p99 latency, Redis commands per decision (``INFO commandstats``: those
+run inside scripts included, scripts in brackets), the server's CPU time per decision
+(``INFO cpu``), and ours / the best peer at that concurrency. Peers come from the ``bench`` extra.
 """
 
 from __future__ import annotations
@@ -67,22 +68,29 @@ class Result:
     p50: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
     commands: list[float] = field(default_factory=list)
+    scripts: list[float] = field(default_factory=list)
+    server_us: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
         return statistics.median(self.rates)
 
 
-async def commands_run(client: aioredis.Redis) -> int:
-    """Commands the server has run so far, not counting INFO itself."""
+async def server_counts(client: aioredis.Redis) -> tuple[int, int, float]:
+    """What the server has done so far: (commands run, inside scripts included; scripts
+    run; its CPU seconds), not counting INFO itself."""
     stats = await client.info("commandstats")
-    return sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+    cpu = await client.info("cpu")
+    commands = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
+    scripts = sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_eval"))
+    return commands, scripts, cpu["used_cpu_user"] + cpu["used_cpu_sys"]
 
 
 async def measure(
     contender: c.Contender, seconds: float, concurrency: int, admin: aioredis.Redis
-) -> tuple[float, list[float], int]:
-    """Run ``contender`` for ``seconds``: (decisions/s, latencies in s, commands run)."""
+) -> tuple[float, list[float], tuple[float, ...]]:
+    """Run ``contender`` for ``seconds``: (decisions/s, latencies in s, and per decision:
+    Redis commands, scripts, server CPU in µs)."""
     users = [f"user-{i}" for i in range(USERS)]
     await asyncio.gather(*(contender.decide(u) for u in users[:64]))  # pools, scripts, buckets
     latencies: list[float] = []
@@ -113,15 +121,17 @@ async def measure(
             if finished > deadline:
                 return
 
-    before = await commands_run(admin)
+    before = await server_counts(admin)
     started = clock()
     if contender.many is not None and concurrency > 1:
         await batches()
     else:
         await asyncio.gather(*(one_at_a_time() for _ in range(concurrency)))
     elapsed = clock() - started
-    commands = await commands_run(admin) - before
-    return len(latencies) / elapsed, latencies, commands
+    after = await server_counts(admin)
+    n = len(latencies)
+    per_decision = tuple((a - b) / n for a, b in zip(after, before, strict=True))
+    return n / elapsed, latencies, (per_decision[0], per_decision[1], per_decision[2] * 1e6)
 
 
 async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
@@ -136,7 +146,7 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
             for name, factory in contenders.items():
                 contender = await factory(url, LIMIT)
                 try:
-                    rate, latencies, commands = await measure(
+                    rate, latencies, (commands, scripts, server_us) = await measure(
                         contender, seconds, concurrency, admin
                     )
                 finally:
@@ -146,7 +156,9 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
                 result.rates.append(rate)
                 result.p50.append(quantiles[49] * 1e6)
                 result.p99.append(quantiles[98] * 1e6)
-                result.commands.append(commands / len(latencies))
+                result.commands.append(commands)
+                result.scripts.append(scripts)
+                result.server_us.append(server_us)
                 print(f"  {name} at {concurrency}: {rate:,.0f}/s", file=sys.stderr, flush=True)
     await admin.aclose()
     print(
@@ -159,9 +171,9 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
 
 def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -> str:
     lines = [
-        "| contender | concurrency | decisions/s | p50 µs | p99 µs | Redis cmds/decision "
-        "| vs best peer |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| contender | concurrency | decisions/s | p50 µs | p99 µs | Redis commands "
+        "(scripts) per decision | Redis CPU µs per decision | vs best peer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for concurrency in CONCURRENCY:
         best = max((results[(p, concurrency)].rate for p in PEERS if p in names), default=0.0)
@@ -171,6 +183,7 @@ def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -
             lines.append(
                 f"| {name} | {concurrency} | {r.rate:,.0f} | {statistics.median(r.p50):,.0f} "
                 f"| {statistics.median(r.p99):,.0f} | {statistics.median(r.commands):.2f} "
+                f"({statistics.median(r.scripts):.2f}) | {statistics.median(r.server_us):.1f} "
                 f"| {ratio} |"
             )
     return "\n".join(lines)

@@ -32,6 +32,8 @@ class DenialCache:
     def get(self, call: Hashable) -> Decision | None:
         """The refusal still standing for ``call``, with its ``retry_after`` brought up to
         date, or ``None``."""
+        if not self._until:
+            return None
         entry = self._until.get(call)
         if entry is None:
             return None

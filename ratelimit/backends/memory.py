@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 
-from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, window, window_index
+from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, log_outcome, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.decision import Decision
 from ratelimit.plan import (
@@ -19,6 +19,7 @@ from ratelimit.plan import (
     Identifier,
     Plan,
     counter_update_rate,
+    decision_of,
     evaluate,
     limits_per_identifier,
 )
@@ -91,6 +92,8 @@ class MemoryBackend:
             self._sweep(now)
         if plan.algorithm != SLIDING_LOG:
             return self._decide_windows(plan, now)
+        if len(plan.leaf_identifiers) == 1 and plan.identifiers:
+            return self._decide_one(plan, now)
         logs = [self._live(identifier, now) for identifier in plan.identifiers]
         counts: list[tuple[int, int]] = []
         for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
@@ -111,6 +114,25 @@ class MemoryBackend:
                     hits.pop()
                 log.expires_us = max(log.expires_us, now + span_ms * US_PER_MS)
                 self._logs[identifier] = log
+        return decision
+
+    def _decide_one(self, plan: Plan, now: int) -> Decision:
+        """A single rule on a sliding log: what :meth:`_decide` does, without the tree."""
+        identifier = plan.identifiers[0]
+        rule = plan.compiled.rules[0]
+        log = self._logs.get(identifier)
+        if log is None or log.expires_us <= now:
+            log = self._logs[identifier] = _Log()  # an unrecorded one is swept when expired
+        hits = log.hits
+        span_us = rule.span_ms * US_PER_MS
+        counted = window(hits, rule.count - int(plan.cost) + 1, now - span_us)
+        decision = decision_of(plan, log_outcome(rule, 0, plan.cost, counted, now))
+        if decision.allowed and plan.record:
+            stamp = max(now, hits[0]) if hits else now
+            hits.extendleft([stamp] * min(int(plan.cost), rule.count))
+            while len(hits) > rule.count:
+                hits.pop()
+            log.expires_us = max(log.expires_us, now + span_us)
         return decision
 
     def _decide_windows(self, plan: Plan, now: int) -> Decision:
