@@ -39,6 +39,7 @@ from ratelimit.policy import FailurePolicy
 from ratelimit.rules import RuleLike
 from ratelimit.selectors import SelectorSources
 from ratelimit.settings import (
+    check_flag,
     check_timeout,
     counter_update,
     synced_backend,
@@ -124,6 +125,7 @@ class RateLimit:
         self.namespace = namespace
         self.algorithm = algorithm
         check_timeout(timeout)
+        check_flag("auto_pipeline", auto_pipeline)
         engine = EngineOptions(
             use_scripts,
             disable_locks,
@@ -178,6 +180,7 @@ class RateLimit:
         by leaving ``async with``).
         """
         check_timeout(timeout)
+        check_flag("auto_pipeline", auto_pipeline)
         engine = EngineOptions(
             use_scripts,
             disable_locks,

@@ -81,3 +81,9 @@ def counter_update(
     if weight is not None and (not is_number(weight) or not 0 <= weight <= 1):
         raise ConfigurationError(f"weight must be from 0 to 1, or None, not {weight!r}")
     return CounterUpdate(Identifier(namespace, key, None, None), size_us, float(value), weight)
+
+
+def check_flag(name: str, value: object) -> None:
+    """A setting that must be ``True`` or ``False`` (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {value!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 
@@ -56,3 +57,18 @@ async def _admitted(work: object, user: str, ip: str) -> int:
     except RateLimitExceeded:
         return 0
     return 1
+
+
+async def test_concurrent_decisions_pipeline_across_nodes(
+    cluster_client: AsyncRedisCluster, namespace: str
+) -> None:
+    """Auto-pipelined batches span keys on several nodes; each key still counts exactly,
+    and a flushed script is loaded again on every node once per batch."""
+    rl = RateLimit(cluster_client, namespace, denial_cache=0)
+    limits = [rl.limit("10/m", key=f"endpoint-{n}") for n in range(6)]
+    decisions = await asyncio.gather(*(lim.decide() for lim in limits for _ in range(25)))
+    for n in range(6):
+        assert sum(d.allowed for d in decisions[n * 25 : (n + 1) * 25]) == 10
+    await cluster_client.script_flush()
+    again = await asyncio.gather(*(rl.limit("10/m", key=f"fresh-{n}").decide() for n in range(30)))
+    assert all(d.allowed and not d.degraded for d in again)

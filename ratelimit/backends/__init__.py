@@ -91,7 +91,10 @@ def backend_from_url(
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         if options or engine != EngineOptions():
-            raise TypeError("memory:// takes no options and no engine or lock settings")
+            raise TypeError(
+                "memory:// takes no options and no engine settings "
+                "(use_scripts, auto_pipeline, disable_locks, lock_*)"
+            )
         return MemoryBackend(clock=clock)
     if scheme in REDIS_SCHEMES:
         return engine.backend(client_from_url(url, **options), clock, owns_client=True)
