@@ -91,7 +91,7 @@ async def measure(
 ) -> tuple[float, list[float], tuple[float, ...]]:
     """Run ``contender`` for ``seconds``: (decisions/s, latencies in s, and per decision:
     Redis commands, scripts, server CPU in µs)."""
-    users = [f"user-{i}" for i in range(USERS)]
+    users = [f"user-{i}" for i in range(USERS)]  # USERS: --users
     await asyncio.gather(*(contender.decide(u) for u in users[:64]))  # pools, scripts, buckets
     latencies: list[float] = []
     counter = iter(range(64, 1 << 62))
@@ -199,11 +199,13 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--only", help="run only contenders whose name contains this")
+    parser.add_argument("--users", type=int, default=USERS, help="distinct users (10 000)")
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     options = parse()
+    USERS = options.users
     with ExitStack() as stack:
         url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
         coroutine = main(url, options.seconds, options.rounds, options.only)

@@ -18,11 +18,13 @@ EXPECTED = {
     "command_engine.py": "vova: refused by user:3/10s",
     "counters.py": "synced mode: 100 of 150 admitted under 100/m",
     "metrics.py": "  3  api denied by ip:5/m",
+    "pipelining.py": "auto_pipeline=False: 1000 of 2000",
 }
 ON_MEMORY = {
     **EXPECTED,
     "command_engine.py": "the command engine needs Redis",
     "counters.py": "after a refund: 1.5",
+    "pipelining.py": "memory://: 1000 of 2000 admitted",
 }
 
 

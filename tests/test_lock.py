@@ -179,7 +179,7 @@ def test_bad_lock_settings_are_refused(
 def test_engine_settings_do_not_apply_to_backend_objects() -> None:
     with pytest.raises(TypeError, match="apply to a Redis client"):
         RateLimit(MemoryBackend(), use_scripts=False)
-    with pytest.raises(TypeError, match="no engine or lock settings"):
+    with pytest.raises(TypeError, match="no engine settings"):
         RateLimit.from_url("memory://", disable_locks=True)
 
 
