@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -13,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
+from ratelimit.backends.redis_script import RedisScriptBackend
 from ratelimit.backends.synced import SyncedBackend
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer, free_port
@@ -203,3 +205,24 @@ def test_bad_sync_settings(options: dict[str, object], message: str) -> None:
 def test_sync_rate_with_a_backend_object_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="applies to a Redis client"):
         RateLimit(MemoryBackend(), algorithm="sliding-window", sync_rate=1)
+
+
+async def test_aclose_ends_even_when_a_sync_swallows_its_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py can swallow a cancellation that lands mid-read; aclose() must still end."""
+    remote = RedisScriptBackend(fakeredis.FakeAsyncRedis())
+    syncing = asyncio.Event()
+
+    async def stubborn(pushes: list[object]) -> tuple[None, list[object]]:
+        syncing.set()
+        with contextlib.suppress(asyncio.CancelledError):  # as a swallowing client does
+            await asyncio.sleep(0.05)
+        return None, [{} for _ in pushes]
+
+    monkeypatch.setattr(remote, "sync_counters", stubborn)
+    synced = SyncedBackend(remote, 0.01)
+    rl = RateLimit(synced, "stubborn", algorithm="sliding-window")
+    assert (await rl.limit("5/m", key="k").decide()).allowed
+    await syncing.wait()  # aclose() now cancels a sync in flight
+    await asyncio.wait_for(rl.aclose(), timeout=5)

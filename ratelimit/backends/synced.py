@@ -203,7 +203,9 @@ class SyncedBackend:
                         local.add(index, value)
 
     async def _run(self) -> None:
-        while True:
+        # Checked as well as cancelled: redis-py can swallow a cancellation that lands
+        # mid-read, and aclose() would then wait for this loop forever.
+        while not self._closed:
             await asyncio.sleep(self.sync_rate)  # the sync interval itself
             try:
                 await self.sync()
