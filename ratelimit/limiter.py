@@ -20,7 +20,6 @@ from typing import Any
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.backends import (
     Backend,
-    EngineOptions,
     backend_for,
     backend_from_url,
 )
@@ -39,9 +38,8 @@ from ratelimit.policy import FailurePolicy
 from ratelimit.rules import RuleLike
 from ratelimit.selectors import SelectorSources
 from ratelimit.settings import (
-    check_flag,
-    check_timeout,
     counter_update,
+    engine_options,
     synced_backend,
 )
 
@@ -124,16 +122,14 @@ class RateLimit:
             )
         self.namespace = namespace
         self.algorithm = algorithm
-        check_timeout(timeout)
-        check_flag("auto_pipeline", auto_pipeline)
-        engine = EngineOptions(
+        engine = engine_options(
             use_scripts,
+            auto_pipeline,
             disable_locks,
             lock_ttl,
             lock_polling_interval,
             lock_timeout,
             timeout,
-            auto_pipeline,
         )
         self.policy = FailurePolicy(on_error)
         self.backend: Backend = backend_for(storage, clock=clock, engine=engine)
@@ -179,16 +175,14 @@ class RateLimit:
         ``redis.asyncio.from_url``. The client opened here is closed by :meth:`aclose` (or
         by leaving ``async with``).
         """
-        check_timeout(timeout)
-        check_flag("auto_pipeline", auto_pipeline)
-        engine = EngineOptions(
+        engine = engine_options(
             use_scripts,
+            auto_pipeline,
             disable_locks,
             lock_ttl,
             lock_polling_interval,
             lock_timeout,
             timeout,
-            auto_pipeline,
         )
         backend = backend_from_url(url, clock=clock, engine=engine, **options)
         return cls(

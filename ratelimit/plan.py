@@ -89,7 +89,7 @@ def compile_tree(tree: Node) -> CompiledTree:
     return CompiledTree(tree)
 
 
-@dataclass(slots=True, eq=False)  # not frozen: built on each cache miss, 5x faster so
+@dataclass(slots=True, eq=False)  # not frozen: a frozen __init__ is 5x slower, per miss
 class Plan:
     """One call's work: the compiled tree and, per leaf, the identifier it counts on.
 
@@ -118,7 +118,7 @@ class Plan:
     """Window counters: per leaf, the position of its size in its identifier's ``windows``."""
     record: bool = True
     """Whether an allowed call is recorded; ``False`` only decides (``Limit.peek``)."""
-    memo: dict[str, object] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    memo: dict[str, object] = field(default_factory=dict, repr=False)
     """What a backend builds once per plan (its encoded command, say); not part of its value."""
 
     def depth(self, rule: Rule) -> int:
@@ -183,8 +183,8 @@ def cached_plan(
     algorithm: str,
     record: bool = True,
 ) -> Plan:
-    """The plan for selector ``values`` given in the order of ``compiled.selectors``; plans
-    are immutable, so the callers of a hot key share one."""
+    """The plan for selector ``values`` given in the order of ``compiled.selectors``; the
+    callers of a hot key share one (so nobody changes it)."""
     if algorithm == SLIDING_LOG and len(compiled.rules) == 1:  # the common case, quickly
         selector = compiled.rules[0].selector
         if selector is not None and not values[0]:

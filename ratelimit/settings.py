@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ratelimit.algorithms import SLIDING_LOG
-from ratelimit.backends import Backend, MemoryBackend, RedisScriptBackend
+from ratelimit.backends import Backend, EngineOptions, MemoryBackend, RedisScriptBackend
 from ratelimit.backends.synced import SyncedBackend
 from ratelimit.errors import ConfigurationError
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier
@@ -87,3 +87,26 @@ def check_flag(name: str, value: object) -> None:
     """A setting that must be ``True`` or ``False`` (not merely truthy)."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, not {value!r}")
+
+
+def engine_options(
+    use_scripts: bool,
+    auto_pipeline: bool,
+    disable_locks: bool,
+    lock_ttl: float,
+    lock_polling_interval: float,
+    lock_timeout: float,
+    timeout: float | None,
+) -> EngineOptions:
+    """``RateLimit``'s engine settings, checked (the lock settings by the command engine)."""
+    check_timeout(timeout)
+    check_flag("auto_pipeline", auto_pipeline)
+    return EngineOptions(
+        use_scripts=use_scripts,
+        disable_locks=disable_locks,
+        lock_ttl=lock_ttl,
+        lock_polling_interval=lock_polling_interval,
+        lock_timeout=lock_timeout,
+        timeout=timeout,
+        auto_pipeline=auto_pipeline,
+    )

@@ -34,6 +34,16 @@ class _Log:
         self.hits: deque[int] = deque()
         self.expires_us = 0
 
+    def record(self, now: int, cost: int, keep: int, span_us: int) -> None:
+        """Add ``cost`` hits at ``now`` (never older than the newest), keep the newest
+        ``keep``, and live at least ``span_us`` more."""
+        hits = self.hits
+        stamp = max(now, hits[0]) if hits else now
+        hits.extendleft([stamp] * min(cost, keep))
+        while len(hits) > keep:
+            hits.pop()
+        self.expires_us = max(self.expires_us, now + span_us)
+
 
 class _Windows:
     """One identifier's window counters: per window size (us), two slots of
@@ -107,12 +117,7 @@ class MemoryBackend:
             for identifier, log, (keep, span_ms) in zip(
                 plan.identifiers, logs, limits_per_identifier(plan), strict=True
             ):
-                hits = log.hits
-                stamp = max(now, hits[0]) if hits else now
-                hits.extendleft([stamp] * min(int(plan.cost), keep))
-                while len(hits) > keep:
-                    hits.pop()
-                log.expires_us = max(log.expires_us, now + span_ms * US_PER_MS)
+                log.record(now, int(plan.cost), keep, span_ms * US_PER_MS)
                 self._logs[identifier] = log
         return decision
 
@@ -123,16 +128,11 @@ class MemoryBackend:
         log = self._logs.get(identifier)
         if log is None or log.expires_us <= now:
             log = self._logs[identifier] = _Log()  # an unrecorded one is swept when expired
-        hits = log.hits
         span_us = rule.span_ms * US_PER_MS
-        counted = window(hits, rule.count - int(plan.cost) + 1, now - span_us)
+        counted = window(log.hits, rule.count - int(plan.cost) + 1, now - span_us)
         decision = decision_of(plan, log_outcome(rule, 0, plan.cost, counted, now))
         if decision.allowed and plan.record:
-            stamp = max(now, hits[0]) if hits else now
-            hits.extendleft([stamp] * min(int(plan.cost), rule.count))
-            while len(hits) > rule.count:
-                hits.pop()
-            log.expires_us = max(log.expires_us, now + span_us)
+            log.record(now, int(plan.cost), rule.count, span_us)
         return decision
 
     def _decide_windows(self, plan: Plan, now: int) -> Decision:

@@ -180,8 +180,13 @@ class Pipeline:
             self._flush()
 
     async def _run(self, commands: list[Command]) -> list[Reply | Exception]:
-        """Send ``commands`` under one deadline: per command its reply or its error."""
-        async with asyncio.timeout(self.timeout):
+        """Send one batch of decisions under this pipeline's deadline."""
+        return await self.send(commands, self.timeout)
+
+    async def send(self, commands: list[Command], seconds: float | None) -> list[Reply | Exception]:
+        """Send ``commands`` now as one batch within ``seconds``: per command its reply or its
+        error (``NOSCRIPT`` handled). For bulk work off the request path, such as syncs."""
+        async with asyncio.timeout(seconds):
             return await self._exchange(commands)
 
     def _error(self, key: str, exc: Exception) -> BackendError:

@@ -17,7 +17,7 @@ from typing import Any, TypeAlias
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.base import Clock, clock_us
@@ -43,6 +43,9 @@ COUNTER_UPDATE_LUA = _script("_now.lua", "counter_update.lua")
 COUNTER_SYNC_LUA = _script("_now.lua", "counter_sync.lua")
 SLIDING_LOG_SCRIPT = Script(SLIDING_LOG_LUA)
 WINDOW_COUNTERS_SCRIPT = Script(WINDOW_COUNTERS_LUA)
+COUNTER_SYNC_SCRIPT = Script(COUNTER_SYNC_LUA)
+SYNC_TIMEOUT = 5.0
+"""Deadline of one sync: it carries every live key's diffs at once, off the request path."""
 
 Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
 """One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
@@ -88,7 +91,6 @@ class RedisScriptBackend:
         self._owns_client = owns_client
         self._pipeline = pipeline_for(client, timeout, batch=MAX_BATCH if auto_pipeline else 1)
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
-        self._sync_script: AsyncScript = client.register_script(COUNTER_SYNC_LUA)
 
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
@@ -113,14 +115,13 @@ class RedisScriptBackend:
             script, keys = SLIDING_LOG_SCRIPT, [identifier_key(i) for i in plan.identifiers]
         else:
             script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
-        if self.clock is not None:
-            now = str(clock_us(self.clock)).encode()
-            args = _args.__wrapped__(now, plan.compiled, plan.leaf_identifiers, plan.cost,
-                                     plan.record, plan.algorithm)  # fmt: skip
-            return Command(script, keys, *args)
-        command = Command(script, keys, *_args(b"", plan.compiled, plan.leaf_identifiers,
-                                               plan.cost, plan.record, plan.algorithm))  # fmt: skip
-        plan.memo["evalsha"] = command
+        now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
+        args, packed = _args(
+            plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, plan.algorithm
+        )
+        command = Command(script, keys, (now, *args), pack_args((now,)) + packed)
+        if self.clock is None:
+            plan.memo["evalsha"] = command
         return command
 
     async def reset(self, plan: Plan) -> None:
@@ -160,29 +161,17 @@ class RedisScriptBackend:
         pipelined round trip. Returns Redis's time (us; ``None`` if no call succeeded) and,
         per push, its totals or the error of its call (its diffs were then not applied)."""
         now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
-        calls = [
-            (counter_key(identifier), " ".join(f"{s} {i} {d!r}" for s, i, d in entries))
-            for identifier, entries in pushes
-        ]
-        results: list[Any] = [None] * len(calls)
-        pending = list(range(len(calls)))
-        for attempt in (1, 2):
-            pipe = self.client.pipeline(transaction=False)
-            for n in pending:
-                pipe.evalsha(self._sync_script.sha, 1, calls[n][0], now, calls[n][1])
-            try:
-                replies = await pipe.execute(raise_on_error=False)
-            except RedisError as exc:
-                raise BackendError(f"redis failed to sync counters: {exc}") from exc
-            for n, reply in zip(pending, replies, strict=True):
-                results[n] = reply
-            pending = [n for n in pending if isinstance(results[n], NoScriptError)]
-            if not pending or attempt == 2:
-                break
-            try:  # restarted or flushed: load the script, then retry only those calls
-                await self.client.script_load(COUNTER_SYNC_LUA)
-            except RedisError as exc:
-                raise BackendError(f"redis failed to load the sync script: {exc}") from exc
+        commands = []
+        for identifier, entries in pushes:
+            args = (now, " ".join(f"{s} {i} {d!r}" for s, i, d in entries).encode())
+            keys = [counter_key(identifier)]
+            commands.append(Command(COUNTER_SYNC_SCRIPT, keys, args, pack_args(args)))
+        try:
+            results = await self._pipeline.send(commands, SYNC_TIMEOUT) if commands else []
+        except TimeoutError as exc:
+            raise BackendError(f"redis did not answer a sync within {SYNC_TIMEOUT} s") from exc
+        except RedisError as exc:
+            raise BackendError(f"redis failed to sync counters: {exc}") from exc
         server_now: int | None = None
         totals: list[Totals | Exception] = []
         for reply in results:
@@ -207,17 +196,15 @@ class RedisScriptBackend:
 
 @functools.lru_cache(maxsize=1024)
 def _args(
-    now: bytes,
     compiled: CompiledTree,
     leaf_identifiers: tuple[int, ...],
     cost: float,
     record: bool,
     algorithm: str,
 ) -> tuple[tuple[bytes, ...], bytes]:
-    """The script's ARGV, plain and packed. They depend on the rules and flags, not on the
-    selector values, so every call of a decorated function shares them."""
+    """The script's ARGV after the time, plain and packed. They depend on the rules and
+    flags, not on the selector values, so every call of a decorated function shares them."""
     args = [
-        now,
         compiled.wire,
         " ".join(str(i + 1) for i in leaf_identifiers).encode(),  # per leaf its key's KEYS index
         repr(cost).encode(),  # repr: the shortest text that reads back as the same float
