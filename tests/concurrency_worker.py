@@ -28,7 +28,7 @@ async def main(url: str, namespace: str, coroutines: int, engine: str = "script"
     # default 0.25 s on a loaded machine would be admitted by the fail-open policy.
     rl = RateLimit(client, namespace, timeout=None, **ENGINES[engine])  # type: ignore[arg-type]
 
-    @rl.limit("50/10s", key="shared")
+    @rl.limit("50/h", key="shared")
     async def work() -> None:
         return None
 

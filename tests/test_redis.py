@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 async def four_processes_of_fifty(
     redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
 ) -> int:
-    """Run 4 worker processes of 50 coroutines on one ``50/10s`` limit; return admitted."""
+    """Run 4 worker processes of 50 coroutines on one ``50/h`` limit (a window that cannot move during the test); return admitted."""
     workers = [
         await asyncio.create_subprocess_exec(
             sys.executable,
@@ -75,7 +75,7 @@ async def test_without_the_lock_the_command_engine_overshoots_within_bounds(
     await redis_client.rpush(f"{namespace}-one:go", "go")
     in_flight = await concurrency_worker.main(redis_url, f"{namespace}-one", 200, "unlocked")
     print(
-        f"unlocked command engine under 50/10s: 4 processes x 50 admitted {spread}; "
+        f"unlocked command engine under 50/h: 4 processes x 50 admitted {spread}; "
         f"1 process x 200 in flight admitted {in_flight}"
     )
     assert 50 <= spread <= 200
