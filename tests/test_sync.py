@@ -236,3 +236,78 @@ async def test_aclose_ends_even_when_a_sync_swallows_its_cancellation(
     assert (await rl.limit("5/m", key="k").decide()).allowed
     await syncing.wait()  # aclose() now cancels a sync in flight
     await asyncio.wait_for(rl.aclose(), timeout=5)
+
+
+async def test_hits_made_while_a_sync_is_in_flight_still_count(
+    client: aioredis.Redis, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync takes the local diffs before Redis answers: until its reply lands, those hits
+    must still count locally, or one process admits its limit twice."""
+    rl = RateLimit(client, "ns", algorithm="sliding-window", sync_rate=3600, clock=clock)
+    backend = backend_of(rl)
+    real = backend.remote.sync_counters
+    sent, answer = asyncio.Event(), asyncio.Event()
+
+    async def slow(pushes: Any) -> Any:
+        sent.set()
+        await answer.wait()  # Redis has the diffs; its reply is still on the way
+        return await real(pushes)
+
+    monkeypatch.setattr(backend.remote, "sync_counters", slow)
+    assert await admitted(rl, 10, "10/d") == 10
+    sync = asyncio.create_task(backend.sync())
+    await sent.wait()
+    assert await admitted(rl, 10, "10/d") == 0  # was 10: twice the limit
+    answer.set()
+    await sync
+    assert await admitted(rl, 10, "10/d") == 0
+    assert counts(await client.hgetall("rl:{ns:k}:w")) == [10.0]
+    await rl.aclose()
+
+
+async def test_a_failed_sync_in_flight_gives_its_hits_back_to_the_local_count(
+    client: aioredis.Redis, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rl = RateLimit(client, "ns", algorithm="sliding-window", sync_rate=3600, clock=clock)
+    backend = backend_of(rl)
+    sent, fail = asyncio.Event(), asyncio.Event()
+
+    async def failing(pushes: Any) -> Any:
+        sent.set()
+        await fail.wait()
+        raise BackendError("redis failed to sync counters: gone")
+
+    monkeypatch.setattr(backend.remote, "sync_counters", failing)
+    assert await admitted(rl, 6, "10/d") == 6
+    sync = asyncio.create_task(backend.sync())
+    await sent.wait()
+    assert await admitted(rl, 2, "10/d") == 2
+    fail.set()
+    with pytest.raises(BackendError):
+        await sync
+    assert await admitted(rl, 5, "10/d") == 2  # 6 + 2 + 2: nothing forgotten, nothing doubled
+    monkeypatch.undo()
+    await backend.sync()
+    assert counts(await client.hgetall("rl:{ns:k}:w")) == [10.0]
+    await rl.aclose()
+
+
+@pytest.mark.redis
+async def test_one_process_never_admits_past_a_limit_on_its_own_hits(redis_url: str) -> None:
+    """Back-to-back callers while syncs run every 10 ms, on a real Redis: one process can
+    only overshoot by what other processes did, never on its own hits."""
+    client = aioredis.Redis.from_url(redis_url)
+    namespace = f"sync-{time.monotonic_ns()}"
+    rl = RateLimit(  # no denial cache: every call asks the synced counters
+        client, namespace, algorithm="sliding-window", sync_rate=0.01, timeout=None, denial_cache=0
+    )
+    limit = rl.limit("user:1000/d | 10/d", key="k", user="u")
+    admitted_total = 0
+    ends = time.monotonic() + 0.5  # some 50 syncs, however many calls fit in between
+    while time.monotonic() < ends:
+        results = await asyncio.gather(*(limit.decide() for _ in range(5)))
+        admitted_total += sum(d.allowed for d in results)
+        await asyncio.sleep(0)  # the sync task runs between rounds, its reply in flight
+    await rl.aclose()
+    await client.aclose()
+    assert admitted_total == 10

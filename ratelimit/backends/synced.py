@@ -19,10 +19,11 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterable
 
 from ratelimit.algorithms import US_PER_MS
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.redis_script import Push, RedisScriptBackend
+from ratelimit.backends.redis_script import Push, RedisScriptBackend, Totals
 from ratelimit.decision import Decision
 from ratelimit.plan import (
     CounterUpdate,
@@ -37,22 +38,46 @@ logger = logging.getLogger("ratelimit")
 
 
 class _Local:
-    """One (identifier, window size): totals fetched at the last sync and hits since."""
+    """One (identifier, window size): totals fetched at the last sync, hits sent by a sync
+    whose reply has not landed yet, and hits since."""
 
-    __slots__ = ("diff", "identifier", "size", "synced", "used_us")
+    __slots__ = ("diff", "identifier", "in_flight", "size", "synced", "used_us")
 
     def __init__(self, identifier: Identifier, size: int) -> None:
         self.identifier = identifier
         self.size = size
         self.synced: dict[int, float] = {}
+        self.in_flight: dict[int, float] = {}
         self.diff: dict[int, float] = {}
         self.used_us = 0
 
     def count(self, index: int) -> float:
-        return self.synced.get(index, 0.0) + self.diff.get(index, 0.0)
+        count = self.synced.get(index, 0.0) + self.diff.get(index, 0.0)
+        return count + self.in_flight.get(index, 0.0) if self.in_flight else count
 
     def add(self, index: int, value: float) -> None:
         self.diff[index] = self.diff.get(index, 0.0) + value
+
+    def send(self) -> dict[int, float]:
+        """Move the diffs to ``in_flight`` (they still count) and return them."""
+        sent, self.diff = self.diff, {}
+        for index, value in sent.items():
+            self.in_flight[index] = self.in_flight.get(index, 0.0) + value
+        return sent
+
+    def landed(self, sent: dict[int, float], synced: dict[int, float] | None) -> None:
+        """A sync's reply: ``synced`` (totals that include ``sent``), or ``None`` when it
+        failed and ``sent`` goes back to the diffs for the next sync."""
+        for index, value in sent.items():
+            left = self.in_flight.get(index, 0.0) - value
+            if abs(left) < 1e-9:
+                self.in_flight.pop(index, None)
+            else:
+                self.in_flight[index] = left
+            if synced is None:
+                self.add(index, value)
+        if synced is not None:
+            self.synced = synced
 
 
 class SyncedBackend:
@@ -153,54 +178,53 @@ class SyncedBackend:
 
     async def sync(self) -> None:
         """Push every local diff and fetch fresh totals, in one round trip. On failure the
-        diffs stay for the next sync and the error (a ``BackendError``) is raised."""
+        diffs stay for the next sync and the error (a ``BackendError``) is raised.
+
+        The diffs sent keep counting locally until the reply lands (Redis's totals then
+        include them), so hits made while a sync is in flight are never out of sight."""
         with self._lock:
             now = self._now()
-            taken: dict[Identifier, list[tuple[int, dict[int, float]]]] = {}
+            taken: dict[Identifier, list[tuple[_Local, dict[int, float]]]] = {}
             for name, local in list(self._locals.items()):
-                if not local.diff and now - local.used_us > 2 * local.size:
+                idle = not local.diff and not local.in_flight
+                if idle and now - local.used_us > 2 * local.size:
                     del self._locals[name]  # unused for two windows: forget it
                     continue
-                taken.setdefault(local.identifier, []).append((local.size, local.diff))
-                local.diff = {}
+                taken.setdefault(local.identifier, []).append((local, local.send()))
         if not taken:
             return
         pushes: list[Push] = []
         for identifier, sizes in taken.items():
             entries = []
-            for size, diff in sizes:  # every size is named, so every size gets its totals
-                entries += [(size, i, d) for i, d in diff.items()] or [(size, now // size, 0.0)]
+            for local, sent in sizes:  # every size is named, so every size gets its totals
+                size = local.size
+                entries += [(size, i, d) for i, d in sent.items()] or [(size, now // size, 0.0)]
             pushes.append((identifier, entries))
-        sent = time.time_ns() // 1000
+        sent_us = time.time_ns() // 1000
         try:
             server_now, results = await self.remote.sync_counters(pushes)
         except BaseException:
-            self._restore(taken)
+            self._landed(taken.values(), None)
             raise
-        received = time.time_ns() // 1000
-        with self._lock:
-            for (identifier, sizes), result in zip(taken.items(), results, strict=True):
-                if isinstance(result, Exception):
-                    logger.warning("ratelimit: sync of %r failed, retrying: %s", identifier, result)
-                    self._restore({identifier: sizes})
-                    continue
-                for size, windows in result.items():
-                    fetched = self._locals.get(window_name(identifier, size))
-                    if fetched is not None:
-                        fetched.synced = windows
+        received_us = time.time_ns() // 1000
+        for (identifier, sizes), result in zip(taken.items(), results, strict=True):
+            if isinstance(result, Exception):
+                logger.warning("ratelimit: sync of %r failed, retrying: %s", identifier, result)
+                self._landed([sizes], None)
+            else:
+                self._landed([sizes], result)
         if server_now is not None and self.clock is None:
-            self._offset_us = server_now - (sent + received) // 2
+            self._offset_us = server_now - (sent_us + received_us) // 2
 
-    def _restore(self, taken: dict[Identifier, list[tuple[int, dict[int, float]]]]) -> None:
+    def _landed(
+        self,
+        taken: Iterable[list[tuple[_Local, dict[int, float]]]],
+        totals: Totals | None,
+    ) -> None:
         with self._lock:
-            for identifier, sizes in taken.items():
-                for size, diff in sizes:
-                    name = window_name(identifier, size)
-                    local = self._locals.get(name)
-                    if local is None:
-                        local = self._locals[name] = _Local(identifier, size)
-                    for index, value in diff.items():
-                        local.add(index, value)
+            for sizes in taken:
+                for local, sent in sizes:
+                    local.landed(sent, None if totals is None else totals.get(local.size, {}))
 
     async def _run(self) -> None:
         # Checked as well as cancelled: redis-py can swallow a cancellation that lands
