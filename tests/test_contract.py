@@ -241,3 +241,28 @@ async def test_a_cost_larger_than_one_lua_unpack(rl: RateLimit) -> None:
     limit = rl.limit("5000/s", key="big", cost=2500)
     assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
     assert (await rl.limit("5000/s", key="big").decide()).allowed is False
+
+
+async def test_two_limits_on_one_log_keep_each_others_history(
+    rl: RateLimit, clock: FakeClock
+) -> None:
+    """``100/h`` and ``5/s`` on one identifier (two blocks without ``key=``): each admitted
+    call of the short limit must not cut the history the long one reads."""
+    hourly, burst = rl.limit("100/h"), rl.limit("5/s")
+    admitted_hourly = 0
+    for _ in range(300):  # a call of each per second for 300 s
+        admitted_hourly += (await hourly.decide()).allowed
+        assert (await burst.decide()).allowed
+        clock.advance(1)
+    assert admitted_hourly == 50  # 2 hits a second reach 100 in 50 s (was 300 of 100)
+
+
+async def test_a_rolling_deploy_does_not_cut_the_old_rules_history(
+    make_rl: Callable[..., RateLimit], clock: FakeClock
+) -> None:
+    old = make_rl(clock)
+    new = RateLimit(old.backend, old.namespace)  # two deployments on one store and key
+    assert await admitted(old, "user:100/h", 100, user="u") == 100
+    clock.advance(1)
+    assert await admitted(new, "user:5/s", 5, user="u") == 5
+    assert await admitted(old, "user:100/h", 10, user="u") == 0

@@ -6,6 +6,7 @@
     rl:{<namespace>:<key>}:<selector>=<value>   a rule with a selector
     rl:{<namespace>:<key>}:lock                 the command engine's lock
     rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash)
+    rl:{<namespace>:<key>}[:<selector>=<value>]:n   the largest count kept on that log
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
 ``:``, ``{``, ``}``, ``=``, ``#`` and spaces in a value cannot make two identifiers share a
@@ -55,6 +56,12 @@ def counter_key(identifier: Identifier) -> str:
     """The hash of one identifier's window counters. Its ``:w`` suffix cannot end a log key
     (values are encoded without ``:``), so logs and counters never share a key."""
     return f"{identifier_key(identifier)}:w"
+
+
+def kept_key(identifier: Identifier) -> str:
+    """The companion of a sliding log: the largest count any limit on it asked to keep, so
+    that a limit of a smaller count never trims what a larger one reads."""
+    return f"{identifier_key(identifier)}:n"
 
 
 def lock_key(namespace: str, key: str) -> str:

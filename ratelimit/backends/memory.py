@@ -28,16 +28,19 @@ from ratelimit.plan import (
 class _Log:
     """One identifier's hit timestamps (microseconds, newest first) and its expiry."""
 
-    __slots__ = ("expires_us", "hits")
+    __slots__ = ("expires_us", "hits", "kept")
 
     def __init__(self) -> None:
         self.hits: deque[int] = deque()
         self.expires_us = 0
+        self.kept = 0  # the largest count any limit on this log asked to keep
 
     def record(self, now: int, cost: int, keep: int, span_us: int) -> None:
         """Add ``cost`` hits at ``now`` (never older than the newest), keep the newest
-        ``keep``, and live at least ``span_us`` more."""
+        ``keep`` or the largest count kept before, whichever is more (another limit on this
+        log may read that far), and live at least ``span_us`` more."""
         hits = self.hits
+        keep = self.kept = max(keep, self.kept)
         stamp = max(now, hits[0]) if hits else now
         hits.extendleft([stamp] * min(cost, keep))
         while len(hits) > keep:

@@ -4,12 +4,14 @@ For Redis-compatible servers and proxies that refuse scripts. Per decision, unde
 (namespace, key) (see :mod:`ratelimit.backends.redis_lock`) unless ``disable_locks``:
 
 1. one pipeline reads ``TIME``, the newest entries of every log (up to 64, ``LRANGE``), their
-   ``PTTL``, and ``LINDEX count-1`` for rules whose count is beyond what was read (on a
+   ``PTTL``, the largest count kept on it (its ``:n`` companion), and ``LINDEX count-1`` for rules whose count is beyond what was read (on a
    cluster, ``TIME`` goes separately to the node that owns the slot);
 2. the tree is evaluated in Python by the same code as every other backend; a second read
    (``LRANGE``) is needed only when a rule of count > 64 has more than 64 hits in its window
    without being limited;
-3. if allowed, one ``MULTI`` does ``LPUSH`` / ``LTRIM`` / ``PEXPIRE`` on every identifier;
+3. if allowed, one ``MULTI`` does ``LPUSH`` / ``LTRIM`` / ``PEXPIRE`` on every identifier (a
+   log is trimmed to the largest count any limit on it asked to keep, which its companion
+   remembers);
 4. the lock is released.
 
 Decisions equal the script engine's, ``retry_after`` and ``remaining`` included. Without the
@@ -29,9 +31,9 @@ from redis.exceptions import ConnectionError, RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, window, window_index
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.keys import counter_key, identifier_key, lock_key
+from ratelimit.backends.keys import counter_key, identifier_key, kept_key, lock_key
 from ratelimit.backends.redis_lock import RedisLock
-from ratelimit.backends.redis_script import RedisClient
+from ratelimit.backends.redis_script import RedisClient, stored_keys
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, LockTimeoutError
 from ratelimit.plan import (
@@ -133,7 +135,7 @@ class RedisCommandBackend:
                 return await work()
 
     async def reset(self, plan: Plan) -> None:
-        keys = [k for i in plan.identifiers for k in (identifier_key(i), counter_key(i))]
+        keys = [k for i in plan.identifiers for k in stored_keys(i)]
         if keys:
             await self._guarded(
                 plan.namespace, plan.key, lambda: self.client.delete(*keys), "reset"
@@ -191,12 +193,14 @@ class RedisCommandBackend:
         if plan.algorithm != SLIDING_LOG:
             return await self._decide_windows(plan)
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
+        kept_keys = [kept_key(identifier) for identifier in plan.identifiers]
         limits = limits_per_identifier(plan)
         rules = plan.compiled.rules
         read = self._pipeline_with_time()
-        for key, (keep, _span) in zip(keys, limits, strict=True):
+        for key, kept, (keep, _span) in zip(keys, kept_keys, limits, strict=True):
             read.lrange(key, 0, min(keep, HEAD) - 1)
             read.pttl(key)
+            read.get(kept)
         deep = [
             (leaf, i)
             for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True))
@@ -206,9 +210,10 @@ class RedisCommandBackend:
             read.lindex(keys[i], plan.depth(rules[leaf]) - 1)
         replies = await read.execute()
         now = await self._now(replies, keys[0])
-        heads = [[int(t) for t in replies[2 * i]] for i in range(len(keys))]
-        ttls = [int(replies[2 * i + 1]) for i in range(len(keys))]
-        nth = {leaf: replies[2 * len(keys) + n] for n, (leaf, _i) in enumerate(deep)}
+        heads = [[int(t) for t in replies[3 * i]] for i in range(len(keys))]
+        ttls = [int(replies[3 * i + 1]) for i in range(len(keys))]
+        held = [int(replies[3 * i + 2] or 0) for i in range(len(keys))]
+        nth = {leaf: replies[3 * len(keys) + n] for n, (leaf, _i) in enumerate(deep)}
 
         counts: list[tuple[int, int]] = []
         for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True)):
@@ -222,13 +227,21 @@ class RedisCommandBackend:
         decision = evaluate(plan, now, counts)
         if decision.allowed and plan.record:
             write = self.client.pipeline(transaction=True)
-            for key, head, ttl, (keep, span_ms) in zip(keys, heads, ttls, limits, strict=True):
+            for key, kept, head, ttl, count, (keep, span_ms) in zip(
+                keys, kept_keys, heads, ttls, held, limits, strict=True
+            ):
                 stamp = max(now, head[0]) if head else now
                 for left in range(min(int(plan.cost), keep), 0, -1000):
                     write.lpush(key, *[stamp] * min(left, 1000))
-                write.ltrim(key, 0, keep - 1)
+                # never below what another limit on this log asked to keep
+                write.ltrim(key, 0, max(keep, count) - 1)
                 if ttl < span_ms:
                     write.pexpire(key, span_ms)
+                    ttl = span_ms
+                if keep > count:
+                    write.set(kept, keep, px=ttl)
+                elif ttl == span_ms:
+                    write.pexpire(kept, span_ms)
             await write.execute()
         return decision
 

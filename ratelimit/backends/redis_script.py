@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.keys import counter_key, identifier_key
+from ratelimit.backends.keys import counter_key, identifier_key, kept_key
 from ratelimit.backends.redis_pipeline import MAX_BATCH, Command, Script, pack_args, pipeline_for
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
@@ -112,7 +112,9 @@ class RedisScriptBackend:
     def _command(self, plan: Plan) -> Command:
         """The plan's EVALSHA, kept on the plan unless a clock is injected (time varies)."""
         if plan.algorithm == SLIDING_LOG:
-            script, keys = SLIDING_LOG_SCRIPT, [identifier_key(i) for i in plan.identifiers]
+            script = SLIDING_LOG_SCRIPT
+            keys = [identifier_key(i) for i in plan.identifiers]
+            keys += [kept_key(i) for i in plan.identifiers]
         else:
             script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
         now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
@@ -125,7 +127,7 @@ class RedisScriptBackend:
         return command
 
     async def reset(self, plan: Plan) -> None:
-        keys = [k for i in plan.identifiers for k in (identifier_key(i), counter_key(i))]
+        keys = [k for i in plan.identifiers for k in stored_keys(i)]
         if not keys:
             return
         try:
@@ -192,6 +194,11 @@ class RedisScriptBackend:
         await self._pipeline.aclose()
         if self._owns_client:
             await self.client.aclose()
+
+
+def stored_keys(identifier: Identifier) -> tuple[str, str, str]:
+    """Every key one identifier may have: its log, the log's companion, its counters."""
+    return identifier_key(identifier), kept_key(identifier), counter_key(identifier)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,6 +1,8 @@
 -- sliding_log.lua: decide a whole rule tree on sliding logs and record the hit, atomically.
 --
--- KEYS[k]   one list per identifier: hit timestamps in microseconds, newest first.
+-- KEYS[k]   for k = 1..n, one list per identifier: hit timestamps in microseconds, newest
+--           first; then KEYS[n + k], its companion string: the largest count any limit
+--           that admitted a call on that list asked to keep (it lives as long as the list).
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, space-separated numbers: L (the number of leaves), then per leaf its
 --           count and span in microseconds, then the tree as a prefix program of
@@ -14,8 +16,10 @@
 -- Returns   {allowed (1/0), now, hits_1, nth_1, ..., hits_L, nth_L}: per leaf, with
 --           depth = count - cost + 1, the hits in its window among the newest `depth` and,
 --           when all `depth` are inside, the depth-th newest timestamp. When allowed, every
---           key got `cost` hits, was trimmed to the largest count and expires after the
---           largest span on it.
+--           list got `cost` hits, was trimmed to the largest count any limit on it asked to
+--           keep (its leaves here, or the count its companion holds: two limits, or two
+--           deployments, on one list never cut each other's history), and expires after
+--           the largest span on it (never sooner than it already would).
 --
 -- Runs after _now.lua and _tree.lua, which redis_script.py joins in front of it.
 
@@ -63,8 +67,10 @@ if tree_limited(limited) then return result end
 
 result[1] = 1
 if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
+local lists = #KEYS / 2
 for k, count in pairs(keep) do
-  local key = KEYS[k]
+  local key, kept = KEYS[k], KEYS[lists + k]
+  local held = tonumber(redis.call('GET', kept) or 0)
   local newest = tonumber(redis.call('LINDEX', key, 0) or 0)
   -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
   local stamp = string.format('%.0f', math.max(now, newest))
@@ -76,8 +82,17 @@ for k, count in pairs(keep) do
     length = redis.call('LPUSH', key, unpack(chunk))
     left = left - #chunk
   end
-  if length > count then redis.call('LTRIM', key, 0, count - 1) end
+  if length > math.max(count, held) then redis.call('LTRIM', key, 0, math.max(count, held) - 1) end
   local ms = math.ceil(ttl[k] / 1000)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+  local pttl = redis.call('PTTL', key)
+  if pttl < ms then
+    redis.call('PEXPIRE', key, ms)
+    pttl = ms
+  end
+  if count > held then
+    redis.call('SET', kept, count, 'PX', pttl)
+  elseif pttl == ms then
+    redis.call('PEXPIRE', kept, ms)
+  end
 end
 return result
