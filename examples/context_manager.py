@@ -6,6 +6,7 @@ python examples/context_manager.py    # memory://, or Redis with REDIS_URL set
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 
 from ratelimit import RateLimit, RateLimitExceeded
@@ -33,7 +34,8 @@ async def main() -> None:
             if decision.allowed:
                 print("200 OK")
             else:
-                print(f"429 Too Many Requests, Retry-After: {max(1, round(decision.retry_after))}")
+                # Retry-After is whole seconds, rounded up: never ask to come back too early
+                print(f"429 Too Many Requests, Retry-After: {math.ceil(decision.retry_after)}")
 
 
 if __name__ == "__main__":

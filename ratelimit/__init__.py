@@ -17,6 +17,7 @@ from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
 from ratelimit.decision import Decision as Decision
 from ratelimit.errors import BackendError as BackendError
 from ratelimit.errors import ConfigurationError as ConfigurationError
+from ratelimit.errors import LimiterClosedError as LimiterClosedError
 from ratelimit.errors import LockTimeoutError as LockTimeoutError
 from ratelimit.errors import RateLimitError as RateLimitError
 from ratelimit.errors import RateLimitExceeded as RateLimitExceeded
@@ -37,6 +38,7 @@ __all__ = [
     "ConfigurationError",
     "Decision",
     "Limit",
+    "LimiterClosedError",
     "LockTimeoutError",
     "MemoryBackend",
     "Or",

@@ -1,8 +1,8 @@
 """The three algorithms, as one rule's outcome from what storage counted.
 
-- ``sliding-log`` (default, seed 002): per identifier the timestamps of its hits. Exact;
+- ``sliding-log`` (default): per identifier the timestamps of its hits. Exact;
   memory O(N) per identifier.
-- ``sliding-window`` (seeds 000/001/004, Cloudflare): per identifier and window size, the
+- ``sliding-window`` (Kong, nginx limiters, Cloudflare): per identifier and window size, the
   count of the current window and of the previous one. The rate is
   ``current + previous * (size - elapsed) / size``, with windows starting at multiples of
   their size. O(1) memory per identifier; an approximation of the log.

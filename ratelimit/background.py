@@ -1,4 +1,4 @@
-"""Background counting (seed 004's recommended mode): admit at once, count off the path.
+"""Background counting (the edge limiters' recommended mode): admit at once, count off the path.
 
 With ``RateLimit(..., background=True)`` a call that the denial cache does not refuse is
 admitted at once, and its decision is made by a task in the running loop, which drains the

@@ -1,4 +1,4 @@
-"""The denial cache (seed 004's circuit breaker): a refusal remembered until it would lift.
+"""The denial cache (an edge limiter's circuit breaker): a refusal remembered until it would lift.
 
 A denied decision is kept in-process for exactly that call (rules, key, selector values,
 cost, algorithm) until its ``retry_after`` runs out, and the same call is refused from here

@@ -10,6 +10,7 @@
     ├── UnknownKeyError (also LookupError)        key
     ├── SelectorNotFoundError (also LookupError)  selector, looked_in
     ├── LockTimeoutError (also TimeoutError)      lock, waited
+    ├── LimiterClosedError (also RuntimeError)    the limiter was used after aclose()
     └── BackendError                              the backend's own error is its __cause__
 
 ``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
@@ -42,10 +43,16 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
         self.retry_after: float = decision.retry_after
         self.rule: Rule | None = decision.rule
         self.key: str = decision.key
-        super().__init__(
-            f"rate limit exceeded for key {decision.key!r} by rule '{decision.rule}'; "
-            f"retry after {decision.retry_after:.3f} s"
-        )
+        if decision.degraded:
+            what = (
+                f"call refused for key {decision.key!r}: the rate-limit storage failed and "
+                "on_error='deny' refuses calls until it answers"
+            )
+        elif decision.rule is None:  # a backend of one's own may refuse without a rule
+            what = f"rate limit exceeded for key {decision.key!r}"
+        else:
+            what = f"rate limit exceeded for key {decision.key!r} by rule '{decision.rule}'"
+        super().__init__(f"{what}; retry after {decision.retry_after:.3f} s")
 
 
 class RuleSyntaxError(RateLimitError, ValueError):
@@ -116,6 +123,11 @@ class LockTimeoutError(RateLimitError, TimeoutError):
             f"could not take lock {lock!r} within {waited:.3f} s; the call was not admitted "
             "(raise lock_timeout, or lower contention on this key)"
         )
+
+
+class LimiterClosedError(RateLimitError, RuntimeError):
+    """The limiter (or its backend) was used after ``aclose()``: nothing was decided or
+    counted. Make a new one, or close it only when the application stops."""
 
 
 class BackendError(RateLimitError):

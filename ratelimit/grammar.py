@@ -83,7 +83,7 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
     third_field = (pp.Literal(":") + pp.Regex(r"[^\s&|()]*")).set_parse_action(
         _fail(
             "a rule has two fields, [selector:]count/span; a third field "
-            "(such as seed 002's ':0.1') is not supported"
+            "(such as ':0.1') is not supported"
         )
     )
     rule = (

@@ -65,7 +65,7 @@ class Limit:
         self._cost = cost
         self._compiled = None if rules is None else compile_tree(to_tree(rules))
         if self._compiled is not None:
-            check_cost(self._compiled, cost)
+            check_cost(self._compiled, cost, owner.algorithm)
         # Without rules, the registration of ``key`` is looked up at the first call.
         self._registration = (
             None if self._compiled is None else Registration(self._compiled, self._sources)
@@ -77,7 +77,7 @@ class Limit:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
         if self._registration is None:
             registered = self._owner._registered(key)
-            check_cost(registered.compiled, self._cost)
+            check_cost(registered.compiled, self._cost, self._owner.algorithm)
             self._registration = Registration(
                 registered.compiled, self._sources.merged_over(registered.sources)
             )
@@ -97,6 +97,8 @@ class Limit:
 
     async def _decide(self, key: str, call: CallSite | None, record: bool = True) -> Decision:
         owner = self._owner
+        if owner._closed:
+            owner._open()
         this = await self._call(key, call)
         decision = owner.denials.get(this)  # still refused: the storage is not asked again
         if decision is None and owner.background is not None and record:
@@ -117,6 +119,7 @@ class Limit:
     async def reset(self) -> None:
         """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
         key = GLOBAL_KEY if self._key is None else self._key
+        self._owner._open()
         await self._owner.backend.reset(cached_plan(*await self._call(key, None)))
         self._owner.denials.forget(self._owner.namespace, key)
 
@@ -164,6 +167,10 @@ class Limit:
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                parameters.check(args, kwargs)  # a call that cannot bind spends no quota
+            except TypeError as exc:
+                raise TypeError(f"{_name(func)}(): {exc}") from None
             site = CallSite(parameters, args, kwargs)
             decision = await self._decide(key, site)
             if not decision.allowed:

@@ -28,6 +28,7 @@ from ratelimit.background import BackgroundCounter
 from ratelimit.denials import DenialCache
 from ratelimit.errors import (
     ConfigurationError,
+    LimiterClosedError,
     RuleConflictError,
     UnknownKeyError,
 )
@@ -38,10 +39,29 @@ from ratelimit.policy import FailurePolicy
 from ratelimit.rules import RuleLike
 from ratelimit.selectors import SelectorSources
 from ratelimit.settings import (
+    check_limiter,
     counter_update,
     engine_options,
     synced_backend,
 )
+
+
+def _check(
+    namespace: object,
+    algorithm: object,
+    denial_cache: object,
+    hooks: tuple[object, ...],
+    background: object,
+    clock: object,
+) -> None:
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be text, not {type(namespace).__name__}")
+    if algorithm not in ALGORITHMS:
+        raise ConfigurationError(
+            f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
+        )
+    check_limiter(denial_cache, background, clock)
+    Hooks(hooks)  # type: ignore[arg-type]  # checks that each is callable
 
 
 class RateLimit:
@@ -114,12 +134,8 @@ class RateLimit:
         lock_timeout: float = 10.0,
         clock: Clock | None = None,
     ) -> None:
-        if not isinstance(namespace, str):
-            raise TypeError(f"namespace must be text, not {type(namespace).__name__}")
-        if algorithm not in ALGORITHMS:
-            raise ConfigurationError(
-                f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
-            )
+        hooks = tuple(hooks)
+        _check(namespace, algorithm, denial_cache, hooks, background, clock)
         self.namespace = namespace
         self.algorithm = algorithm
         engine = engine_options(
@@ -146,6 +162,7 @@ class RateLimit:
             else None
         )
         self._registry: dict[str, Registration] = {}
+        self._closed = False
 
     @classmethod
     def from_url(
@@ -184,6 +201,9 @@ class RateLimit:
             lock_timeout,
             timeout,
         )
+        hooks = tuple(hooks)
+        _check(namespace, algorithm, denial_cache, hooks, background, clock)
+        FailurePolicy(on_error)  # checked before a client is opened
         backend = backend_from_url(url, clock=clock, engine=engine, **options)
         return cls(
             backend,
@@ -198,7 +218,11 @@ class RateLimit:
 
     async def aclose(self) -> None:
         """Release the storage this limiter opened (after counting what is queued, with
-        ``background``, and a last sync, with ``sync_rate``)."""
+        ``background``, and a last sync, with ``sync_rate``). Using the limiter afterwards
+        raises ``LimiterClosedError``; closing it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         if self.background is not None:
             await self.background.aclose()
         await self.backend.aclose()
@@ -253,6 +277,7 @@ class RateLimit:
         ``value`` may be fractional or negative (a refund). ``weight`` is the previous
         window's weight (default ``(size - elapsed) / size``; ``0`` gives a fixed window).
         """
+        self._open()
         rate = await self.backend.update_counter(
             counter_update(self.namespace, key, window_size, value, weight)
         )
@@ -264,9 +289,17 @@ class RateLimit:
         self, key: str, window_size: float, weight: float | None = None
     ) -> float:
         """Kong's ``sliding_window``: the rate :meth:`increment` would return, adding nothing."""
+        self._open()
         return await self.backend.update_counter(
             counter_update(self.namespace, key, window_size, 0, weight)
         )
+
+    def _open(self) -> None:
+        """Raise ``LimiterClosedError`` once :meth:`aclose` has run."""
+        if self._closed:
+            raise LimiterClosedError(
+                "this RateLimit was closed by aclose(): it decides and counts nothing more"
+            )
 
     def _register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
         registered = self._registry.get(key)

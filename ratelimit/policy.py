@@ -1,6 +1,6 @@
 """What a decision does when the storage fails: ``on_error="allow" | "deny" | "raise"``.
 
-``allow`` (default, fail-open, as seed 004 and Envoy do) admits the call; ``deny`` refuses it
+``allow`` (default, fail-open, as nginx limiters and Envoy do) admits the call; ``deny`` refuses it
 (``retry_after`` of :data:`DENY_RETRY_AFTER`); ``raise`` raises the ``BackendError``. Either
 way nothing is counted, and the decision says ``degraded=True``. Only ``BackendError``
 (Redis unreachable, timed out, or answering with an error) is a failure: waiting for the

@@ -109,7 +109,7 @@ class _Composite:
 
 
 class And(_Composite):
-    """Limited only when every child is limited (seed 002's ``And``)."""
+    """Limited only when every child is limited ."""
 
     __slots__ = ()
     operator = "&"

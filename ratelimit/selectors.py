@@ -47,12 +47,36 @@ class Parameters:
     takes ``**kwargs``) without binding the whole call.
     """
 
-    __slots__ = ("_defaults", "_keywords", "_positional_only", "_positions", "names")
+    __slots__ = (
+        "_defaults",
+        "_keywords",
+        "_max_positional",
+        "_positional_only",
+        "_positions",
+        "_required_keywords",
+        "_required_positional",
+        "names",
+        "signature",
+    )
 
     def __init__(self, signature: inspect.Signature) -> None:
         kinds = inspect.Parameter
         parameters = list(signature.parameters.values())
+        self.signature = signature
         self.names = tuple(signature.parameters)
+        positional = [
+            p for p in parameters if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        ]
+        takes_any_positional = any(p.kind is kinds.VAR_POSITIONAL for p in parameters)
+        self._max_positional = None if takes_any_positional else len(positional)
+        # After a parameter with a default, every positional one has a default: the
+        # required ones are the first few.
+        self._required_positional = tuple(
+            (p.name, p.kind is kinds.POSITIONAL_ONLY) for p in positional if p.default is p.empty
+        )
+        self._required_keywords = tuple(
+            p.name for p in parameters if p.kind is kinds.KEYWORD_ONLY and p.default is p.empty
+        )
         self._positions = {
             p.name: i
             for i, p in enumerate(parameters)
@@ -72,6 +96,34 @@ class Parameters:
             )
         )
         self._defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+
+    def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise ``TypeError`` as the function itself would when the call cannot bind to its
+        parameters, before anything is decided or counted; quickly when it can."""
+        if not self._binds(args, kwargs):
+            self.signature.bind(*args, **kwargs)  # raises, with Python's own words
+
+    def _binds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        given = len(args)
+        if self._max_positional is not None and given > self._max_positional:
+            return False
+        required = self._required_positional
+        if not kwargs:
+            return len(required) <= given and not self._required_keywords
+        for position, (name, positional_only) in enumerate(required):
+            if position >= given and (positional_only or name not in kwargs):
+                return False
+        for name in kwargs:
+            if name in self._positional_only:
+                if self._keywords is not None:
+                    return False  # a positional-only name, and no **kwargs to take it
+                continue
+            at = self._positions.get(name)
+            if at is not None and at < given:
+                return False  # given both by position and by name
+            if self._keywords is not None and name not in self._keywords:
+                return False
+        return all(name in kwargs for name in self._required_keywords)
 
     def lookup(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         """The argument the call gives parameter ``name``, or a missing marker."""

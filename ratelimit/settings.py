@@ -47,13 +47,35 @@ def check_cost_type(cost: object, algorithm: str) -> None:
         raise ConfigurationError(f"cost must be a number of hits above 0, not {cost!r}")
 
 
-def check_cost(compiled: CompiledTree, cost: float) -> None:
+MAX_LOG_COUNT = 100_000
+"""Most hits a sliding-log rule may count: its list holds one timestamp per hit."""
+MAX_LOG_COST = 1_000
+"""Most hits one call may record on a sliding log: each is a timestamp written to Redis.
+Both bounds keep one decision under about a millisecond of Redis time."""
+
+
+def check_cost(compiled: CompiledTree, cost: float, algorithm: str) -> None:
+    """A call of ``cost`` can be admitted by every rule, within the sliding log's bounds."""
     for rule in compiled.rules:
         if cost > rule.count:
             raise ConfigurationError(
                 f"cost {cost} is above the count of rule '{rule}': such a call could never "
                 "be admitted"
             )
+        if algorithm == SLIDING_LOG and rule.count > MAX_LOG_COUNT:
+            raise ConfigurationError(
+                f"rule '{rule}' counts {rule.count} hits: the sliding log keeps a timestamp per "
+                f"hit and takes rules of at most {MAX_LOG_COUNT} (so that no decision holds "
+                "Redis up for more than about a millisecond); use algorithm='sliding-window' "
+                "or 'fixed-window' for larger counts"
+            )
+    if algorithm == SLIDING_LOG and cost > MAX_LOG_COST:
+        raise ConfigurationError(
+            f"cost {cost} is too large for the sliding log, which writes a timestamp per hit: "
+            f"it takes a cost of at most {MAX_LOG_COST} per call (so that no decision holds "
+            "Redis up for more than about a millisecond); use algorithm='sliding-window' or "
+            "'fixed-window' for larger costs"
+        )
 
 
 def check_timeout(timeout: object) -> None:
@@ -89,6 +111,51 @@ def check_flag(name: str, value: object) -> None:
         raise TypeError(f"{name} must be True or False, not {value!r}")
 
 
+MIN_LOCK_TTL = 0.1
+MAX_SECONDS = 86_400.0
+
+
+def check_lock_settings(
+    lock_ttl: object, lock_polling_interval: object, lock_timeout: object, timeout: object
+) -> None:
+    """The command engine's lock settings: finite seconds in a range that can work."""
+    if not is_number(lock_ttl) or not MIN_LOCK_TTL <= lock_ttl <= MAX_SECONDS:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"lock_ttl must be seconds from {MIN_LOCK_TTL} to {MAX_SECONDS:.0f}, not "
+            f"{lock_ttl!r} (how long a crashed holder may block others)"
+        )
+    if timeout is not None and lock_ttl <= timeout:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"lock_ttl ({lock_ttl!r} s) must be longer than timeout ({timeout!r} s): the lock "
+            "must outlive the work it guards"
+        )
+    if not is_number(lock_polling_interval) or not 0 < lock_polling_interval <= 60:  # type: ignore[operator]
+        raise ConfigurationError(
+            "lock_polling_interval must be seconds above 0 and at most 60, not "
+            f"{lock_polling_interval!r}"
+        )
+    if type(lock_timeout) not in (int, float) or not lock_timeout >= 0:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"lock_timeout must be 0 or more seconds (inf: wait as long as it takes), not "
+            f"{lock_timeout!r}"
+        )
+
+
+def check_limiter(denial_cache: object, background: object, clock: object) -> None:
+    """``RateLimit``'s own settings (the engine's are checked by :func:`engine_options`)."""
+    if type(denial_cache) is not int:
+        raise TypeError(
+            f"denial_cache must be a whole number of refusals to remember, not {denial_cache!r}"
+        )
+    if denial_cache < 0:
+        raise ConfigurationError(
+            f"denial_cache must be 0 or more (0 turns it off), not {denial_cache}"
+        )
+    check_flag("background", background)
+    if clock is not None and not callable(clock):
+        raise TypeError(f"clock must be a callable returning seconds, or None, not {clock!r}")
+
+
 def engine_options(
     use_scripts: bool,
     auto_pipeline: bool,
@@ -98,9 +165,15 @@ def engine_options(
     lock_timeout: float,
     timeout: float | None,
 ) -> EngineOptions:
-    """``RateLimit``'s engine settings, checked (the lock settings by the command engine)."""
+    """``RateLimit``'s engine settings, checked."""
     check_timeout(timeout)
-    check_flag("auto_pipeline", auto_pipeline)
+    for name, flag in (
+        ("use_scripts", use_scripts),
+        ("auto_pipeline", auto_pipeline),
+        ("disable_locks", disable_locks),
+    ):
+        check_flag(name, flag)
+    check_lock_settings(lock_ttl, lock_polling_interval, lock_timeout, timeout)
     return EngineOptions(
         use_scripts=use_scripts,
         disable_locks=disable_locks,

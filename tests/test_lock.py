@@ -163,7 +163,7 @@ def test_disable_locks_with_scripts_changes_nothing() -> None:
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
-        ({"lock_ttl": 0}, ValueError, "lock_ttl must be a positive number"),
+        ({"lock_ttl": 0}, ValueError, "lock_ttl must be seconds from 0.1"),
         ({"lock_polling_interval": -1}, ValueError, "lock_polling_interval must be"),
         ({"lock_timeout": -0.5}, ValueError, "lock_timeout must be 0 or more"),
         ({"lock_ttl": float("nan")}, ValueError, "lock_ttl must be"),

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 async def four_processes_of_fifty(
     redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
 ) -> int:
-    """Run 4 worker processes of 50 coroutines on one ``50/h`` limit (a window that cannot move during the test); return admitted."""
+    """Run 4 worker processes of 50 coroutines on one ``50/h`` limit (a window that cannot
+    move during the test); return how many calls were admitted."""
     workers = [
         await asyncio.create_subprocess_exec(
             sys.executable,

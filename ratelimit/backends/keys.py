@@ -31,10 +31,10 @@ _SAFE = re.compile(r"[A-Za-z0-9_.\-/@+]*\Z")
 
 def encode_part(text: str) -> str:
     """Encode one part of a key exactly when short, else as a 128-bit digest."""
-    encoded = text if _SAFE.match(text) else quote(text, safe="/@+", errors="surrogateescape")
+    encoded = text if _SAFE.match(text) else quote(text, safe="/@+", errors="surrogatepass")
     if len(encoded) <= MAX_PART:
         return encoded
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16)
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
     return "#" + digest.hexdigest()
 
 

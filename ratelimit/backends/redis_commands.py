@@ -4,8 +4,9 @@ For Redis-compatible servers and proxies that refuse scripts. Per decision, unde
 (namespace, key) (see :mod:`ratelimit.backends.redis_lock`) unless ``disable_locks``:
 
 1. one pipeline reads ``TIME``, the newest entries of every log (up to 64, ``LRANGE``), their
-   ``PTTL``, the largest count kept on it (its ``:n`` companion), and ``LINDEX count-1`` for rules whose count is beyond what was read (on a
-   cluster, ``TIME`` goes separately to the node that owns the slot);
+   ``PTTL``, the largest count kept on each (its ``:n`` companion), and ``LINDEX count-1``
+   for rules whose count is beyond what was read (on a cluster, ``TIME`` goes separately to
+   the node that owns the slot);
 2. the tree is evaluated in Python by the same code as every other backend; a second read
    (``LRANGE``) is needed only when a rule of count > 64 has more than 64 hits in its window
    without being limited;

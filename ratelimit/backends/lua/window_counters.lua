@@ -1,5 +1,5 @@
 -- window_counters.lua: decide a whole rule tree on window counters and record the call,
--- atomically (the sliding window of seeds 000/001/004, or the fixed window).
+-- atomically (the sliding window, or the fixed window).
 --
 -- KEYS[k]   one hash per identifier. Per window size S (microseconds) it has two slots,
 --           s = 0 and 1: field "S:s" is the count (as %.17g) and "S:sw" the index of the
