@@ -129,6 +129,12 @@ class LimiterClosedError(RateLimitError, RuntimeError):
     """The limiter (or its backend) was used after ``aclose()``: nothing was decided or
     counted. Make a new one, or close it only when the application stops."""
 
+    def __init__(self, what: str = "this RateLimit") -> None:
+        super().__init__(
+            f"{what} was closed by aclose(): it decides and counts nothing more "
+            "(make a new one, or close it only when the application stops)"
+        )
+
 
 class BackendError(RateLimitError):
     """The storage failed (Redis unreachable, timed out, or answered with an error).

@@ -297,9 +297,7 @@ class RateLimit:
     def _open(self) -> None:
         """Raise ``LimiterClosedError`` once :meth:`aclose` has run."""
         if self._closed:
-            raise LimiterClosedError(
-                "this RateLimit was closed by aclose(): it decides and counts nothing more"
-            )
+            raise LimiterClosedError()
 
     def _register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
         registered = self._registry.get(key)

@@ -185,3 +185,18 @@ async def test_use_after_aclose_raises(make_backend: Callable[..., Backend]) -> 
         with pytest.raises(LimiterClosedError, match="closed"):
             await use()
     await rl.aclose()  # closing twice is fine
+
+
+async def test_a_backend_used_after_aclose_raises(make_backend: Callable[..., Backend]) -> None:
+    from ratelimit.plan import compile_tree, make_plan
+    from ratelimit.rules import to_tree
+
+    backend = make_backend(FakeClock())
+    plan = make_plan(compile_tree(to_tree("5/s")), "closed", "k", {})
+    assert (await backend.decide(plan)).allowed
+    await backend.aclose()
+    with pytest.raises(LimiterClosedError):
+        await backend.decide(plan)
+    with pytest.raises(LimiterClosedError):
+        await backend.reset(plan)
+    await backend.aclose()

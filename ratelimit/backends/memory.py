@@ -14,6 +14,7 @@ from collections import deque
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, log_outcome, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.decision import Decision
+from ratelimit.errors import LimiterClosedError
 from ratelimit.plan import (
     CounterUpdate,
     Identifier,
@@ -89,12 +90,15 @@ class MemoryBackend:
         self._lock = threading.Lock()
         self._sweep_every = max(1, sweep_every)
         self._since_sweep = 0
+        self._closed = False
 
     def __len__(self) -> int:
         """How many identifiers hold logs or counters (expired ones until the next sweep)."""
         return len(self._logs) + len(self._windows)
 
     async def decide(self, plan: Plan) -> Decision:
+        if self._closed:
+            raise LimiterClosedError("this memory backend")
         with self._lock:
             return self._decide(plan)
 
@@ -161,12 +165,16 @@ class MemoryBackend:
         return decision
 
     async def reset(self, plan: Plan) -> None:
+        if self._closed:
+            raise LimiterClosedError("this memory backend")
         with self._lock:
             for identifier in plan.identifiers:
                 self._logs.pop(identifier, None)
                 self._windows.pop(identifier, None)
 
     async def update_counter(self, update: CounterUpdate) -> float:
+        if self._closed:
+            raise LimiterClosedError("this memory backend")
         with self._lock:
             now = clock_us(self._clock)
             entry = self._windows.get(update.identifier)
@@ -196,6 +204,7 @@ class MemoryBackend:
                 del table[identifier]
 
     async def aclose(self) -> None:
+        self._closed = True
         with self._lock:
             self._logs.clear()
             self._windows.clear()

@@ -36,7 +36,7 @@ from ratelimit.backends.keys import counter_key, identifier_key, kept_key, lock_
 from ratelimit.backends.redis_lock import RedisLock
 from ratelimit.backends.redis_script import RedisClient, stored_keys
 from ratelimit.decision import Decision
-from ratelimit.errors import BackendError, LockTimeoutError
+from ratelimit.errors import BackendError, LimiterClosedError, LockTimeoutError
 from ratelimit.plan import (
     CounterUpdate,
     Plan,
@@ -89,6 +89,7 @@ class RedisCommandBackend:
         self.lock_polling_interval = lock_polling_interval
         self.lock_timeout = lock_timeout
         self.timeout = timeout
+        self._closed = False
 
     def lock(self, namespace: str, key: str) -> RedisLock:
         """The lock guarding every identifier of one (namespace, key)."""
@@ -113,6 +114,8 @@ class RedisCommandBackend:
     ) -> T:
         """Run ``work`` under the lock of (namespace, key) unless ``disable_locks``, with
         Redis errors raised as ``BackendError``."""
+        if self._closed:
+            raise LimiterClosedError("this Redis backend")
         try:
             try:
                 return await self._once(namespace, key, work)
@@ -301,6 +304,9 @@ class RedisCommandBackend:
         return window([*head, *rest], count, threshold)
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._owns_client:
             await self.client.aclose()
 

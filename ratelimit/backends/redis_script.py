@@ -24,7 +24,7 @@ from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key, kept_key
 from ratelimit.backends.redis_pipeline import MAX_BATCH, Command, Script, pack_args, pipeline_for
 from ratelimit.decision import Decision
-from ratelimit.errors import BackendError
+from ratelimit.errors import BackendError, LimiterClosedError
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan, evaluate
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
@@ -91,8 +91,15 @@ class RedisScriptBackend:
         self._owns_client = owns_client
         self._pipeline = pipeline_for(client, timeout, batch=MAX_BATCH if auto_pipeline else 1)
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
+        self._closed = False
+
+    def _open(self) -> None:
+        if self._closed:
+            raise LimiterClosedError("this Redis backend")
 
     async def decide(self, plan: Plan) -> Decision:
+        if self._closed:
+            self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
         command = plan.memo.get("evalsha") if self.clock is None else None
@@ -127,6 +134,7 @@ class RedisScriptBackend:
         return command
 
     async def reset(self, plan: Plan) -> None:
+        self._open()
         keys = [k for i in plan.identifiers for k in stored_keys(i)]
         if not keys:
             return
@@ -139,6 +147,7 @@ class RedisScriptBackend:
             raise BackendError(f"redis failed to reset key {plan.key!r}: {exc}") from exc
 
     async def update_counter(self, update: CounterUpdate) -> float:
+        self._open()
         args = (
             b"" if self.clock is None else clock_us(self.clock),
             update.size_us,
@@ -191,6 +200,9 @@ class RedisScriptBackend:
         return server_now, totals
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         await self._pipeline.aclose()
         if self._owns_client:
             await self.client.aclose()

@@ -25,6 +25,7 @@ from ratelimit.algorithms import US_PER_MS
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis_script import Push, RedisScriptBackend, Totals
 from ratelimit.decision import Decision
+from ratelimit.errors import LimiterClosedError
 from ratelimit.plan import (
     CounterUpdate,
     Identifier,
@@ -113,6 +114,8 @@ class SyncedBackend:
     async def decide(self, plan: Plan) -> Decision:
         if self._task is None:
             self._start()
+        if self._closed:
+            raise LimiterClosedError("this synced backend")
         with self._lock:
             now = self._now()
             known = self._locals
@@ -155,6 +158,8 @@ class SyncedBackend:
         return decision
 
     async def reset(self, plan: Plan) -> None:
+        if self._closed:
+            raise LimiterClosedError("this synced backend")
         with self._lock:
             for names in plan.window_names:
                 for name in names:
@@ -162,6 +167,8 @@ class SyncedBackend:
         await self.remote.reset(plan)
 
     async def update_counter(self, update: CounterUpdate) -> float:
+        if self._closed:
+            raise LimiterClosedError("this synced backend")
         self._start()
         with self._lock:
             now = self._now()
@@ -238,6 +245,8 @@ class SyncedBackend:
 
     async def aclose(self) -> None:
         """Stop the sync task, push what is left (best effort), close the remote."""
+        if self._closed:
+            return
         self._closed = True
         if self._task is not None:
             self._task.cancel()
