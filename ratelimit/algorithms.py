@@ -70,6 +70,14 @@ def window_index(now_us: int, size_us: int) -> int:
     return now_us // size_us
 
 
+def not_before(now_us: int, newest_index: int, size_us: int) -> int:
+    """The time a window-counter decision is made at: ``now_us``, or the start of the newest
+    window the store holds when that is later. A clock that stepped back reads as one that
+    stopped at that window's start, where the previous window still weighs fully, so it
+    never admits more than the counts allow."""
+    return max(now_us, newest_index * size_us)
+
+
 def counter_rate(
     current: float, previous: float, now_us: int, size_us: int, sliding: bool
 ) -> float:

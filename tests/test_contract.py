@@ -266,3 +266,29 @@ async def test_a_rolling_deploy_does_not_cut_the_old_rules_history(
     clock.advance(1)
     assert await admitted(new, "user:5/s", 5, user="u") == 5
     assert await admitted(old, "user:100/h", 10, user="u") == 0
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-window", "fixed-window"])
+async def test_a_clock_stepping_back_never_admits_more_on_window_counters(
+    make_backend: Callable[..., Any], namespace: str, clock: FakeClock, algorithm: str
+) -> None:
+    rl = RateLimit(make_backend(clock), namespace, algorithm=algorithm, denial_cache=0)
+    limit = rl.limit("5/h", key="back")
+    assert [(await limit.decide()).allowed for _ in range(6)] == [True] * 5 + [False]
+    clock.advance(-3600)  # an hour back: the window of an hour ago looks empty
+    assert [(await limit.decide()).allowed for _ in range(3)] == [False] * 3
+    clock.advance(-60)
+    assert not (await limit.decide()).allowed
+    clock.advance(3660 + 7200)  # two hours on from the first calls: free again
+    assert (await limit.decide()).allowed
+
+
+async def test_a_clock_stepping_back_never_admits_more_through_the_counter_api(
+    make_backend: Callable[..., Any], namespace: str, clock: FakeClock
+) -> None:
+    rl = RateLimit(make_backend(clock), namespace, algorithm="sliding-window")
+    for _ in range(5):
+        await rl.increment("api", 3600)
+    clock.advance(-3600)
+    assert await rl.sliding_window("api", 3600) >= 5
+    assert await rl.increment("api", 3600) >= 6

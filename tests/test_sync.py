@@ -311,3 +311,17 @@ async def test_one_process_never_admits_past_a_limit_on_its_own_hits(redis_url: 
     await rl.aclose()
     await client.aclose()
     assert admitted_total == 10
+
+
+async def test_a_clock_stepping_back_never_admits_more_locally(
+    client: aioredis.Redis, clock: FakeClock
+) -> None:
+    rl = RateLimit(
+        client, "ns", algorithm="sliding-window", sync_rate=3600, clock=clock, denial_cache=0
+    )
+    assert await admitted(rl, 6, "5/h") == 5
+    clock.advance(-3600)
+    assert await admitted(rl, 3, "5/h") == 0
+    await backend_of(rl).sync()  # and after a sync, on Redis's totals
+    assert await admitted(rl, 3, "5/h") == 0
+    await rl.aclose()

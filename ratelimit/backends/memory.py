@@ -11,7 +11,14 @@ import threading
 import time
 from collections import deque
 
-from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, log_outcome, window, window_index
+from ratelimit.algorithms import (
+    SLIDING_LOG,
+    US_PER_MS,
+    log_outcome,
+    not_before,
+    window,
+    window_index,
+)
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
@@ -69,6 +76,11 @@ class _Windows:
             current[1] if current[0] == index else 0.0,
             previous[1] if previous[0] == index - 1 else 0.0,
         )
+
+    def newest(self, size_us: int) -> int:
+        """The newest window of ``size_us`` held, or -1."""
+        slots = self.slots.get(size_us)
+        return -1 if slots is None else int(max(slots[0][0], slots[1][0]))
 
 
 class MemoryBackend:
@@ -147,6 +159,10 @@ class MemoryBackend:
         for identifier in plan.identifiers:
             entry = self._windows.get(identifier)
             entries.append(entry if entry is not None and entry.expires_us > now else _Windows())
+        for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
+            if i >= 0:  # a window newer than now: the clock stepped back
+                size = rule.span_ms * US_PER_MS
+                now = not_before(now, entries[i].newest(size), size)
         counts: list[tuple[float, float]] = []
         for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
             size = rule.span_ms * US_PER_MS
@@ -180,6 +196,7 @@ class MemoryBackend:
             entry = self._windows.get(update.identifier)
             if entry is None or entry.expires_us <= now:
                 entry = _Windows()
+            now = not_before(now, entry.newest(update.size_us), update.size_us)
             index = window_index(now, update.size_us)
             current, previous = entry.counted(update.size_us, index)
             rate = counter_update_rate(update, current, previous, now)

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, RedisError
 
-from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, window, window_index
+from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key, kept_key, lock_key
 from ratelimit.backends.redis_lock import RedisLock
@@ -163,6 +163,7 @@ class RedisCommandBackend:
         replies = await read.execute()
         now = await self._now(replies, key)
         fields, ttl = replies
+        now = not_before(now, _newest(fields), size)  # the clock stepped back
         index = window_index(now, size)
         current, previous = _counted(fields, index)
         rate = counter_update_rate(update, current, previous, now)
@@ -262,14 +263,18 @@ class RedisCommandBackend:
             read.pttl(key)
         replies = await read.execute()
         now = await self._now(replies, keys[0])
-        held: list[dict[int, tuple[float, float]]] = []  # per key, per size: (current, previous)
+        fields: list[dict[int, Sequence[Any]]] = []  # per key, per size: its four fields
         ttls: list[int] = []
         for sizes_of in sizes:
-            counted = {}
-            for size in sizes_of:
-                counted[size] = _counted(replies.pop(0), window_index(now, size))
-            held.append(counted)
+            fields.append({size: replies.pop(0) for size in sizes_of})
             ttls.append(int(replies.pop(0)))
+        for by_size in fields:  # a window newer than now: the clock stepped back
+            for size, four in by_size.items():
+                now = not_before(now, _newest(four), size)
+        held = [  # per key, per size: (current, previous)
+            {size: _counted(four, window_index(now, size)) for size, four in by_size.items()}
+            for by_size in fields
+        ]
         counts = [
             (0.0, 0.0) if i < 0 else held[i][rule.span_ms * US_PER_MS]
             for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True)
@@ -309,6 +314,11 @@ class RedisCommandBackend:
         self._closed = True
         if self._owns_client:
             await self.client.aclose()
+
+
+def _newest(fields: Sequence[Any]) -> int:
+    """The newest window index among the four fields of one window size, or -1."""
+    return max(int(fields[1] or -1), int(fields[3] or -1))
 
 
 def _counted(fields: Sequence[Any], index: int) -> tuple[float, float]:

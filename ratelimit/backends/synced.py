@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from ratelimit.algorithms import US_PER_MS
+from ratelimit.algorithms import US_PER_MS, not_before
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis_script import Push, RedisScriptBackend, Totals
 from ratelimit.decision import Decision
@@ -55,6 +55,12 @@ class _Local:
     def count(self, index: int) -> float:
         count = self.synced.get(index, 0.0) + self.diff.get(index, 0.0)
         return count + self.in_flight.get(index, 0.0) if self.in_flight else count
+
+    def newest(self) -> int:
+        """The newest window counted here, or -1."""
+        newest = max(self.synced, default=-1)
+        newest = max(newest, max(self.diff, default=-1))
+        return max(newest, max(self.in_flight, default=-1)) if self.in_flight else newest
 
     def add(self, index: int, value: float) -> None:
         self.diff[index] = self.diff.get(index, 0.0) + value
@@ -122,6 +128,10 @@ class SyncedBackend:
             if len(plan.compiled.rules) == 1 and plan.identifiers:
                 return self._decide_one(plan, now)
             entries = [[known.get(name) for name in names] for names in plan.window_names]
+            for found in entries:  # a window newer than now: the clock stepped back
+                for local in found:
+                    if local is not None:
+                        now = not_before(now, local.newest(), local.size)
             counts: list[tuple[float, float]] = []
             for rule, i, w in zip(
                 plan.compiled.rules, plan.leaf_identifiers, plan.leaf_windows, strict=True
@@ -147,6 +157,8 @@ class SyncedBackend:
         name = plan.window_names[0][0]
         local = self._locals.get(name)
         size = plan.windows[0][0]
+        if local is not None:  # a window newer than now: the clock stepped back
+            now = not_before(now, local.newest(), size)
         index = now // size
         counts = [(local.count(index), local.count(index - 1)) if local else (0.0, 0.0)]
         decision = evaluate(plan, now, counts)
@@ -176,6 +188,7 @@ class SyncedBackend:
             local = self._locals.get(name)
             if local is None:
                 local = self._locals[name] = _Local(update.identifier, update.size_us)
+            now = not_before(now, local.newest(), update.size_us)
             local.used_us = now
             index = now // update.size_us
             rate = counter_update_rate(update, local.count(index), local.count(index - 1), now)

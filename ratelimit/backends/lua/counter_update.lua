@@ -17,13 +17,18 @@ local size = tonumber(ARGV[2])
 local value = tonumber(ARGV[3])
 local key = KEYS[1]
 
-local index = math.floor(now / size)
-local c, p = index % 2, (index - 1) % 2
 local prefix = string.format('%.0f', size) .. ':'
-local f = redis.call('HMGET', key, prefix .. c, prefix .. c .. 'w', prefix .. p, prefix .. p .. 'w')
+local f = redis.call('HMGET', key, prefix .. '0', prefix .. '0w', prefix .. '1', prefix .. '1w')
+-- a window held that is newer than `now`: the clock stepped back; count from its start
+local newest = math.max(tonumber(f[2] or -1), tonumber(f[4] or -1))
+if newest * size > now then now = newest * size end
+local index = math.floor(now / size)
+local c = index % 2
 local current, previous = 0, 0
-if f[2] and tonumber(f[2]) == index then current = tonumber(f[1]) end
-if f[4] and tonumber(f[4]) == index - 1 then previous = tonumber(f[3]) end
+for _, slot in ipairs({{f[1], f[2]}, {f[3], f[4]}}) do
+  if slot[2] and tonumber(slot[2]) == index then current = tonumber(slot[1]) end
+  if slot[2] and tonumber(slot[2]) == index - 1 then previous = tonumber(slot[1]) end
+end
 
 current = current + value
 local rate

@@ -13,7 +13,9 @@
 -- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
 -- ARGV[6]   1 for the sliding window, 0 for the fixed window.
 --
--- Returns   {allowed (1/0), now, current_1, previous_1, ..., current_L, previous_L}: per
+-- Returns   {allowed (1/0), now, current_1, previous_1, ..., current_L, previous_L}: now is
+--           the time decided at (the start of the newest window held, if the clock went
+--           back to before it); per
 --           leaf the counts of its current and previous window before this call, as %.17g
 --           strings. A leaf is limited when current + previous * (S - elapsed) / S + cost
 --           exceeds its count (previous weight 0 for the fixed window). When allowed, every
@@ -31,9 +33,25 @@ end
 
 local leaves = tree[1]
 local limited = {}
-local result = {0, string.format('%.0f', now)}
 local current_of, ttl = {}, {}  -- per key: per size, {window index, its count}; largest size
 
+-- First every leaf's two slots; a slot holding a window newer than `now` means the clock
+-- stepped back: the call is then made at the start of the newest window held (where the
+-- previous window weighs fully), so a clock going back never admits more.
+local held = {}
+for i = 0, leaves - 1 do
+  local k = slots[i + 1]
+  if k > 0 then
+    local size = tree[3 + 2 * i]
+    local f = redis.call('HMGET', KEYS[k], field(size, 0), field(size, 0) .. 'w',
+      field(size, 1), field(size, 1) .. 'w')
+    held[i] = f
+    local newest = math.max(tonumber(f[2] or -1), tonumber(f[4] or -1))
+    if newest * size > now then now = newest * size end
+  end
+end
+
+local result = {0, string.format('%.0f', now)}
 for i = 0, leaves - 1 do
   local k = slots[i + 1]
   local count = tree[2 + 2 * i]
@@ -41,11 +59,11 @@ for i = 0, leaves - 1 do
   local current, previous = 0, 0
   if k > 0 then
     local index = math.floor(now / size)
-    local c, p = index % 2, (index - 1) % 2
-    local f = redis.call('HMGET', KEYS[k], field(size, c), field(size, c) .. 'w',
-      field(size, p), field(size, p) .. 'w')
-    if f[2] and tonumber(f[2]) == index then current = tonumber(f[1]) end
-    if f[4] and tonumber(f[4]) == index - 1 then previous = tonumber(f[3]) end
+    local f = held[i]
+    for _, slot in ipairs({{f[1], f[2]}, {f[3], f[4]}}) do
+      if slot[2] and tonumber(slot[2]) == index then current = tonumber(slot[1]) end
+      if slot[2] and tonumber(slot[2]) == index - 1 then previous = tonumber(slot[1]) end
+    end
     current_of[k] = current_of[k] or {}
     current_of[k][size] = {index, current}
     ttl[k] = math.max(ttl[k] or 0, size)
