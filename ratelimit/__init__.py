@@ -17,6 +17,7 @@ from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
 from ratelimit.decision import Decision as Decision
 from ratelimit.errors import BackendError as BackendError
 from ratelimit.errors import ConfigurationError as ConfigurationError
+from ratelimit.errors import EventLoopError as EventLoopError
 from ratelimit.errors import LimiterClosedError as LimiterClosedError
 from ratelimit.errors import LockTimeoutError as LockTimeoutError
 from ratelimit.errors import RateLimitError as RateLimitError
@@ -37,6 +38,7 @@ __all__ = [
     "BackendError",
     "ConfigurationError",
     "Decision",
+    "EventLoopError",
     "Limit",
     "LimiterClosedError",
     "LockTimeoutError",

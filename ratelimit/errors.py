@@ -11,6 +11,7 @@
     ├── SelectorNotFoundError (also LookupError)  selector, looked_in
     ├── LockTimeoutError (also TimeoutError)      lock, waited
     ├── LimiterClosedError (also RuntimeError)    the limiter was used after aclose()
+    ├── EventLoopError (also RuntimeError)        two event loops ran one limiter at once
     └── BackendError                              the backend's own error is its __cause__
 
 ``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
@@ -133,6 +134,17 @@ class LimiterClosedError(RateLimitError, RuntimeError):
         super().__init__(
             f"{what} was closed by aclose(): it decides and counts nothing more "
             "(make a new one, or close it only when the application stops)"
+        )
+
+
+class EventLoopError(RateLimitError, RuntimeError):
+    """The limiter was called from one event loop while another, still running (in another
+    thread), was using it. One loop after another is fine; two at once are not."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this RateLimit is in use by an event loop that is still running in another "
+            "thread: make one RateLimit per thread's event loop"
         )
 
 

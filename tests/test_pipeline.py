@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from ratelimit import BackendError, Decision, RateLimit
 from ratelimit.backends import redis_pipeline
 from ratelimit.backends.redis_pipeline import MAX_BATCH, Command, Pipeline
+from tests.conftest import loop_sees_closed_connections
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -155,9 +156,9 @@ async def test_noscript_loads_once_for_the_whole_batch(client: aioredis.Redis) -
         *(rl.limit("user:5/m", key="k", user=f"u{i}").decide() for i in range(60))
     )
     assert all(d.allowed and not d.degraded for d in decisions)
-    # Loaded once per batch (the lone first call, then the batch of the other 59), never
-    # once per call.
-    assert await script_loads(client) - loads == 2
+    # Loaded once per batch (the lone first call, then the batch of the other 59, if it went
+    # out before the first load), never once per call.
+    assert 1 <= await script_loads(client) - loads <= 2
 
 
 async def test_a_paused_redis_fails_every_caller_of_the_batch_on_one_deadline(
@@ -189,6 +190,7 @@ async def test_a_restarted_redis_costs_no_error(
     rl = RateLimit(client, "restart", on_error="raise")
     assert (await rl.limit("9/m", key="warm").decide()).allowed
     server.restart()
+    await loop_sees_closed_connections()
     decisions = await each_user(rl, 30)
     assert all(d.allowed for d in decisions)
 
@@ -208,11 +210,12 @@ async def test_a_cancelled_caller_leaves_its_batch_alone(client: aioredis.Redis)
     assert (await rl.limit("9/m", key="again").decide()).allowed
 
 
-async def test_aclose_gives_connections_back(client: aioredis.Redis) -> None:
+async def test_connections_go_back_to_the_pool_after_each_batch(client: aioredis.Redis) -> None:
     rl = RateLimit(client, "close")
-    await each_user(rl, 50)
+    await each_user(rl, 500)
     pool = client.connection_pool
-    assert pool._in_use_connections  # held by the pipeline, outside the pool
+    assert not pool._in_use_connections  # nothing kept between batches
+    assert 1 <= len(pool._available_connections) <= 4  # at most one per batch in flight
     await rl.aclose()
     assert not pool._in_use_connections
 

@@ -15,6 +15,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ratelimit import BackendError, RateLimit, RateLimitExceeded
+from tests.conftest import loop_sees_closed_connections
 from tests.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
@@ -158,6 +159,7 @@ async def test_a_redis_restart_is_survived_without_an_error(
     limit = rl.limit("2/m", key="restart")
     assert (await limit.decide()).allowed
     own_server.restart()  # data and the script cache are gone, the connection is cut
+    await loop_sees_closed_connections()
     # the dropped pooled connection is retried once on a fresh one; the script is reloaded
     decisions = [await limit.decide() for _ in range(3)]
     assert [d.allowed for d in decisions] == [True, True, False]  # the counters restarted
@@ -176,6 +178,7 @@ async def test_redis_restart_is_invisible_with_retry_on_connection_error(
     limit = RateLimit(client, namespace).limit("2/m", key="restart")
     assert (await limit.decide()).allowed
     own_server.restart()
+    await loop_sees_closed_connections()
     assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
     await client.aclose()
 

@@ -33,10 +33,12 @@ from redis.exceptions import ConnectionError, RedisError
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key, kept_key, lock_key
+from ratelimit.backends.redis_connections import ConnectionGate, forget_other_loops, pool_of
 from ratelimit.backends.redis_lock import RedisLock
 from ratelimit.backends.redis_script import RedisClient, stored_keys
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, LimiterClosedError, LockTimeoutError
+from ratelimit.loops import LoopBinding
 from ratelimit.plan import (
     CounterUpdate,
     Plan,
@@ -90,6 +92,8 @@ class RedisCommandBackend:
         self.lock_timeout = lock_timeout
         self.timeout = timeout
         self._closed = False
+        self._loop = LoopBinding()
+        self._gate = ConnectionGate(client)  # never more commands at once than connections
 
     def lock(self, namespace: str, key: str) -> RedisLock:
         """The lock guarding every identifier of one (namespace, key)."""
@@ -100,6 +104,7 @@ class RedisCommandBackend:
             polling_interval=self.lock_polling_interval,
             timeout=self.lock_timeout,
             round_trip_timeout=self.timeout,
+            gate=self._gate,
         )
 
     async def decide(self, plan: Plan) -> Decision:
@@ -116,6 +121,8 @@ class RedisCommandBackend:
         Redis errors raised as ``BackendError``."""
         if self._closed:
             raise LimiterClosedError("this Redis backend")
+        if self._loop.loop is not asyncio.get_running_loop():
+            self._bind()
         try:
             try:
                 return await self._once(namespace, key, work)
@@ -132,9 +139,10 @@ class RedisCommandBackend:
 
     async def _once(self, namespace: str, key: str, work: Callable[[], Awaitable[T]]) -> T:
         if self.disable_locks:
-            async with asyncio.timeout(self.timeout):
-                return await work()
-        async with self.lock(namespace, key).held():
+            async with self._gate.slot():  # waiting for a connection is not an outage
+                async with asyncio.timeout(self.timeout):
+                    return await work()
+        async with self.lock(namespace, key).held(), self._gate.slot():
             async with asyncio.timeout(self.timeout):  # the lock's wait is not an outage
                 return await work()
 
@@ -308,10 +316,19 @@ class RedisCommandBackend:
         rest = [int(t) for t in await self.client.lrange(key, HEAD, count - 1)]
         return window([*head, *rest], count, threshold)
 
+    def _bind(self) -> None:
+        """Work in the running loop: connections an ended loop opened are opened anew."""
+        if self._loop.moved():
+            pool = pool_of(self.client)
+            if pool is not None:
+                forget_other_loops(pool)
+
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._loop.loop is not None and self._loop.loop is not asyncio.get_running_loop():
+            self._bind()
         if self._owns_client:
             await self.client.aclose()
 

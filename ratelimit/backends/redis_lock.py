@@ -20,6 +20,7 @@ from typing import Any
 
 from redis.exceptions import RedisError, WatchError
 
+from ratelimit.backends.redis_connections import ConnectionGate
 from ratelimit.backends.redis_script import RedisClient
 from ratelimit.errors import LockTimeoutError
 
@@ -45,6 +46,7 @@ class RedisLock:
         timeout: float,
         round_trip_timeout: float | None = None,
         jitter: Callable[[], float] = random.random,
+        gate: ConnectionGate | None = None,
     ) -> None:
         self.client = client
         self.name = name
@@ -53,6 +55,7 @@ class RedisLock:
         self.timeout = timeout
         self.round_trip_timeout = round_trip_timeout  # each SET or release, if Redis hangs
         self._jitter = jitter
+        self._gate = gate or ConnectionGate(None)
 
     def next_delay(self, remaining: float) -> float:
         """Seconds to wait before the next try: the interval ±50 %, never past the timeout."""
@@ -63,7 +66,7 @@ class RedisLock:
         token = secrets.token_hex(16)
         started = time.monotonic()
         while True:
-            async with asyncio.timeout(self.round_trip_timeout):
+            async with self._gate.slot(), asyncio.timeout(self.round_trip_timeout):
                 taken = await self.client.set(self.name, token, nx=True, px=self.ttl_ms)
             if taken:
                 return token
@@ -75,7 +78,7 @@ class RedisLock:
     async def release(self, token: str) -> bool:
         """Delete the lock if it still holds ``token``; say whether it did."""
         pipe: Any  # a Pipeline or, on a cluster, a ClusterPipeline (typed only in part)
-        async with self.client.pipeline(transaction=True) as pipe:
+        async with self._gate.slot(), self.client.pipeline(transaction=True) as pipe:
             await pipe.watch(self.name)
             current = await pipe.get(self.name)
             if current not in (token, token.encode()):

@@ -12,12 +12,20 @@ end of the loop turn, at most ``batch`` per pipeline and ``in_flight`` pipelines
 When a batch comes back, its callers resume before the next one is sent, so the calls they
 make next travel together too. Each batch has one deadline (``timeout``), not one per call.
 
-:class:`ConnectionPipeline` drives a plain ``redis.asyncio.Redis`` directly: it keeps up to
-``in_flight`` connections taken from the client's pool (so with its address, credentials,
-TLS and connection limit, and closed with it) and given back by ``aclose()``; it writes
-each batch as bytes packed once per plan, and reads the replies back in order.
+:class:`ConnectionPipeline` drives a plain ``redis.asyncio.Redis`` directly: each batch
+borrows a connection from the client's pool (so with its address, credentials, TLS and
+connection limit) and gives it back when its replies are read. A batch is started only when
+the pool has a connection free, or when none of this pipeline's own batches is in flight:
+with a small or busy pool, calls wait for a batch of their own to come back and then travel
+together (back-pressure, never an outage). It writes each batch as bytes packed once per
+plan, and reads the replies back in order.
 :class:`ClientPipeline` goes through the client's own ``pipeline()``, which routes each call
 to its node on a ``RedisCluster``.
+
+A batch is sent once. If the connection drops or the deadline passes after it was written,
+its scripts may or may not have run: each caller gets a ``BackendError`` (its decision is
+degraded), and a hit may stay counted on Redis, which only makes later calls be refused
+sooner. redis-py's own retries apply to the ``ClientPipeline`` only.
 """
 
 from __future__ import annotations
@@ -31,14 +39,19 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import MaxConnectionsError, NoScriptError, RedisError, ResponseError
 
+from ratelimit.backends.redis_connections import forget_other_loops, spare
 from ratelimit.errors import BackendError
+from ratelimit.loops import LoopBinding
 
 MAX_BATCH = 128
 """Most calls in one pipeline."""
 MAX_IN_FLIGHT = 4
 """Most pipelines in flight at once, each on its own connection."""
+MAX_ALONE = 1024
+"""Without automatic pipelining: most calls in flight at once (each on its own connection,
+as the pool has room)."""
 
 Reply = Any
 
@@ -100,7 +113,8 @@ _Pending = tuple[Command, str, "asyncio.Future[Reply]"]
 
 
 class Pipeline:
-    """Batches concurrent calls; subclasses say how one batch travels (:meth:`_exchange`)."""
+    """Batches concurrent calls; subclasses say how one batch travels (:meth:`_exchange`)
+    and whether a connection is free for another batch (:meth:`_has_room`)."""
 
     def __init__(
         self,
@@ -116,10 +130,17 @@ class Pipeline:
         self._pending: list[_Pending] = []
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._starting = 0  # batches created but not yet run (they have no connection yet)
+        self._loop = LoopBinding()
 
     async def call(self, command: Command, key: str) -> Reply:
         """The reply of ``command``; ``BackendError`` (naming ``key``) if it failed."""
-        if self._batch > 1 and (self._in_flight or self._pending):
+        if self._loop.loop is not asyncio.get_running_loop():
+            await self.bind()
+        if self._pending or (
+            self._in_flight
+            and (self._batch > 1 or self._in_flight >= self._max_in_flight or not self._has_room())
+        ):
             future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
             self._pending.append((command, key, future))
             self._schedule()
@@ -137,6 +158,23 @@ class Pipeline:
             raise self._error(key, reply) from reply
         return reply
 
+    async def bind(self) -> None:
+        """Work in the running event loop. What an ended loop left in flight ended with it
+        (its callers are gone too); what the pipeline holds of that loop is let go."""
+        if self._loop.moved():
+            self._in_flight = self._starting = 0
+            self._pending = []
+            self._scheduled = False
+            self._tasks = set()
+            await self._rebind()
+
+    async def _rebind(self) -> None:
+        """Let go of what belongs to another event loop (subclasses)."""
+
+    def _has_room(self) -> bool:
+        """Whether a connection is free for one more batch now."""
+        return True
+
     def _schedule(self) -> None:
         if not self._scheduled:
             self._scheduled = True
@@ -145,14 +183,20 @@ class Pipeline:
     def _flush(self) -> None:
         self._scheduled = False
         while self._pending and self._in_flight < self._max_in_flight:
+            if self._in_flight and not self._has_room():
+                break  # a batch of ours will give its connection back: wait for it
             batch = self._pending[: self._batch]
             del self._pending[: self._batch]
             self._in_flight += 1
+            self._starting += 1
             task = asyncio.get_running_loop().create_task(self._send(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _send(self, batch: list[_Pending]) -> None:
+        # Up to its first wait this runs at once: it takes its connection before any other
+        # batch is started, so _has_room() counts it from here on.
+        self._starting -= 1
         live = [p for p in batch if not p[2].done()]  # a cancelled caller's call is dropped
         try:
             replies = await self._run([c for c, _, _ in live]) if live else []
@@ -185,7 +229,12 @@ class Pipeline:
 
     async def send(self, commands: list[Command], seconds: float | None) -> list[Reply | Exception]:
         """Send ``commands`` now as one batch within ``seconds``: per command its reply or its
-        error (``NOSCRIPT`` handled). For bulk work off the request path, such as syncs."""
+        error (``NOSCRIPT`` handled). For bulk work off the request path, such as syncs.
+
+        A batch is sent once: after a dropped connection or a missed deadline its scripts
+        may or may not have run, and none is sent again."""
+        if self._loop.loop is not asyncio.get_running_loop():
+            await self.bind()
         async with asyncio.timeout(seconds):
             return await self._exchange(commands)
 
@@ -205,6 +254,8 @@ class Pipeline:
 
     async def aclose(self) -> None:
         """Let the batches in flight finish, then release what this pipeline holds."""
+        if self._loop.loop is not None and self._loop.loop is not asyncio.get_running_loop():
+            await self.bind()  # closing from another loop: the old one's work ended with it
         while self._tasks or self._pending:
             if self._pending and not self._scheduled:
                 self._flush()
@@ -213,7 +264,9 @@ class Pipeline:
 
 
 class ConnectionPipeline(Pipeline):
-    """Batches on connections of its own to a plain ``redis.asyncio.Redis``."""
+    """Batches on connections borrowed from a plain ``redis.asyncio.Redis``'s pool: one per
+    batch in flight, given back when the batch is done, never one the pool has no room for
+    while a batch of its own can give one back."""
 
     def __init__(
         self,
@@ -225,26 +278,53 @@ class ConnectionPipeline(Pipeline):
     ) -> None:
         super().__init__(timeout, batch=batch, in_flight=in_flight)
         self._pool = client.connection_pool
-        self._idle: list[Any] = []
+        self._held = 0  # connections this pipeline holds
+        self._given_back: list[asyncio.Future[None]] = []
+
+    def _has_room(self) -> bool:
+        return spare(self._pool) - self._starting > 0
+
+    async def _rebind(self) -> None:
+        self._held = 0
+        self._given_back = []
+        forget_other_loops(self._pool)
+
+    async def _connection(self) -> Any:
+        """A connection from the pool. When the pool has none left while this pipeline holds
+        some (the application took the last one meanwhile), wait for one of its own."""
+        while True:
+            try:
+                connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+            except MaxConnectionsError:
+                if not self._held:
+                    raise  # the application holds every connection: an outage for us too
+                waiter = asyncio.get_running_loop().create_future()
+                self._given_back.append(waiter)
+                await waiter
+                continue
+            self._held += 1
+            return connection
 
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
-        connection = self._idle.pop() if self._idle else await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        connection = await self._connection()
         try:
-            try:
-                return await self._talk(connection, commands)
-            except ConnectionError:
-                # A connection that Redis dropped (a restart): once more on a fresh one. Had
-                # Redis run a script before the drop, that hit counts twice (never admits more).
-                await connection.disconnect()
-                return await self._talk(connection, commands)
+            if connection.is_connected and _closed_by_server(connection):
+                # Redis closed it (a restart) and the loop has read that: reconnect rather
+                # than write a batch to a connection known dead (redis-py 8 no longer
+                # checks when handing one out).
+                await connection.disconnect(nowait=True)
+            return await self._talk(connection, commands)
         except BaseException:
             await connection.disconnect(nowait=True)  # replies left unread would desync it
             raise
         finally:
-            if len(self._idle) < self._max_in_flight:
-                self._idle.append(connection)  # kept out of the pool: no lock, no checks
-            else:
-                await self._pool.release(connection)
+            await self._pool.release(connection)
+            self._held -= 1
+            while self._given_back:
+                waiter = self._given_back.pop(0)
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
 
     async def _talk(self, connection: Any, commands: list[Command]) -> list[Reply | Exception]:
         await self._write(connection, b"".join([c.packed for c in commands]))
@@ -288,10 +368,10 @@ class ConnectionPipeline(Pipeline):
         except ResponseError as exc:
             return exc
 
-    async def aclose(self) -> None:
-        await super().aclose()
-        while self._idle:
-            await self._pool.release(self._idle.pop())
+
+def _closed_by_server(connection: Any) -> bool:
+    reader = getattr(connection, "_reader", None)
+    return reader is not None and bool(reader.at_eof())
 
 
 class ClientPipeline(Pipeline):
@@ -331,6 +411,7 @@ def pipeline_for(
     client: aioredis.Redis | RedisCluster, timeout: float | None, *, batch: int = MAX_BATCH
 ) -> Pipeline:
     """The pipeline for ``client``; ``batch=1`` sends every call on its own."""
+    in_flight = MAX_IN_FLIGHT if batch > 1 else MAX_ALONE
     if isinstance(client, aioredis.Redis) and client.connection is None:
-        return ConnectionPipeline(client, timeout, batch=batch)
-    return ClientPipeline(client, timeout, batch=batch)
+        return ConnectionPipeline(client, timeout, batch=batch, in_flight=in_flight)
+    return ClientPipeline(client, timeout, batch=batch, in_flight=in_flight)

@@ -135,6 +135,7 @@ class RedisScriptBackend:
 
     async def reset(self, plan: Plan) -> None:
         self._open()
+        await self._pipeline.bind()  # the client's connections of an ended loop are let go
         keys = [k for i in plan.identifiers for k in stored_keys(i)]
         if not keys:
             return
@@ -148,6 +149,7 @@ class RedisScriptBackend:
 
     async def update_counter(self, update: CounterUpdate) -> float:
         self._open()
+        await self._pipeline.bind()
         args = (
             b"" if self.clock is None else clock_us(self.clock),
             update.size_us,

@@ -9,7 +9,8 @@ hits: each process can admit up to a whole limit per sync interval on its own, w
 price of not asking Redis on every call. Time is the local clock corrected by the offset to
 Redis's ``TIME`` measured at each sync, so windows stay aligned across processes.
 
-One event loop per backend: the sync task belongs to the loop of the first decision.
+The sync task runs in the loop of the latest decision: when one loop ends and another
+decides, a new task starts there, and what the old one had not synced is synced by it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis_script import Push, RedisScriptBackend, Totals
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
+from ratelimit.loops import LoopBinding
 from ratelimit.plan import (
     CounterUpdate,
     Identifier,
@@ -106,6 +108,7 @@ class SyncedBackend:
         self._locals: dict[str, _Local] = {}  # by Plan.window_names
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._loop = LoopBinding()
         self._closed = False
 
     def _now(self) -> int:
@@ -114,11 +117,19 @@ class SyncedBackend:
         return time.time_ns() // 1000 + self._offset_us
 
     def _start(self) -> None:
-        if self._task is None and not self._closed:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        """Run the sync task in the running loop. A loop that ended took its task (and any
+        sync it had in flight) with it: its diffs are sent by the next sync here."""
+        if self._loop.loop is asyncio.get_running_loop() or self._closed:
+            return
+        if self._loop.moved() and self._task is not None:
+            with self._lock:
+                for local in self._locals.values():
+                    if local.in_flight:
+                        local.landed(dict(local.in_flight), None)
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def decide(self, plan: Plan) -> Decision:
-        if self._task is None:
+        if self._loop.loop is not asyncio.get_running_loop():
             self._start()
         if self._closed:
             raise LimiterClosedError("this synced backend")
@@ -261,7 +272,7 @@ class SyncedBackend:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
+        if self._task is not None and self._loop.loop is asyncio.get_running_loop():
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task

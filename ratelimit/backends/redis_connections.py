@@ -1,0 +1,119 @@
+"""The connections the Redis engines borrow from a client's pool: room left, and event loops.
+
+The engines use the application's own client, so they share its pool with the application.
+They never take a connection the pool has no room for while one of their own is busy (they
+wait for their own instead: back-pressure, not an outage), and they give every connection
+back when its work is done.
+
+redis-py's asyncio connections belong to the event loop that opened them. When a loop ends
+(``asyncio.run()`` returns, a test's loop closes), the connections it opened are dead, and
+redis-py would hand them out again in the next loop, where they fail with "Event loop is
+closed". :func:`forget_other_loops` closes such connections without their loop and leaves
+them in the pool disconnected, so the pool opens them anew in the running loop.
+
+These helpers read redis-py's pool state (``_in_use_connections``,
+``_available_connections``) and a connection's stream (``_reader``, ``_writer``, ``_parser``),
+which redis-py has kept from 4.2 to 8; each falls back to doing nothing when they are missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+
+def spare(pool: Any) -> int:
+    """How many more connections ``pool`` can hand out now (idle, or room to open one)."""
+    in_use = getattr(pool, "_in_use_connections", None)
+    most = getattr(pool, "max_connections", None)
+    if in_use is None or not isinstance(most, int):
+        return 1 << 30  # unknown pool: assume room
+    return most - len(in_use)
+
+
+def pool_of(client: Any) -> Any | None:
+    """The connection pool of a plain ``redis.asyncio.Redis`` (``None`` for a cluster)."""
+    return getattr(client, "connection_pool", None)
+
+
+def forget_other_loops(pool: Any) -> int:
+    """Disconnect, without their loop, the connections of ``pool`` opened in an event loop
+    that is not running (it ended, or waits idle); those a dead task held go back to the
+    pool. Returns how many were forgotten."""
+    available = getattr(pool, "_available_connections", None)
+    in_use = getattr(pool, "_in_use_connections", None)
+    if available is None or in_use is None:
+        return 0
+    running = asyncio.get_running_loop()
+    for name in ("_lock", "_condition"):  # a lock that waited in the old loop is bound to it
+        lock: Any = getattr(pool, name, None)
+        bound = getattr(lock, "_loop", None)
+        if bound is not None and bound is not running and not bound.is_running():
+            setattr(pool, name, type(lock)())
+    forgotten = 0
+    for connection in [*available, *in_use]:
+        loop = _loop_of(connection)
+        if loop is None or loop is running or (loop.is_running() and not loop.is_closed()):
+            continue
+        _abandon(connection, loop)
+        forgotten += 1
+        if connection in in_use:  # its holder died with its loop
+            in_use.remove(connection)
+            available.append(connection)
+    return forgotten
+
+
+def _loop_of(connection: Any) -> asyncio.AbstractEventLoop | None:
+    reader = getattr(connection, "_reader", None)
+    loop = getattr(reader, "_loop", None)
+    return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
+
+
+def _abandon(connection: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Close a connection's socket outside its loop and mark it disconnected."""
+    writer = getattr(connection, "_writer", None)
+    transport = getattr(writer, "transport", None)
+    if transport is not None:
+        with contextlib.suppress(RuntimeError):  # raised once the loop is closed
+            transport.abort()  # marks it closing; an idle loop finishes the close later
+        if loop.is_closed():  # its selector is gone: close the socket itself
+            sock = getattr(transport, "_sock", None)
+            if sock is not None:
+                sock.close()
+                transport._sock = None  # closed: no "unclosed transport" warning later
+    parser = getattr(connection, "_parser", None)
+    if parser is not None:
+        with contextlib.suppress(Exception):
+            parser.on_disconnect()
+    connection._reader = None
+    connection._writer = None
+
+
+class ConnectionGate:
+    """At most as many Redis commands of one engine in flight as its client's pool has
+    connections: callers past that wait for a slot (back-pressure) instead of failing with
+    "Too many connections". No bound for a pool without a limit, or for a cluster.
+
+    Example::
+
+        gate = ConnectionGate(client)
+        async with gate.slot():
+            await client.get("x")
+    """
+
+    def __init__(self, client: Any) -> None:
+        pool = pool_of(client)
+        most = getattr(pool, "max_connections", None)
+        self.size = most if isinstance(most, int) and 0 < most < 1 << 20 else None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def slot(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """Hold one connection's worth of the pool for the block."""
+        if self.size is None:
+            return contextlib.nullcontext()
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._loop is not loop:  # a semaphore serves one loop
+            self._semaphore, self._loop = asyncio.Semaphore(self.size), loop
+        return self._semaphore

@@ -1,0 +1,167 @@
+"""One limiter used by one event loop after another: ``asyncio.run()`` twice, a loop per test.
+
+These tests are plain functions that start their own loops, as an application does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from ratelimit import EventLoopError, MemoryBackend, RateLimit
+
+pytestmark = pytest.mark.redis
+
+ENGINES = pytest.mark.parametrize("use_scripts", [True, False], ids=["script", "commands"])
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"loops-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[aioredis.Redis]:
+    """The test's own client, for looking at Redis (used in one loop of its own)."""
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    asyncio.run(client.aclose())
+
+
+def look(client: aioredis.Redis, *commands: tuple[str, ...]) -> list[object]:
+    """Run a few commands on the test's own client, in a loop of their own."""
+
+    async def run() -> list[object]:
+        replies = [await client.execute_command(*command) for command in commands]  # type: ignore[no-untyped-call]
+        await client.aclose()
+        return replies
+
+    return asyncio.run(run())
+
+
+@ENGINES
+def test_one_limiter_in_event_loop_after_event_loop(
+    redis_url: str, client: aioredis.Redis, namespace: str, use_scripts: bool
+) -> None:
+    rl = RateLimit.from_url(redis_url, namespace, use_scripts=use_scripts, on_error="raise")
+    limit = rl.limit("5/h", key="loops")
+
+    async def three() -> list[bool]:
+        return [(await limit.decide()).allowed for _ in range(3)]
+
+    assert asyncio.run(three()) == [True, True, True]
+    assert asyncio.run(three()) == [True, True, False]  # was: RuntimeError, loop closed
+    assert asyncio.run(three()) == [False, False, False]
+
+    asyncio.run(rl.aclose())  # in a loop of its own too
+    stored = look(
+        client, ("LLEN", f"rl:{{{namespace}:loops}}"), ("EXISTS", f"rl:{{{namespace}:loops}}:lock")
+    )
+    assert stored == [5, 0]  # counted once each, and no lock left behind
+
+
+def test_background_hits_left_queued_by_one_loop_are_counted_by_the_next(
+    redis_url: str, client: aioredis.Redis, namespace: str
+) -> None:
+    rl = RateLimit.from_url(redis_url, namespace, background=True)
+    limit = rl.limit("5/h", key="bg")
+
+    async def admitted(n: int) -> int:
+        return sum([(await limit.decide()).allowed for _ in range(n)])
+
+    assert asyncio.run(admitted(5)) == 5  # admitted at once; the loop ends before counting
+
+    async def after() -> bool:
+        assert rl.background is not None
+        await rl.background.flush()
+        allowed = (await rl.limit("5/h", key="bg").peek()).allowed
+        await rl.aclose()
+        return allowed
+
+    assert asyncio.run(after()) is False
+    assert look(client, ("LLEN", f"rl:{{{namespace}:bg}}")) == [5]
+
+
+def test_sync_rate_goes_on_syncing_in_the_next_loop(
+    redis_url: str, client: aioredis.Redis, namespace: str
+) -> None:
+    rl = RateLimit.from_url(redis_url, namespace, algorithm="sliding-window", sync_rate=0.01)
+    limit = rl.limit("10/h", key="sync")
+
+    async def admitted(n: int) -> int:
+        return sum([(await limit.decide()).allowed for _ in range(n)])
+
+    assert asyncio.run(admitted(3)) == 3
+
+    async def later() -> None:
+        assert await admitted(2) == 2
+        synced = rl.limit("10/h", key="sync")
+        deadline = time.monotonic() + 10
+        # another process's view: a limiter without local counters reads Redis
+        reader = RateLimit.from_url(redis_url, namespace, algorithm="sliding-window")
+        while (await reader.sliding_window("sync", 3600)) < 5:
+            assert time.monotonic() < deadline, "no sync in the second loop"
+            await asyncio.sleep(0.01)  # waiting for the sync task, not for a window
+        assert (await synced.peek()).remaining == 10 - 5 - 1
+        await reader.aclose()
+        await rl.aclose()
+
+    asyncio.run(later())
+
+
+def test_two_loops_running_at_once_are_refused() -> None:
+    rl = RateLimit(MemoryBackend(), "two")
+    limit = rl.limit("5/h", key="k")
+    started, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    async def hold() -> None:
+        await limit.decide()
+        started.set()
+        await asyncio.to_thread(release.wait, 10)  # the loop keeps running meanwhile
+
+    thread = threading.Thread(target=lambda: asyncio.run(hold()))
+    thread.start()
+    try:
+        assert started.wait(10)
+
+        async def other() -> None:
+            try:
+                await limit.decide()
+            except BaseException as exc:
+                errors.append(exc)
+
+        asyncio.run(other())
+    finally:
+        release.set()
+        thread.join(10)
+    # the memory backend is not tied to a loop; a Redis backend is: see below
+    assert errors == []
+
+
+def test_two_loops_running_at_once_on_redis_are_refused(redis_url: str, namespace: str) -> None:
+    rl = RateLimit.from_url(redis_url, namespace)
+    limit = rl.limit("5/h", key="k")
+    started, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        await limit.decide()
+        started.set()
+        await asyncio.to_thread(release.wait, 10)
+
+    thread = threading.Thread(target=lambda: asyncio.run(hold()))
+    thread.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(EventLoopError, match="still running in another thread"):
+            asyncio.run(limit.decide())
+    finally:
+        release.set()
+        thread.join(10)
+    asyncio.run(rl.aclose())  # closed from a third loop: the others have ended
