@@ -6,7 +6,8 @@ import asyncio
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from pathlib import Path
 
 import fakeredis
@@ -223,3 +224,66 @@ async def test_a_holder_killed_with_sigkill_blocks_others_at_most_lock_ttl(
     waited = time.monotonic() - started
     assert waited <= 1.0 + 0.5  # its ttl, plus polling and scheduling
     assert not await redis_client.exists(name)
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("ends", ["deadline", "cancelled"])
+async def test_a_lock_set_that_lands_after_its_caller_left_is_given_back(
+    own_server: RedisServer, ends: str
+) -> None:
+    """SIGSTOP Redis, one decision sends its ``SET NX`` and leaves (its deadline passes, or it
+    is cancelled), SIGCONT: Redis then takes the lock for a caller that is gone. The next
+    caller on a healthy Redis must not wait out ``lock_ttl``."""
+    client = aioredis.Redis.from_url(own_server.url)
+    rl = RateLimit(
+        client, "lost", use_scripts=False, on_error="raise", timeout=0.25,
+        lock_ttl=60, lock_timeout=10, lock_polling_interval=0.01,
+    )  # fmt: skip
+    limit = rl.limit("5/m", key="k")
+    assert (await limit.decide()).allowed  # connections open before the pause
+    own_server.pause()
+    try:
+        if ends == "deadline":
+            with pytest.raises(BackendError, match="did not answer"):
+                await limit.decide()
+        else:
+            call = asyncio.create_task(limit.decide())
+            done, _ = await asyncio.wait([call], timeout=0.1)  # it waits for the paused Redis
+            assert not done
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+    finally:
+        own_server.resume()
+    started = time.monotonic()
+    assert (await limit.decide()).allowed  # was: LockTimeoutError after 10 s
+    assert time.monotonic() - started < 5  # far below lock_timeout; lock_ttl is 60
+    assert not await client.exists(lock_key("lost", "k"))
+    await client.aclose()
+
+
+async def test_a_set_resent_by_the_client_still_finds_its_own_lock(
+    client: aioredis.Redis,
+) -> None:
+    """redis-py resends a command after a dropped connection: if the first ``SET NX`` took
+    the lock, the second fails, and the lock is ours all the same."""
+    lock = RedisLock(client, "rl:{ns:k}:lock", ttl=10, polling_interval=0.01, timeout=0.2)
+    real_set = client.set
+    calls = 0
+
+    async def resent(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        await real_set(*args, **kwargs)  # the first try lands; its reply is lost
+        return await real_set(*args, **kwargs)  # the resend: NX fails
+
+    client.set = resent  # type: ignore[method-assign]
+    async with lock.held():
+        assert calls == 1  # taken at the first try: no wait for its own lock
+    assert not await client.exists("rl:{ns:k}:lock")

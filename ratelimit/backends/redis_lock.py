@@ -1,6 +1,8 @@
 """A Redis lock with no Lua, for the command engine (redis-py's ``Lock`` releases by script).
 
-Taken with ``SET name token NX PX ttl``, retried every ``polling_interval`` seconds with
+Taken with ``SET name token NX PX ttl`` (a failed ``SET`` reads the holder's token: a
+``SET`` that redis-py resent after a dropped connection finds the lock its first send
+took), retried every ``polling_interval`` seconds with
 ±50 % jitter so waiters do not retry in lockstep, given up after ``timeout`` seconds with
 :class:`~ratelimit.errors.LockTimeoutError`. Released by compare-and-delete under
 ``WATCH``: ``GET`` the token, and ``DEL`` in ``MULTI`` only if it is still ours, so a lock
@@ -11,6 +13,7 @@ others for at most ``ttl``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import secrets
 import time
@@ -66,14 +69,44 @@ class RedisLock:
         token = secrets.token_hex(16)
         started = time.monotonic()
         while True:
-            async with self._gate.slot(), asyncio.timeout(self.round_trip_timeout):
-                taken = await self.client.set(self.name, token, nx=True, px=self.ttl_ms)
+            async with self._gate.slot():
+                taken = await self._take(token)
             if taken:
                 return token
             waited = time.monotonic() - started
             if waited >= self.timeout:
                 raise LockTimeoutError(self.name, waited)
             await asyncio.sleep(self.next_delay(self.timeout - waited))
+
+    async def _take(self, token: str) -> bool:
+        """One try: ``SET NX``, within ``round_trip_timeout``.
+
+        A try that its caller leaves (its deadline passed, or it was cancelled) goes on in
+        the background: if Redis takes the lock for it later (it was paused, or slow), the
+        lock is given back as soon as Redis answers, instead of blocking everyone for
+        ``lock_ttl``. A ``SET`` that redis-py sent again after a dropped connection fails
+        on the lock its first send took: the holder's token says whose it is."""
+        attempt = asyncio.ensure_future(self._set(token))
+        try:
+            async with asyncio.timeout(self.round_trip_timeout):
+                return await asyncio.shield(attempt)
+        except BaseException:
+            attempt.add_done_callback(functools.partial(self._give_back_late, token))
+            raise
+
+    async def _set(self, token: str) -> bool:
+        if await self.client.set(self.name, token, nx=True, px=self.ttl_ms):
+            return True
+        holder = await self.client.get(self.name)
+        return holder in (token, token.encode())
+
+    def _give_back_late(self, token: str, attempt: asyncio.Future[bool]) -> None:
+        if attempt.cancelled() or attempt.exception() is not None or not attempt.result():
+            return  # not taken, or unknown: at worst it expires after its ttl
+        release = asyncio.ensure_future(self.release(token))
+        _LATE.add(release)
+        release.add_done_callback(_LATE.discard)
+        release.add_done_callback(_consume)
 
     async def release(self, token: str) -> bool:
         """Delete the lock if it still holds ``token``; say whether it did."""
@@ -109,6 +142,10 @@ class RedisLock:
             except asyncio.CancelledError:
                 release.add_done_callback(_consume)
                 raise
+
+
+_LATE: set[asyncio.Future[bool]] = set()
+"""Releases of locks taken after their caller left: kept referenced until they finish."""
 
 
 def _consume(task: asyncio.Future[bool]) -> None:
