@@ -7,8 +7,8 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import pytest
