@@ -144,3 +144,27 @@ def test_bad_failure_settings() -> None:
     for timeout in (0, -1, float("nan"), "1"):
         with pytest.raises(ConfigurationError, match="timeout must be a number of seconds"):
             RateLimit(MemoryBackend(), timeout=timeout)  # type: ignore[arg-type]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["script", "commands"])
+async def test_at_maxmemory_both_engines_still_refuse_a_full_key(
+    server: RedisServer, use_scripts: bool
+) -> None:
+    """Redis refuses writes at ``maxmemory`` with ``noeviction``. A refusal needs no write,
+    so a key at its limit stays refused on both engines; an admission cannot be recorded,
+    so it is degraded on both."""
+    client = aioredis.Redis.from_url(server.url)
+    rl = RateLimit(client, "oom", use_scripts=use_scripts, denial_cache=0)
+    full = rl.limit("2/m", key="full")
+    assert [(await full.decide()).allowed for _ in range(2)] == [True, True]
+    await client.config_set("maxmemory-policy", "noeviction")
+    await client.config_set("maxmemory", 1)  # every write is refused from here on
+    try:
+        refused = await full.decide()
+        fresh = await rl.limit("2/m", key="fresh").decide()
+    finally:
+        await client.config_set("maxmemory", 0)
+    assert (refused.allowed, refused.degraded) == (False, False)  # commands: was admitted
+    assert fresh.degraded  # could not be recorded: the failure policy decided
+    await client.aclose()

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError, RedisError
+from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
 from ratelimit.backends.base import Clock, clock_us
@@ -111,14 +111,29 @@ class RedisCommandBackend:
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
         return await self._guarded(
-            plan.namespace, plan.key, lambda: self._decide(plan), f"decide key {plan.key!r}"
+            plan.namespace,
+            plan.key,
+            lambda: self._decide(plan),
+            f"decide key {plan.key!r}",
+            refuse_only=lambda: self._decide(plan, may_write=False),
         )
 
     async def _guarded(
-        self, namespace: str, key: str, work: Callable[[], Awaitable[T]], what: str
+        self,
+        namespace: str,
+        key: str,
+        work: Callable[[], Awaitable[T]],
+        what: str,
+        refuse_only: Callable[[], Awaitable[T]] | None = None,
     ) -> T:
         """Run ``work`` under the lock of (namespace, key) unless ``disable_locks``, with
-        Redis errors raised as ``BackendError``."""
+        Redis errors raised as ``BackendError``.
+
+        Each step is sent once; redis-py's own retry (the client's ``retry=``) may resend a
+        command after a dropped connection, so a hit can then count twice (refusing sooner,
+        never admitting more). When Redis refuses writes (``maxmemory`` with
+        ``noeviction``: the lock's ``SET`` fails too), ``refuse_only`` decides without the
+        lock: a refusal needs no write, and an admission it cannot record fails."""
         if self._closed:
             raise LimiterClosedError("this Redis backend")
         if self._loop.loop is not asyncio.get_running_loop():
@@ -126,10 +141,11 @@ class RedisCommandBackend:
         try:
             try:
                 return await self._once(namespace, key, work)
-            except ConnectionError:
-                # A pooled connection that Redis dropped (a restart): once more on a fresh
-                # one. A write that landed before the drop counts twice: over-limits only.
-                return await self._once(namespace, key, work)
+            except OutOfMemoryError:
+                if refuse_only is None:
+                    raise
+                async with self._gate.slot(), asyncio.timeout(self.timeout):
+                    return await refuse_only()
         except LockTimeoutError:
             raise  # contention, not an outage: never turned into a failure to fail open on
         except TimeoutError as exc:
@@ -165,10 +181,12 @@ class RedisCommandBackend:
     async def _update_counter(self, update: CounterUpdate) -> float:
         key = counter_key(update.identifier)
         size = update.size_us
-        read = self._pipeline_with_time()
-        read.hmget(key, [f"{size}:{slot}{end}" for slot in (0, 1) for end in ("", "w")])
-        read.pttl(key)
-        replies = await read.execute()
+
+        def fill(read: Any) -> None:
+            read.hmget(key, [f"{size}:{slot}{end}" for slot in (0, 1) for end in ("", "w")])
+            read.pttl(key)
+
+        replies = await self._read(fill)
         now = await self._now(replies, key)
         fields, ttl = replies
         now = not_before(now, _newest(fields), size)  # the clock stepped back
@@ -196,32 +214,46 @@ class RedisCommandBackend:
             seconds, micros = replies.pop(0)
         return int(seconds) * 1_000_000 + int(micros)
 
-    def _pipeline_with_time(self) -> Any:
-        read = self.client.pipeline(transaction=False)
-        if self.clock is None and not isinstance(self.client, RedisCluster):
-            read.time()
-        return read
+    async def _read(self, fill: Callable[[Any], None]) -> list[Any]:
+        """Run the reads ``fill`` adds to a pipeline, after ``TIME`` (unless a clock is
+        injected, or on a cluster). Sent again once after a dropped connection (a Redis
+        restart): reads change nothing. Writes are never sent again."""
+        for attempt in (1, 2):
+            read = self.client.pipeline(transaction=False)
+            if self.clock is None and not isinstance(self.client, RedisCluster):
+                read.time()
+            fill(read)
+            try:
+                replies: list[Any] = await read.execute()
+            except ConnectionError:
+                if attempt == 2:
+                    raise
+                continue
+            return replies
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _decide(self, plan: Plan) -> Decision:
+    async def _decide(self, plan: Plan, may_write: bool = True) -> Decision:
         if plan.algorithm != SLIDING_LOG:
-            return await self._decide_windows(plan)
+            return await self._decide_windows(plan, may_write)
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
         kept_keys = [kept_key(identifier) for identifier in plan.identifiers]
         limits = limits_per_identifier(plan)
         rules = plan.compiled.rules
-        read = self._pipeline_with_time()
-        for key, kept, (keep, _span) in zip(keys, kept_keys, limits, strict=True):
-            read.lrange(key, 0, min(keep, HEAD) - 1)
-            read.pttl(key)
-            read.get(kept)
         deep = [
             (leaf, i)
             for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True))
             if i >= 0 and plan.depth(rule) > HEAD
         ]
-        for leaf, i in deep:
-            read.lindex(keys[i], plan.depth(rules[leaf]) - 1)
-        replies = await read.execute()
+
+        def fill(read: Any) -> None:
+            for key, kept, (keep, _span) in zip(keys, kept_keys, limits, strict=True):
+                read.lrange(key, 0, min(keep, HEAD) - 1)
+                read.pttl(key)
+                read.get(kept)
+            for leaf, i in deep:
+                read.lindex(keys[i], plan.depth(rules[leaf]) - 1)
+
+        replies = await self._read(fill)
         now = await self._now(replies, keys[0])
         heads = [[int(t) for t in replies[3 * i]] for i in range(len(keys))]
         ttls = [int(replies[3 * i + 1]) for i in range(len(keys))]
@@ -239,6 +271,8 @@ class RedisCommandBackend:
             )
         decision = evaluate(plan, now, counts)
         if decision.allowed and plan.record:
+            if not may_write:
+                raise _cannot_record(plan)
             write = self.client.pipeline(transaction=True)
             for key, kept, head, ttl, count, (keep, span_ms) in zip(
                 keys, kept_keys, heads, ttls, held, limits, strict=True
@@ -258,18 +292,20 @@ class RedisCommandBackend:
             await write.execute()
         return decision
 
-    async def _decide_windows(self, plan: Plan) -> Decision:
+    async def _decide_windows(self, plan: Plan, may_write: bool = True) -> Decision:
         """Sliding or fixed window: the same counters as ``window_counters.lua``."""
         keys = [counter_key(identifier) for identifier in plan.identifiers]
         sizes = plan.windows
-        read = self._pipeline_with_time()
-        for key, sizes_of in zip(keys, sizes, strict=True):
-            for size in sizes_of:
-                read.hmget(
-                    key, [f"{size}:{slot}{suffix}" for slot in (0, 1) for suffix in ("", "w")]
-                )
-            read.pttl(key)
-        replies = await read.execute()
+
+        def fill(read: Any) -> None:
+            for key, sizes_of in zip(keys, sizes, strict=True):
+                for size in sizes_of:
+                    read.hmget(
+                        key, [f"{size}:{slot}{suffix}" for slot in (0, 1) for suffix in ("", "w")]
+                    )
+                read.pttl(key)
+
+        replies = await self._read(fill)
         now = await self._now(replies, keys[0])
         fields: list[dict[int, Sequence[Any]]] = []  # per key, per size: its four fields
         ttls: list[int] = []
@@ -289,6 +325,8 @@ class RedisCommandBackend:
         ]
         decision = evaluate(plan, now, counts)
         if decision.allowed and plan.record:
+            if not may_write:
+                raise _cannot_record(plan)
             write = self.client.pipeline(transaction=True)
             for key, counted, ttl in zip(keys, held, ttls, strict=True):
                 for size, (current, _previous) in counted.items():
@@ -331,6 +369,13 @@ class RedisCommandBackend:
             self._bind()
         if self._owns_client:
             await self.client.aclose()
+
+
+def _cannot_record(plan: Plan) -> BackendError:
+    return BackendError(
+        f"redis refuses writes (maxmemory with noeviction): the hit of key {plan.key!r} "
+        "cannot be recorded"
+    )
 
 
 def _newest(fields: Sequence[Any]) -> int:

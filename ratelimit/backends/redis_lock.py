@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from redis.exceptions import RedisError, WatchError
+from redis.exceptions import ConnectionError, RedisError, WatchError
 
 from ratelimit.backends.redis_connections import ConnectionGate
 from ratelimit.backends.redis_script import RedisClient
@@ -95,7 +95,11 @@ class RedisLock:
             raise
 
     async def _set(self, token: str) -> bool:
-        if await self.client.set(self.name, token, nx=True, px=self.ttl_ms):
+        try:
+            taken = await self.client.set(self.name, token, nx=True, px=self.ttl_ms)
+        except ConnectionError:  # a dropped connection (a restart): once more, same token
+            taken = await self.client.set(self.name, token, nx=True, px=self.ttl_ms)
+        if taken:
             return True
         holder = await self.client.get(self.name)
         return holder in (token, token.encode())
