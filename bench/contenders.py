@@ -17,7 +17,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from ratelimit import RateLimit
-from ratelimit.backends.keys import identifier_key
+from ratelimit.backends.keys import identifier_key, kept_key
 from ratelimit.backends.redis_script import SLIDING_LOG_LUA
 from ratelimit.plan import Identifier, compile_tree
 from ratelimit.rules import Rule
@@ -163,17 +163,18 @@ async def _bare(url: str, limit: int) -> Contender:
     wire, slots = _bare_args(limit)
     prefix = _prefix()
 
-    def key(user: str) -> str:
-        return identifier_key(Identifier(prefix, "work", "user", user))
+    def keys(user: str) -> tuple[str, str]:  # the log and its companion
+        identifier = Identifier(prefix, "work", "user", user)
+        return identifier_key(identifier), kept_key(identifier)
 
     async def decide(user: str) -> bool:
-        reply = await client.evalsha(sha, 1, key(user), b"", wire, slots, b"1", b"1")
+        reply = await client.evalsha(sha, 2, *keys(user), b"", wire, slots, b"1", b"1")
         return bool(reply[0])
 
     async def many(users: list[str]) -> list[bool]:
         pipe = client.pipeline(transaction=False)
         for user in users:
-            pipe.evalsha(sha, 1, key(user), b"", wire, slots, b"1", b"1")
+            pipe.evalsha(sha, 2, *keys(user), b"", wire, slots, b"1", b"1")
         return [bool(reply[0]) for reply in await pipe.execute()]
 
     return Contender(decide, client.aclose, many)

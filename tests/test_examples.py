@@ -19,6 +19,7 @@ EXPECTED = {
     "counters.py": "synced mode: 100 of 150 admitted under 100/m",
     "metrics.py": "  3  api denied by ip:5/m",
     "pipelining.py": "auto_pipeline=False: 1000 of 2000",
+    "event_loops.py": "run 2: 40 of 300 admitted, 100 in all under 100/h",
 }
 ON_MEMORY = {
     **EXPECTED,

@@ -98,7 +98,7 @@ async def test_real_redis_keys_are_distinct_bounded_and_expire(
     for key in keys:
         assert len(key) < 200
         ttl = await redis_client.pttl(key)
-        assert 0 < ttl <= 3_600_000  # the largest span sharing the key
+        assert 0 < ttl <= 2 * 3_600_000  # one to two of the largest span sharing the key
     plain = f"rl:{{{namespace}:awkward}}".encode()
     assert await redis_client.llen(plain) == len(AWKWARD)
 

@@ -282,13 +282,14 @@ class RedisCommandBackend:
                     write.lpush(key, *[stamp] * min(left, 1000))
                 # never below what another limit on this log asked to keep
                 write.ltrim(key, 0, max(keep, count) - 1)
-                if ttl < span_ms:
-                    write.pexpire(key, span_ms)
-                    ttl = span_ms
+                extended = ttl < span_ms  # then two spans, as the script does
+                if extended:
+                    ttl = 2 * span_ms
+                    write.pexpire(key, ttl)
                 if keep > count:
                     write.set(kept, keep, px=ttl)
-                elif ttl == span_ms:
-                    write.pexpire(kept, span_ms)
+                elif extended:
+                    write.pexpire(kept, ttl)
             await write.execute()
         return decision
 

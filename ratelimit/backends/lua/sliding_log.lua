@@ -19,7 +19,8 @@
 --           list got `cost` hits, was trimmed to the largest count any limit on it asked to
 --           keep (its leaves here, or the count its companion holds: two limits, or two
 --           deployments, on one list never cut each other's history), and expires after
---           the largest span on it (never sooner than it already would).
+--           one to two of the largest span on it (never sooner than it already would), as
+--           does its companion.
 --
 -- Runs after _now.lua and _tree.lua, which redis_script.py joins in front of it.
 
@@ -83,16 +84,19 @@ for k, count in pairs(keep) do
     left = left - #chunk
   end
   if length > math.max(count, held) then redis.call('LTRIM', key, 0, math.max(count, held) - 1) end
+  -- Kept for at least the largest span: once its time to live falls below that, it gets
+  -- two spans, so that most calls only read it (one PTTL instead of a PEXPIRE per call).
   local ms = math.ceil(ttl[k] / 1000)
   local pttl = redis.call('PTTL', key)
-  if pttl < ms then
-    redis.call('PEXPIRE', key, ms)
-    pttl = ms
+  local extended = pttl < ms
+  if extended then
+    pttl = 2 * ms
+    redis.call('PEXPIRE', key, pttl)
   end
   if count > held then
     redis.call('SET', kept, count, 'PX', pttl)
-  elseif pttl == ms then
-    redis.call('PEXPIRE', kept, ms)
+  elseif extended then
+    redis.call('PEXPIRE', kept, pttl)
   end
 end
 return result
