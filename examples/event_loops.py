@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 from ratelimit import LimiterClosedError, RateLimit
 
 URL = os.environ.get("REDIS_URL", "memory://")
-OPTIONS = {"max_connections": 1} if URL != "memory://" else {}
+OPTIONS: dict[str, Any] = {"max_connections": 1} if URL != "memory://" else {}
 rl = RateLimit.from_url(URL, namespace="event-loops", **OPTIONS)  # made once, at import
 
 search = rl.limit("100/h", key="search")
