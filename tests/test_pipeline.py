@@ -10,8 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import BackendError, Decision, RateLimit
-from ratelimit.backends import redis_pipeline
-from ratelimit.backends.redis_pipeline import MAX_BATCH, Command, Pipeline
+from ratelimit.backends import resp
+from ratelimit.backends.redis_pipeline import MAX_BATCH, Pipeline
+from ratelimit.backends.resp import Command
 from tests.conftest import loop_sees_closed_connections
 from tests.redis_server import RedisServer
 
@@ -231,4 +232,4 @@ def test_auto_pipeline_applies_to_a_redis_client_only() -> None:
 
 
 def test_pack_is_the_redis_protocol() -> None:
-    assert redis_pipeline.pack(b"GET", b"k") == b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+    assert resp.pack(b"GET", b"k") == b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"

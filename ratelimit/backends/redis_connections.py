@@ -37,6 +37,12 @@ def pool_of(client: Any) -> Any | None:
     return getattr(client, "connection_pool", None)
 
 
+def closed_by_server(connection: Any) -> bool:
+    """Whether Redis closed ``connection`` (a restart) and the event loop has read that."""
+    reader = getattr(connection, "_reader", None)
+    return reader is not None and bool(reader.at_eof())
+
+
 def forget_other_loops(pool: Any) -> int:
     """Disconnect, without their loop, the connections of ``pool`` opened in an event loop
     that is not running (it ended, or waits idle); those a dead task held go back to the

@@ -31,17 +31,15 @@ sooner. redis-py's own retries apply to the ``ClientPipeline`` only.
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import MaxConnectionsError, NoScriptError, RedisError, ResponseError
 
-from ratelimit.backends.redis_connections import forget_other_loops, spare
+from ratelimit.backends.redis_connections import closed_by_server, forget_other_loops, spare
+from ratelimit.backends.resp import Command
 from ratelimit.errors import BackendError
 from ratelimit.loops import LoopBinding
 
@@ -54,59 +52,6 @@ MAX_ALONE = 1024
 as the pool has room)."""
 
 Reply = Any
-
-
-def pack(*args: bytes) -> bytes:
-    """One command in the Redis protocol (RESP), from its arguments."""
-    return b"*%d\r\n" % len(args) + pack_args(args)
-
-
-class Script:
-    """A Lua script: its text and SHA1, for ``SCRIPT LOAD`` and ``EVALSHA``."""
-
-    __slots__ = ("load", "sha", "source")
-
-    def __init__(self, source: str) -> None:
-        self.source = source.encode()
-        self.sha = hashlib.sha1(self.source).hexdigest().encode()
-        self.load = pack(b"SCRIPT", b"LOAD", self.source)
-
-
-class Command:
-    """One ``EVALSHA``: the script, its keys and arguments, packed as RESP bytes.
-
-    ``packed_args`` is the arguments already packed: they are the same for every call of a
-    decorated function (its rules, cost and flags), so callers cache them."""
-
-    __slots__ = ("args", "keys", "packed", "script")
-
-    def __init__(
-        self, script: Script, keys: Sequence[str], args: Sequence[bytes], packed_args: bytes
-    ) -> None:
-        self.script = script
-        self.keys = keys
-        self.args = args
-        self.packed = b"".join(
-            [_head(script.sha, len(keys), len(args)), *[_bulk(k.encode()) for k in keys]]
-        ) + packed_args  # fmt: skip
-
-    def arguments(self) -> tuple[str | int | bytes, ...]:
-        """The command as redis-py's ``execute_command`` takes it."""
-        return ("EVALSHA", self.script.sha.decode(), len(self.keys), *self.keys, *self.args)
-
-
-def _bulk(arg: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(arg), arg)
-
-
-@functools.lru_cache(maxsize=64)
-def _head(sha: bytes, keys: int, args: int) -> bytes:
-    return b"*%d\r\n" % (3 + keys + args) + _bulk(b"EVALSHA") + _bulk(sha) + _bulk(b"%d" % keys)
-
-
-def pack_args(args: Sequence[bytes]) -> bytes:
-    """Arguments packed for :class:`Command`."""
-    return b"".join([_bulk(a) for a in args])
 
 
 _Pending = tuple[Command, str, "asyncio.Future[Reply]"]
@@ -308,7 +253,7 @@ class ConnectionPipeline(Pipeline):
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
         connection = await self._connection()
         try:
-            if connection.is_connected and _closed_by_server(connection):
+            if connection.is_connected and closed_by_server(connection):
                 # Redis closed it (a restart) and the loop has read that: reconnect rather
                 # than write a batch to a connection known dead (redis-py 8 no longer
                 # checks when handing one out).
@@ -367,11 +312,6 @@ class ConnectionPipeline(Pipeline):
             )
         except ResponseError as exc:
             return exc
-
-
-def _closed_by_server(connection: Any) -> bool:
-    reader = getattr(connection, "_reader", None)
-    return reader is not None and bool(reader.at_eof())
 
 
 class ClientPipeline(Pipeline):

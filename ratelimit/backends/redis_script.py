@@ -22,7 +22,8 @@ from redis.exceptions import RedisError
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key, kept_key
-from ratelimit.backends.redis_pipeline import MAX_BATCH, Command, Script, pack_args, pipeline_for
+from ratelimit.backends.redis_pipeline import MAX_BATCH, pipeline_for
+from ratelimit.backends.resp import Command, Script, pack_args
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, LimiterClosedError
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan, evaluate

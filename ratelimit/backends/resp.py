@@ -1,0 +1,65 @@
+"""Commands packed once in the Redis protocol (RESP): ``EVALSHA`` calls and their scripts.
+
+A decorated function's calls share their script, rules, cost and flags, so their arguments
+are packed once and only the keys are packed per call; the pipeline writes the bytes as
+they are.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Sequence
+
+
+def pack(*args: bytes) -> bytes:
+    """One command in the Redis protocol (RESP), from its arguments."""
+    return b"*%d\r\n" % len(args) + pack_args(args)
+
+
+class Script:
+    """A Lua script: its text and SHA1, for ``SCRIPT LOAD`` and ``EVALSHA``."""
+
+    __slots__ = ("load", "sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source.encode()
+        self.sha = hashlib.sha1(self.source).hexdigest().encode()
+        self.load = pack(b"SCRIPT", b"LOAD", self.source)
+
+
+class Command:
+    """One ``EVALSHA``: the script, its keys and arguments, packed as RESP bytes.
+
+    ``packed_args`` is the arguments already packed: they are the same for every call of a
+    decorated function (its rules, cost and flags), so callers cache them."""
+
+    __slots__ = ("args", "keys", "packed", "script")
+
+    def __init__(
+        self, script: Script, keys: Sequence[str], args: Sequence[bytes], packed_args: bytes
+    ) -> None:
+        self.script = script
+        self.keys = keys
+        self.args = args
+        self.packed = b"".join(
+            [_head(script.sha, len(keys), len(args)), *[_bulk(k.encode()) for k in keys]]
+        ) + packed_args  # fmt: skip
+
+    def arguments(self) -> tuple[str | int | bytes, ...]:
+        """The command as redis-py's ``execute_command`` takes it."""
+        return ("EVALSHA", self.script.sha.decode(), len(self.keys), *self.keys, *self.args)
+
+
+def _bulk(arg: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+
+
+@functools.lru_cache(maxsize=64)
+def _head(sha: bytes, keys: int, args: int) -> bytes:
+    return b"*%d\r\n" % (3 + keys + args) + _bulk(b"EVALSHA") + _bulk(sha) + _bulk(b"%d" % keys)
+
+
+def pack_args(args: Sequence[bytes]) -> bytes:
+    """Arguments packed for :class:`Command`."""
+    return b"".join([_bulk(a) for a in args])
