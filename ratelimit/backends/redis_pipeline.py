@@ -47,6 +47,9 @@ MAX_BATCH = 128
 """Most calls in one pipeline."""
 MAX_IN_FLIGHT = 4
 """Most pipelines in flight at once, each on its own connection."""
+KEEP_ONE_WHEN_SPARE = 8
+"""A connection stays with the pipeline between batches only while the pool has more than
+this many free for the application besides."""
 MAX_ALONE = 1024
 """Without automatic pipelining: most calls in flight at once (each on its own connection,
 as the pool has room)."""
@@ -211,7 +214,12 @@ class Pipeline:
 class ConnectionPipeline(Pipeline):
     """Batches on connections borrowed from a plain ``redis.asyncio.Redis``'s pool: one per
     batch in flight, given back when the batch is done, never one the pool has no room for
-    while a batch of its own can give one back."""
+    while a batch of its own can give one back.
+
+    One connection may stay with the pipeline between batches, saving the pool's checkout
+    on every call, but only while the pool keeps :data:`KEEP_ONE_WHEN_SPARE` connections
+    free for the application besides; with a smaller or busier pool every connection goes
+    back at once. ``aclose()`` gives it back too."""
 
     def __init__(
         self,
@@ -223,20 +231,26 @@ class ConnectionPipeline(Pipeline):
     ) -> None:
         super().__init__(timeout, batch=batch, in_flight=in_flight)
         self._pool = client.connection_pool
-        self._held = 0  # connections this pipeline holds
+        self._held = 0  # connections batches in flight hold
+        self._kept: Any = None  # the one connection kept between batches, if any
         self._given_back: list[asyncio.Future[None]] = []
 
     def _has_room(self) -> bool:
-        return spare(self._pool) - self._starting > 0
+        return self._kept is not None or spare(self._pool) - self._starting > 0
 
     async def _rebind(self) -> None:
         self._held = 0
+        self._kept = None  # the old loop's: forgotten with the others below
         self._given_back = []
         forget_other_loops(self._pool)
 
     async def _connection(self) -> Any:
         """A connection from the pool. When the pool has none left while this pipeline holds
         some (the application took the last one meanwhile), wait for one of its own."""
+        if self._kept is not None:
+            connection, self._kept = self._kept, None
+            self._held += 1
+            return connection
         while True:
             try:
                 connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
@@ -263,13 +277,24 @@ class ConnectionPipeline(Pipeline):
             await connection.disconnect(nowait=True)  # replies left unread would desync it
             raise
         finally:
-            await self._pool.release(connection)
             self._held -= 1
-            while self._given_back:
-                waiter = self._given_back.pop(0)
-                if not waiter.done():
-                    waiter.set_result(None)
-                    break
+            await self._give_back(connection)
+
+    async def _give_back(self, connection: Any) -> None:
+        if (
+            self._kept is None
+            and not self._given_back
+            and connection.is_connected
+            and spare(self._pool) > KEEP_ONE_WHEN_SPARE
+        ):
+            self._kept = connection
+            return
+        await self._pool.release(connection)
+        while self._given_back:  # a batch of ours waits for a connection: wake it
+            waiter = self._given_back.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)
+                break
 
     async def _talk(self, connection: Any, commands: list[Command]) -> list[Reply | Exception]:
         await self._write(connection, b"".join([c.packed for c in commands]))
@@ -312,6 +337,12 @@ class ConnectionPipeline(Pipeline):
             )
         except ResponseError as exc:
             return exc
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._kept is not None:
+            kept, self._kept = self._kept, None
+            await self._pool.release(kept)
 
 
 class ClientPipeline(Pipeline):

@@ -28,12 +28,14 @@ local leaves = tree[1]
 local cost = tonumber(ARGV[4])
 local limited = {}
 local result = {0, now}
-local keep, ttl = {}, {}
+local keep, ttl, lengths = {}, {}, {}
 
--- Hits younger than the span among the newest `count` entries of a list, and the
+-- Hits younger than the span among the newest `count` entries of list KEYS[k], and the
 -- count-th newest timestamp when they reach `count` (binary search with LINDEX).
-local function window(key, count, threshold)
-  local n = math.min(redis.call('LLEN', key), count)
+local function window(k, count, threshold)
+  local key = KEYS[k]
+  lengths[k] = lengths[k] or redis.call('LLEN', key)
+  local n = math.min(lengths[k], count)
   if n == 0 then return 0, 0 end
   local last = tonumber(redis.call('LINDEX', key, n - 1))
   if last > threshold then
@@ -55,7 +57,7 @@ for i = 0, leaves - 1 do
   local depth = count - cost + 1
   local hits, nth = 0, 0
   if k > 0 then
-    hits, nth = window(KEYS[k], depth, now - span)
+    hits, nth = window(k, depth, now - span)
     keep[k] = math.max(keep[k] or 0, count)
     ttl[k] = math.max(ttl[k] or 0, span)
   end
@@ -71,8 +73,12 @@ if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
 local lists = #KEYS / 2
 for k, count in pairs(keep) do
   local key, kept = KEYS[k], KEYS[lists + k]
-  local held = tonumber(redis.call('GET', kept) or 0)
-  local newest = tonumber(redis.call('LINDEX', key, 0) or 0)
+  local new = lengths[k] == 0  -- a new list: its companion (same TTL) is gone with it
+  local held, newest = 0, 0
+  if not new then
+    held = tonumber(redis.call('GET', kept) or 0)
+    newest = tonumber(redis.call('LINDEX', key, 0))
+  end
   -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
   local stamp = string.format('%.0f', math.max(now, newest))
   local length = 0
@@ -87,7 +93,8 @@ for k, count in pairs(keep) do
   -- Kept for at least the largest span: once its time to live falls below that, it gets
   -- two spans, so that most calls only read it (one PTTL instead of a PEXPIRE per call).
   local ms = math.ceil(ttl[k] / 1000)
-  local pttl = redis.call('PTTL', key)
+  local pttl = -1  -- a new list has no TTL yet
+  if not new then pttl = redis.call('PTTL', key) end
   local extended = pttl < ms
   if extended then
     pttl = 2 * ms
