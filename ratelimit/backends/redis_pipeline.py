@@ -14,7 +14,8 @@ make next travel together too. Each batch has one deadline (``timeout``), not on
 
 :class:`ConnectionPipeline` drives a plain ``redis.asyncio.Redis`` directly: each batch
 borrows a connection from the client's pool (so with its address, credentials, TLS and
-connection limit) and gives it back when its replies are read. A batch is started only when
+connection limit) and gives it back when its replies are read (one may stay for the next
+batch while the pool has plenty free). A batch is started only when
 the pool has a connection free, or when none of this pipeline's own batches is in flight:
 with a small or busy pool, calls wait for a batch of their own to come back and then travel
 together (back-pressure, never an outage). It writes each batch as bytes packed once per
