@@ -21,7 +21,8 @@ class Decision:
       ``None`` when nothing limits the call.
     - ``key``: the limit's key.
     - ``degraded``: the storage failed and the failure policy (``on_error``) decided
-      instead; nothing was counted.
+      instead. The hit may still have been counted, if the storage did its part before
+      the failure reached the caller (see the README, "When Redis fails").
 
     Example::
 

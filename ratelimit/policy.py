@@ -1,8 +1,10 @@
 """What a decision does when the storage fails: ``on_error="allow" | "deny" | "raise"``.
 
-``allow`` (default, fail-open, as nginx limiters and Envoy do) admits the call; ``deny`` refuses it
-(``retry_after`` of :data:`DENY_RETRY_AFTER`); ``raise`` raises the ``BackendError``. Either
-way nothing is counted, and the decision says ``degraded=True``. Only ``BackendError``
+``allow`` (default, fail-open, as nginx limiters and Envoy do) admits the call; ``deny``
+refuses it (``retry_after`` of :data:`DENY_RETRY_AFTER`); ``raise`` raises the
+``BackendError``; the decision says ``degraded=True``. Its hit may or may not have been
+counted: a script that reached Redis before the connection dropped or the deadline passed
+may have run there (which only refuses later calls sooner). Only ``BackendError``
 (Redis unreachable, timed out, or answering with an error) is a failure: waiting for the
 command engine's lock (``LockTimeoutError``) is contention and always raises.
 
