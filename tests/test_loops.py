@@ -115,7 +115,9 @@ def test_sync_rate_goes_on_syncing_in_the_next_loop(
     asyncio.run(later())
 
 
-def test_two_loops_running_at_once_are_refused() -> None:
+def test_the_memory_backend_serves_two_running_loops_at_once() -> None:
+    """Nothing of the memory backend is tied to a loop (it takes a thread lock), so two
+    threads' loops may share it; the Redis backends refuse (below)."""
     rl = RateLimit(MemoryBackend(), "two")
     limit = rl.limit("5/h", key="k")
     started, release = threading.Event(), threading.Event()
@@ -141,7 +143,6 @@ def test_two_loops_running_at_once_are_refused() -> None:
     finally:
         release.set()
         thread.join(10)
-    # the memory backend is not tied to a loop; a Redis backend is: see below
     assert errors == []
 
 
