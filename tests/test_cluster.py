@@ -72,3 +72,26 @@ async def test_concurrent_decisions_pipeline_across_nodes(
     await cluster_client.script_flush()
     again = await asyncio.gather(*(rl.limit("10/m", key=f"fresh-{n}").decide() for n in range(30)))
     assert all(d.allowed and not d.degraded for d in again)
+
+
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["script", "commands"])
+def test_a_cluster_limiter_in_event_loop_after_event_loop(
+    cluster_url: str, namespace: str, use_scripts: bool
+) -> None:
+    """The nodes' connections that an ended loop opened are opened anew in the next one
+    (was: "Event loop is closed", raw past on_error on the command engine)."""
+    client = AsyncRedisCluster.from_url(cluster_url)
+    rl = RateLimit(client, namespace, use_scripts=use_scripts, on_error="raise")
+    limit = rl.limit("5/h", key="loops")
+
+    async def three() -> list[bool]:
+        return [(await limit.decide()).allowed for _ in range(3)]
+
+    assert asyncio.run(three()) == [True, True, True]
+    assert asyncio.run(three()) == [True, True, False]
+
+    async def close() -> None:
+        await rl.aclose()
+        await client.aclose()
+
+    asyncio.run(close())

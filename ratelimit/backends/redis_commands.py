@@ -33,7 +33,7 @@ from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key, kept_key, lock_key
-from ratelimit.backends.redis_connections import ConnectionGate, forget_other_loops, pool_of
+from ratelimit.backends.redis_connections import ConnectionGate, forget_other_loops_of
 from ratelimit.backends.redis_lock import RedisLock
 from ratelimit.backends.redis_script import RedisClient, stored_keys
 from ratelimit.decision import Decision
@@ -358,9 +358,7 @@ class RedisCommandBackend:
     def _bind(self) -> None:
         """Work in the running loop: connections an ended loop opened are opened anew."""
         if self._loop.moved():
-            pool = pool_of(self.client)
-            if pool is not None:
-                forget_other_loops(pool)
+            forget_other_loops_of(self.client)
 
     async def aclose(self) -> None:
         if self._closed:

@@ -9,7 +9,8 @@ redis-py's asyncio connections belong to the event loop that opened them. When a
 (``asyncio.run()`` returns, a test's loop closes), the connections it opened are dead, and
 redis-py would hand them out again in the next loop, where they fail with "Event loop is
 closed". :func:`forget_other_loops` closes such connections without their loop and leaves
-them in the pool disconnected, so the pool opens them anew in the running loop.
+them in the pool disconnected, so the pool opens them anew in the running loop;
+:func:`forget_other_loops_of` does the same on every node of a ``RedisCluster``.
 
 These helpers read redis-py's pool state (``_in_use_connections``,
 ``_available_connections``) and a connection's stream (``_reader``, ``_writer``, ``_parser``),
@@ -43,6 +44,31 @@ def closed_by_server(connection: Any) -> bool:
     return reader is not None and bool(reader.at_eof())
 
 
+def forget_other_loops_of(client: Any) -> int:
+    """:func:`forget_other_loops` for a client: the pool of a ``Redis``, or the connections
+    of every node of a ``RedisCluster``. Returns how many were forgotten."""
+    pool = pool_of(client)
+    if pool is not None:
+        return forget_other_loops(pool)
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return 0
+    nodes = {
+        id(node): node
+        for table in (getattr(manager, "nodes_cache", {}), getattr(manager, "startup_nodes", {}))
+        for node in table.values()
+    }
+    running = asyncio.get_running_loop()
+    forgotten = 0
+    for node in nodes.values():
+        for connection in getattr(node, "_connections", ()):
+            loop = _loop_of(connection)
+            if loop is not None and loop is not running and _ended_or_idle(loop):
+                _abandon(connection, loop)  # the node opens it again on its next use
+                forgotten += 1
+    return forgotten
+
+
 def forget_other_loops(pool: Any) -> int:
     """Disconnect, without their loop, the connections of ``pool`` opened in an event loop
     that is not running (it ended, or waits idle); those a dead task held go back to the
@@ -60,7 +86,7 @@ def forget_other_loops(pool: Any) -> int:
     forgotten = 0
     for connection in [*available, *in_use]:
         loop = _loop_of(connection)
-        if loop is None or loop is running or (loop.is_running() and not loop.is_closed()):
+        if loop is None or loop is running or not _ended_or_idle(loop):
             continue
         _abandon(connection, loop)
         forgotten += 1
@@ -68,6 +94,10 @@ def forget_other_loops(pool: Any) -> int:
             in_use.remove(connection)
             available.append(connection)
     return forgotten
+
+
+def _ended_or_idle(loop: asyncio.AbstractEventLoop) -> bool:
+    return loop.is_closed() or not loop.is_running()
 
 
 def _loop_of(connection: Any) -> asyncio.AbstractEventLoop | None:

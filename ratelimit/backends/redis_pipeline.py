@@ -39,7 +39,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import MaxConnectionsError, NoScriptError, RedisError, ResponseError
 
-from ratelimit.backends.redis_connections import closed_by_server, forget_other_loops, spare
+from ratelimit.backends.redis_connections import (
+    closed_by_server,
+    forget_other_loops,
+    forget_other_loops_of,
+    spare,
+)
 from ratelimit.backends.resp import Command
 from ratelimit.errors import BackendError
 from ratelimit.loops import LoopBinding
@@ -359,6 +364,9 @@ class ClientPipeline(Pipeline):
     ) -> None:
         super().__init__(timeout, batch=batch, in_flight=in_flight)
         self._client = client
+
+    async def _rebind(self) -> None:
+        forget_other_loops_of(self._client)
 
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
         replies = await self._pipelined(commands)
