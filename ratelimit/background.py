@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from ratelimit.decision import Decision
+from ratelimit.denials import Call
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import Plan
 
@@ -30,8 +31,8 @@ logger = logging.getLogger("ratelimit")
 BATCH = 256
 
 Decide = Callable[[Plan], Awaitable[Decision]]
-Refused = Callable[[object, Decision], None]
-_Queued = tuple[object, Plan]
+Refused = Callable[[Call, Decision], None]
+_Queued = tuple[Call, Plan]
 
 
 class BackgroundCounter:
@@ -50,7 +51,7 @@ class BackgroundCounter:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def submit(self, call: object, plan: Plan) -> None:
+    def submit(self, call: Call, plan: Plan) -> None:
         """Count ``plan`` in the background; ``call`` names it for the denial cache."""
         if self._loop.loop is not asyncio.get_running_loop():
             self._bind()

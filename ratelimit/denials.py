@@ -14,8 +14,19 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Protocol
 
 from ratelimit.decision import Decision, make_decision
+
+
+class Call(Hashable, Protocol):
+    """What names a call in the cache (a :class:`~ratelimit.decider.CallKey`)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
 
 
 class DenialCache:
@@ -24,12 +35,12 @@ class DenialCache:
     def __init__(self, size: int = 10_000, clock: Callable[[], float] | None = None) -> None:
         self.size = size
         self._clock = clock or time.monotonic
-        self._until: OrderedDict[Hashable, tuple[float, Decision]] = OrderedDict()
+        self._until: OrderedDict[Call, tuple[float, Decision]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._until)
 
-    def get(self, call: Hashable) -> Decision | None:
+    def get(self, call: Call) -> Decision | None:
         """The refusal still standing for ``call``, with its ``retry_after`` brought up to
         date, or ``None``."""
         if not self._until:
@@ -46,10 +57,10 @@ class DenialCache:
 
     def forget(self, namespace: str, key: str) -> None:
         """Drop every refusal of one (namespace, key): room was given back there."""
-        for call in [c for c in self._until if c[1:3] == (namespace, key)]:  # type: ignore[index]
+        for call in [c for c in self._until if c.key == key and c.namespace == namespace]:
             del self._until[call]
 
-    def remember(self, call: Hashable, decision: Decision) -> None:
+    def remember(self, call: Call, decision: Decision) -> None:
         """Keep a refusal until its ``retry_after`` has passed."""
         if self.size <= 0 or decision.allowed or decision.degraded or decision.retry_after <= 0:
             return

@@ -5,33 +5,23 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
-from ratelimit.decision import Decision, make_decision
+from ratelimit.decider import CallKey, Decider, new_call_key
+from ratelimit.decision import Decision
 from ratelimit.errors import RateLimitExceeded
-from ratelimit.plan import CompiledTree, cached_plan, compile_tree
+from ratelimit.plan import compile_tree
+from ratelimit.registry import Registration, Registry
 from ratelimit.rules import RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 from ratelimit.settings import check_cost, check_cost_type
 from ratelimit.waiting import admitted, wait_seconds
 
-if TYPE_CHECKING:
-    from ratelimit.limiter import RateLimit
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
 GLOBAL_KEY = ""
-
-_Call = tuple[CompiledTree, str, str, tuple[str | None, ...], float, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    compiled: CompiledTree
-    sources: SelectorSources
 
 
 class Limit:
@@ -45,7 +35,8 @@ class Limit:
 
     def __init__(
         self,
-        owner: RateLimit,
+        decider: Decider,
+        registry: Registry,
         rules: RuleLike | None,
         key: str | None,
         selector: object | None,
@@ -53,38 +44,39 @@ class Limit:
         cost: float = 1,
         wait: float | bool = False,
     ) -> None:
-        check_cost_type(cost, owner.algorithm)
+        check_cost_type(cost, decider.algorithm)
         self._wait = wait_seconds(wait)
         if rules is None and key is None:
             raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
         if key is not None and not isinstance(key, str):
             raise TypeError(f"key must be text, not {type(key).__name__}")
-        self._owner = owner
+        self._decider = decider
+        self._registry = registry
         self._key = key
         self._sources = SelectorSources(selectors, selector)
         self._cost = cost
         self._compiled = None if rules is None else compile_tree(to_tree(rules))
         if self._compiled is not None:
-            check_cost(self._compiled, cost, owner.algorithm)
+            check_cost(self._compiled, cost, decider.algorithm)
         # Without rules, the registration of ``key`` is looked up at the first call.
         self._registration = (
             None if self._compiled is None else Registration(self._compiled, self._sources)
         )
         if self._compiled is not None and key:
-            owner._register(key, self._compiled, self._sources)
+            registry.register(key, self._compiled, self._sources)
 
     def _registered(self, key: str) -> Registration:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
         if self._registration is None:
-            registered = self._owner._registered(key)
-            check_cost(registered.compiled, self._cost, self._owner.algorithm)
+            registered = self._registry.registered(key)
+            check_cost(registered.compiled, self._cost, self._decider.algorithm)
             self._registration = Registration(
                 registered.compiled, self._sources.merged_over(registered.sources)
             )
         return self._registration
 
-    async def _call(self, key: str, call: CallSite | None) -> _Call:
-        """What identifies one call: (tree, namespace, key, selector values, cost, algorithm)."""
+    async def _call(self, key: str, call: CallSite | None) -> CallKey:
+        """What identifies one call under ``key``."""
         registration = self._registered(key)
         compiled = registration.compiled
         values = (
@@ -92,25 +84,15 @@ class Limit:
             if compiled.selectors
             else ()
         )
-        owner = self._owner
-        return (compiled, owner.namespace, key, values, self._cost, owner.algorithm)
+        decider = self._decider
+        return new_call_key(  # CallKey(...) built in C: this is every call's path
+            CallKey, (compiled, decider.namespace, key, values, self._cost, decider.algorithm)
+        )
 
     async def _decide(self, key: str, call: CallSite | None, record: bool = True) -> Decision:
-        owner = self._owner
-        if owner._closed:
-            owner._open()
-        this = await self._call(key, call)
-        decision = owner.denials.get(this)  # still refused: the storage is not asked again
-        if decision is None and owner.background is not None and record:
-            owner.background.submit(this, cached_plan(*this))  # admitted now, counted later
-            decision = make_decision(True, 0.0, None, None, key)
-        elif decision is None:
-            decision = await owner.policy.decide(owner.backend, cached_plan(*this, record))
-            if not decision.allowed:
-                owner.denials.remember(this, decision)
-        if owner.hooks:
-            owner.hooks(decision)
-        return decision
+        if self._decider.closed:
+            self._decider.check_open()  # before selectors are resolved
+        return await self._decider.decide(await self._call(key, call), record)
 
     async def peek(self) -> Decision:
         """The decision ``decide()`` would give, recording nothing."""
@@ -119,14 +101,18 @@ class Limit:
     async def reset(self) -> None:
         """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
         key = GLOBAL_KEY if self._key is None else self._key
-        self._owner._open()
-        await self._owner.backend.reset(cached_plan(*await self._call(key, None)))
-        self._owner.denials.forget(self._owner.namespace, key)
+        self._decider.check_open()
+        await self._decider.reset(await self._call(key, None))
 
     async def decide(self) -> Decision:
         """Decide one call under this limit's key without raising: the hit is recorded only
         if ``Decision.allowed``. Selectors come from ``limit()``'s arguments."""
-        return await self._decide(GLOBAL_KEY if self._key is None else self._key, None)
+        decider = self._decider
+        if decider.closed:
+            decider.check_open()  # before selectors are resolved
+        return await decider.decide(
+            await self._call(GLOBAL_KEY if self._key is None else self._key, None)
+        )
 
     async def acquire(self, wait: float | bool | None = None) -> Decision:
         """Be admitted, waiting up to ``wait`` seconds (default: the limit's ``wait=``), or
@@ -161,7 +147,7 @@ class Limit:
             raise TypeError(f"limit() decorates functions, not {type(func).__name__}")
         key = self._key if self._key is not None else _name(func)
         if self._compiled is not None and self._key is None:
-            self._owner._register(key, self._compiled, self._sources)
+            self._registry.register(key, self._compiled, self._sources)
         parameters = Parameters(inspect.signature(func))
         is_coroutine = inspect.iscoroutinefunction(func)
 
@@ -172,7 +158,7 @@ class Limit:
             except TypeError as exc:
                 raise TypeError(f"{_name(func)}(): {exc}") from None
             site = CallSite(parameters, args, kwargs)
-            decision = await self._decide(key, site)
+            decision = await self._decider.decide(await self._call(key, site))
             if not decision.allowed:
                 if not self._wait:
                     raise RateLimitExceeded(decision)

@@ -25,19 +25,16 @@ from ratelimit.backends import (
 )
 from ratelimit.backends.base import Clock
 from ratelimit.background import BackgroundCounter
+from ratelimit.decider import Decider
 from ratelimit.denials import DenialCache
 from ratelimit.errors import (
     ConfigurationError,
-    LimiterClosedError,
-    RuleConflictError,
-    UnknownKeyError,
 )
 from ratelimit.hooks import Hook, Hooks
-from ratelimit.limit import Limit, Registration
-from ratelimit.plan import CompiledTree
+from ratelimit.limit import Limit
 from ratelimit.policy import FailurePolicy
+from ratelimit.registry import Registry
 from ratelimit.rules import RuleLike
-from ratelimit.selectors import SelectorSources
 from ratelimit.settings import (
     check_limiter,
     counter_update,
@@ -161,8 +158,16 @@ class RateLimit:
             if background
             else None
         )
-        self._registry: dict[str, Registration] = {}
-        self._closed = False
+        self.decider = Decider(
+            namespace,
+            algorithm,
+            self.backend,
+            self.policy,
+            self.denials,
+            self.hooks,
+            self.background,
+        )
+        self.registry = Registry()
 
     @classmethod
     def from_url(
@@ -220,9 +225,9 @@ class RateLimit:
         """Release the storage this limiter opened (after counting what is queued, with
         ``background``, and a last sync, with ``sync_rate``). Using the limiter afterwards
         raises ``LimiterClosedError``; closing it again does nothing."""
-        if self._closed:
+        if self.decider.closed:
             return
-        self._closed = True
+        self.decider.closed = True
         if self.background is not None:
             await self.background.aclose()
         await self.backend.aclose()
@@ -264,7 +269,7 @@ class RateLimit:
         long as it takes); see :mod:`ratelimit.waiting`.
         ``**selectors``: selector values as literals, callables or async callables.
         """
-        return Limit(self, rules, key, selector, selectors, cost, wait)
+        return Limit(self.decider, self.registry, rules, key, selector, selectors, cost, wait)
 
     async def increment(
         self, key: str, window_size: float, value: float = 1, weight: float | None = None
@@ -277,37 +282,14 @@ class RateLimit:
         ``value`` may be fractional or negative (a refund). ``weight`` is the previous
         window's weight (default ``(size - elapsed) / size``; ``0`` gives a fixed window).
         """
-        self._open()
-        rate = await self.backend.update_counter(
+        return await self.decider.update_counter(
             counter_update(self.namespace, key, window_size, value, weight)
         )
-        if value < 0:
-            self.denials.forget(self.namespace, key)  # a refund can lift cached refusals
-        return rate
 
     async def sliding_window(
         self, key: str, window_size: float, weight: float | None = None
     ) -> float:
         """Kong's ``sliding_window``: the rate :meth:`increment` would return, adding nothing."""
-        self._open()
-        return await self.backend.update_counter(
+        return await self.decider.update_counter(
             counter_update(self.namespace, key, window_size, 0, weight)
         )
-
-    def _open(self) -> None:
-        """Raise ``LimiterClosedError`` once :meth:`aclose` has run."""
-        if self._closed:
-            raise LimiterClosedError()
-
-    def _register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
-        registered = self._registry.get(key)
-        if registered is None:
-            self._registry[key] = Registration(compiled, sources)
-        elif registered.compiled is not compiled and registered.compiled.tree != compiled.tree:
-            raise RuleConflictError(key, registered.compiled.tree, compiled.tree)
-
-    def _registered(self, key: str) -> Registration:
-        registration = self._registry.get(key)
-        if registration is None:
-            raise UnknownKeyError(key)
-        return registration

@@ -1,0 +1,46 @@
+"""Rules registered under a ``key=``, so that ``limit(key=...)`` without rules can reuse them.
+
+Example::
+
+    registry = Registry()
+    registry.register("cats", compiled, sources)
+    registry.registered("cats").compiled
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ratelimit.errors import RuleConflictError, UnknownKeyError
+from ratelimit.plan import CompiledTree
+from ratelimit.selectors import SelectorSources
+
+
+class Registration(NamedTuple):
+    """The rules of one key and the selector sources they were registered with."""
+
+    compiled: CompiledTree
+    sources: SelectorSources
+
+
+class Registry:
+    """One limiter's keys and their rules: one rule set per key."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Registration] = {}
+
+    def register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
+        """Register ``compiled`` under ``key``; different rules already there are refused
+        (``RuleConflictError``), equal ones are kept."""
+        registered = self._by_key.get(key)
+        if registered is None:
+            self._by_key[key] = Registration(compiled, sources)
+        elif registered.compiled is not compiled and registered.compiled.tree != compiled.tree:
+            raise RuleConflictError(key, registered.compiled.tree, compiled.tree)
+
+    def registered(self, key: str) -> Registration:
+        """What was registered under ``key``, or ``UnknownKeyError``."""
+        registration = self._by_key.get(key)
+        if registration is None:
+            raise UnknownKeyError(key)
+        return registration
