@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis.asyncio as aioredis
 
 from ratelimit import MemoryBackend, RateLimit
-from ratelimit.plan import compile_tree, make_plan
+from ratelimit.plan import cached_plan, compile_tree
 from ratelimit.rules import to_tree
 from tests.redis_server import RedisServer
 
@@ -85,7 +85,7 @@ async def decisions(events: list[tuple[float, int]], algorithm: str) -> list[boo
     out = []
     for t, source in events:
         clock[0] = t
-        plan = make_plan(compiled, "acc", "k", {"src": str(source)}, 1, algorithm)
+        plan = cached_plan(compiled, "acc", "k", (str(source),), 1, algorithm)
         out.append((await backend.decide(plan)).allowed)
     return out
 
@@ -101,7 +101,7 @@ async def estimator_error(events: list[tuple[float, int]]) -> tuple[int, int]:
     false_denials = false_admissions = 0
     for t, source in events:
         clock[0] = t
-        plan = make_plan(compiled, "est", "k", {"src": str(source)}, 1, "sliding-window")
+        plan = cached_plan(compiled, "est", "k", (str(source),), 1, "sliding-window")
         allowed = (await backend.decide(plan)).allowed
         admitted = history.setdefault(source, deque())
         while admitted and admitted[0] <= t - 60:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -147,25 +147,6 @@ def counter_update_rate(
     if update.weight is None:
         return counter_rate(current, previous, now_us, update.size_us, sliding=True)
     return current + previous * update.weight
-
-
-def make_plan(
-    compiled: CompiledTree,
-    namespace: str,
-    key: str,
-    values: Mapping[str, str | None],
-    cost: float = 1,
-    algorithm: str = SLIDING_LOG,
-) -> Plan:
-    """Build the plan of one call from its resolved selector values."""
-    return cached_plan(
-        compiled,
-        namespace,
-        key,
-        tuple(values.get(selector) for selector in compiled.selectors),
-        cost,
-        algorithm,
-    )
 
 
 def window_name(identifier: Identifier, size_us: int) -> str:

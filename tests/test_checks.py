@@ -188,11 +188,11 @@ async def test_use_after_aclose_raises(make_backend: Callable[..., Backend]) -> 
 
 
 async def test_a_backend_used_after_aclose_raises(make_backend: Callable[..., Backend]) -> None:
-    from ratelimit.plan import compile_tree, make_plan
+    from ratelimit.plan import cached_plan, compile_tree
     from ratelimit.rules import to_tree
 
     backend = make_backend(FakeClock())
-    plan = make_plan(compile_tree(to_tree("5/s")), "closed", "k", {})
+    plan = cached_plan(compile_tree(to_tree("5/s")), "closed", "k", (), 1, "sliding-log")
     assert (await backend.decide(plan)).allowed
     await backend.aclose()
     with pytest.raises(LimiterClosedError):
