@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from ratelimit import RateLimit
 from ratelimit.backends.keys import identifier_key, kept_key
-from ratelimit.backends.redis_script import SLIDING_LOG_LUA
+from ratelimit.backends.redis_script import SLIDING_LOG_LUA, tree_wire
 from ratelimit.plan import Identifier, compile_tree
 from ratelimit.rules import Rule
 
@@ -154,7 +154,7 @@ async def pyrate_limiter(url: str, limit: int) -> Contender:
 
 
 def _bare_args(limit: int) -> tuple[bytes, bytes]:
-    return compile_tree(Rule(limit, 60_000, "user")).wire, b"1"
+    return tree_wire(compile_tree(Rule(limit, 60_000, "user"))), b"1"
 
 
 async def _bare(url: str, limit: int) -> Contender:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from ratelimit.algorithms import (
@@ -45,14 +45,12 @@ class Identifier(NamedTuple):
 
 
 class CompiledTree:
-    """A rule tree flattened for evaluation: leaves in order and a prefix program.
-
-    ``wire`` is the same as one line of ASCII numbers for storage scripts: the leaf count,
-    then ``count span_us`` per leaf, then the program. Use :func:`compile_tree` to get the
-    shared, cached instance for a tree.
+    """A rule tree flattened for evaluation: leaves in order and a prefix program (which
+    storage code may encode for its own scripts). Use :func:`compile_tree` to get the shared,
+    cached instance for a tree.
     """
 
-    __slots__ = ("program", "rules", "selectors", "tree", "wire")
+    __slots__ = ("program", "rules", "selectors", "tree")
 
     def __init__(self, tree: Node) -> None:
         self.tree = tree
@@ -64,10 +62,6 @@ class CompiledTree:
         self.selectors: tuple[str, ...] = tuple(
             dict.fromkeys(r.selector for r in rules if r.selector is not None)
         )
-        numbers = [len(rules)]
-        for rule in rules:
-            numbers += (rule.count, rule.span_ms * US_PER_MS)
-        self.wire: bytes = " ".join(map(str, numbers + program)).encode()
 
     @classmethod
     def _emit(cls, node: Node, rules: list[Rule], program: list[int]) -> None:
@@ -89,12 +83,13 @@ def compile_tree(tree: Node) -> CompiledTree:
     return CompiledTree(tree)
 
 
-@dataclass(slots=True, eq=False)  # not frozen: a frozen __init__ is 5x slower, per miss
+@dataclass(frozen=True, slots=True, eq=False)  # eq=False: hashed by identity, cheaply
 class Plan:
     """One call's work: the compiled tree and, per leaf, the identifier it counts on.
 
-    Shared by every call with the same selector values (:func:`cached_plan`), so nobody
-    changes one after it is built; only :attr:`memo` is written, by backends.
+    Shared by every call with the same selector values (:func:`cached_plan`), and immutable:
+    a backend that builds something once per plan keeps it in a cache of its own, keyed by
+    the plan (plans hash by identity).
 
     ``leaf_identifiers[i]`` indexes ``identifiers``, or is ``-1`` when leaf ``i``'s selector
     resolved to ``None`` or ``""`` (the rule is then never limited and records nothing).
@@ -118,13 +113,55 @@ class Plan:
     """Window counters: per leaf, the position of its size in its identifier's ``windows``."""
     record: bool = True
     """Whether an allowed call is recorded; ``False`` only decides (``Limit.peek``)."""
-    memo: dict[str, object] = field(default_factory=dict, repr=False)
-    """What a backend builds once per plan (its encoded command, say); not part of its value."""
 
     def depth(self, rule: Rule) -> int:
         """Sliding log: how many of the newest hits decide ``rule``; the call is refused
         when that many are inside the window (``count - cost + 1``)."""
         return rule.count - int(self.cost) + 1
+
+
+_new = object.__new__
+(
+    _COMPILED, _NAMESPACE, _KEY, _IDENTIFIERS, _LEAF_IDENTIFIERS, _COST, _ALGORITHM, _WINDOWS,
+    _WINDOW_NAMES, _LEAF_WINDOWS, _RECORD,
+) = (
+    Plan.__dict__[name].__set__
+    for name in (
+        "compiled", "namespace", "key", "identifiers", "leaf_identifiers", "cost", "algorithm",
+        "windows", "window_names", "leaf_windows", "record",
+    )
+)  # fmt: skip
+
+
+def _plan(
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    identifiers: tuple[Identifier, ...],
+    leaf_identifiers: tuple[int, ...],
+    cost: float,
+    algorithm: str,
+    windows: tuple[tuple[int, ...], ...],
+    window_names: tuple[tuple[str, ...], ...],
+    leaf_windows: tuple[int, ...],
+    record: bool,
+) -> Plan:
+    """``Plan(...)`` at a fraction of the frozen ``__init__``'s cost (it sets each field
+    through ``object.__setattr__``): the slots are set directly. The result is the same
+    immutable ``Plan``; this is the plan cache's miss path."""
+    plan = _new(Plan)
+    _COMPILED(plan, compiled)
+    _NAMESPACE(plan, namespace)
+    _KEY(plan, key)
+    _IDENTIFIERS(plan, identifiers)
+    _LEAF_IDENTIFIERS(plan, leaf_identifiers)
+    _COST(plan, cost)
+    _ALGORITHM(plan, algorithm)
+    _WINDOWS(plan, windows)
+    _WINDOW_NAMES(plan, window_names)
+    _LEAF_WINDOWS(plan, leaf_windows)
+    _RECORD(plan, record)
+    return plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +179,8 @@ class CounterUpdate:
 def counter_update_rate(
     update: CounterUpdate, current: float, previous: float, now_us: int
 ) -> float:
-    """The rate after ``update``, from the window counts before it (Lua does the same)."""
+    """The rate after ``update``, from the window counts before it (storage scripts do the
+    same)."""
     current += update.value
     if update.weight is None:
         return counter_rate(current, previous, now_us, update.size_us, sliding=True)
@@ -169,9 +207,12 @@ def cached_plan(
     if algorithm == SLIDING_LOG and len(compiled.rules) == 1:  # the common case, quickly
         selector = compiled.rules[0].selector
         if selector is not None and not values[0]:
-            return Plan(compiled, namespace, key, (), (-1,), cost, algorithm, record=record)
+            return _plan(compiled, namespace, key, (), (-1,), cost, algorithm, (), (), (), record)
         identifier = Identifier(namespace, key, selector, None if selector is None else values[0])
-        return Plan(compiled, namespace, key, (identifier,), (0,), cost, algorithm, record=record)
+        identifiers = (identifier,)
+        return _plan(
+            compiled, namespace, key, identifiers, (0,), cost, algorithm, (), (), (), record
+        )
     value_of = dict(zip(compiled.selectors, values, strict=True))
     index: dict[Identifier, int] = {}
     leaf_identifiers: list[int] = []
@@ -185,12 +226,11 @@ def cached_plan(
                 continue
             identifier = Identifier(namespace, key, rule.selector, value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
-    plan = Plan(
-        compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm,
-        record=record,
-    )  # fmt: skip
     if algorithm == SLIDING_LOG:
-        return plan
+        return _plan(
+            compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm,
+            (), (), (), record,
+        )  # fmt: skip
     sizes: list[dict[int, None]] = [{} for _ in index]
     for rule, i in zip(compiled.rules, leaf_identifiers, strict=True):
         if i >= 0:
@@ -204,19 +244,10 @@ def cached_plan(
         windows[i].index(rule.span_ms * US_PER_MS) if i >= 0 else -1
         for rule, i in zip(compiled.rules, leaf_identifiers, strict=True)
     )
-    return Plan(
-        compiled,
-        namespace,
-        key,
-        tuple(index),
-        tuple(leaf_identifiers),
-        cost,
-        algorithm,
-        windows,
-        names,
-        leaf_windows,
-        record,
-    )
+    return _plan(
+        compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm,
+        windows, names, leaf_windows, record,
+    )  # fmt: skip
 
 
 def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:

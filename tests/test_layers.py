@@ -51,3 +51,39 @@ def test_lua_lives_in_files_with_a_header() -> None:
         assert any("KEYS" in line for line in header)
         assert any("ARGV" in line for line in header)
         assert any("Returns" in line for line in header)
+
+
+def test_plans_are_immutable_and_know_nothing_of_redis() -> None:
+    import dataclasses
+
+    import pytest
+
+    from ratelimit.plan import Plan, cached_plan, compile_tree
+    from ratelimit.rules import to_tree
+
+    plan = cached_plan(compile_tree(to_tree("user:5/s")), "ns", "k", ("u",), 1, "sliding-log")
+    assert isinstance(plan, Plan)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.cost = 2  # type: ignore[misc]
+    assert not hasattr(plan, "memo")
+    source = (PACKAGE / "plan.py").read_text()
+    assert "wire" not in source
+    assert "Lua" not in source
+    assert "redis" not in source.lower()
+
+
+def test_the_limit_front_end_does_not_import_the_limiter() -> None:
+    assert "limiter" not in imported_roots_within(PACKAGE / "limit.py")
+
+
+def imported_roots_within(path: Path) -> set[str]:
+    """The package's own modules ``path`` imports (``ratelimit.x`` gives ``x``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("ratelimit.")
+        ):
+            names.add(node.module.split(".")[1])
+    return names

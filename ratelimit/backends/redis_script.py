@@ -19,7 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
+from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.keys import counter_key, identifier_key, kept_key
 from ratelimit.backends.redis_pipeline import MAX_BATCH, pipeline_for
@@ -45,6 +45,8 @@ COUNTER_SYNC_LUA = _script("_now.lua", "counter_sync.lua")
 SLIDING_LOG_SCRIPT = Script(SLIDING_LOG_LUA)
 WINDOW_COUNTERS_SCRIPT = Script(WINDOW_COUNTERS_LUA)
 COUNTER_SYNC_SCRIPT = Script(COUNTER_SYNC_LUA)
+PLANS = 8192
+"""Commands kept, one per plan: as many as the plan cache holds."""
 SYNC_TIMEOUT = 5.0
 """Deadline of one sync: it carries every live key's diffs at once, off the request path."""
 
@@ -93,6 +95,8 @@ class RedisScriptBackend:
         self._pipeline = pipeline_for(client, timeout, batch=MAX_BATCH if auto_pipeline else 1)
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
         self._closed = False
+        # plans hash by identity and are shared through the plan cache: one command each
+        self._commands = functools.lru_cache(maxsize=PLANS)(self._command)
 
     def _open(self) -> None:
         if self._closed:
@@ -103,10 +107,8 @@ class RedisScriptBackend:
             self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
-        command = plan.memo.get("evalsha") if self.clock is None else None
-        if command is None:
-            command = self._command(plan)
-        reply = await self._pipeline.call(command, plan.key)  # type: ignore[arg-type]
+        command = self._commands(plan) if self.clock is None else self._command(plan)
+        reply = await self._pipeline.call(command, plan.key)
         allowed, now, *flat = reply
         if plan.algorithm == SLIDING_LOG:
             numbers: list[float] = [int(n) for n in flat]
@@ -118,7 +120,8 @@ class RedisScriptBackend:
         return decision
 
     def _command(self, plan: Plan) -> Command:
-        """The plan's EVALSHA, kept on the plan unless a clock is injected (time varies)."""
+        """The plan's EVALSHA (cached per plan by ``_commands`` unless a clock is injected:
+        the time then varies)."""
         if plan.algorithm == SLIDING_LOG:
             script = SLIDING_LOG_SCRIPT
             keys = [identifier_key(i) for i in plan.identifiers]
@@ -129,10 +132,7 @@ class RedisScriptBackend:
         args, packed = _args(
             plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, plan.algorithm
         )
-        command = Command(script, keys, (now, *args), pack_args((now,)) + packed)
-        if self.clock is None:
-            plan.memo["evalsha"] = command
-        return command
+        return Command(script, keys, (now, *args), pack_args((now,)) + packed)
 
     async def reset(self, plan: Plan) -> None:
         self._open()
@@ -217,6 +217,16 @@ def stored_keys(identifier: Identifier) -> tuple[str, str, str]:
 
 
 @functools.lru_cache(maxsize=1024)
+def tree_wire(compiled: CompiledTree) -> bytes:
+    """A compiled tree as the scripts read it (``_tree.lua``), one line of ASCII numbers:
+    the leaf count, then ``count span_us`` per leaf, then the prefix program."""
+    numbers = [len(compiled.rules)]
+    for rule in compiled.rules:
+        numbers += (rule.count, rule.span_ms * US_PER_MS)
+    return " ".join(map(str, [*numbers, *compiled.program])).encode()
+
+
+@functools.lru_cache(maxsize=1024)
 def _args(
     compiled: CompiledTree,
     leaf_identifiers: tuple[int, ...],
@@ -227,7 +237,7 @@ def _args(
     """The script's ARGV after the time, plain and packed. They depend on the rules and
     flags, not on the selector values, so every call of a decorated function shares them."""
     args = [
-        compiled.wire,
+        tree_wire(compiled),
         " ".join(str(i + 1) for i in leaf_identifiers).encode(),  # per leaf its key's KEYS index
         repr(cost).encode(),  # repr: the shortest text that reads back as the same float
         b"1" if record else b"0",
