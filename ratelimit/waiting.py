@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import time
 from collections.abc import Awaitable, Callable
 
 from ratelimit.decision import Decision
@@ -41,19 +40,26 @@ async def admitted(
     wait: float,
     jitter: Callable[[], float] = random.random,
     first: Decision | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> Decision:
     """The first admitting decision within ``wait`` seconds, or ``RateLimitExceeded``.
 
-    ``first``: a decision the caller already has, so that it is not asked again at once."""
+    ``first``: a decision the caller already has, so that it is not asked again at once.
+    ``clock`` (seconds; default: the running event loop's clock) and ``sleep`` (default
+    ``asyncio.sleep``, which follows that clock) are parameters, so that a test can run
+    waits in a loop whose time is its own instead of sleeping."""
     decision = first if first is not None else await decide()
     if decision.allowed:
         return decision
-    deadline = time.monotonic() + wait
+    now = clock or asyncio.get_running_loop().time
+    deadline = now() + wait
     while not decision.allowed:
-        left = deadline - time.monotonic()
+        left = deadline - now()
         if decision.retry_after > left:
             raise RateLimitExceeded(decision)
         pause = decision.retry_after * (1 + JITTER * jitter())
-        await asyncio.sleep(max(MIN_PAUSE, min(pause, left)))
+        await sleep(max(MIN_PAUSE, min(pause, left)))
         decision = await decide()
     return decision

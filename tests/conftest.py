@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import selectors
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 
 import fakeredis
 import pytest
@@ -14,6 +16,8 @@ import redis.asyncio as aioredis
 from ratelimit import MemoryBackend, RateLimit, RedisCommandBackend, RedisScriptBackend
 from ratelimit.backends.base import Backend
 from tests.redis_server import RedisServer, find_binary, server_version
+
+T = TypeVar("T")
 
 
 class FakeClock:
@@ -37,6 +41,40 @@ def pytest_report_header() -> str:
     except FileNotFoundError as exc:
         return f"redis: {exc}"
     return f"redis: {binary} (version {server_version(binary)})"
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop with a clock of its own, for tests without I/O: when every task waits
+    for a timer, the clock jumps to the next one instead of the loop sleeping. Sleeps take
+    no real time, and tasks wake in the order real time would wake them."""
+
+    def __init__(self) -> None:
+        self.virtual_now = 0.0
+        super().__init__(_JumpingSelector(self))
+
+    def time(self) -> float:
+        return self.virtual_now
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    def __init__(self, loop: VirtualTimeLoop) -> None:
+        super().__init__()
+        self._jumping = loop
+
+    def select(self, timeout: float | None = None) -> list[tuple[Any, int]]:
+        ready: list[tuple[Any, int]] = super().select(0)
+        if not ready and timeout:  # nothing else to do before the next timer: jump to it
+            self._jumping.virtual_now += timeout
+        return ready
+
+
+def run_virtual(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``main()`` in a :class:`VirtualTimeLoop` and return what it returns."""
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
 
 
 async def loop_sees_closed_connections() -> None:

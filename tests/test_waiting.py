@@ -1,58 +1,72 @@
 """Waiting for admission: ``wait=`` on a limit, ``acquire()``, and ``async with``.
 
-These use the real clock with short spans and margins: waiting is about real sleeping.
+The waits run in an event loop whose clock is its own (``run_virtual``): the limiter's
+clock is the loop's, sleeps take no real time, and what each waiter sees is exact.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from ratelimit import ConfigurationError, MemoryBackend, RateLimit, RateLimitExceeded
+from tests.conftest import run_virtual
 
 
-async def test_waiters_all_pass_and_never_exceed_the_rule() -> None:
-    backend = MemoryBackend()
-    rl = RateLimit(backend, "w")
-    admitted_at: list[float] = []
+def test_waiters_all_pass_and_never_exceed_the_rule() -> None:
+    async def main() -> tuple[float, list[float]]:
+        clock = asyncio.get_running_loop().time
+        rl = RateLimit(MemoryBackend(clock=clock), "w")
+        admitted_at: list[float] = []
 
-    @rl.limit("5/s", key="queue", wait=True)
-    async def work() -> None:
-        admitted_at.append(time.monotonic())
+        @rl.limit("5/s", key="queue", wait=True)
+        async def work() -> None:
+            admitted_at.append(clock())
 
-    started = time.monotonic()
-    await asyncio.gather(*(work() for _ in range(12)))
-    took = time.monotonic() - started
+        started = clock()
+        await asyncio.gather(*(work() for _ in range(12)))
+        return clock() - started, sorted(admitted_at)
+
+    took, admitted_at = run_virtual(main)
     assert len(admitted_at) == 12
-    assert 1.9 < took < 4.0  # 5 at once, 5 a second later, 2 a second after: about 2 s
-    admitted_at.sort()
+    # 5 at once, 5 a second later, 2 a second after that: 2 s, plus up to 10% jitter a wait
+    assert 2.0 <= took <= 2.2 + 1e-6
     for first, sixth in zip(admitted_at, admitted_at[5:], strict=False):
-        assert sixth - first >= 1.0 - 0.02  # never six within one second
+        assert sixth - first >= 1.0 - 1e-6  # never six within one second
 
 
-async def test_a_refusal_longer_than_the_wait_raises_at_once() -> None:
-    rl = RateLimit(MemoryBackend(), "w")
-    limit = rl.limit("1/10s", key="k", wait=0.5)
-    await limit.acquire()
-    started = time.monotonic()
-    with pytest.raises(RateLimitExceeded) as caught:
+def test_a_refusal_longer_than_the_wait_raises_at_once() -> None:
+    async def main() -> tuple[float, float]:
+        clock = asyncio.get_running_loop().time
+        rl = RateLimit(MemoryBackend(clock=clock), "w")
+        limit = rl.limit("1/10s", key="k", wait=0.5)
         await limit.acquire()
-    assert time.monotonic() - started < 0.1  # no point sleeping 0.5 s for a 10 s refusal
-    assert caught.value.retry_after > 9
+        started = clock()
+        with pytest.raises(RateLimitExceeded) as caught:
+            await limit.acquire()
+        return clock() - started, caught.value.retry_after
+
+    waited, retry_after = run_virtual(main)
+    assert waited == 0  # no point sleeping 0.5 s for a 10 s refusal
+    assert retry_after == pytest.approx(10)
 
 
-async def test_a_waiter_is_admitted_when_the_window_frees() -> None:
-    rl = RateLimit(MemoryBackend(), "w")
-    limit = rl.limit("1/300ms", key="k")
-    await limit.acquire()
-    started = time.monotonic()
-    async with rl.limit("1/300ms", key="k", wait=1.0) as decision:
-        assert decision.allowed
-    assert 0.28 < time.monotonic() - started < 0.9
-    with pytest.raises(RateLimitExceeded):  # without wait: refused at once
+def test_a_waiter_is_admitted_when_the_window_frees() -> None:
+    async def main() -> float:
+        clock = asyncio.get_running_loop().time
+        rl = RateLimit(MemoryBackend(clock=clock), "w")
+        limit = rl.limit("1/300ms", key="k")
         await limit.acquire()
+        started = clock()
+        async with rl.limit("1/300ms", key="k", wait=1.0) as decision:
+            assert decision.allowed
+        waited = clock() - started
+        with pytest.raises(RateLimitExceeded):  # without wait: refused at once
+            await limit.acquire()
+        return waited
+
+    assert 0.3 <= run_virtual(main) <= 0.33 + 1e-6  # the window, plus up to 10% jitter
 
 
 async def test_a_cancelled_waiter_leaves_nothing_behind() -> None:

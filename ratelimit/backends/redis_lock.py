@@ -16,7 +16,6 @@ import asyncio
 import functools
 import random
 import secrets
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -67,13 +66,14 @@ class RedisLock:
     async def acquire(self) -> str:
         """Take the lock and return its token, or raise ``LockTimeoutError``."""
         token = secrets.token_hex(16)
-        started = time.monotonic()
+        clock = asyncio.get_running_loop().time  # the loop's clock, which its sleeps follow
+        started = clock()
         while True:
             async with self._gate.slot():
                 taken = await self._take(token)
             if taken:
                 return token
-            waited = time.monotonic() - started
+            waited = clock() - started
             if waited >= self.timeout:
                 raise LockTimeoutError(self.name, waited)
             await asyncio.sleep(self.next_delay(self.timeout - waited))
