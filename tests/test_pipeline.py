@@ -234,3 +234,18 @@ def test_auto_pipeline_applies_to_a_redis_client_only() -> None:
 
 def test_pack_is_the_redis_protocol() -> None:
     assert resp.pack(b"GET", b"k") == b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+
+
+@pytest.mark.parametrize("auto_pipeline", [True, False], ids=["batched", "alone"])
+async def test_a_failed_write_is_a_backend_error_not_a_raw_one(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch, auto_pipeline: bool
+) -> None:
+    rl = RateLimit(client, "write", on_error="raise", auto_pipeline=auto_pipeline)
+    assert (await rl.limit("9/m", key="warm").decide()).allowed  # connected
+
+    async def broken(self: object, commands: object, check_health: bool = True) -> None:
+        raise OSError("connection reset")
+
+    monkeypatch.setattr(aioredis.connection.Connection, "_send_packed_command", broken)
+    with pytest.raises(BackendError, match="error writing to redis"):
+        await rl.limit("9/m", key="warm").decide()

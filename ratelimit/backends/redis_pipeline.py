@@ -37,7 +37,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import MaxConnectionsError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import (
+    ConnectionError,
+    MaxConnectionsError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+)
 
 from ratelimit.backends.redis_connections import (
     closed_by_server,
