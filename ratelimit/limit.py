@@ -90,8 +90,6 @@ class Limit:
         )
 
     async def _decide(self, key: str, call: CallSite | None, record: bool = True) -> Decision:
-        if self._decider.closed:
-            self._decider.check_open()  # before selectors are resolved
         return await self._decider.decide(await self._call(key, call), record)
 
     async def peek(self) -> Decision:
@@ -101,16 +99,12 @@ class Limit:
     async def reset(self) -> None:
         """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
         key = GLOBAL_KEY if self._key is None else self._key
-        self._decider.check_open()
         await self._decider.reset(await self._call(key, None))
 
     async def decide(self) -> Decision:
         """Decide one call under this limit's key without raising: the hit is recorded only
         if ``Decision.allowed``. Selectors come from ``limit()``'s arguments."""
-        decider = self._decider
-        if decider.closed:
-            decider.check_open()  # before selectors are resolved
-        return await decider.decide(
+        return await self._decider.decide(
             await self._call(GLOBAL_KEY if self._key is None else self._key, None)
         )
 

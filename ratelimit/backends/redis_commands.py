@@ -218,19 +218,19 @@ class RedisCommandBackend:
         """Run the reads ``fill`` adds to a pipeline, after ``TIME`` (unless a clock is
         injected, or on a cluster). Sent again once after a dropped connection (a Redis
         restart): reads change nothing. Writes are never sent again."""
-        for attempt in (1, 2):
+
+        def reads() -> Any:
             read = self.client.pipeline(transaction=False)
             if self.clock is None and not isinstance(self.client, RedisCluster):
                 read.time()
             fill(read)
-            try:
-                replies: list[Any] = await read.execute()
-            except ConnectionError:
-                if attempt == 2:
-                    raise
-                continue
-            return replies
-        raise AssertionError("unreachable")  # pragma: no cover
+            return read
+
+        try:
+            replies: list[Any] = await reads().execute()
+        except ConnectionError:
+            replies = await reads().execute()
+        return replies
 
     async def _decide(self, plan: Plan, may_write: bool = True) -> Decision:
         if plan.algorithm != SLIDING_LOG:
@@ -359,6 +359,7 @@ class RedisCommandBackend:
         """Work in the running loop: connections an ended loop opened are opened anew."""
         if self._loop.moved():
             forget_other_loops_of(self.client)
+            self._gate = ConnectionGate(self.client)  # its semaphore served the old loop
 
     async def aclose(self) -> None:
         if self._closed:

@@ -59,14 +59,11 @@ def forget_other_loops_of(client: Any) -> int:
         for node in table.values()
     }
     running = asyncio.get_running_loop()
-    forgotten = 0
-    for node in nodes.values():
-        for connection in getattr(node, "_connections", ()):
-            loop = _loop_of(connection)
-            if loop is not None and loop is not running and _ended_or_idle(loop):
-                _abandon(connection, loop)  # the node opens it again on its next use
-                forgotten += 1
-    return forgotten
+    return sum(  # a node opens a forgotten connection again on its next use
+        _forget(connection, running)
+        for node in nodes.values()
+        for connection in getattr(node, "_connections", ())
+    )
 
 
 def forget_other_loops(pool: Any) -> int:
@@ -85,25 +82,25 @@ def forget_other_loops(pool: Any) -> int:
             setattr(pool, name, type(lock)())
     forgotten = 0
     for connection in [*available, *in_use]:
-        loop = _loop_of(connection)
-        if loop is None or loop is running or not _ended_or_idle(loop):
-            continue
-        _abandon(connection, loop)
-        forgotten += 1
-        if connection in in_use:  # its holder died with its loop
-            in_use.remove(connection)
-            available.append(connection)
+        if _forget(connection, running):
+            forgotten += 1
+            if connection in in_use:  # its holder died with its loop
+                in_use.remove(connection)
+                available.append(connection)
     return forgotten
 
 
-def _ended_or_idle(loop: asyncio.AbstractEventLoop) -> bool:
-    return loop.is_closed() or not loop.is_running()
-
-
-def _loop_of(connection: Any) -> asyncio.AbstractEventLoop | None:
+def _forget(connection: Any, running: asyncio.AbstractEventLoop) -> bool:
+    """Disconnect ``connection`` if a loop other than ``running``, and not running itself
+    (ended, or idle), opened it; say whether it did."""
     reader = getattr(connection, "_reader", None)
     loop = getattr(reader, "_loop", None)
-    return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
+    if not isinstance(loop, asyncio.AbstractEventLoop) or loop is running:
+        return False
+    if loop.is_running() and not loop.is_closed():
+        return False
+    _abandon(connection, loop)
+    return True
 
 
 def _abandon(connection: Any, loop: asyncio.AbstractEventLoop) -> None:
@@ -141,15 +138,12 @@ class ConnectionGate:
     def __init__(self, client: Any) -> None:
         pool = pool_of(client)
         most = getattr(pool, "max_connections", None)
-        self.size = most if isinstance(most, int) and 0 < most < 1 << 20 else None
-        self._semaphore: asyncio.Semaphore | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        size = most if isinstance(most, int) and 0 < most < 1 << 20 else None
+        # A semaphore serves one event loop: its owner makes a new gate in a new loop.
+        self._slots: contextlib.AbstractAsyncContextManager[object] = (
+            contextlib.nullcontext() if size is None else asyncio.Semaphore(size)
+        )
 
     def slot(self) -> contextlib.AbstractAsyncContextManager[object]:
         """Hold one connection's worth of the pool for the block."""
-        if self.size is None:
-            return contextlib.nullcontext()
-        loop = asyncio.get_running_loop()
-        if self._semaphore is None or self._loop is not loop:  # a semaphore serves one loop
-            self._semaphore, self._loop = asyncio.Semaphore(self.size), loop
-        return self._semaphore
+        return self._slots

@@ -184,8 +184,10 @@ class Pipeline:
             self._flush()
 
     async def _run(self, commands: list[Command]) -> list[Reply | Exception]:
-        """Send one batch of decisions under this pipeline's deadline."""
-        return await self.send(commands, self.timeout)
+        """Send one batch of decisions under this pipeline's deadline (``call`` bound the
+        loop already)."""
+        async with asyncio.timeout(self.timeout):
+            return await self._exchange(commands)
 
     async def send(self, commands: list[Command], seconds: float | None) -> list[Reply | Exception]:
         """Send ``commands`` now as one batch within ``seconds``: per command its reply or its
