@@ -6,7 +6,7 @@ import math
 
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.backends import Backend, EngineOptions, MemoryBackend, RedisScriptBackend
-from ratelimit.backends.synced import SyncedBackend
+from ratelimit.backends.redis import SyncedBackend
 from ratelimit.errors import ConfigurationError
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier
 from ratelimit.rules import MAX_SPAN_MS

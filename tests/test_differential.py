@@ -27,7 +27,7 @@ from ratelimit import (
 )
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.backends.base import Backend
-from ratelimit.backends.keys import counter_key, identifier_key
+from ratelimit.backends.redis.keys import counter_key, identifier_key
 from ratelimit.decision import Decision
 from ratelimit.plan import Identifier, compile_tree
 from ratelimit.rules import Node, to_tree

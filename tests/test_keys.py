@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from ratelimit import RateLimit, RedisScriptBackend
-from ratelimit.backends.keys import MAX_PART, encode_part, identifier_key
+from ratelimit.backends.redis.keys import MAX_PART, encode_part, identifier_key
 from ratelimit.plan import Identifier
 from tests.conftest import FakeClock
 

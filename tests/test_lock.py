@@ -24,8 +24,8 @@ from ratelimit import (
     RedisCommandBackend,
     RedisScriptBackend,
 )
-from ratelimit.backends.keys import identifier_key, lock_key
-from ratelimit.backends.redis_lock import RedisLock
+from ratelimit.backends.redis.keys import identifier_key, lock_key
+from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.plan import Identifier
 from tests.redis_server import RedisServer
 

@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
-from ratelimit.backends.redis_script import RedisScriptBackend
-from ratelimit.backends.synced import SyncedBackend
+from ratelimit.backends.redis.script_engine import RedisScriptBackend
+from ratelimit.backends.redis.synced import SyncedBackend
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer, free_port
 

@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 
 from ratelimit.backends.base import Backend, Clock
 from ratelimit.backends.memory import MemoryBackend
-from ratelimit.backends.redis_commands import RedisCommandBackend
-from ratelimit.backends.redis_script import (
+from ratelimit.backends.redis import (
     RedisClient,
+    RedisCommandBackend,
     RedisScriptBackend,
     client_from_url,
     is_redis_client,

@@ -45,13 +45,13 @@ from redis.exceptions import (
     ResponseError,
 )
 
-from ratelimit.backends.redis_connections import (
+from ratelimit.backends.redis.connections import (
     closed_by_server,
     forget_other_loops,
     forget_other_loops_of,
     spare,
 )
-from ratelimit.backends.resp import Command
+from ratelimit.backends.redis.resp import Command
 from ratelimit.errors import BackendError
 from ratelimit.loops import LoopBinding
 

@@ -12,25 +12,21 @@ import asyncio
 import functools
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any, TypeAlias
 
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.keys import counter_key, identifier_key, kept_key
-from ratelimit.backends.redis_pipeline import MAX_BATCH, pipeline_for
-from ratelimit.backends.resp import Command, Script, pack_args
+from ratelimit.backends.redis.client import RedisClient
+from ratelimit.backends.redis.keys import counter_key, identifier_key, kept_key, stored_keys
+from ratelimit.backends.redis.pipeline import MAX_BATCH, pipeline_for
+from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, LimiterClosedError
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan, evaluate
 
-RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
-
-_LUA = resources.files("ratelimit.backends").joinpath("lua")
+_LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
 
 
 def _script(*parts: str) -> str:
@@ -54,17 +50,6 @@ Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
 """One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
 Totals = dict[int, dict[int, float]]
 """One identifier's totals from ``sync_counters``: per window size, per window index, count."""
-
-
-def client_from_url(url: str, **options: Any) -> aioredis.Redis:
-    """A redis-py asyncio client for ``url``; ``options`` go to ``redis.asyncio.from_url``."""
-    client: aioredis.Redis = aioredis.from_url(url, **options)
-    return client
-
-
-def is_redis_client(obj: object) -> bool:
-    """Whether ``obj`` is a redis-py asyncio client this backend can drive."""
-    return isinstance(obj, aioredis.Redis | RedisCluster)
 
 
 class RedisScriptBackend:
@@ -209,11 +194,6 @@ class RedisScriptBackend:
         await self._pipeline.aclose()
         if self._owns_client:
             await self.client.aclose()
-
-
-def stored_keys(identifier: Identifier) -> tuple[str, str, str]:
-    """Every key one identifier may have: its log, the log's companion, its counters."""
-    return identifier_key(identifier), kept_key(identifier), counter_key(identifier)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -22,8 +22,8 @@ from typing import Any
 
 from redis.exceptions import ConnectionError, RedisError, WatchError
 
-from ratelimit.backends.redis_connections import ConnectionGate
-from ratelimit.backends.redis_script import RedisClient
+from ratelimit.backends.redis.client import RedisClient
+from ratelimit.backends.redis.connections import ConnectionGate
 from ratelimit.errors import LockTimeoutError
 
 

@@ -1,7 +1,7 @@
 """The Redis backend's command engine (``use_scripts=False``): plain commands, no Lua at all.
 
 For Redis-compatible servers and proxies that refuse scripts. Per decision, under a lock per
-(namespace, key) (see :mod:`ratelimit.backends.redis_lock`) unless ``disable_locks``:
+(namespace, key) (see :mod:`ratelimit.backends.redis.lock`) unless ``disable_locks``:
 
 1. one pipeline reads ``TIME``, the newest entries of every log (up to 64, ``LRANGE``), their
    ``PTTL``, the largest count kept on each (its ``:n`` companion), and ``LINDEX count-1``
@@ -32,10 +32,16 @@ from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.keys import counter_key, identifier_key, kept_key, lock_key
-from ratelimit.backends.redis_connections import ConnectionGate, forget_other_loops_of
-from ratelimit.backends.redis_lock import RedisLock
-from ratelimit.backends.redis_script import RedisClient, stored_keys
+from ratelimit.backends.redis.client import RedisClient
+from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
+from ratelimit.backends.redis.keys import (
+    counter_key,
+    identifier_key,
+    kept_key,
+    lock_key,
+    stored_keys,
+)
+from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, LimiterClosedError, LockTimeoutError
 from ratelimit.loops import LoopBinding

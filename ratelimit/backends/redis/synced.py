@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from ratelimit.algorithms import US_PER_MS, not_before
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.redis_script import Push, RedisScriptBackend, Totals
+from ratelimit.backends.redis.script_engine import Push, RedisScriptBackend, Totals
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.loops import LoopBinding

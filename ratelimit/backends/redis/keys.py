@@ -67,3 +67,8 @@ def kept_key(identifier: Identifier) -> str:
 def lock_key(namespace: str, key: str) -> str:
     """The command engine's lock for one (namespace, key): same hash tag as its counters."""
     return f"{tag(namespace, key)}:lock"
+
+
+def stored_keys(identifier: Identifier) -> tuple[str, str, str]:
+    """Every key one identifier may have: its log, the log's companion, its counters."""
+    return identifier_key(identifier), kept_key(identifier), counter_key(identifier)
