@@ -28,12 +28,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError, OutOfMemoryError, RedisError
+from redis.exceptions import ConnectionError, OutOfMemoryError
 
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis.client import RedisClient
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
+from ratelimit.backends.redis.errors import mapped
 from ratelimit.backends.redis.keys import (
     counter_key,
     identifier_key,
@@ -43,7 +44,7 @@ from ratelimit.backends.redis.keys import (
 )
 from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.decision import Decision
-from ratelimit.errors import BackendError, LimiterClosedError, LockTimeoutError
+from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import (
     CounterUpdate,
@@ -86,9 +87,13 @@ class RedisCommandBackend:
             ("lock_polling_interval", lock_polling_interval),
         ):
             if not value > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+                raise ConfigurationError(
+                    f"{name} must be a positive number of seconds, not {value!r}"
+                )
         if not lock_timeout >= 0:
-            raise ValueError(f"lock_timeout must be 0 or more seconds, not {lock_timeout!r}")
+            raise ConfigurationError(
+                f"lock_timeout must be 0 or more seconds, not {lock_timeout!r}"
+            )
         self.client = client
         self.clock = clock
         self._owns_client = owns_client
@@ -144,7 +149,8 @@ class RedisCommandBackend:
             raise LimiterClosedError("this Redis backend")
         if self._loop.loop is not asyncio.get_running_loop():
             self._bind()
-        try:
+        # A LockTimeoutError is contention, not an outage: mapped() lets it through.
+        with mapped(f"to {what}", self.timeout):
             try:
                 return await self._once(namespace, key, work)
             except OutOfMemoryError:
@@ -152,12 +158,6 @@ class RedisCommandBackend:
                     raise
                 async with self._gate.slot(), asyncio.timeout(self.timeout):
                     return await refuse_only()
-        except LockTimeoutError:
-            raise  # contention, not an outage: never turned into a failure to fail open on
-        except TimeoutError as exc:
-            raise BackendError(f"redis did not answer within {self.timeout} s to {what}") from exc
-        except RedisError as exc:
-            raise BackendError(f"redis failed to {what}: {exc}") from exc
 
     async def _once(self, namespace: str, key: str, work: Callable[[], Awaitable[T]]) -> T:
         if self.disable_locks:

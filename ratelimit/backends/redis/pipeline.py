@@ -41,7 +41,6 @@ from redis.exceptions import (
     ConnectionError,
     MaxConnectionsError,
     NoScriptError,
-    RedisError,
     ResponseError,
 )
 
@@ -51,6 +50,7 @@ from ratelimit.backends.redis.connections import (
     forget_other_loops_of,
     spare,
 )
+from ratelimit.backends.redis.errors import backend_error, is_backend_failure
 from ratelimit.backends.redis.resp import Command
 from ratelimit.errors import BackendError
 from ratelimit.loops import LoopBinding
@@ -108,7 +108,9 @@ class Pipeline:
         self._in_flight += 1  # alone: sent at once, from the caller's task
         try:
             reply = (await self._run([command]))[0]
-        except (TimeoutError, RedisError) as exc:
+        except Exception as exc:
+            if not is_backend_failure(exc):
+                raise
             raise self._error(key, exc) from exc
         finally:
             self._in_flight -= 1
@@ -202,14 +204,7 @@ class Pipeline:
 
     def _error(self, key: str, exc: Exception) -> BackendError:
         """A fresh error for one call (a batch's callers never share one instance)."""
-        if isinstance(exc, TimeoutError):
-            error = BackendError(
-                f"redis did not answer within {self.timeout} s deciding key {key!r}"
-            )
-        else:
-            error = BackendError(f"redis failed to decide key {key!r}: {exc}")
-        error.__cause__ = exc
-        return error
+        return backend_error(exc, f"to decide key {key!r}", self.timeout)
 
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
         raise NotImplementedError

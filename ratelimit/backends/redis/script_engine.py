@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from importlib import resources
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis.client import RedisClient
+from ratelimit.backends.redis.errors import backend_error, mapped
 from ratelimit.backends.redis.keys import counter_key, identifier_key, kept_key, stored_keys
 from ratelimit.backends.redis.pipeline import MAX_BATCH, pipeline_for
 from ratelimit.backends.redis.resp import Command, Script, pack_args
@@ -125,13 +125,9 @@ class RedisScriptBackend:
         keys = [k for i in plan.identifiers for k in stored_keys(i)]
         if not keys:
             return
-        try:
+        with mapped(f"to reset key {plan.key!r}", self.timeout):
             async with asyncio.timeout(self.timeout):
                 await self.client.delete(*keys)
-        except TimeoutError as exc:
-            raise BackendError(f"redis did not answer within {self.timeout} s") from exc
-        except RedisError as exc:
-            raise BackendError(f"redis failed to reset key {plan.key!r}: {exc}") from exc
 
     async def update_counter(self, update: CounterUpdate) -> float:
         self._open()
@@ -142,15 +138,9 @@ class RedisScriptBackend:
             repr(update.value),
             b"" if update.weight is None else repr(update.weight),
         )
-        try:
+        with mapped(f"to update counter {update.identifier.key!r}", self.timeout):
             async with asyncio.timeout(self.timeout):
                 rate = await self._update_script(keys=[counter_key(update.identifier)], args=args)
-        except TimeoutError as exc:
-            raise BackendError(f"redis did not answer within {self.timeout} s") from exc
-        except RedisError as exc:
-            raise BackendError(
-                f"redis failed to update counter {update.identifier.key!r}: {exc}"
-            ) from exc
         return float(rate)
 
     async def sync_counters(
@@ -165,17 +155,13 @@ class RedisScriptBackend:
             args = (now, " ".join(f"{s} {i} {d!r}" for s, i, d in entries).encode())
             keys = [counter_key(identifier)]
             commands.append(Command(COUNTER_SYNC_SCRIPT, keys, args, pack_args(args)))
-        try:
+        with mapped("to sync counters", SYNC_TIMEOUT):
             results = await self._pipeline.send(commands, SYNC_TIMEOUT) if commands else []
-        except TimeoutError as exc:
-            raise BackendError(f"redis did not answer a sync within {SYNC_TIMEOUT} s") from exc
-        except RedisError as exc:
-            raise BackendError(f"redis failed to sync counters: {exc}") from exc
         server_now: int | None = None
         totals: list[Totals | Exception] = []
         for reply in results:
             if isinstance(reply, Exception):
-                totals.append(BackendError(f"redis failed to sync a counter: {reply}"))
+                totals.append(backend_error(reply, "to sync a counter", SYNC_TIMEOUT))
                 continue
             server_now = int(reply[0])
             by_size: Totals = {}

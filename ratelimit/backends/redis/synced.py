@@ -26,7 +26,7 @@ from ratelimit.algorithms import US_PER_MS, not_before
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis.script_engine import Push, RedisScriptBackend, Totals
 from ratelimit.decision import Decision
-from ratelimit.errors import LimiterClosedError
+from ratelimit.errors import ConfigurationError, LimiterClosedError
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import (
     CounterUpdate,
@@ -100,7 +100,7 @@ class SyncedBackend:
         self, remote: RedisScriptBackend, sync_rate: float, *, clock: Clock | None = None
     ) -> None:
         if not sync_rate > 0:
-            raise ValueError(f"sync_rate must be above 0 here, not {sync_rate!r}")
+            raise ConfigurationError(f"sync_rate must be above 0 here, not {sync_rate!r}")
         self.remote = remote
         self.sync_rate = sync_rate
         self.clock = clock
