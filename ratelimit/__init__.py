@@ -31,6 +31,7 @@ from ratelimit.limiter import RateLimit as RateLimit
 from ratelimit.rules import And as And
 from ratelimit.rules import Or as Or
 from ratelimit.rules import Rule as Rule
+from ratelimit.settings import Settings as Settings
 
 __all__ = [
     "And",
@@ -53,5 +54,6 @@ __all__ = [
     "RuleConflictError",
     "RuleSyntaxError",
     "SelectorNotFoundError",
+    "Settings",
     "UnknownKeyError",
 ]

@@ -13,52 +13,22 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import fields
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
-from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
-from ratelimit.backends import (
-    Backend,
-    backend_for,
-    backend_from_url,
-)
-from ratelimit.backends.base import Clock
+from ratelimit.backends import Backend, backend_for, backend_from_url
 from ratelimit.background import BackgroundCounter
 from ratelimit.decider import Decider
 from ratelimit.denials import DenialCache
-from ratelimit.errors import (
-    ConfigurationError,
-)
-from ratelimit.hooks import Hook, Hooks
+from ratelimit.hooks import Hooks
 from ratelimit.limit import Limit
 from ratelimit.policy import FailurePolicy
 from ratelimit.registry import Registry
 from ratelimit.rules import RuleLike
-from ratelimit.settings import (
-    check_limiter,
-    counter_update,
-    engine_options,
-    synced_backend,
-)
+from ratelimit.settings import Settings, SettingsKeywords, counter_update
 
-
-def _check(
-    namespace: object,
-    algorithm: object,
-    denial_cache: object,
-    hooks: tuple[object, ...],
-    background: object,
-    clock: object,
-) -> None:
-    if not isinstance(namespace, str):
-        raise TypeError(f"namespace must be text, not {type(namespace).__name__}")
-    if algorithm not in ALGORITHMS:
-        raise ConfigurationError(
-            f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
-        )
-    check_limiter(denial_cache, background, clock)
-    Hooks(hooks)  # type: ignore[arg-type]  # checks that each is callable
+SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 
 class RateLimit:
@@ -66,46 +36,18 @@ class RateLimit:
 
     ``storage`` is a ``redis.asyncio.Redis``, a ``redis.asyncio.RedisCluster`` or a backend
     object (see :class:`~ratelimit.backends.Backend`). ``namespace`` keeps this application's
-    counters apart from others on the same Redis. ``clock`` (seconds) replaces the storage's
-    clock, for tests that step time.
+    counters apart from others on the same Redis.
 
-    ``algorithm``: ``"sliding-log"`` (default; exact, memory O(N) per identifier),
-    ``"sliding-window"`` (two counters per window size: O(1) memory, approximate) or
-    ``"fixed-window"``.
-
-    ``on_error``: what a decision does when Redis fails or misses its deadline: ``"allow"``
-    (default, fail-open), ``"deny"`` or ``"raise"`` (``BackendError``); such decisions say
-    ``degraded=True``. ``timeout`` (seconds, default 0.25; ``None`` for none) bounds each
-    decision's work on Redis, so a hung Redis never hangs a caller; waiting for the command
-    engine's lock is not part of it and never fails open.
-
-    ``denial_cache``: how many refusals to remember in-process until they lift, answering
-    the same call again without asking Redis (0 turns it off).
-
-    ``hooks``: callables given every ``Decision`` (allowed, denied or degraded, with its
-    rule, key and retry_after), for metrics and logs; one that raises is logged and skipped.
-
-    ``background``: admit calls at once and count them off the request path; refusals
-    reach the denial cache a round trip later (an overshoot of about that many calls).
-
-    ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis on
-    every decision; ``> 0`` decides in-process on local counters and syncs them with Redis
-    every ``sync_rate`` seconds in the background (faster; each process may admit up to a
-    limit per interval before it sees the others); ``< 0`` is local only, no Redis at all.
-
-    With a Redis client, ``use_scripts=True`` (default) decides with one atomic Lua script;
-    ``disable_locks`` then changes nothing. ``auto_pipeline=True`` (default) sends the
-    scripts of decisions made in the same event-loop turn together, in one pipeline (each
-    still atomic, with its own reply or error); a decision made alone is sent at once.
-    ``use_scripts=False`` sends no Lua: plain commands under a Redis lock per (namespace,
-    key), held at most ``lock_ttl`` seconds if its holder dies, retried every
-    ``lock_polling_interval`` seconds (with jitter) and given up after ``lock_timeout``
-    seconds with ``LockTimeoutError``; ``disable_locks=True`` drops that lock, which is
-    faster but admits a bounded overshoot under concurrency.
+    The keywords are :class:`~ratelimit.Settings` (documented there): ``algorithm``,
+    ``sync_rate``, ``on_error``, ``timeout``, ``denial_cache``, ``hooks``, ``background``,
+    ``use_scripts``, ``auto_pipeline``, ``disable_locks``, ``lock_ttl``,
+    ``lock_polling_interval``, ``lock_timeout`` and ``clock``; or ``settings=`` gives a
+    ``Settings`` made beforehand (keywords given too replace its values). Every setting is
+    checked here, so a bad one fails when the limiter is made.
 
     Example::
 
-        rl = RateLimit(redis.asyncio.Redis(), namespace="shop")
+        rl = RateLimit(redis.asyncio.Redis(), namespace="shop", on_error="deny")
 
         @rl.limit("10/s")
         async def ping() -> str: ...
@@ -114,53 +56,34 @@ class RateLimit:
     def __init__(
         self,
         storage: object,
-        namespace: str = "",
+        namespace: str | None = None,
         *,
-        algorithm: str = SLIDING_LOG,
-        sync_rate: float = 0,
-        on_error: str = "allow",
-        timeout: float | None = 0.25,
-        denial_cache: int = 10_000,
-        hooks: Sequence[Hook] = (),
-        background: bool = False,
-        use_scripts: bool = True,
-        auto_pipeline: bool = True,
-        disable_locks: bool = False,
-        lock_ttl: float = 10.0,
-        lock_polling_interval: float = 0.1,
-        lock_timeout: float = 10.0,
-        clock: Clock | None = None,
+        settings: Settings | None = None,
+        **keywords: Unpack[SettingsKeywords],
     ) -> None:
-        hooks = tuple(hooks)
-        _check(namespace, algorithm, denial_cache, hooks, background, clock)
-        self.namespace = namespace
-        self.algorithm = algorithm
-        engine = engine_options(
-            use_scripts,
-            auto_pipeline,
-            disable_locks,
-            lock_ttl,
-            lock_polling_interval,
-            lock_timeout,
-            timeout,
+        self.settings = _settings(settings, namespace, dict(keywords))
+        self._start(backend_for(storage, self.settings))
+
+    def _start(self, backend: Backend) -> None:
+        settings = self.settings
+        self.namespace = settings.namespace
+        self.algorithm = settings.algorithm
+        self.policy = FailurePolicy(settings.on_error)
+        self.backend = backend
+        self.denials = DenialCache(
+            settings.denial_cache, clock=getattr(self.backend, "clock", None)
         )
-        self.policy = FailurePolicy(on_error)
-        self.backend: Backend = backend_for(storage, clock=clock, engine=engine)
-        self._unused: Backend | None = None
-        if sync_rate:
-            self.backend, self._unused = synced_backend(self.backend, sync_rate, algorithm)
-        self.denials = DenialCache(denial_cache, clock=getattr(self.backend, "clock", None))
-        self.hooks = Hooks(hooks)
+        self.hooks = Hooks(settings.hooks)
         self.background = (
             BackgroundCounter(
                 lambda plan: self.policy.decide(self.backend, plan), self.denials.remember
             )
-            if background
+            if settings.background
             else None
         )
         self.decider = Decider(
-            namespace,
-            algorithm,
+            settings.namespace,
+            settings.algorithm,
             self.backend,
             self.policy,
             self.denials,
@@ -173,53 +96,23 @@ class RateLimit:
     def from_url(
         cls,
         url: str,
-        namespace: str = "",
+        namespace: str | None = None,
         *,
-        algorithm: str = SLIDING_LOG,
-        sync_rate: float = 0,
-        on_error: str = "allow",
-        timeout: float | None = 0.25,
-        denial_cache: int = 10_000,
-        hooks: Sequence[Hook] = (),
-        background: bool = False,
-        use_scripts: bool = True,
-        auto_pipeline: bool = True,
-        disable_locks: bool = False,
-        lock_ttl: float = 10.0,
-        lock_polling_interval: float = 0.1,
-        lock_timeout: float = 10.0,
-        clock: Clock | None = None,
+        settings: Settings | None = None,
         **options: Any,
     ) -> RateLimit:
         """Open storage by URL: ``memory://``, ``redis://``, ``rediss://`` or ``unix://``.
 
-        The engine and lock settings are those of :class:`RateLimit`; ``options`` go to
-        ``redis.asyncio.from_url``. The client opened here is closed by :meth:`aclose` (or
-        by leaving ``async with``).
+        Keywords that name a :class:`~ratelimit.Settings` field are settings, as for
+        :class:`RateLimit`; the other ``options`` go to ``redis.asyncio.from_url``. The
+        settings are checked before a client is opened; the client opened here is closed by
+        :meth:`aclose` (or by leaving ``async with``).
         """
-        engine = engine_options(
-            use_scripts,
-            auto_pipeline,
-            disable_locks,
-            lock_ttl,
-            lock_polling_interval,
-            lock_timeout,
-            timeout,
-        )
-        hooks = tuple(hooks)
-        _check(namespace, algorithm, denial_cache, hooks, background, clock)
-        FailurePolicy(on_error)  # checked before a client is opened
-        backend = backend_from_url(url, clock=clock, engine=engine, **options)
-        return cls(
-            backend,
-            namespace,
-            algorithm=algorithm,
-            sync_rate=sync_rate,
-            on_error=on_error,
-            denial_cache=denial_cache,
-            hooks=hooks,
-            background=background,
-        )
+        chosen = {k: options.pop(k) for k in SETTING_NAMES & options.keys()}
+        limiter = cls.__new__(cls)
+        limiter.settings = _settings(settings, namespace, chosen)
+        limiter._start(backend_from_url(url, limiter.settings, **options))
+        return limiter
 
     async def aclose(self) -> None:
         """Release the storage this limiter opened (after counting what is queued, with
@@ -231,8 +124,6 @@ class RateLimit:
         if self.background is not None:
             await self.background.aclose()
         await self.backend.aclose()
-        if self._unused is not None:
-            await self._unused.aclose()
 
     async def __aenter__(self) -> RateLimit:
         return self
@@ -293,3 +184,16 @@ class RateLimit:
         return await self.decider.update_counter(
             counter_update(self.namespace, key, window_size, 0, weight)
         )
+
+
+def _settings(
+    settings: Settings | None, namespace: str | None, keywords: dict[str, Any]
+) -> Settings:
+    """``settings`` (default: the defaults) with ``namespace`` and ``keywords`` applied."""
+    if settings is not None and not isinstance(settings, Settings):
+        raise TypeError(f"settings must be a ratelimit.Settings, not {type(settings).__name__}")
+    if namespace is not None:
+        keywords["namespace"] = namespace
+    if settings is None:
+        return Settings(**keywords)
+    return settings.replace(**keywords) if keywords else settings

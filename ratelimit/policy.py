@@ -19,10 +19,10 @@ import time
 
 from ratelimit.backends import Backend
 from ratelimit.decision import Decision
-from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.errors import BackendError
 from ratelimit.plan import Plan
+from ratelimit.settings import check_on_error
 
-ON_ERROR = ("allow", "deny", "raise")
 DENY_RETRY_AFTER = 1.0
 SUMMARY_EVERY = 60.0
 
@@ -33,10 +33,7 @@ class FailurePolicy:
     """Runs decisions on a backend and applies ``on_error`` when the backend fails."""
 
     def __init__(self, on_error: str = "allow") -> None:
-        if on_error not in ON_ERROR:
-            raise ConfigurationError(
-                f"on_error must be one of {', '.join(ON_ERROR)}, not {on_error!r}"
-            )
+        check_on_error(on_error)
         self.on_error = on_error
         self._outage_started: float | None = None
         self._last_summary = 0.0

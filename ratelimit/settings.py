@@ -1,35 +1,182 @@
-"""Checks of ``RateLimit`` and ``limit()`` settings, and the backend ``sync_rate`` selects."""
+"""``RateLimit``'s settings, in one validated, frozen object, and the checks of ``limit()``.
+
+:class:`Settings` is the one place each setting of :class:`~ratelimit.RateLimit` is named,
+defaulted, documented and checked. ``RateLimit(storage, **keywords)`` and
+``RateLimit.from_url(url, **keywords)`` build one; ``RateLimit(storage, settings=...)``
+takes one made beforehand (from a configuration file, say). A bad value fails here, when
+the limiter is made, before any client is opened.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypedDict
 
-from ratelimit.algorithms import SLIDING_LOG
-from ratelimit.backends import Backend, EngineOptions, MemoryBackend, RedisScriptBackend
-from ratelimit.backends.redis import SyncedBackend
+from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.errors import ConfigurationError
+from ratelimit.hooks import Hook
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier
 from ratelimit.rules import MAX_SPAN_MS
 
+ON_ERROR = ("allow", "deny", "raise")
+"""What a decision does when its storage fails: admit, refuse, or raise ``BackendError``."""
 
-def synced_backend(
-    backend: Backend, sync_rate: float, algorithm: str
-) -> tuple[Backend, Backend | None]:
-    """The backend for ``sync_rate != 0``, and the one it replaces (to close), if any."""
+ENGINE_SETTINGS = (
+    "use_scripts",
+    "auto_pipeline",
+    "disable_locks",
+    "lock_ttl",
+    "lock_polling_interval",
+    "lock_timeout",
+    "timeout",
+)
+"""The settings of the Redis engines: a backend object is configured by its own constructor."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """How a :class:`~ratelimit.RateLimit` decides. Checked when made; never changes.
+
+    - ``namespace``: keeps this application's counters apart from others on one Redis.
+    - ``algorithm``: ``"sliding-log"`` (default; exact, memory O(N) per identifier),
+      ``"sliding-window"`` (two counters per window size: O(1) memory, approximate) or
+      ``"fixed-window"``.
+    - ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis
+      on every decision; ``> 0`` decides in-process on local counters synced with Redis
+      every ``sync_rate`` seconds in the background (each process may admit up to a limit
+      per interval before it sees the others); ``< 0`` is local only, no Redis at all.
+    - ``on_error``: what a decision does when Redis fails or misses its deadline:
+      ``"allow"`` (default, fail-open), ``"deny"`` or ``"raise"`` (``BackendError``); such
+      decisions say ``degraded=True``.
+    - ``timeout`` (seconds, default 0.25; ``None`` for none): bounds each decision's work on
+      Redis, so a hung Redis never hangs a caller. Waiting for the command engine's lock is
+      not part of it and never fails open.
+    - ``denial_cache``: how many refusals to remember in-process until they lift, answering
+      the same call again without asking Redis (0 turns it off).
+    - ``hooks``: callables given every ``Decision``, for metrics and logs; one that raises
+      is logged and skipped.
+    - ``background``: admit calls at once and count them off the request path; refusals
+      reach the denial cache a round trip later (an overshoot of about that many calls).
+    - ``use_scripts`` (default ``True``): decide with one atomic Lua script per decision;
+      ``auto_pipeline`` (default ``True``) sends the scripts of decisions made in the same
+      event-loop turn together, each still atomic with its own reply or error.
+    - ``use_scripts=False``: plain commands under a Redis lock per (namespace, key), held
+      at most ``lock_ttl`` seconds if its holder dies, retried every
+      ``lock_polling_interval`` seconds (with jitter), given up after ``lock_timeout``
+      seconds with ``LockTimeoutError``; ``disable_locks=True`` drops that lock (faster,
+      with a bounded overshoot under concurrency).
+    - ``clock`` (seconds): replaces the storage's clock, for tests that step time.
+
+    Example::
+
+        settings = Settings(namespace="shop", algorithm="sliding-window", on_error="deny")
+        rl = RateLimit(redis.asyncio.Redis(), settings=settings)
+    """
+
+    namespace: str = ""
+    algorithm: str = SLIDING_LOG
+    sync_rate: float = 0
+    on_error: str = "allow"
+    timeout: float | None = 0.25
+    denial_cache: int = 10_000
+    hooks: Sequence[Hook] = ()
+    background: bool = False
+    use_scripts: bool = True
+    auto_pipeline: bool = True
+    disable_locks: bool = False
+    lock_ttl: float = 10.0
+    lock_polling_interval: float = 0.1
+    lock_timeout: float = 10.0
+    clock: Callable[[], float] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hooks", tuple(self.hooks))  # a list given stays the caller's
+        check_timeout(self.timeout)
+        for name in ("use_scripts", "auto_pipeline", "disable_locks", "background"):
+            check_flag(name, getattr(self, name))
+        check_lock_settings(
+            self.lock_ttl, self.lock_polling_interval, self.lock_timeout, self.timeout
+        )
+        if not isinstance(self.namespace, str):
+            raise TypeError(f"namespace must be text, not {type(self.namespace).__name__}")
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigurationError(
+                f"unknown algorithm {self.algorithm!r}: use one of {', '.join(ALGORITHMS)}"
+            )
+        check_denial_cache(self.denial_cache)
+        if self.clock is not None and not callable(self.clock):
+            raise TypeError(
+                f"clock must be a callable returning seconds, or None, not {self.clock!r}"
+            )
+        for hook in self.hooks:
+            if not callable(hook):
+                raise TypeError(f"a hook must be callable, not {type(hook).__name__}")
+        check_on_error(self.on_error)
+        check_sync_rate(self.sync_rate, self.algorithm, self.use_scripts)
+
+    def replace(self, **changes: object) -> Settings:
+        """These settings with ``changes``, checked again."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def engine_changed(self) -> list[str]:
+        """The Redis engine settings that differ from their defaults, as ``name=value``."""
+        return [
+            f"{name}={getattr(self, name)!r}"
+            for name in ENGINE_SETTINGS
+            if getattr(self, name) != getattr(_DEFAULT, name)
+        ]
+
+
+class SettingsKeywords(TypedDict, total=False):
+    """:class:`Settings` as keyword arguments (for ``RateLimit(storage, **keywords)``)."""
+
+    algorithm: str
+    sync_rate: float
+    on_error: str
+    timeout: float | None
+    denial_cache: int
+    hooks: Sequence[Hook]
+    background: bool
+    use_scripts: bool
+    auto_pipeline: bool
+    disable_locks: bool
+    lock_ttl: float
+    lock_polling_interval: float
+    lock_timeout: float
+    clock: Callable[[], float] | None
+
+
+def check_on_error(on_error: object) -> None:
+    if on_error not in ON_ERROR:
+        raise ConfigurationError(f"on_error must be one of {', '.join(ON_ERROR)}, not {on_error!r}")
+
+
+def check_sync_rate(sync_rate: object, algorithm: str, use_scripts: bool) -> None:
     if not is_number(sync_rate):
         raise ConfigurationError(f"sync_rate must be a number of seconds, not {sync_rate!r}")
-    if not isinstance(backend, RedisScriptBackend):
+    if sync_rate and not use_scripts:
         raise ConfigurationError(
             "sync_rate applies to a Redis client with use_scripts=True (the default)"
         )
-    if sync_rate < 0:
-        return MemoryBackend(clock=backend.clock), backend  # local only: no Redis at all
-    if algorithm == SLIDING_LOG:
+    if sync_rate > 0 and algorithm == SLIDING_LOG:  # type: ignore[operator]
         raise ConfigurationError(
             "sync_rate > 0 syncs window counters: use algorithm='sliding-window' or "
             "'fixed-window' (a sliding log cannot be merged from diffs)"
         )
-    return SyncedBackend(backend, sync_rate, clock=backend.clock), None
+
+
+def check_denial_cache(denial_cache: object) -> None:
+    if type(denial_cache) is not int:
+        raise TypeError(
+            f"denial_cache must be a whole number of refusals to remember, not {denial_cache!r}"
+        )
+    if denial_cache < 0:
+        raise ConfigurationError(
+            f"denial_cache must be 0 or more (0 turns it off), not {denial_cache}"
+        )
 
 
 def is_number(value: object) -> bool:
@@ -141,45 +288,4 @@ def check_lock_settings(
         )
 
 
-def check_limiter(denial_cache: object, background: object, clock: object) -> None:
-    """``RateLimit``'s own settings (the engine's are checked by :func:`engine_options`)."""
-    if type(denial_cache) is not int:
-        raise TypeError(
-            f"denial_cache must be a whole number of refusals to remember, not {denial_cache!r}"
-        )
-    if denial_cache < 0:
-        raise ConfigurationError(
-            f"denial_cache must be 0 or more (0 turns it off), not {denial_cache}"
-        )
-    check_flag("background", background)
-    if clock is not None and not callable(clock):
-        raise TypeError(f"clock must be a callable returning seconds, or None, not {clock!r}")
-
-
-def engine_options(
-    use_scripts: bool,
-    auto_pipeline: bool,
-    disable_locks: bool,
-    lock_ttl: float,
-    lock_polling_interval: float,
-    lock_timeout: float,
-    timeout: float | None,
-) -> EngineOptions:
-    """``RateLimit``'s engine settings, checked."""
-    check_timeout(timeout)
-    for name, flag in (
-        ("use_scripts", use_scripts),
-        ("auto_pipeline", auto_pipeline),
-        ("disable_locks", disable_locks),
-    ):
-        check_flag(name, flag)
-    check_lock_settings(lock_ttl, lock_polling_interval, lock_timeout, timeout)
-    return EngineOptions(
-        use_scripts=use_scripts,
-        disable_locks=disable_locks,
-        lock_ttl=lock_ttl,
-        lock_polling_interval=lock_polling_interval,
-        lock_timeout=lock_timeout,
-        timeout=timeout,
-        auto_pipeline=auto_pipeline,
-    )
+_DEFAULT = Settings()

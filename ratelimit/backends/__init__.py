@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -12,64 +11,24 @@ from ratelimit.backends.redis import (
     RedisClient,
     RedisCommandBackend,
     RedisScriptBackend,
+    SyncedBackend,
     client_from_url,
     is_redis_client,
 )
+from ratelimit.errors import ConfigurationError
+from ratelimit.settings import ENGINE_SETTINGS, Settings
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
-@dataclass(frozen=True, slots=True)
-class EngineOptions:
-    """How a Redis client is driven: ``RateLimit``'s engine and lock settings."""
-
-    use_scripts: bool = True
-    disable_locks: bool = False
-    lock_ttl: float = 10.0
-    lock_polling_interval: float = 0.1
-    lock_timeout: float = 10.0
-    timeout: float | None = 0.25
-    auto_pipeline: bool = True
-
-    def backend(
-        self, client: RedisClient, clock: Clock | None, *, owns_client: bool = False
-    ) -> Backend:
-        """The script engine (``disable_locks`` changes nothing: scripts are atomic), or
-        the command engine with these lock settings."""
-        if self.use_scripts:
-            return RedisScriptBackend(
-                client,
-                clock=clock,
-                owns_client=owns_client,
-                timeout=self.timeout,
-                auto_pipeline=self.auto_pipeline,
-            )
-        return RedisCommandBackend(
-            client,
-            clock=clock,
-            disable_locks=self.disable_locks,
-            lock_ttl=self.lock_ttl,
-            lock_polling_interval=self.lock_polling_interval,
-            lock_timeout=self.lock_timeout,
-            owns_client=owns_client,
-            timeout=self.timeout,
-        )
-
-
-def backend_for(
-    storage: object, *, clock: Clock | None = None, engine: EngineOptions = EngineOptions()
-) -> Backend:
+def backend_for(storage: object, settings: Settings) -> Backend:
     """The backend for what ``RateLimit`` was given: a redis-py asyncio client or a backend."""
     if is_redis_client(storage):
-        return engine.backend(storage, clock)  # type: ignore[arg-type]
+        return _redis_backend(storage, settings)  # type: ignore[arg-type]
     if isinstance(storage, Backend):
-        if clock is not None:
+        if settings.clock is not None:
             raise TypeError("clock= goes to the backend's own constructor when passing a backend")
-        if engine != EngineOptions():
-            raise TypeError(
-                "use_scripts, auto_pipeline, disable_locks and lock_* apply to a Redis client; "
-                "configure a backend object through its own constructor"
-            )
+        _check_no_engine_settings(settings, "a backend object")
         return storage
     raise TypeError(
         "RateLimit needs a redis.asyncio.Redis, a redis.asyncio.RedisCluster or a backend "
@@ -78,35 +37,74 @@ def backend_for(
     )
 
 
-def backend_from_url(
-    url: str,
-    *,
-    clock: Clock | None = None,
-    engine: EngineOptions = EngineOptions(),
-    **options: Any,
-) -> Backend:
+def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
     """Open a backend from a URL: ``memory://``, ``redis://``, ``rediss://`` or ``unix://``.
 
-    ``options`` go to ``redis.asyncio.from_url``."""
+    ``options`` go to ``redis.asyncio.from_url``. With ``sync_rate < 0`` (local only) no
+    Redis client is opened."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
-        if options or engine != EngineOptions():
-            raise TypeError(
-                "memory:// takes no options and no engine settings "
-                "(use_scripts, auto_pipeline, disable_locks, lock_*)"
-            )
-        return MemoryBackend(clock=clock)
+        if options:
+            raise TypeError(f"memory:// takes no options, not {', '.join(sorted(options))}")
+        _check_no_engine_settings(settings, "memory://")
+        return MemoryBackend(clock=settings.clock)
     if scheme in REDIS_SCHEMES:
-        return engine.backend(client_from_url(url, **options), clock, owns_client=True)
-    raise ValueError(
+        if settings.sync_rate < 0:
+            return MemoryBackend(clock=settings.clock)
+        return _redis_backend(client_from_url(url, **options), settings, owns_client=True)
+    raise ConfigurationError(
         f"unsupported storage URL {url!r}: use memory://, redis://, rediss:// or unix://"
     )
+
+
+def _check_no_engine_settings(settings: Settings, what: str) -> None:
+    if settings.sync_rate:
+        raise ConfigurationError(
+            "sync_rate applies to a Redis client with use_scripts=True (the default)"
+        )
+    changed = settings.engine_changed()
+    if changed:
+        raise TypeError(
+            f"{', '.join(changed)} apply to a Redis client, and {what} takes no engine settings "
+            f"({', '.join(ENGINE_SETTINGS)}): configure a backend through its own constructor"
+        )
+
+
+def _redis_backend(
+    client: RedisClient, settings: Settings, *, owns_client: bool = False
+) -> Backend:
+    """The engine ``settings`` choose for ``client``: the script engine (``disable_locks``
+    changes nothing: scripts are atomic), the command engine, or, with ``sync_rate``,
+    local counters (synced through the script engine when above 0)."""
+    clock = settings.clock
+    if settings.sync_rate < 0:
+        return MemoryBackend(clock=clock)  # local only: the client is not used
+    if not settings.use_scripts:
+        return RedisCommandBackend(
+            client,
+            clock=clock,
+            disable_locks=settings.disable_locks,
+            lock_ttl=settings.lock_ttl,
+            lock_polling_interval=settings.lock_polling_interval,
+            lock_timeout=settings.lock_timeout,
+            owns_client=owns_client,
+            timeout=settings.timeout,
+        )
+    script = RedisScriptBackend(
+        client,
+        clock=clock,
+        owns_client=owns_client,
+        timeout=settings.timeout,
+        auto_pipeline=settings.auto_pipeline,
+    )
+    if settings.sync_rate > 0:
+        return SyncedBackend(script, settings.sync_rate, clock=clock)
+    return script
 
 
 __all__ = [
     "Backend",
     "Clock",
-    "EngineOptions",
     "MemoryBackend",
     "RedisCommandBackend",
     "RedisScriptBackend",
