@@ -24,7 +24,7 @@ def test_settings_are_frozen_and_checked_when_made() -> None:
     with pytest.raises(ConfigurationError, match="on_error must be one of"):
         settings.replace(on_error="ignore")
     with pytest.raises(TypeError, match="positional"):
-        Settings("shop")  # type: ignore[misc]
+        Settings("shop")  # type: ignore[call-arg]
 
 
 def test_the_keywords_are_the_settings() -> None:
