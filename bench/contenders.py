@@ -17,6 +17,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from ratelimit import RateLimit
+from ratelimit.backends import RedisScriptBackend
 from ratelimit.backends.redis.keys import identifier_key, kept_key
 from ratelimit.backends.redis.script_engine import SLIDING_LOG_LUA, tree_wire
 from ratelimit.plan import Identifier, compile_tree
@@ -45,9 +46,10 @@ def _client(url: str) -> aioredis.Redis:
     return aioredis.Redis.from_url(url, max_connections=256)
 
 
-def ours(storage: str | None = None, **options: Any) -> Factory:
+def ours(storage: str | None = None, *, fast_path: bool | None = None, **options: Any) -> Factory:
     """``@rl.limit(f"user:{limit}/m")`` on a ``RateLimit`` built with ``options``, on a
-    redis-py client, or on ``storage`` (a URL such as ``memory://``) when given."""
+    redis-py client, or on ``storage`` (a URL such as ``memory://``) when given.
+    ``fast_path=False``: the script engine on redis-py's public API only."""
 
     async def factory(url: str, limit: int) -> Contender:
         if storage is not None:
@@ -55,7 +57,11 @@ def ours(storage: str | None = None, **options: Any) -> Factory:
             close: Callable[[], Awaitable[None]] = rl.aclose
         else:
             client = _client(url)
-            rl = RateLimit(client, _prefix(), **options)
+            if fast_path is None:
+                rl = RateLimit(client, _prefix(), **options)
+            else:
+                engine = RedisScriptBackend(client, timeout=0.25, fast_path=fast_path, **options)
+                rl = RateLimit(engine, _prefix())
 
             async def close() -> None:
                 await rl.aclose()

@@ -45,6 +45,8 @@ CONCURRENCY = (1, 64)
 OURS: dict[str, c.Factory] = {
     "ratelimit: script": c.ours(auto_pipeline=False),
     "ratelimit: script, auto-pipelined (default)": c.ours(),
+    "ratelimit: script, auto-pipelined, public API only": c.ours(fast_path=False),
+    "ratelimit: script, public API only": c.ours(fast_path=False, auto_pipeline=False),
     "ratelimit: locked commands": c.ours(use_scripts=False),
     "ratelimit: unlocked commands": c.ours(use_scripts=False, disable_locks=True),
     "ratelimit: sync_rate=1 (sliding window)": c.ours(algorithm="sliding-window", sync_rate=1),

@@ -168,3 +168,13 @@ def make_rl(make_backend: BackendFactory, namespace: str) -> Callable[..., RateL
 def rl(make_rl: Callable[..., RateLimit], clock: FakeClock) -> RateLimit:
     """A RateLimit on the parametrized backend driven by the fake clock."""
     return make_rl(clock)
+
+
+@pytest.fixture(params=["fast", "public"])
+def redis_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test on the script engine's fast path and on redis-py's public API."""
+    if request.param == "public":
+        monkeypatch.setenv("RATELIMIT_REDIS_FAST_PATH", "0")
+    else:
+        monkeypatch.delenv("RATELIMIT_REDIS_FAST_PATH", raising=False)
+    return str(request.param)

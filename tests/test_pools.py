@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from ratelimit import Decision, RateLimit
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("redis_path")]
 
 
 async def burst(rl: RateLimit, calls: int) -> list[Decision | BaseException]:

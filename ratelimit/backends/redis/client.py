@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+
+from ratelimit.errors import ConfigurationError
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
@@ -19,3 +22,25 @@ def client_from_url(url: str, **options: Any) -> aioredis.Redis:
 def is_redis_client(obj: object) -> bool:
     """Whether ``obj`` is a redis-py asyncio client the Redis engines can drive."""
     return isinstance(obj, aioredis.Redis | RedisCluster)
+
+
+CLUSTER_TRANSACTIONS = (6, 2)
+"""The first redis-py whose asyncio ``RedisCluster`` runs ``MULTI``/``EXEC`` transactions."""
+
+
+def redis_py_version() -> tuple[int, int]:
+    """The installed redis-py's (major, minor)."""
+    major, minor = (int(part) for part in redis.__version__.split(".")[:2])
+    return major, minor
+
+
+def check_transactions(client: object) -> None:
+    """Refuse a ``RedisCluster`` whose redis-py cannot run transactions on it (the command
+    engine's writes and its lock are transactions)."""
+    if isinstance(client, RedisCluster) and redis_py_version() < CLUSTER_TRANSACTIONS:
+        needed = ".".join(map(str, CLUSTER_TRANSACTIONS))
+        raise ConfigurationError(
+            f"use_scripts=False on a RedisCluster needs redis-py {needed} or later "
+            f"(transactions on a cluster); this is redis-py {redis.__version__}: upgrade it, "
+            "or use the script engine (use_scripts=True, the default)"
+        )

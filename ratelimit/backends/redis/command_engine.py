@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError, OutOfMemoryError
 
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.redis.client import RedisClient
+from ratelimit.backends.redis.client import RedisClient, check_transactions
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
 from ratelimit.backends.redis.errors import mapped
 from ratelimit.backends.redis.keys import (
@@ -94,6 +94,7 @@ class RedisCommandBackend:
             raise ConfigurationError(
                 f"lock_timeout must be 0 or more seconds, not {lock_timeout!r}"
             )
+        check_transactions(client)
         self.client = client
         self.clock = clock
         self._owns_client = owns_client

@@ -23,6 +23,8 @@ import asyncio
 import contextlib
 from typing import Any
 
+from redis.exceptions import ConnectionError, MaxConnectionsError
+
 
 def spare(pool: Any) -> int:
     """How many more connections ``pool`` can hand out now (idle, or room to open one)."""
@@ -31,6 +33,14 @@ def spare(pool: Any) -> int:
     if in_use is None or not isinstance(most, int):
         return 1 << 30  # unknown pool: assume room
     return most - len(in_use)
+
+
+def pool_exhausted(exc: BaseException) -> bool:
+    """Whether ``exc`` says the pool had no connection left to hand out (nothing was sent):
+    ``MaxConnectionsError``, or on redis-py 5 a ``ConnectionError("Too many connections")``."""
+    if isinstance(exc, MaxConnectionsError):
+        return True
+    return type(exc) is ConnectionError and str(exc) == "Too many connections"
 
 
 def pool_of(client: Any) -> Any | None:

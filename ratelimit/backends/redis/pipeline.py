@@ -12,44 +12,31 @@ end of the loop turn, at most ``batch`` per pipeline and ``in_flight`` pipelines
 When a batch comes back, its callers resume before the next one is sent, so the calls they
 make next travel together too. Each batch has one deadline (``timeout``), not one per call.
 
-:class:`ConnectionPipeline` drives a plain ``redis.asyncio.Redis`` directly: each batch
-borrows a connection from the client's pool (so with its address, credentials, TLS and
-connection limit) and gives it back when its replies are read (one may stay for the next
-batch while the pool has plenty free). A batch is started only when
-the pool has a connection free, or when none of this pipeline's own batches is in flight:
-with a small or busy pool, calls wait for a batch of their own to come back and then travel
-together (back-pressure, never an outage). It writes each batch as bytes packed once per
-plan, and reads the replies back in order.
-:class:`ClientPipeline` goes through the client's own ``pipeline()``, which routes each call
-to its node on a ``RedisCluster``.
+:class:`ClientPipeline` sends each batch through redis-py's public API: the client's own
+``pipeline(transaction=False)``, which takes a connection from the client's pool (with its
+address, credentials, TLS and connection limit) or routes each call to its node on a
+``RedisCluster``. When the pool has no connection left while a batch of this pipeline is out,
+a batch waits for one of its own to come back (back-pressure, never an outage): taking a
+connection fails before anything is written, so nothing is sent twice.
+:mod:`~ratelimit.backends.redis.fast_pipeline` does the same faster on the redis-py versions it
+was tested with.
 
 A batch is sent once. If the connection drops or the deadline passes after it was written,
 its scripts may or may not have run: each caller gets a ``BackendError`` (its decision is
 degraded), and a hit may stay counted on Redis, which only makes later calls be refused
-sooner. redis-py's own retries apply to the ``ClientPipeline`` only.
+sooner. redis-py's own retries (the client's ``retry=``) apply to this public path only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import (
-    ConnectionError,
-    MaxConnectionsError,
-    NoScriptError,
-    ResponseError,
-)
+from redis.exceptions import NoScriptError, ResponseError
 
-from ratelimit.backends.redis.connections import (
-    closed_by_server,
-    forget_other_loops,
-    forget_other_loops_of,
-    spare,
-)
+from ratelimit.backends.redis.connections import forget_other_loops_of, pool_exhausted
 from ratelimit.backends.redis.errors import backend_error, is_backend_failure
 from ratelimit.backends.redis.resp import Command
 from ratelimit.errors import BackendError
@@ -59,9 +46,6 @@ MAX_BATCH = 128
 """Most calls in one pipeline."""
 MAX_IN_FLIGHT = 4
 """Most pipelines in flight at once, each on its own connection."""
-KEEP_ONE_WHEN_SPARE = 8
-"""A connection stays with the pipeline between batches only while the pool has more than
-this many free for the application besides."""
 MAX_ALONE = 1024
 """Without automatic pipelining: most calls in flight at once (each on its own connection,
 as the pool has room)."""
@@ -91,6 +75,7 @@ class Pipeline:
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._starting = 0  # batches created but not yet run (they have no connection yet)
+        self._given_back: list[asyncio.Future[None]] = []  # batches waiting for a connection
         self._loop = LoopBinding()
 
     async def call(self, command: Command, key: str) -> Reply:
@@ -128,6 +113,7 @@ class Pipeline:
             self._pending = []
             self._scheduled = False
             self._tasks = set()
+            self._given_back = []
             await self._rebind()
 
     async def _rebind(self) -> None:
@@ -185,6 +171,20 @@ class Pipeline:
         if self._pending:
             self._flush()
 
+    async def _own_connection_back(self) -> None:
+        """Wait until a batch of this pipeline gives its connection back."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._given_back.append(waiter)
+        await waiter
+
+    def _connection_given_back(self) -> None:
+        """Wake one batch waiting for a connection."""
+        while self._given_back:
+            waiter = self._given_back.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
     async def _run(self, commands: list[Command]) -> list[Reply | Exception]:
         """Send one batch of decisions under this pipeline's deadline (``call`` bound the
         loop already)."""
@@ -220,142 +220,9 @@ class Pipeline:
             await asyncio.sleep(0)
 
 
-class ConnectionPipeline(Pipeline):
-    """Batches on connections borrowed from a plain ``redis.asyncio.Redis``'s pool: one per
-    batch in flight, given back when the batch is done, never one the pool has no room for
-    while a batch of its own can give one back.
-
-    One connection may stay with the pipeline between batches, saving the pool's checkout
-    on every call, but only while the pool keeps :data:`KEEP_ONE_WHEN_SPARE` connections
-    free for the application besides; with a smaller or busier pool every connection goes
-    back at once. ``aclose()`` gives it back too."""
-
-    def __init__(
-        self,
-        client: aioredis.Redis,
-        timeout: float | None,
-        *,
-        batch: int = MAX_BATCH,
-        in_flight: int = MAX_IN_FLIGHT,
-    ) -> None:
-        super().__init__(timeout, batch=batch, in_flight=in_flight)
-        self._pool = client.connection_pool
-        self._held = 0  # connections batches in flight hold
-        self._kept: Any = None  # the one connection kept between batches, if any
-        self._given_back: list[asyncio.Future[None]] = []
-
-    def _has_room(self) -> bool:
-        return self._kept is not None or spare(self._pool) - self._starting > 0
-
-    async def _rebind(self) -> None:
-        self._held = 0
-        self._kept = None  # the old loop's: forgotten with the others below
-        self._given_back = []
-        forget_other_loops(self._pool)
-
-    async def _connection(self) -> Any:
-        """A connection from the pool. When the pool has none left while this pipeline holds
-        some (the application took the last one meanwhile), wait for one of its own."""
-        if self._kept is not None:
-            connection, self._kept = self._kept, None
-            self._held += 1
-            return connection
-        while True:
-            try:
-                connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-            except MaxConnectionsError:
-                if not self._held:
-                    raise  # the application holds every connection: an outage for us too
-                waiter = asyncio.get_running_loop().create_future()
-                self._given_back.append(waiter)
-                await waiter
-                continue
-            self._held += 1
-            return connection
-
-    async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
-        connection = await self._connection()
-        try:
-            if connection.is_connected and closed_by_server(connection):
-                # Redis closed it (a restart) and the loop has read that: reconnect rather
-                # than write a batch to a connection known dead (redis-py 8 no longer
-                # checks when handing one out).
-                await connection.disconnect(nowait=True)
-            return await self._talk(connection, commands)
-        except BaseException:
-            await connection.disconnect(nowait=True)  # replies left unread would desync it
-            raise
-        finally:
-            self._held -= 1
-            await self._give_back(connection)
-
-    async def _give_back(self, connection: Any) -> None:
-        if (
-            self._kept is None
-            and not self._given_back
-            and connection.is_connected
-            and spare(self._pool) > KEEP_ONE_WHEN_SPARE
-        ):
-            self._kept = connection
-            return
-        await self._pool.release(connection)
-        while self._given_back:  # a batch of ours waits for a connection: wake it
-            waiter = self._given_back.pop(0)
-            if not waiter.done():
-                waiter.set_result(None)
-                break
-
-    async def _talk(self, connection: Any, commands: list[Command]) -> list[Reply | Exception]:
-        await self._write(connection, b"".join([c.packed for c in commands]))
-        replies = [await self._read(connection) for _ in commands]
-        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-        if not missing:
-            return replies
-        scripts = {commands[i].script.sha: commands[i].script for i in missing}
-        await self._write(
-            connection,
-            b"".join([s.load for s in scripts.values()] + [commands[i].packed for i in missing]),
-        )
-        for _ in scripts:
-            loaded = await self._read(connection)
-            if isinstance(loaded, Exception):
-                raise loaded
-        for i in missing:
-            replies[i] = await self._read(connection)
-        return replies
-
-    async def _write(self, connection: Any, data: bytes) -> None:
-        """Send ``data``. Under a deadline of our own, without redis-py's per-write timer
-        (with ``socket_timeout`` set, its default, each write is a ``wait_for`` task)."""
-        write = getattr(connection, "_send_packed_command", None)
-        if self.timeout is None or write is None or not connection.is_connected:
-            await connection.send_packed_command(data, check_health=False)
-            return
-        try:
-            await write([data])
-        except OSError as exc:
-            await connection.disconnect(nowait=True)
-            raise ConnectionError(f"error writing to redis: {exc}") from exc
-
-    async def _read(self, connection: Any) -> Reply | Exception:
-        """One reply, or the error Redis answered. Under a deadline of our own, without
-        redis-py's per-read timer (``math.inf`` turns it off)."""
-        try:
-            return await connection.read_response(
-                timeout=None if self.timeout is None else math.inf
-            )
-        except ResponseError as exc:
-            return exc
-
-    async def aclose(self) -> None:
-        await super().aclose()
-        if self._kept is not None:
-            kept, self._kept = self._kept, None
-            await self._pool.release(kept)
-
-
 class ClientPipeline(Pipeline):
-    """Batches through the client's ``pipeline(transaction=False)`` (``RedisCluster``)."""
+    """Batches through the client's ``pipeline(transaction=False)``: redis-py's public API,
+    for a ``Redis`` (its pool) and a ``RedisCluster`` (routed per node) alike."""
 
     def __init__(
         self,
@@ -367,8 +234,10 @@ class ClientPipeline(Pipeline):
     ) -> None:
         super().__init__(timeout, batch=batch, in_flight=in_flight)
         self._client = client
+        self._busy = 0  # batches of this pipeline holding a connection now
 
     async def _rebind(self) -> None:
+        self._busy = 0
         forget_other_loops_of(self._client)
 
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
@@ -383,18 +252,32 @@ class ClientPipeline(Pipeline):
         return replies
 
     async def _pipelined(self, commands: list[Command]) -> list[Reply | Exception]:
+        while True:
+            self._busy += 1
+            held = True  # a connection was taken, and is given back by redis-py
+            try:
+                return await self._execute(commands)
+            except Exception as exc:
+                # The pool had no connection: nothing was written. While a batch of ours
+                # holds one, wait for it rather than fail (the application took the rest).
+                held = not pool_exhausted(exc)
+                if held or self._busy <= 1:
+                    raise
+            finally:
+                self._busy -= 1
+                if held:
+                    self._connection_given_back()
+            await self._own_connection_back()
+
+    async def _execute(self, commands: list[Command]) -> list[Reply | Exception]:
+        """One call as a plain command (lighter than a pipeline of one), or a pipeline."""
+        if len(commands) == 1:
+            try:
+                return [await self._client.execute_command(*commands[0].arguments())]
+            except ResponseError as exc:  # an error Redis answered is this call's reply
+                return [exc]
         pipe = self._client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command.arguments())
         replies: list[Reply | Exception] = await pipe.execute(raise_on_error=False)
         return replies
-
-
-def pipeline_for(
-    client: aioredis.Redis | RedisCluster, timeout: float | None, *, batch: int = MAX_BATCH
-) -> Pipeline:
-    """The pipeline for ``client``; ``batch=1`` sends every call on its own."""
-    in_flight = MAX_IN_FLIGHT if batch > 1 else MAX_ALONE
-    if isinstance(client, aioredis.Redis) and client.connection is None:
-        return ConnectionPipeline(client, timeout, batch=batch, in_flight=in_flight)
-    return ClientPipeline(client, timeout, batch=batch, in_flight=in_flight)

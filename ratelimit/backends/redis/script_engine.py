@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import Sequence
 from importlib import resources
 
@@ -17,13 +18,20 @@ from redis.commands.core import AsyncScript
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.redis.client import RedisClient
+from ratelimit.backends.redis import fast_pipeline
+from ratelimit.backends.redis.client import RedisClient, redis_py_version
 from ratelimit.backends.redis.errors import backend_error, mapped
 from ratelimit.backends.redis.keys import counter_key, identifier_key, kept_key, stored_keys
-from ratelimit.backends.redis.pipeline import MAX_BATCH, pipeline_for
+from ratelimit.backends.redis.pipeline import (
+    MAX_ALONE,
+    MAX_BATCH,
+    MAX_IN_FLIGHT,
+    ClientPipeline,
+    Pipeline,
+)
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.decision import Decision
-from ratelimit.errors import BackendError, LimiterClosedError
+from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan, evaluate
 
 _LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
@@ -41,6 +49,9 @@ COUNTER_SYNC_LUA = _script("_now.lua", "counter_sync.lua")
 SLIDING_LOG_SCRIPT = Script(SLIDING_LOG_LUA)
 WINDOW_COUNTERS_SCRIPT = Script(WINDOW_COUNTERS_LUA)
 COUNTER_SYNC_SCRIPT = Script(COUNTER_SYNC_LUA)
+FAST_PATH_VARIABLE = "RATELIMIT_REDIS_FAST_PATH"
+"""Set to ``0`` to keep the script engine on redis-py's public API (an escape hatch)."""
+OFF = ("0", "false", "no", "off")
 PLANS = 8192
 """Commands kept, one per plan: as many as the plan cache holds."""
 SYNC_TIMEOUT = 5.0
@@ -58,6 +69,10 @@ class RedisScriptBackend:
 
     ``clock`` (seconds) replaces the server's ``TIME``, for tests that step time;
     ``owns_client`` closes the client in :meth:`aclose` (``RateLimit.from_url`` sets it).
+    ``fast_path``: ``None`` (default) writes batches on borrowed connections where this
+    redis-py version and client allow it (:mod:`~ratelimit.backends.redis.fast_pipeline`),
+    ``False`` uses only redis-py's public ``pipeline()``; ``True`` insists on the fast path
+    (``ConfigurationError`` where it cannot run).
 
     Example::
 
@@ -72,12 +87,15 @@ class RedisScriptBackend:
         owns_client: bool = False,
         timeout: float | None = None,
         auto_pipeline: bool = True,
+        fast_path: bool | None = None,
     ) -> None:
         self.client = client
         self.clock = clock
         self.timeout = timeout
         self._owns_client = owns_client
-        self._pipeline = pipeline_for(client, timeout, batch=MAX_BATCH if auto_pipeline else 1)
+        self._pipeline = pipeline_for(
+            client, timeout, batch=MAX_BATCH if auto_pipeline else 1, fast_path=fast_path
+        )
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
         self._closed = False
         # plans hash by identity and are shared through the plan cache: one command each
@@ -211,3 +229,33 @@ def _args(
     if algorithm != SLIDING_LOG:
         args.append(b"1" if algorithm == SLIDING_WINDOW else b"0")
     return tuple(args), pack_args(args)
+
+
+def pipeline_for(
+    client: RedisClient,
+    timeout: float | None,
+    *,
+    batch: int = MAX_BATCH,
+    fast_path: bool | None = None,
+) -> Pipeline:
+    """The pipeline for ``client``; ``batch=1`` sends every call on its own. The environment
+    variable ``RATELIMIT_REDIS_FAST_PATH=0`` makes ``fast_path=None`` mean ``False``."""
+    in_flight = MAX_IN_FLIGHT if batch > 1 else MAX_ALONE
+    if fast_path is None and os.environ.get(FAST_PATH_VARIABLE, "").lower() in OFF:
+        fast_path = False
+    fast = fast_pipeline.supported(client)
+    if fast_path and not fast:
+        low, high = (".".join(map(str, v)) for v in fast_pipeline.TESTED_REDIS_PY)
+        raise ConfigurationError(
+            "fast_path=True needs a plain redis.asyncio.Redis with redis-py's own pool, on "
+            f"redis-py {low} up to (not with) {high}; this is a {type(client).__name__} on "
+            f"redis-py {'.'.join(map(str, redis_py_version()))}"
+        )
+    if fast and fast_path is not False:
+        return fast_pipeline.ConnectionPipeline(
+            client,  # type: ignore[arg-type]
+            timeout,
+            batch=batch,
+            in_flight=in_flight,
+        )
+    return ClientPipeline(client, timeout, batch=batch, in_flight=in_flight)

@@ -1,0 +1,50 @@
+"""redis-py's public API by default; the fast path only where it was tested; version limits."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+
+from ratelimit import ConfigurationError, RateLimit
+from ratelimit.backends import RedisCommandBackend, RedisScriptBackend
+from ratelimit.backends.redis import client as client_module
+from ratelimit.backends.redis import fast_pipeline
+from ratelimit.backends.redis.fast_pipeline import ConnectionPipeline
+from ratelimit.backends.redis.pipeline import ClientPipeline
+
+
+def _pipeline(backend: RedisScriptBackend) -> object:
+    return backend._pipeline
+
+
+async def test_the_fast_path_runs_only_where_it_was_tested(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = aioredis.Redis()
+    assert isinstance(_pipeline(RedisScriptBackend(client)), ConnectionPipeline)
+    public = RedisScriptBackend(client, fast_path=False)
+    assert isinstance(_pipeline(public), ClientPipeline)
+    # an untested redis-py release (newer or older) gets the public path
+    for version in ((9, 0), (5, 2)):
+        monkeypatch.setattr(fast_pipeline, "redis_py_version", lambda v=version: v)
+        assert isinstance(_pipeline(RedisScriptBackend(client)), ClientPipeline)
+        with pytest.raises(ConfigurationError, match="fast_path=True needs"):
+            RedisScriptBackend(client, fast_path=True)
+    monkeypatch.undo()
+    # so does a client it cannot drive: one of a single connection
+    single = aioredis.Redis(single_connection_client=True)
+    assert isinstance(_pipeline(RedisScriptBackend(single)), ClientPipeline)
+    await client.aclose()
+    await single.aclose()
+
+
+def test_the_command_engine_refuses_a_cluster_it_cannot_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = RedisCluster.__new__(RedisCluster)  # not connected: only its type is read
+    monkeypatch.setattr(client_module, "redis_py_version", lambda: (6, 1))
+    with pytest.raises(ConfigurationError, match="needs redis-py 6.2 or later"):
+        RedisCommandBackend(cluster)
+    with pytest.raises(ConfigurationError, match="use the script engine"):
+        RateLimit(cluster, use_scripts=False)
