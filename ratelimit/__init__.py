@@ -15,13 +15,13 @@ from ratelimit.backends import MemoryBackend as MemoryBackend
 from ratelimit.backends import RedisCommandBackend as RedisCommandBackend
 from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
 from ratelimit.decision import Decision as Decision
+from ratelimit.decision import RateLimitExceeded as RateLimitExceeded
 from ratelimit.errors import BackendError as BackendError
 from ratelimit.errors import ConfigurationError as ConfigurationError
 from ratelimit.errors import EventLoopError as EventLoopError
 from ratelimit.errors import LimiterClosedError as LimiterClosedError
 from ratelimit.errors import LockTimeoutError as LockTimeoutError
 from ratelimit.errors import RateLimitError as RateLimitError
-from ratelimit.errors import RateLimitExceeded as RateLimitExceeded
 from ratelimit.errors import RuleConflictError as RuleConflictError
 from ratelimit.errors import RuleSyntaxError as RuleSyntaxError
 from ratelimit.errors import SelectorNotFoundError as SelectorNotFoundError

@@ -1,9 +1,11 @@
-"""The one result type every backend returns and every front end reads."""
+"""The one result type every backend returns and every front end reads, and the exception
+that carries it when a raising front end refuses a call."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ratelimit.errors import RateLimitError
 from ratelimit.rules import Rule
 
 
@@ -61,3 +63,27 @@ def make_decision(
     _KEY(decision, key)
     _DEGRADED(decision, False)
     return decision
+
+
+class RateLimitExceeded(RateLimitError, RuntimeError):
+    """A call was refused: its rules are limited. The guarded code did not run.
+
+    ``retry_after`` is the number of seconds until the same call would be admitted if
+    nothing else happened; ``rule`` is the rule that decided; ``key`` the limit's key.
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        self.retry_after: float = decision.retry_after
+        self.rule: Rule | None = decision.rule
+        self.key: str = decision.key
+        if decision.degraded:
+            what = (
+                f"call refused for key {decision.key!r}: the rate-limit storage failed and "
+                "on_error='deny' refuses calls until it answers"
+            )
+        elif decision.rule is None:  # a backend of one's own may refuse without a rule
+            what = f"rate limit exceeded for key {decision.key!r}"
+        else:
+            what = f"rate limit exceeded for key {decision.key!r} by rule '{decision.rule}'"
+        super().__init__(f"{what}; retry after {decision.retry_after:.3f} s")

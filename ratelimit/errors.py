@@ -15,45 +15,19 @@
     └── BackendError                              the backend's own error is its __cause__
 
 ``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
-``async with``); ``Limit.decide()`` returns a :class:`~ratelimit.Decision` instead.
+``async with``); ``Limit.decide()`` returns a :class:`~ratelimit.Decision` instead. It is
+defined in :mod:`ratelimit.decision`, beside the ``Decision`` it carries, so that this module
+imports nothing of the package (every module may raise these without an import loop); import
+it from ``ratelimit``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ratelimit.decision import Decision
-    from ratelimit.rules import Rule
 
 
 class RateLimitError(Exception):
     """Base of every exception this package raises."""
-
-
-class RateLimitExceeded(RateLimitError, RuntimeError):
-    """A call was refused: its rules are limited. The guarded code did not run.
-
-    ``retry_after`` is the number of seconds until the same call would be admitted if
-    nothing else happened; ``rule`` is the rule that decided; ``key`` the limit's key.
-    """
-
-    def __init__(self, decision: Decision) -> None:
-        self.decision = decision
-        self.retry_after: float = decision.retry_after
-        self.rule: Rule | None = decision.rule
-        self.key: str = decision.key
-        if decision.degraded:
-            what = (
-                f"call refused for key {decision.key!r}: the rate-limit storage failed and "
-                "on_error='deny' refuses calls until it answers"
-            )
-        elif decision.rule is None:  # a backend of one's own may refuse without a rule
-            what = f"rate limit exceeded for key {decision.key!r}"
-        else:
-            what = f"rate limit exceeded for key {decision.key!r} by rule '{decision.rule}'"
-        super().__init__(f"{what}; retry after {decision.retry_after:.3f} s")
 
 
 class RuleSyntaxError(RateLimitError, ValueError):

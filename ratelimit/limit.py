@@ -9,8 +9,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ratelimit.decider import CallKey, Decider, new_call_key
-from ratelimit.decision import Decision
-from ratelimit.errors import RateLimitExceeded
+from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.plan import compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import RuleLike, to_tree

@@ -15,8 +15,8 @@ import math
 import random
 from collections.abc import Awaitable, Callable
 
-from ratelimit.decision import Decision
-from ratelimit.errors import ConfigurationError, RateLimitExceeded
+from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.errors import ConfigurationError
 
 JITTER = 0.1
 MIN_PAUSE = 0.001
