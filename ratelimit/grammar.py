@@ -19,12 +19,12 @@ import re
 import pyparsing as pp
 
 from ratelimit.errors import RuleSyntaxError
-from ratelimit.rules import MAX_COUNT, MAX_SPAN_MS, And, Node, Or, Rule
+from ratelimit.rules import MAX_COUNT, MAX_SPAN_MS, UNIT_MS, And, Node, Or, Rule
 
 MAX_TEXT = 4096
 MAX_NESTING = 32
 
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_UNIT_MS = dict(UNIT_MS)
 _WORD_UNIT = {"second": "s", "minute": "m", "hour": "h", "day": "d"}
 _UNITS_EXPECTED = "unit (ms, s, m, h, d, second, minute, hour, day)"
 

@@ -21,7 +21,7 @@ async def test_calls_are_admitted_at_once_and_counted_later(clock: FakeClock) ->
     assert rl.background is not None
     assert len(rl.background) == 10
     await rl.background.flush()
-    assert [len(log.hits) for log in backend._logs.values()] == [3]  # refused hits add nothing
+    assert [len(hits) for hits in backend.logs().values()] == [3]  # refused hits add nothing
     refused = await limit.decide()  # the store's refusal reached the denial cache
     assert not refused.allowed
     assert len(rl.background) == 0  # answered in-process, nothing queued
@@ -36,14 +36,14 @@ async def test_aclose_counts_what_is_queued(clock: FakeClock) -> None:
     for _ in range(2):
         await rl.limit("5/m", key="k").decide()
     await rl.aclose()
-    assert [len(log.hits) for log in backend._logs.values()] == []  # aclose cleared memory
+    assert [len(hits) for hits in backend.logs().values()] == []  # aclose cleared memory
     backend2 = MemoryBackend(clock=clock)
     rl2 = RateLimit(backend2, "b", background=True)
     for _ in range(2):
         await rl2.limit("5/m", key="k").decide()
     assert rl2.background is not None
     await rl2.background.aclose()
-    assert [len(log.hits) for log in backend2._logs.values()] == [2]
+    assert [len(hits) for hits in backend2.logs().values()] == [2]
 
 
 async def test_a_failing_store_never_breaks_a_background_caller(clock: FakeClock) -> None:

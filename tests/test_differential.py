@@ -184,12 +184,12 @@ async def run_all_engines(
         # on the real one).
         keys = sorted(await script_client.keys("*"))
         assert keys == sorted(await command_client.keys("*"))
-        assert {identifier_key(i).encode() for i in memory._logs} <= set(keys)
-        for identifier in {*memory._logs} | {i for i in all_identifiers(tree)}:
+        logs = memory.logs()
+        assert {identifier_key(i).encode() for i in logs} <= set(keys)
+        for identifier in {*logs} | {i for i in all_identifiers(tree)}:
             key = identifier_key(identifier)
             horizon = now - max_span_us(tree, identifier.selector)
-            log = memory._logs.get(identifier)
-            stored = [[t for t in (log.hits if log else []) if t > horizon]]
+            stored = [[t for t in logs.get(identifier, ()) if t > horizon]]
             for client in (script_client, command_client):
                 stored.append([int(t) for t in await client.lrange(key, 0, -1) if int(t) > horizon])
                 ttl = await client.pttl(key)
@@ -205,12 +205,11 @@ async def compare_counters(
     tree: Node, now: int, memory: MemoryBackend, *clients: aioredis.Redis
 ) -> None:
     """Every live window's count is equal in memory and in each Redis."""
+    counters = memory.counters()
     for identifier in all_identifiers(tree):
-        entry = memory._windows.get(identifier)
         expected = {
-            (size, int(index)): count
-            for size, slots in (entry.slots.items() if entry else [])
-            for index, count in slots
+            (size, index): count
+            for (size, index), count in counters.get(identifier, {}).items()
             if index >= now // size - 1
         }
         for client in clients:

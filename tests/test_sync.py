@@ -181,7 +181,7 @@ async def test_a_failed_sync_raises_and_keeps_its_diffs(
     with pytest.raises(BackendError, match="failed to sync"):
         await backend.sync()
     assert await rl.sliding_window("k", 60) == 3.0
-    assert sum(sum(local.diff.values()) for local in backend._locals.values()) == 3.0
+    assert backend.unsynced() == 3.0
     with caplog.at_level(logging.WARNING, logger="ratelimit"):
         await rl.aclose()  # its last sync fails too: logged, not raised
     assert "last sync before closing failed" in caplog.text
@@ -325,3 +325,33 @@ async def test_a_clock_stepping_back_never_admits_more_locally(
     await backend_of(rl).sync()  # and after a sync, on Redis's totals
     assert await admitted(rl, 3, "5/h") == 0
     await rl.aclose()
+
+
+async def test_the_sync_task_waits_through_the_sleep_it_is_given(clock: FakeClock) -> None:
+    """Time is a parameter: the task's wait between syncs is injected, so a test steps it."""
+    client = fakeredis.FakeAsyncRedis()
+    waits: list[float] = []
+    waiting = asyncio.Event()  # set while the task sleeps
+    tick: asyncio.Queue[None] = asyncio.Queue()
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        waiting.set()
+        await tick.get()
+        waiting.clear()
+
+    synced = SyncedBackend(RedisScriptBackend(client, clock=clock), 3600, clock=clock, sleep=sleep)
+    rl = RateLimit(synced, "ns", algorithm="sliding-window")
+    assert await admitted(rl, 2) == 2
+    assert synced.unsynced() == 2.0
+    await asyncio.wait_for(waiting.wait(), 10)  # the task sleeps its hour, virtually
+    assert waits == [3600]
+    assert not await client.exists("rl:{ns:k}:w")
+    tick.put_nowait(None)  # the hour is over
+    await asyncio.sleep(0)
+    await asyncio.wait_for(waiting.wait(), 10)  # synced, and asleep again
+    assert synced.unsynced() == 0
+    assert counts(await client.hgetall("rl:{ns:k}:w")) == [2.0]
+    assert waits == [3600, 3600]
+    await rl.aclose()
+    await client.aclose()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from typing import Any
 
+from ratelimit import windows
 from ratelimit.algorithms import (
     SLIDING_LOG,
     US_PER_MS,
@@ -57,30 +59,31 @@ class _Log:
 
 
 class _Windows:
-    """One identifier's window counters: per window size (us), two slots of
-    ``[window index, count]`` (the current and the previous window), and its expiry."""
+    """One identifier's window counters: per window size (us) its slots (``windows.py``),
+    and its expiry."""
 
     __slots__ = ("expires_us", "slots")
 
     def __init__(self) -> None:
-        self.slots: dict[int, list[list[float]]] = {}
+        self.slots: dict[int, list[Any]] = {}
         self.expires_us = 0
 
     def counted(self, size_us: int, index: int) -> tuple[float, float]:
         """(count of window ``index``, count of window ``index - 1``), 0.0 when not held."""
         slots = self.slots.get(size_us)
-        if slots is None:
-            return 0.0, 0.0
-        current, previous = slots[index % 2], slots[(index - 1) % 2]
-        return (
-            current[1] if current[0] == index else 0.0,
-            previous[1] if previous[0] == index - 1 else 0.0,
-        )
+        return (0.0, 0.0) if slots is None else windows.counted(slots, index)
 
     def newest(self, size_us: int) -> int:
         """The newest window of ``size_us`` held, or -1."""
         slots = self.slots.get(size_us)
-        return -1 if slots is None else int(max(slots[0][0], slots[1][0]))
+        return -1 if slots is None else windows.newest(slots)
+
+    def hold(self, size_us: int, index: int, count: float) -> None:
+        """Hold ``count`` as window ``index`` of ``size_us``."""
+        slots = self.slots.get(size_us)
+        if slots is None:
+            slots = self.slots[size_us] = windows.empty()
+        windows.hold(slots, index, count)
 
 
 class MemoryBackend:
@@ -107,6 +110,26 @@ class MemoryBackend:
     def __len__(self) -> int:
         """How many identifiers hold logs or counters (expired ones until the next sweep)."""
         return len(self._logs) + len(self._windows)
+
+    def logs(self) -> dict[Identifier, tuple[int, ...]]:
+        """Every sliding log held (expired ones until the next sweep): its hits' times in
+        microseconds, newest first. For tests and debugging; a copy."""
+        with self._lock:
+            return {identifier: tuple(log.hits) for identifier, log in self._logs.items()}
+
+    def counters(self) -> dict[Identifier, dict[tuple[int, int], float]]:
+        """Every identifier's window counters held: per (window size in microseconds,
+        window index), its count. For tests and debugging; a copy."""
+        with self._lock:
+            return {
+                identifier: {
+                    (size, int(slots[2 * s + 1])): float(slots[2 * s])
+                    for size, slots in entry.slots.items()
+                    for s in (0, 1)
+                    if slots[2 * s + 1] is not None
+                }
+                for identifier, entry in self._windows.items()
+            }
 
     async def decide(self, plan: Plan) -> Decision:
         if self._closed:
@@ -174,8 +197,7 @@ class MemoryBackend:
                 for size in sizes_of:
                     index = window_index(now, size)
                     current, _ = entry.counted(size, index)
-                    slots = entry.slots.setdefault(size, [[-1, 0.0], [-1, 0.0]])
-                    slots[index % 2] = [index, current + plan.cost]
+                    entry.hold(size, index, current + plan.cost)
                 entry.expires_us = max(entry.expires_us, now + 2 * max(sizes_of))
                 self._windows[identifier] = entry
         return decision
@@ -201,8 +223,7 @@ class MemoryBackend:
             current, previous = entry.counted(update.size_us, index)
             rate = counter_update_rate(update, current, previous, now)
             if update.value:
-                slots = entry.slots.setdefault(update.size_us, [[-1, 0.0], [-1, 0.0]])
-                slots[index % 2] = [index, current + update.value]
+                entry.hold(update.size_us, index, current + update.value)
                 entry.expires_us = max(entry.expires_us, now + 2 * update.size_us)
                 self._windows[update.identifier] = entry
             return rate

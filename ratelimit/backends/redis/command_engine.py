@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, OutOfMemoryError
 
+from ratelimit import windows
 from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis.client import RedisClient, check_transactions
@@ -40,7 +41,9 @@ from ratelimit.backends.redis.keys import (
     identifier_key,
     kept_key,
     lock_key,
+    slot_fields,
     stored_keys,
+    window_fields,
 )
 from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.decision import Decision
@@ -190,20 +193,20 @@ class RedisCommandBackend:
         size = update.size_us
 
         def fill(read: Any) -> None:
-            read.hmget(key, [f"{size}:{slot}{end}" for slot in (0, 1) for end in ("", "w")])
+            read.hmget(key, window_fields(size))
             read.pttl(key)
 
         replies = await self._read(fill)
         now = await self._now(replies, key)
         fields, ttl = replies
-        now = not_before(now, _newest(fields), size)  # the clock stepped back
+        now = not_before(now, windows.newest(fields), size)  # the clock stepped back
         index = window_index(now, size)
-        current, previous = _counted(fields, index)
+        current, previous = windows.counted(fields, index)
         rate = counter_update_rate(update, current, previous, now)
         if update.value:
             write = self.client.pipeline(transaction=True)
-            slot = f"{size}:{index % 2}"
-            write.hset(key, mapping={slot: repr(current + update.value), f"{slot}w": index})
+            count, held = slot_fields(size, index)
+            write.hset(key, mapping={count: repr(current + update.value), held: index})
             if int(ttl) < math.ceil(2 * size / 1000):
                 write.pexpire(key, math.ceil(2 * size / 1000))
             await write.execute()
@@ -308,9 +311,7 @@ class RedisCommandBackend:
         def fill(read: Any) -> None:
             for key, sizes_of in zip(keys, sizes, strict=True):
                 for size in sizes_of:
-                    read.hmget(
-                        key, [f"{size}:{slot}{suffix}" for slot in (0, 1) for suffix in ("", "w")]
-                    )
+                    read.hmget(key, window_fields(size))
                 read.pttl(key)
 
         replies = await self._read(fill)
@@ -322,9 +323,9 @@ class RedisCommandBackend:
             ttls.append(int(replies.pop(0)))
         for by_size in fields:  # a window newer than now: the clock stepped back
             for size, four in by_size.items():
-                now = not_before(now, _newest(four), size)
+                now = not_before(now, windows.newest(four), size)
         held = [  # per key, per size: (current, previous)
-            {size: _counted(four, window_index(now, size)) for size, four in by_size.items()}
+            {size: windows.counted(four, window_index(now, size)) for size, four in by_size.items()}
             for by_size in fields
         ]
         counts = [
@@ -339,8 +340,8 @@ class RedisCommandBackend:
             for key, counted, ttl in zip(keys, held, ttls, strict=True):
                 for size, (current, _previous) in counted.items():
                     index = window_index(now, size)
-                    slot = f"{size}:{index % 2}"
-                    write.hset(key, mapping={slot: repr(current + plan.cost), f"{slot}w": index})
+                    count, held_index = slot_fields(size, index)
+                    write.hset(key, mapping={count: repr(current + plan.cost), held_index: index})
                 ms = math.ceil(2 * max(counted) / 1000)
                 if ttl < ms:
                     write.pexpire(key, ms)
@@ -383,19 +384,3 @@ def _cannot_record(plan: Plan) -> BackendError:
         f"redis refuses writes (maxmemory with noeviction): the hit of key {plan.key!r} "
         "cannot be recorded"
     )
-
-
-def _newest(fields: Sequence[Any]) -> int:
-    """The newest window index among the four fields of one window size, or -1."""
-    return max(int(fields[1] or -1), int(fields[3] or -1))
-
-
-def _counted(fields: Sequence[Any], index: int) -> tuple[float, float]:
-    """(count of window ``index``, of window ``index - 1``) from the four fields of one
-    window size as ``HMGET`` returns them: count and index of slot 0, then of slot 1."""
-    by_window = {
-        int(fields[2 * slot + 1]): float(fields[2 * slot])
-        for slot in (0, 1)
-        if fields[2 * slot + 1] is not None
-    }
-    return by_window.get(index, 0.0), by_window.get(index - 1, 0.0)

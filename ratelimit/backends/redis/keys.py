@@ -5,7 +5,7 @@
     rl:{<namespace>:<key>}                      a rule without a selector
     rl:{<namespace>:<key>}:<selector>=<value>   a rule with a selector
     rl:{<namespace>:<key>}:lock                 the command engine's lock
-    rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash)
+    rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash: window_fields)
     rl:{<namespace>:<key>}[:<selector>=<value>]:n   the largest count kept on that log
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
@@ -72,3 +72,18 @@ def lock_key(namespace: str, key: str) -> str:
 def stored_keys(identifier: Identifier) -> tuple[str, str, str]:
     """Every key one identifier may have: its log, the log's companion, its counters."""
     return identifier_key(identifier), kept_key(identifier), counter_key(identifier)
+
+
+@functools.lru_cache(maxsize=256)
+def window_fields(size_us: int) -> tuple[str, str, str, str]:
+    """The window-counter hash's fields for window size ``size_us``, in the order of
+    :data:`ratelimit.windows.Slots` (the scripts' ``lua/_windows.lua`` names them alike):
+    ``S:0`` and ``S:1`` hold the two slots' counts, ``S:0w`` and ``S:1w`` their windows."""
+    return f"{size_us}:0", f"{size_us}:0w", f"{size_us}:1", f"{size_us}:1w"
+
+
+def slot_fields(size_us: int, index: int) -> tuple[str, str]:
+    """The (count, window index) fields of the slot that holds window ``index``."""
+    fields = window_fields(size_us)
+    slot = index % 2
+    return fields[2 * slot], fields[2 * slot + 1]

@@ -43,9 +43,9 @@ def _script(*parts: str) -> str:
 
 
 SLIDING_LOG_LUA = _script("_now.lua", "_tree.lua", "sliding_log.lua")
-WINDOW_COUNTERS_LUA = _script("_now.lua", "_tree.lua", "window_counters.lua")
-COUNTER_UPDATE_LUA = _script("_now.lua", "counter_update.lua")
-COUNTER_SYNC_LUA = _script("_now.lua", "counter_sync.lua")
+WINDOW_COUNTERS_LUA = _script("_now.lua", "_tree.lua", "_windows.lua", "window_counters.lua")
+COUNTER_UPDATE_LUA = _script("_now.lua", "_windows.lua", "counter_update.lua")
+COUNTER_SYNC_LUA = _script("_now.lua", "_windows.lua", "counter_sync.lua")
 SLIDING_LOG_SCRIPT = Script(SLIDING_LOG_LUA)
 WINDOW_COUNTERS_SCRIPT = Script(WINDOW_COUNTERS_LUA)
 COUNTER_SYNC_SCRIPT = Script(COUNTER_SYNC_LUA)

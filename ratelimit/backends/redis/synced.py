@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from ratelimit.algorithms import US_PER_MS, not_before
 from ratelimit.backends.base import Clock, clock_us
@@ -93,23 +93,39 @@ class SyncedBackend:
     """Local window counters synced with Redis every ``sync_rate`` seconds.
 
     Built by ``RateLimit(client, algorithm="sliding-window", sync_rate=1.0)``. Call
-    :meth:`sync` to sync now; :meth:`aclose` stops the task after a last sync.
+    :meth:`sync` to sync now; :meth:`aclose` stops the task after a last sync. ``clock``
+    (seconds) replaces Redis's time and ``sleep`` the wait between syncs, for tests.
     """
 
     def __init__(
-        self, remote: RedisScriptBackend, sync_rate: float, *, clock: Clock | None = None
+        self,
+        remote: RedisScriptBackend,
+        sync_rate: float,
+        *,
+        clock: Clock | None = None,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         if not sync_rate > 0:
             raise ConfigurationError(f"sync_rate must be above 0 here, not {sync_rate!r}")
         self.remote = remote
         self.sync_rate = sync_rate
         self.clock = clock
+        self._sleep = sleep  # how the sync task waits between syncs (tests step it)
         self._offset_us = 0
         self._locals: dict[str, _Local] = {}  # by Plan.window_names
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         self._loop = LoopBinding()
         self._closed = False
+
+    def unsynced(self) -> float:
+        """Hits counted here that Redis has not confirmed yet: waiting for the next sync, or
+        sent by one whose reply has not landed."""
+        with self._lock:
+            return sum(
+                sum(local.diff.values()) + sum(local.in_flight.values())
+                for local in self._locals.values()
+            )
 
     def _now(self) -> int:
         if self.clock is not None:
@@ -261,7 +277,7 @@ class SyncedBackend:
         # Checked as well as cancelled: redis-py can swallow a cancellation that lands
         # mid-read, and aclose() would then wait for this loop forever.
         while not self._closed:
-            await asyncio.sleep(self.sync_rate)  # the sync interval itself
+            await self._sleep(self.sync_rate)  # the sync interval itself
             try:
                 await self.sync()
             except Exception as exc:  # logged, diffs kept, next tick tries again

@@ -1,4 +1,4 @@
--- _now.lua: joined in front of every script by redis_script.py (Redis scripts cannot
+-- _now.lua: joined in front of every script by script_engine.py (Redis scripts cannot
 -- import). Sets `now`, in microseconds: ARGV[1] when given (an injected clock), else the
 -- server's TIME. Effects replication is asked for first, so that scripts reading TIME may
 -- write on Redis versions before 7.

@@ -1,6 +1,6 @@
 -- counter_sync.lua: push one key's local window diffs and fetch its totals (sync_rate > 0).
 --
--- KEYS[1]   an identifier's counter hash, laid out as in window_counters.lua.
+-- KEYS[1]   an identifier's counter hash (see _windows.lua).
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   space-separated triples "size index diff": add `diff` to window `index` of
 --           window size `size` (microseconds). A diff of 0 only asks for the totals. A diff
@@ -11,7 +11,7 @@
 --           an empty slot). When something was added, the key expires two of its largest
 --           windows from now (never sooner than it already would).
 --
--- Runs after _now.lua, which redis_script.py joins in front of it.
+-- Runs after _now.lua and _windows.lua, which script_engine.py joins in front of it.
 
 
 local key = KEYS[1]
@@ -21,16 +21,15 @@ for n in string.gmatch(ARGV[2], '%S+') do numbers[#numbers + 1] = tonumber(n) en
 local wrote, largest, sizes, seen = false, 0, {}, {}
 for i = 1, #numbers, 3 do
   local size, index, diff = numbers[i], numbers[i + 1], numbers[i + 2]
-  local name = string.format('%.0f', size) .. ':' .. (index % 2)
   if diff ~= 0 then
-    local held = redis.call('HMGET', key, name, name .. 'w')
-    local held_index = tonumber(held[2] or -1)
+    local f = read_windows(key, size)
+    local s = index % 2
+    local held_index = tonumber(f[2 * s + 2] or -1)
     if held_index == index then
-      redis.call('HSET', key, name, string.format('%.17g', tonumber(held[1]) + diff))
+      write_window(key, size, index, tonumber(f[2 * s + 1]) + diff)
       wrote = true
-    elseif held_index < index then
-      redis.call('HSET', key, name, string.format('%.17g', diff), name .. 'w',
-        string.format('%.0f', index))
+    elseif held_index < index then  -- an older window in the slot: this one replaces it
+      write_window(key, size, index, diff)
       wrote = true
     end
     largest = math.max(largest, size)
@@ -41,15 +40,11 @@ for i = 1, #numbers, 3 do
   end
 end
 
-if wrote then
-  local ms = math.ceil(2 * largest / 1000)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
-end
+if wrote then keep_windows(key, largest) end
 
 local result = {string.format('%.0f', now)}
 for _, size in ipairs(sizes) do
-  local prefix = string.format('%.0f', size) .. ':'
-  local f = redis.call('HMGET', key, prefix .. '0', prefix .. '0w', prefix .. '1', prefix .. '1w')
+  local f = read_windows(key, size)
   result[#result + 1] = string.format('%.0f', size)
   result[#result + 1] = f[2] or '-1'
   result[#result + 1] = f[1] or '0'

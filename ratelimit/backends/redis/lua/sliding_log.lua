@@ -22,7 +22,7 @@
 --           one to two of the largest span on it (never sooner than it already would), as
 --           does its companion.
 --
--- Runs after _now.lua and _tree.lua, which redis_script.py joins in front of it.
+-- Runs after _now.lua and _tree.lua, which script_engine.py joins in front of it.
 
 local leaves = tree[1]
 local cost = tonumber(ARGV[4])

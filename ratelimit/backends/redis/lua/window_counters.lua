@@ -1,9 +1,7 @@
 -- window_counters.lua: decide a whole rule tree on window counters and record the call,
 -- atomically (the sliding window, or the fixed window).
 --
--- KEYS[k]   one hash per identifier. Per window size S (microseconds) it has two slots,
---           s = 0 and 1: field "S:s" is the count (as %.17g) and "S:sw" the index of the
---           window that slot holds. Window i spans [i*S, (i+1)*S) and lives in slot i % 2.
+-- KEYS[k]   one hash per identifier: per window size, two slots (see _windows.lua).
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, as in sliding_log.lua: L, then per leaf its count and window size in
 --           microseconds, then the prefix program.
@@ -22,14 +20,10 @@
 --           (key, window size) got `cost` added to its current window, and every key expires
 --           two of its largest windows from now (never sooner than it already would).
 --
--- Runs after _now.lua and _tree.lua, which redis_script.py joins in front of it.
+-- Runs after _now.lua, _tree.lua and _windows.lua, which script_engine.py joins in front.
 
 local cost = tonumber(ARGV[4])
 local sliding = ARGV[6] == '1'
-
-local function field(size, slot)
-  return string.format('%.0f', size) .. ':' .. slot
-end
 
 local leaves = tree[1]
 local limited = {}
@@ -43,10 +37,9 @@ for i = 0, leaves - 1 do
   local k = slots[i + 1]
   if k > 0 then
     local size = tree[3 + 2 * i]
-    local f = redis.call('HMGET', KEYS[k], field(size, 0), field(size, 0) .. 'w',
-      field(size, 1), field(size, 1) .. 'w')
+    local f = read_windows(KEYS[k], size)
     held[i] = f
-    local newest = math.max(tonumber(f[2] or -1), tonumber(f[4] or -1))
+    local newest = newest_window(f)
     if newest * size > now then now = newest * size end
   end
 end
@@ -59,11 +52,7 @@ for i = 0, leaves - 1 do
   local current, previous = 0, 0
   if k > 0 then
     local index = math.floor(now / size)
-    local f = held[i]
-    for _, slot in ipairs({{f[1], f[2]}, {f[3], f[4]}}) do
-      if slot[2] and tonumber(slot[2]) == index then current = tonumber(slot[1]) end
-      if slot[2] and tonumber(slot[2]) == index - 1 then previous = tonumber(slot[1]) end
-    end
+    current, previous = window_counts(held[i], index)
     current_of[k] = current_of[k] or {}
     current_of[k][size] = {index, current}
     ttl[k] = math.max(ttl[k] or 0, size)
@@ -86,11 +75,8 @@ if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
 for k, sizes in pairs(current_of) do
   local key = KEYS[k]
   for size, held in pairs(sizes) do
-    local slot = held[1] % 2
-    redis.call('HSET', key, field(size, slot), string.format('%.17g', held[2] + cost),
-      field(size, slot) .. 'w', string.format('%.0f', held[1]))
+    write_window(key, size, held[1], held[2] + cost)
   end
-  local ms = math.ceil(2 * ttl[k] / 1000)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+  keep_windows(key, ttl[k])
 end
 return result
