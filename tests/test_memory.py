@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from ratelimit import MemoryBackend, RateLimit
+from ratelimit import Decision, MemoryBackend, RateLimit
 from tests.conftest import FakeClock
 
 
@@ -60,3 +60,27 @@ async def test_aclose_forgets_everything() -> None:
     await rl.limit("1/m", key="x").decide()
     await rl.aclose()
     assert len(backend) == 0
+
+
+async def test_the_single_rule_shortcut_decides_as_the_general_path() -> None:
+    """MemoryBackend._decide_one is a copy of the general path for one rule (it pays 1.5x,
+    bench/fast_paths.py): both decide a trace alike, and keep the same log."""
+    from ratelimit.plan import Plan
+
+    class General(MemoryBackend):
+        def _decide_one(self, plan: Plan, now: int) -> Decision:
+            return self._decide_logs(plan, now)
+
+    clocks = [FakeClock(), FakeClock()]
+    backends = [MemoryBackend(clock=clocks[0]), General(clock=clocks[1])]
+    limiters = [RateLimit(b, "ns", denial_cache=0) for b in backends]
+    for step in range(200):
+        for clock in clocks:
+            clock.advance((step * 7919 % 13) / 10)
+        cost = 1 + step % 3
+        decisions = [
+            await rl.limit("user:5/3s", key="k", cost=cost, user=f"u{step % 4}").decide()
+            for rl in limiters
+        ]
+        assert decisions[0] == decisions[1], step
+    assert backends[0].logs() == backends[1].logs()
