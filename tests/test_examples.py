@@ -20,6 +20,7 @@ EXPECTED = {
     "metrics.py": "  3  api denied by ip:5/m",
     "pipelining.py": "auto_pipeline=False: 1000 of 2000",
     "event_loops.py": "run 2: 40 of 300 admitted, 100 in all under 100/h",
+    "settings.py": "admin: 3 of 5 admitted under 3/m",
 }
 ON_MEMORY = {
     **EXPECTED,
