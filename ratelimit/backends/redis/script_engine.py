@@ -98,8 +98,6 @@ class RedisScriptBackend:
         )
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
         self._closed = False
-        # plans hash by identity and are shared through the plan cache: one command each
-        self._commands = functools.lru_cache(maxsize=PLANS)(self._command)
 
     def _open(self) -> None:
         if self._closed:
@@ -110,7 +108,7 @@ class RedisScriptBackend:
             self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
-        command = self._commands(plan) if self.clock is None else self._command(plan)
+        command = command_of(plan) if self.clock is None else plan_command(plan, self.clock)
         reply = await self._pipeline.call(command, plan.key)
         allowed, now, *flat = reply
         if plan.algorithm == SLIDING_LOG:
@@ -121,21 +119,6 @@ class RedisScriptBackend:
         if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
-
-    def _command(self, plan: Plan) -> Command:
-        """The plan's EVALSHA (cached per plan by ``_commands`` unless a clock is injected:
-        the time then varies)."""
-        if plan.algorithm == SLIDING_LOG:
-            script = SLIDING_LOG_SCRIPT
-            keys = [identifier_key(i) for i in plan.identifiers]
-            keys += [kept_key(i) for i in plan.identifiers]
-        else:
-            script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
-        now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
-        args, packed = _args(
-            plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, plan.algorithm
-        )
-        return Command(script, keys, (now, *args), pack_args((now,)) + packed)
 
     async def reset(self, plan: Plan) -> None:
         self._open()
@@ -259,3 +242,27 @@ def pipeline_for(
             in_flight=in_flight,
         )
     return ClientPipeline(client, timeout, batch=batch, in_flight=in_flight)
+
+
+def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
+    """The plan's ``EVALSHA``: its script, keys and arguments; the time read from ``clock``
+    when one is injected (tests), else left to the script (Redis ``TIME``)."""
+    if plan.algorithm == SLIDING_LOG:
+        script = SLIDING_LOG_SCRIPT
+        keys = [identifier_key(i) for i in plan.identifiers]
+        keys += [kept_key(i) for i in plan.identifiers]
+    else:
+        script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
+    now = b"" if clock is None else str(clock_us(clock)).encode()
+    args, packed = _args(
+        plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, plan.algorithm
+    )
+    return Command(script, keys, (now, *args), pack_args((now,)) + packed)
+
+
+command_of = functools.lru_cache(maxsize=PLANS)(plan_command)
+"""The plan's command on Redis's clock, kept per plan (plans hash by identity and are shared
+through the plan cache, so every call of a decorated function finds its bytes packed). One
+cache for the process, as the plan cache is: a backend keeps no cache of its own, whose
+cycle through the backend would keep thousands of commands alive until the garbage
+collector's slowest pass."""
