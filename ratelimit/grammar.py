@@ -2,13 +2,18 @@
 
 ::
 
+    rules    := tree ((";" | ",") tree)*
     tree     := and_term ("|" and_term)*
     and_term := atom ("&" atom)*
     atom     := rule | "(" tree ")"
-    rule     := [selector ":"] count ["r"] "/" [multiple] unit
-    unit     := ms | s | m | h | d | second(s) | minute(s) | hour(s) | day(s)
+    rule     := [selector ":"] count ["r"] ("/" | "per") [multiple] unit
+    unit     := ms | s | m | h | d | second(s) | sec(s) | minute(s) | min(s) | hour(s)
+              | hr(s) | day(s)          (the words in any case)
 
-``&`` binds tighter than ``|``. Errors are :class:`RuleSyntaxError` with a 1-based column.
+``&`` binds tighter than ``|``. ``;`` and ``,`` separate limits that all apply, as in the
+``limits`` library (and slowapi, flask-limiter): they mean ``|`` with the lowest precedence,
+so ``"100/hour;10/second"`` ports unchanged. Errors are :class:`RuleSyntaxError` with a
+1-based column.
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ MAX_TEXT = 4096
 MAX_NESTING = 32
 
 _UNIT_MS = dict(UNIT_MS)
-_WORD_UNIT = {"second": "s", "minute": "m", "hour": "h", "day": "d"}
+_WORD_UNIT = {
+    "second": "s",
+    "sec": "s",
+    "minute": "m",
+    "min": "m",
+    "hour": "h",
+    "hr": "h",
+    "day": "d",
+}
 _UNITS_EXPECTED = "unit (ms, s, m, h, d, second, minute, hour, day)"
 
 
@@ -74,9 +87,12 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
     selector = pp.Regex(r"[A-Za-z_][A-Za-z0-9_]*(?=\s*:)").set_name("selector")
     count = pp.Regex(r"\d+").set_name("count (a positive integer)").set_parse_action(_to_count)
     multiple = pp.Regex(r"\d+").set_name("multiple")
-    unit = pp.Regex(r"(?:ms|s|m|h|d|(?i:seconds?|minutes?|hours?|days?))(?![A-Za-z0-9_])").set_name(
-        _UNITS_EXPECTED
+    word = r"(?i:seconds?|secs?|minutes?|mins?|hours?|hrs?|days?)"
+    unit = pp.Regex(rf"(?:ms|s|m|h|d|{word})(?![A-Za-z0-9_])").set_name(_UNITS_EXPECTED)
+    unfixed = pp.Regex(r"(?i:months?|years?)(?![A-Za-z0-9_])").set_parse_action(
+        _fail("month and year have no fixed length here: write 30d or 365d")
     )
+    unit = (unit | unfixed).set_name(_UNITS_EXPECTED)
     span = pp.Group(pp.Optional(multiple("multiple")) + unit("unit")).set_parse_action(
         lambda text, loc, tokens: _to_span_ms(text, loc, tokens[0])
     )
@@ -91,7 +107,7 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
             pp.Optional(selector("selector") + pp.Suppress(":"))
             + count("count")
             + pp.Optional(pp.Suppress(pp.Literal("r")))
-            + pp.Suppress(pp.Literal("/").set_name("'/'"))
+            + pp.Suppress(pp.Regex(r"/|(?i:per)(?![A-Za-z0-9_])").set_name("'/' or 'per'"))
             + span("span")
         )
         .set_parse_action(_to_rule)
@@ -106,9 +122,11 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
     )
     and_term = (atom + pp.ZeroOrMore(pp.Suppress("&") - atom)).set_parse_action(_fold(And))
     tree <<= (and_term + pp.ZeroOrMore(pp.Suppress("|") - and_term)).set_parse_action(_fold(Or))
+    separator = pp.Suppress(pp.Char(";,"))
+    rules = (tree + pp.ZeroOrMore(separator - tree)).set_parse_action(_fold(Or))
     rule_end = pp.StringEnd().set_name("end of rule")
-    tree_end = pp.StringEnd().set_name("end of rules, '&' or '|'")
-    return rule + rule_end, tree + tree_end
+    tree_end = pp.StringEnd().set_name("end of rules, '&', '|' or ';'")
+    return rule + rule_end, rules + tree_end
 
 
 _RULE, _TREE = _build()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -203,3 +204,49 @@ _trees = trees(_rules, max_leaves=8)
 @given(_trees)
 def test_str_of_a_tree_parses_back_to_an_equal_tree(tree: Node) -> None:
     assert parse_tree(str(tree)) == tree
+
+
+@pytest.mark.parametrize(
+    ("text", "same_as"),
+    [
+        ("10 per second", "10/s"),
+        ("10/second", "10/s"),
+        ("10/sec", "10/s"),
+        ("10/secs", "10/s"),
+        ("1 / Second", "1/s"),
+        ("10 PER Minute", "10/m"),
+        ("10/min", "10/m"),
+        ("10/mins", "10/m"),
+        ("10 per 2 minutes", "10/2m"),
+        ("100/day", "100/d"),
+        ("500/7days", "500/7d"),
+        ("20/hr", "20/h"),
+        ("100/hour;10/second", "100/h | 10/s"),
+        ("100/hour; 10/second", "100/h | 10/s"),
+        ("10/hour;100/day;2000 per 365 days", "10/h | 100/d | 2000/365d"),
+        ("1 per second, 5 per minute", "1/s | 5/m"),
+        ("user:10 per minute", "user:10/m"),
+        ("apikey:100/h & 10/s; 1000/d", "(apikey:100/h & 10/s) | 1000/d"),
+    ],
+)
+def test_rules_as_limits_and_slowapi_write_them(text: str, same_as: str) -> None:
+    """``limits`` / slowapi / flask-limiter strings port unchanged: ``per``, word units and
+    their short forms, and ``;`` or ``,`` between limits that all apply (our ``|``)."""
+    assert to_tree(text) == to_tree(same_as)
+    assert to_tree(str(to_tree(text))) == to_tree(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("10/month", "month and year have no fixed length"),
+        ("10 per 2 years", "month and year have no fixed length"),
+        ("10/s;", "expected rule"),
+        (";10/s", "expected"),
+        ("10 per", "expected unit"),
+        ("10 perr second", "expected '/' or 'per'"),
+    ],
+)
+def test_ported_rules_that_cannot_work_say_why(text: str, message: str) -> None:
+    with pytest.raises(RuleSyntaxError, match=re.escape(message)):
+        to_tree(text)
