@@ -13,6 +13,8 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import NamedTuple
 
 from ratelimit.backends.base import Backend
@@ -37,6 +39,9 @@ class CallKey(NamedTuple):
     cost: float
     algorithm: str
 
+
+shadow_logger = logging.getLogger("ratelimit.shadow")
+"""Where shadow refusals are logged (INFO), one line each: filter or silence it by name."""
 
 new_call_key = tuple.__new__
 """``new_call_key(CallKey, (compiled, namespace, ...))``: a :class:`CallKey` built in C, at a
@@ -86,8 +91,11 @@ class Decider:
         if self.closed:
             raise LimiterClosedError()
 
-    async def decide(self, call: CallKey, record: bool = True) -> Decision:
-        """Decide ``call``; with ``record=False`` only say what would be decided."""
+    async def decide(self, call: CallKey, record: bool = True, shadow: bool = False) -> Decision:
+        """Decide ``call``; with ``record=False`` only say what would be decided. With
+        ``shadow``, a refusal comes back marked ``shadow=True`` (and is logged): the front
+        end lets the call through. Nothing else changes: a refused call records nothing,
+        and the refusal is remembered in the denial cache as any other."""
         if self.closed:
             raise LimiterClosedError()
         decision = self.denials.get(call)  # still refused: the storage is not asked again
@@ -98,6 +106,13 @@ class Decider:
             decision = await self.policy.decide(self.backend, cached_plan(*call, record))
             if not decision.allowed:
                 self.denials.remember(call, decision)
+        if shadow and not decision.allowed:
+            decision = dataclasses.replace(decision, shadow=True)
+            shadow_logger.info(
+                "ratelimit: shadow mode let through a call of key %r refused by %s",
+                decision.key,
+                "on_error" if decision.degraded else f"rule '{decision.rule}'",
+            )
         if self.hooks:
             self.hooks(decision)
         return decision

@@ -25,6 +25,10 @@ class Decision:
     - ``degraded``: the storage failed and the failure policy (``on_error``) decided
       instead. The hit may still have been counted, if the storage did its part before
       the failure reached the caller (see the README, "When Redis fails").
+    - ``shadow``: a refusal in shadow mode: ``allowed`` is ``False`` (what the rules, or
+      ``on_error``, decided; nothing was recorded), but the front ends let the call
+      through instead of refusing it. Hooks and logs see it, so a new limit can be
+      watched before it is enforced.
 
     Example::
 
@@ -39,6 +43,7 @@ class Decision:
     remaining: int | None
     key: str
     degraded: bool = False
+    shadow: bool = False
 
 
 _new = object.__new__
@@ -47,6 +52,7 @@ _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
     for name in ("allowed", "retry_after", "rule", "remaining", "key")
 )
 _DEGRADED = Decision.__dict__["degraded"].__set__
+_SHADOW = Decision.__dict__["shadow"].__set__
 
 
 def make_decision(
@@ -62,6 +68,7 @@ def make_decision(
     _REMAINING(decision, remaining)
     _KEY(decision, key)
     _DEGRADED(decision, False)
+    _SHADOW(decision, False)
     return decision
 
 

@@ -14,7 +14,7 @@ from ratelimit.plan import compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import RuleLike, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
-from ratelimit.settings import check_cost, check_cost_type
+from ratelimit.settings import check_cost, check_cost_type, check_flag
 from ratelimit.waiting import admitted, wait_seconds
 
 P = ParamSpec("P")
@@ -42,8 +42,11 @@ class Limit:
         selectors: dict[str, object],
         cost: float = 1,
         wait: float | bool = False,
+        shadow: bool = False,
     ) -> None:
         check_cost_type(cost, decider.algorithm)
+        check_flag("shadow", shadow)
+        self._shadow = shadow
         self._wait = wait_seconds(wait)
         if rules is None and key is None:
             raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
@@ -89,7 +92,7 @@ class Limit:
         )
 
     async def _decide(self, key: str, call: CallSite | None, record: bool = True) -> Decision:
-        return await self._decider.decide(await self._call(key, call), record)
+        return await self._decider.decide(await self._call(key, call), record, self._shadow)
 
     async def peek(self) -> Decision:
         """The decision ``decide()`` would give, recording nothing."""
@@ -104,7 +107,9 @@ class Limit:
         """Decide one call under this limit's key without raising: the hit is recorded only
         if ``Decision.allowed``. Selectors come from ``limit()``'s arguments."""
         return await self._decider.decide(
-            await self._call(GLOBAL_KEY if self._key is None else self._key, None)
+            await self._call(GLOBAL_KEY if self._key is None else self._key, None),
+            True,
+            self._shadow,
         )
 
     async def acquire(self, wait: float | bool | None = None) -> Decision:
@@ -143,6 +148,7 @@ class Limit:
             self._registry.register(key, self._compiled, self._sources)
         parameters = Parameters(inspect.signature(func))
         is_coroutine = inspect.iscoroutinefunction(func)
+        shadow = self._shadow
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -151,8 +157,8 @@ class Limit:
             except TypeError as exc:
                 raise TypeError(f"{_name(func)}(): {exc}") from None
             site = CallSite(parameters, args, kwargs)
-            decision = await self._decider.decide(await self._call(key, site))
-            if not decision.allowed:
+            decision = await self._decider.decide(await self._call(key, site), True, shadow)
+            if not decision.allowed and not decision.shadow:
                 if not self._wait:
                     raise RateLimitExceeded(decision)
                 await admitted(lambda: self._decide(key, site), self._wait, first=decision)

@@ -41,7 +41,7 @@ class RateLimit:
     The keywords are :class:`~ratelimit.Settings` (documented there): ``algorithm``,
     ``sync_rate``, ``on_error``, ``timeout``, ``denial_cache``, ``hooks``, ``background``,
     ``use_scripts``, ``auto_pipeline``, ``disable_locks``, ``lock_ttl``,
-    ``lock_polling_interval``, ``lock_timeout`` and ``clock``; or ``settings=`` gives a
+    ``lock_polling_interval``, ``lock_timeout``, ``shadow`` and ``clock``; or ``settings=`` gives a
     ``Settings`` made beforehand (keywords given too replace its values). Every setting is
     checked here, so a bad one fails when the limiter is made.
 
@@ -144,6 +144,7 @@ class RateLimit:
         *,
         cost: float = 1,
         wait: float | bool = False,
+        shadow: bool | None = None,
         **selectors: object,
     ) -> Limit:
         """A limit to use as ``@decorator`` or in ``async with``.
@@ -158,9 +159,21 @@ class RateLimit:
         number for the sliding log; fractions allowed for the window counters).
         ``wait``: how long a refused call may queue for admission, in seconds (``True``: as
         long as it takes); see :mod:`ratelimit.waiting`.
+        ``shadow``: decide and count as usual, but let refused calls through, marked
+        ``Decision.shadow`` for hooks and logs (default: the limiter's ``shadow`` setting).
         ``**selectors``: selector values as literals, callables or async callables.
         """
-        return Limit(self.decider, self.registry, rules, key, selector, selectors, cost, wait)
+        return Limit(
+            self.decider,
+            self.registry,
+            rules,
+            key,
+            selector,
+            selectors,
+            cost,
+            wait,
+            self.settings.shadow if shadow is None else shadow,
+        )
 
     async def increment(
         self, key: str, window_size: float, value: float = 1, weight: float | None = None

@@ -68,6 +68,10 @@ class Settings:
       ``lock_polling_interval`` seconds (with jitter), given up after ``lock_timeout``
       seconds with ``LockTimeoutError``; ``disable_locks=True`` drops that lock (faster,
       with a bounded overshoot under concurrency).
+    - ``shadow``: every limit of this limiter in shadow mode (``limit(shadow=...)``
+      chooses per limit): calls are decided and counted as usual, but a refused call is
+      let through, its decision marked ``shadow=True`` for hooks and logged on the
+      ``ratelimit.shadow`` logger, so a new limit can be watched before it is enforced.
     - ``clock`` (seconds): replaces the storage's clock, for tests that step time.
 
     Example::
@@ -90,12 +94,13 @@ class Settings:
     lock_ttl: float = 10.0
     lock_polling_interval: float = 0.1
     lock_timeout: float = 10.0
+    shadow: bool = False
     clock: Callable[[], float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hooks", tuple(self.hooks))  # a list given stays the caller's
         check_timeout(self.timeout)
-        for name in ("use_scripts", "auto_pipeline", "disable_locks", "background"):
+        for name in ("use_scripts", "auto_pipeline", "disable_locks", "background", "shadow"):
             check_flag(name, getattr(self, name))
         check_lock_settings(
             self.lock_ttl, self.lock_polling_interval, self.lock_timeout, self.timeout
@@ -146,6 +151,7 @@ class SettingsKeywords(TypedDict, total=False):
     lock_ttl: float
     lock_polling_interval: float
     lock_timeout: float
+    shadow: bool
     clock: Callable[[], float] | None
 
 

@@ -44,14 +44,15 @@ async def admitted(
     clock: Callable[[], float] | None = None,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> Decision:
-    """The first admitting decision within ``wait`` seconds, or ``RateLimitExceeded``.
+    """The first admitting decision within ``wait`` seconds, or ``RateLimitExceeded``. A
+    shadow refusal (``Decision.shadow``) is returned at once: the call goes through.
 
     ``first``: a decision the caller already has, so that it is not asked again at once.
     ``clock`` (seconds; default: the running event loop's clock) and ``sleep`` (default
     ``asyncio.sleep``, which follows that clock) are parameters, so that a test can run
     waits in a loop whose time is its own instead of sleeping."""
     decision = first if first is not None else await decide()
-    if decision.allowed:
+    if decision.allowed or decision.shadow:  # shadow mode: let through, never wait
         return decision
     now = clock or asyncio.get_running_loop().time
     deadline = now() + wait
