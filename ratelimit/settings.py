@@ -24,6 +24,8 @@ from ratelimit.rules import MAX_SPAN_MS
 ON_ERROR = ("allow", "deny", "raise")
 """What a decision does when its storage fails: admit, refuse, or raise ``BackendError``."""
 
+SYNC_RATE_NEEDS_SCRIPTS = "sync_rate applies to a Redis client with use_scripts=True (the default)"
+
 ENGINE_SETTINGS = (
     "use_scripts",
     "auto_pipeline",
@@ -164,9 +166,7 @@ def check_sync_rate(sync_rate: object, algorithm: str, use_scripts: bool) -> Non
     if not is_number(sync_rate):
         raise ConfigurationError(f"sync_rate must be a number of seconds, not {sync_rate!r}")
     if sync_rate and not use_scripts:
-        raise ConfigurationError(
-            "sync_rate applies to a Redis client with use_scripts=True (the default)"
-        )
+        raise ConfigurationError(SYNC_RATE_NEEDS_SCRIPTS)
     if sync_rate > 0 and algorithm == SLIDING_LOG:  # type: ignore[operator]
         raise ConfigurationError(
             "sync_rate > 0 syncs window counters: use algorithm='sliding-window' or "

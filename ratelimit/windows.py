@@ -46,6 +46,15 @@ def counted(slots: Slots, index: int) -> tuple[float, float]:
     return current, previous
 
 
+def held(slots: Slots) -> dict[int, float]:
+    """Every window held: its index and its count."""
+    return {
+        int(slots[2 * slot + 1]): float(slots[2 * slot])
+        for slot in (0, 1)
+        if slots[2 * slot + 1] is not None
+    }
+
+
 def slot_of(index: int) -> int:
     """The slot window ``index`` lives in."""
     return index % 2

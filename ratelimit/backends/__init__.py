@@ -16,7 +16,7 @@ from ratelimit.backends.redis import (
     is_redis_client,
 )
 from ratelimit.errors import ConfigurationError
-from ratelimit.settings import ENGINE_SETTINGS, Settings
+from ratelimit.settings import ENGINE_SETTINGS, SYNC_RATE_NEEDS_SCRIPTS, Settings
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -59,9 +59,7 @@ def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
 
 def _check_no_engine_settings(settings: Settings, what: str) -> None:
     if settings.sync_rate:
-        raise ConfigurationError(
-            "sync_rate applies to a Redis client with use_scripts=True (the default)"
-        )
+        raise ConfigurationError(SYNC_RATE_NEEDS_SCRIPTS)
     changed = settings.engine_changed()
     if changed:
         raise TypeError(

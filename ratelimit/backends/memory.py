@@ -123,10 +123,9 @@ class MemoryBackend:
         with self._lock:
             return {
                 identifier: {
-                    (size, int(slots[2 * s + 1])): float(slots[2 * s])
+                    (size, index): count
                     for size, slots in entry.slots.items()
-                    for s in (0, 1)
-                    if slots[2 * s + 1] is not None
+                    for index, count in windows.held(slots).items()
                 }
                 for identifier, entry in self._windows.items()
             }

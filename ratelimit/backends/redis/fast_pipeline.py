@@ -25,7 +25,6 @@ from ratelimit.backends.redis.client import redis_py_version
 from ratelimit.backends.redis.connections import (
     closed_by_server,
     forget_other_loops,
-    pool_exhausted,
     spare,
 )
 from ratelimit.backends.redis.pipeline import MAX_BATCH, MAX_IN_FLIGHT, Pipeline, Reply
@@ -76,14 +75,12 @@ class ConnectionPipeline(Pipeline):
     ) -> None:
         super().__init__(timeout, batch=batch, in_flight=in_flight)
         self._pool = client.connection_pool
-        self._held = 0  # connections batches in flight hold
         self._kept: Any = None  # the one connection kept between batches, if any
 
     def _has_room(self) -> bool:
         return self._kept is not None or spare(self._pool) - self._starting > 0
 
     async def _rebind(self) -> None:
-        self._held = 0
         self._kept = None  # the old loop's: forgotten with the others below
         forget_other_loops(self._pool)
 
@@ -92,18 +89,10 @@ class ConnectionPipeline(Pipeline):
         some (the application took the last one meanwhile), wait for one of its own."""
         if self._kept is not None:
             connection, self._kept = self._kept, None
-            self._held += 1
-            return connection
-        while True:
-            try:
-                connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-            except Exception as exc:
-                if not pool_exhausted(exc) or not self._held:
-                    raise  # the application holds every connection: an outage for us too
-                await self._own_connection_back()
-                continue
-            self._held += 1
-            return connection
+        else:
+            connection = await self._until_not_exhausted(self._pool.get_connection)
+        self._holding += 1
+        return connection
 
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
         connection = await self._connection()
@@ -118,7 +107,6 @@ class ConnectionPipeline(Pipeline):
             await connection.disconnect(nowait=True)  # replies left unread would desync it
             raise
         finally:
-            self._held -= 1
             await self._give_back(connection)
 
     async def _give_back(self, connection: Any) -> None:
@@ -129,9 +117,10 @@ class ConnectionPipeline(Pipeline):
             and spare(self._pool) > KEEP_ONE_WHEN_SPARE
         ):
             self._kept = connection
+            self._holding -= 1  # kept for the next batch, which takes it without waiting
             return
         await self._pool.release(connection)
-        self._connection_given_back()  # a batch of ours may wait for one
+        self._connection_given_back()
 
     async def _talk(self, connection: Any, commands: list[Command]) -> list[Reply | Exception]:
         await self._write(connection, b"".join([c.packed for c in commands]))

@@ -23,6 +23,7 @@ import re
 from urllib.parse import quote
 
 from ratelimit.plan import Identifier
+from ratelimit.windows import slot_of
 
 PREFIX = "rl"
 MAX_PART = 64
@@ -85,5 +86,5 @@ def window_fields(size_us: int) -> tuple[str, str, str, str]:
 def slot_fields(size_us: int, index: int) -> tuple[str, str]:
     """The (count, window index) fields of the slot that holds window ``index``."""
     fields = window_fields(size_us)
-    slot = index % 2
+    slot = slot_of(index)
     return fields[2 * slot], fields[2 * slot + 1]

@@ -30,7 +30,8 @@ sooner. redis-py's own retries (the client's ``retry=``) apply to this public pa
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -51,6 +52,7 @@ MAX_ALONE = 1024
 as the pool has room)."""
 
 Reply = Any
+T = TypeVar("T")
 
 
 _Pending = tuple[Command, str, "asyncio.Future[Reply]"]
@@ -75,6 +77,7 @@ class Pipeline:
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._starting = 0  # batches created but not yet run (they have no connection yet)
+        self._holding = 0  # batches of this pipeline holding a connection of the pool now
         self._given_back: list[asyncio.Future[None]] = []  # batches waiting for a connection
         self._loop = LoopBinding()
 
@@ -109,7 +112,7 @@ class Pipeline:
         """Work in the running event loop. What an ended loop left in flight ended with it
         (its callers are gone too); what the pipeline holds of that loop is let go."""
         if self._loop.moved():
-            self._in_flight = self._starting = 0
+            self._in_flight = self._starting = self._holding = 0
             self._pending = []
             self._scheduled = False
             self._tasks = set()
@@ -171,14 +174,24 @@ class Pipeline:
         if self._pending:
             self._flush()
 
-    async def _own_connection_back(self) -> None:
-        """Wait until a batch of this pipeline gives its connection back."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._given_back.append(waiter)
-        await waiter
+    async def _until_not_exhausted(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()``, which takes a connection from the pool first; when the pool has
+        none left (nothing was written) while a batch of ours holds one, wait for that one
+        to come back and try again: the application took the rest (back-pressure). When no
+        batch of ours holds one, the application holds them all: that is an outage."""
+        while True:
+            try:
+                return await attempt()
+            except Exception as exc:
+                if not pool_exhausted(exc) or not self._holding:
+                    raise
+            waiter = asyncio.get_running_loop().create_future()
+            self._given_back.append(waiter)
+            await waiter
 
     def _connection_given_back(self) -> None:
-        """Wake one batch waiting for a connection."""
+        """A batch of ours gave its connection back: wake one batch waiting for one."""
+        self._holding -= 1
         while self._given_back:
             waiter = self._given_back.pop(0)
             if not waiter.done():
@@ -234,10 +247,8 @@ class ClientPipeline(Pipeline):
     ) -> None:
         super().__init__(timeout, batch=batch, in_flight=in_flight)
         self._client = client
-        self._busy = 0  # batches of this pipeline holding a connection now
 
     async def _rebind(self) -> None:
-        self._busy = 0
         forget_other_loops_of(self._client)
 
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
@@ -252,22 +263,21 @@ class ClientPipeline(Pipeline):
         return replies
 
     async def _pipelined(self, commands: list[Command]) -> list[Reply | Exception]:
-        while True:
-            self._busy += 1
-            held = True  # a connection was taken, and is given back by redis-py
-            try:
-                return await self._execute(commands)
-            except Exception as exc:
-                # The pool had no connection: nothing was written. While a batch of ours
-                # holds one, wait for it rather than fail (the application took the rest).
-                held = not pool_exhausted(exc)
-                if held or self._busy <= 1:
-                    raise
-            finally:
-                self._busy -= 1
-                if held:
-                    self._connection_given_back()
-            await self._own_connection_back()
+        return await self._until_not_exhausted(lambda: self._holding_one(commands))
+
+    async def _holding_one(self, commands: list[Command]) -> list[Reply | Exception]:
+        """:meth:`_execute`, counted as holding a connection unless the pool had none."""
+        self._holding += 1
+        try:
+            replies = await self._execute(commands)
+        except Exception as exc:
+            if pool_exhausted(exc):
+                self._holding -= 1  # it took none: nothing to give back
+            else:
+                self._connection_given_back()
+            raise
+        self._connection_given_back()
+        return replies
 
     async def _execute(self, commands: list[Command]) -> list[Reply | Exception]:
         """One call as a plain command (lighter than a pipeline of one), or a pipeline."""
