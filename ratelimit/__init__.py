@@ -16,6 +16,7 @@ from ratelimit.backends import RedisCommandBackend as RedisCommandBackend
 from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
 from ratelimit.decision import Decision as Decision
 from ratelimit.decision import RateLimitExceeded as RateLimitExceeded
+from ratelimit.decision import RuleState as RuleState
 from ratelimit.errors import BackendError as BackendError
 from ratelimit.errors import ConfigurationError as ConfigurationError
 from ratelimit.errors import EventLoopError as EventLoopError
@@ -52,6 +53,7 @@ __all__ = [
     "RedisScriptBackend",
     "Rule",
     "RuleConflictError",
+    "RuleState",
     "RuleSyntaxError",
     "SelectorNotFoundError",
     "Settings",

@@ -34,31 +34,34 @@ Outcome = tuple[bool, int, float | None, int | None]
 
 def window(hits: Sequence[int], count: int, threshold_us: int) -> tuple[int, int]:
     """Sliding log: hits newer than ``threshold_us`` among the newest ``count`` of a log
-    (newest first), and the count-th newest timestamp when they are all newer (else 0).
+    (newest first), and the oldest of them (0 when there are none). When all ``count`` are
+    newer, that is the count-th newest timestamp, which says when the call would pass.
 
-    A binary search: the same one the Lua script runs with LINDEX.
+    A binary search: the same one the Lua script runs with LINDEX. The oldest hit inside
+    is always one the search has read, so it costs nothing more.
     """
     n = min(len(hits), count)
     if n == 0:
         return 0, 0
     last = hits[n - 1]
     if last > threshold_us:
-        return (count, last) if n == count else (n, 0)
-    lo, hi = 0, n - 1
+        return n, last
+    lo, hi, oldest = 0, n - 1, 0
     while lo < hi:
         mid = (lo + hi) // 2
-        if hits[mid] <= threshold_us:
+        stamp = hits[mid]
+        if stamp <= threshold_us:
             hi = mid
         else:
-            lo = mid + 1
-    return lo, 0
+            lo, oldest = mid + 1, stamp
+    return lo, oldest
 
 
 def log_outcome(
     rule: Rule, leaf: int, cost: float, counted: tuple[float, float], now_us: int
 ) -> Outcome:
-    """Sliding log: ``counted`` is (hits among the newest ``count - cost + 1``, the last of
-    them when all are inside the window)."""
+    """Sliding log: ``counted`` is (hits among the newest ``count - cost + 1``, the oldest
+    of them: when they are all inside the window, the call passes once it leaves)."""
     hits, nth_newest_us = counted
     if hits >= rule.count - cost + 1:
         return (True, int(nth_newest_us) + rule.span_ms * US_PER_MS - now_us, 0, leaf)
@@ -104,13 +107,20 @@ def counter_outcome(
     rate = current + previous * (size - elapsed) / size if sliding else current
     if rate + cost <= rule.count:
         return (False, 0, rule.count - rate, leaf)
-    room = rule.count - cost  # what may be counted for the call to pass
+    # what may be counted for the call to pass
+    wait = counter_wait(current, previous, elapsed, size, rule.count - cost, sliding)
+    return (True, math.ceil(wait), 0, leaf)
+
+
+def counter_wait(
+    current: float, previous: float, elapsed: int, size: int, room: float, sliding: bool
+) -> float:
+    """Microseconds until a window counter's rate, above ``room`` now, falls to ``room``:
+    ``elapsed`` into the current window of ``size``, with nothing more counted meanwhile."""
     if current <= room and sliding:
         # within this window, once the previous window's weight has fallen far enough
-        wait = size - size * (room - current) / previous - elapsed
-    elif sliding:
+        return size - size * (room - current) / previous - elapsed
+    if sliding:
         # in the next window, once this window (then the previous one) weighs little enough
-        wait = size - elapsed + size * (1 - room / current)
-    else:
-        wait = size - elapsed
-    return (True, math.ceil(wait), 0, leaf)
+        return size - elapsed + size * (1 - room / current)
+    return size - elapsed

@@ -3,10 +3,34 @@ that carries it when a raising front end refuses a call."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ratelimit.errors import RateLimitError
 from ratelimit.rules import Rule
+
+
+@dataclass(frozen=True, slots=True)
+class RuleState:
+    """One rule of the tree as a decision left it: what HTTP's ``RateLimit`` header field and
+    a gateway's per-descriptor status report.
+
+    - ``rule``: the rule; ``index`` its position among the tree's rules (left to right).
+    - ``limited``: the rule refused the call (alone it would have refused it).
+    - ``remaining``: hits this rule still admits now, after this call when it was admitted
+      (or peeked at); ``0`` when limited.
+    - ``reset_after``: seconds during which the rule admits no more than ``remaining``;
+      quota starts coming back after them. When limited, the seconds until it admits the
+      call again. Sliding log: until the oldest counted hit leaves the window. Fixed window:
+      until the window ends. Sliding window: until the weighted count has fallen by one.
+      With nothing counted, the rule's whole span.
+    """
+
+    rule: Rule
+    index: int
+    limited: bool
+    remaining: int
+    reset_after: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +53,10 @@ class Decision:
       ``on_error``, decided; nothing was recorded), but the front ends let the call
       through instead of refusing it. Hooks and logs see it, so a new limit can be
       watched before it is enforced.
+    - ``states``: per rule of the tree that applied (its selector resolved), what it has
+      left and when that changes: :class:`RuleState`, left to right. Computed when first
+      read, from what the storage already answered (no second round trip). Empty when no
+      storage counted (fail-open, the denial cache's own answers keep the storage's).
 
     Example::
 
@@ -44,6 +72,20 @@ class Decision:
     key: str
     degraded: bool = False
     shadow: bool = False
+    _states: tuple[RuleState, ...] | Callable[[], tuple[RuleState, ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    @property
+    def states(self) -> tuple[RuleState, ...]:
+        """Per rule of the tree that applied: its :class:`RuleState`."""
+        states = self._states
+        if states is None:
+            return ()
+        if callable(states):
+            states = states()
+            _STATES(self, states)  # computed once; the decision stays as it was
+        return states
 
 
 _new = object.__new__
@@ -53,10 +95,16 @@ _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
 )
 _DEGRADED = Decision.__dict__["degraded"].__set__
 _SHADOW = Decision.__dict__["shadow"].__set__
+_STATES = Decision.__dict__["_states"].__set__
 
 
 def make_decision(
-    allowed: bool, retry_after: float, rule: Rule | None, remaining: int | None, key: str
+    allowed: bool,
+    retry_after: float,
+    rule: Rule | None,
+    remaining: int | None,
+    key: str,
+    states: tuple[RuleState, ...] | Callable[[], tuple[RuleState, ...]] | None = None,
 ) -> Decision:
     """``Decision(...)`` at half the cost, for the hot path: a frozen dataclass's ``__init__``
     sets each field through ``object.__setattr__``; this sets the slots directly. The result
@@ -69,6 +117,7 @@ def make_decision(
     _KEY(decision, key)
     _DEGRADED(decision, False)
     _SHADOW(decision, False)
+    _STATES(decision, states)
     return decision
 
 

@@ -11,12 +11,14 @@ longer than needed. Bounded: the oldest entries go first.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
-from ratelimit.decision import Decision, make_decision
+from ratelimit.decision import Decision, RuleState, make_decision
 
 
 class Call(Hashable, Protocol):
@@ -53,7 +55,8 @@ class DenialCache:
         if left <= 0:
             del self._until[call]
             return None
-        return make_decision(False, left, decision.rule, 0, decision.key)
+        states = functools.partial(_later, decision, decision.retry_after - left)
+        return make_decision(False, left, decision.rule, 0, decision.key, states)
 
     def forget(self, namespace: str, key: str) -> None:
         """Drop every refusal of one (namespace, key): room was given back there."""
@@ -68,3 +71,12 @@ class DenialCache:
         self._until.move_to_end(call)
         while len(self._until) > self.size:
             self._until.popitem(last=False)
+
+
+def _later(decision: Decision, elapsed: float) -> tuple[RuleState, ...]:
+    """The storage's per-rule states of a refusal, ``elapsed`` seconds on: the same counts
+    (what came back meanwhile is not known here), their times that much shorter."""
+    return tuple(
+        dataclasses.replace(state, reset_after=max(state.reset_after - elapsed, 0.0))
+        for state in decision.states
+    )

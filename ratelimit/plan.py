@@ -22,9 +22,10 @@ from ratelimit.algorithms import (
     Outcome,
     counter_outcome,
     counter_rate,
+    counter_wait,
     log_outcome,
 )
-from ratelimit.decision import Decision, make_decision
+from ratelimit.decision import Decision, RuleState, make_decision
 from ratelimit.rules import And, Node, Rule
 
 # Prefix program opcodes, each followed by one operand.
@@ -280,7 +281,7 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> 
     """
     rules = plan.compiled.rules
     if len(rules) == 1:  # the common single rule: no tree to walk
-        return decision_of(plan, _leaf(plan, 0, now_us, counts))
+        return decided(plan, _leaf(plan, 0, now_us, counts), now_us, counts)
 
     def node(pos: int) -> tuple[Outcome, int]:
         op, operand = plan.compiled.program[pos], plan.compiled.program[pos + 1]
@@ -303,14 +304,53 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> 
         pick = min if op == OP_OR else max
         return pick(bounded, key=lambda c: c[2]), pos  # type: ignore[arg-type, return-value]
 
-    return decision_of(plan, node(0)[0])
+    return decided(plan, node(0)[0], now_us, counts)
 
 
-def decision_of(plan: Plan, outcome: Outcome) -> Decision:
-    """The decision of the whole tree from its root's outcome."""
+def decided(
+    plan: Plan, outcome: Outcome, now_us: int, counts: Sequence[tuple[float, float]]
+) -> Decision:
+    """The decision of the whole tree from its root's outcome, its per-rule states computed
+    from the same counts when first read (``counts`` must not change afterwards)."""
     limited, retry_us, remaining, binding = outcome
     rule = plan.compiled.rules[binding] if binding is not None else None
+    states = _partial(rule_states, plan, now_us, counts, not limited)
     if limited:
-        return make_decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key)
+        return make_decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key, states)
     left = None if remaining is None else math.floor(remaining - plan.cost)
-    return make_decision(True, 0.0, rule, left, plan.key)
+    return make_decision(True, 0.0, rule, left, plan.key, states)
+
+
+_partial = functools.partial
+
+
+def rule_states(
+    plan: Plan, now_us: int, counts: Sequence[tuple[float, float]], allowed: bool
+) -> tuple[RuleState, ...]:
+    """Per rule that applied: what it has left after the decision (after the call's cost
+    when ``allowed``) and for how long (see :class:`~ratelimit.decision.RuleState`)."""
+    states = []
+    used = plan.cost if allowed else 0
+    for i, rule in enumerate(plan.compiled.rules):
+        if plan.leaf_identifiers[i] < 0:
+            continue
+        limited, retry_us, left, _ = _leaf(plan, i, now_us, counts)
+        if limited:
+            states.append(RuleState(rule, i, True, 0, max(retry_us, 0) / 1_000_000))
+            continue
+        assert left is not None  # an applied rule that admits has a count
+        remaining = max(math.floor(left - used), 0)
+        span_us = rule.span_ms * US_PER_MS
+        if remaining >= rule.count:  # nothing counted: the whole span ahead
+            reset_us: float = span_us
+        elif plan.algorithm == SLIDING_LOG:  # until the oldest hit inside leaves
+            hits, oldest = counts[i]
+            reset_us = (oldest if hits else now_us) + span_us - now_us
+        else:  # until one more hit fits
+            current, previous = counts[i]
+            elapsed = now_us - now_us // span_us * span_us
+            room = rule.count - remaining - 1
+            sliding = plan.algorithm == SLIDING_WINDOW
+            reset_us = counter_wait(current + used, previous, elapsed, span_us, room, sliding)
+        states.append(RuleState(rule, i, False, remaining, max(reset_us, 0) / 1_000_000))
+    return tuple(states)

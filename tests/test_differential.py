@@ -2,7 +2,8 @@
 
 A seeded random trace of calls (rules trees with selectors, values, time steps of a few
 milliseconds up to seconds) is run against each backend with one fake clock; every
-``Decision`` must be equal, retry_after to the microsecond.
+``Decision`` must be equal, retry_after to the microsecond, and so must its per-rule
+``states``.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ async def compare(backends: dict[str, tuple[Backend, FakeClock]], seed: int) -> 
     for name, trace in traces.items():
         for step, (want, got) in enumerate(zip(reference, trace, strict=True)):
             assert got == want, f"{name} differs from {reference_name} at step {step}"
+            assert got.states == want.states, f"{name}'s states differ at step {step}"
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -175,6 +177,9 @@ async def run_all_engines(
                 ]
                 assert decisions[1] == decisions[0], f"script differs at step {step}"
                 assert decisions[2] == decisions[0], f"commands differ at step {step}"
+                states = decisions[0].states
+                assert decisions[1].states == states, f"script's states differ at step {step}"
+                assert decisions[2].states == states, f"commands' states differ at step {step}"
         now = round(clocks[0]() * 1_000_000)
         if algorithm != "sliding-log":
             await compare_counters(tree, now, memory, script_client, command_client)

@@ -29,7 +29,7 @@ from ratelimit.plan import (
     Identifier,
     Plan,
     counter_update_rate,
-    decision_of,
+    decided,
     evaluate,
     limits_per_identifier,
 )
@@ -176,7 +176,7 @@ class MemoryBackend:
             log = self._logs[identifier] = _Log()  # an unrecorded one is swept when expired
         span_us = rule.span_ms * US_PER_MS
         counted = window(log.hits, rule.count - int(plan.cost) + 1, now - span_us)
-        decision = decision_of(plan, log_outcome(rule, 0, plan.cost, counted, now))
+        decision = decided(plan, log_outcome(rule, 0, plan.cost, counted, now), now, (counted,))
         if decision.allowed and plan.record:
             log.record(now, int(plan.cost), rule.count, span_us)
         return decision

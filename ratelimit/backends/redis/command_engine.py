@@ -357,9 +357,9 @@ class RedisCommandBackend:
             return window(head, count, threshold)
         if nth is not None and int(nth) > threshold:
             return count, int(nth)
-        hits, _ = window(head, HEAD, threshold)
-        if hits < HEAD:
-            return hits, 0  # an old entry within the head ends the window
+        counted = window(head, HEAD, threshold)
+        if counted[0] < HEAD:
+            return counted  # an old entry within the head ends the window
         rest = [int(t) for t in await self.client.lrange(key, HEAD, count - 1)]
         return window([*head, *rest], count, threshold)
 

@@ -13,9 +13,10 @@
 -- ARGV[4]   the call's cost: how many hits it records (at most every leaf's count).
 -- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
 --
--- Returns   {allowed (1/0), now, hits_1, nth_1, ..., hits_L, nth_L}: per leaf, with
---           depth = count - cost + 1, the hits in its window among the newest `depth` and,
---           when all `depth` are inside, the depth-th newest timestamp. When allowed, every
+-- Returns   {allowed (1/0), now, hits_1, oldest_1, ..., hits_L, oldest_L}: per leaf, with
+--           depth = count - cost + 1, the hits in its window among the newest `depth` and
+--           the oldest of them (0 when none; when all `depth` are inside, the depth-th
+--           newest timestamp, which says when the call would pass). When allowed, every
 --           list got `cost` hits, was trimmed to the largest count any limit on it asked to
 --           keep (its leaves here, or the count its companion holds: two limits, or two
 --           deployments, on one list never cut each other's history), and expires after
@@ -31,23 +32,21 @@ local result = {0, now}
 local keep, ttl, lengths = {}, {}, {}
 
 -- Hits younger than the span among the newest `count` entries of list KEYS[k], and the
--- count-th newest timestamp when they reach `count` (binary search with LINDEX).
+-- oldest of them, 0 when none (binary search with LINDEX; the oldest is one it read).
 local function window(k, count, threshold)
   local key = KEYS[k]
   lengths[k] = lengths[k] or redis.call('LLEN', key)
   local n = math.min(lengths[k], count)
   if n == 0 then return 0, 0 end
   local last = tonumber(redis.call('LINDEX', key, n - 1))
-  if last > threshold then
-    if n == count then return count, last end
-    return n, 0
-  end
-  local lo, hi = 0, n - 1
+  if last > threshold then return n, last end
+  local lo, hi, oldest = 0, n - 1, 0
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if tonumber(redis.call('LINDEX', key, mid)) <= threshold then hi = mid else lo = mid + 1 end
+    local stamp = tonumber(redis.call('LINDEX', key, mid))
+    if stamp <= threshold then hi = mid else lo, oldest = mid + 1, stamp end
   end
-  return lo, 0
+  return lo, oldest
 end
 
 for i = 0, leaves - 1 do
@@ -55,15 +54,15 @@ for i = 0, leaves - 1 do
   local count = tree[2 + 2 * i]
   local span = tree[3 + 2 * i]
   local depth = count - cost + 1
-  local hits, nth = 0, 0
+  local hits, oldest = 0, 0
   if k > 0 then
-    hits, nth = window(k, depth, now - span)
+    hits, oldest = window(k, depth, now - span)
     keep[k] = math.max(keep[k] or 0, count)
     ttl[k] = math.max(ttl[k] or 0, span)
   end
   limited[i] = hits >= depth
   result[#result + 1] = hits
-  result[#result + 1] = nth
+  result[#result + 1] = oldest
 end
 
 if tree_limited(limited) then return result end
