@@ -1,0 +1,118 @@
+"""What a response says about the limits that decided it: the ``RateLimit-Policy`` and
+``RateLimit`` fields of draft-ietf-httpapi-ratelimit-headers-11 (Structured Field lists, one
+item per rule that applied), ``Retry-After`` in whole seconds rounded up, the optional legacy
+``X-RateLimit-*`` trio, and the RFC 9457 problem details of a refusal.
+
+Each policy is named by its rule's text (``"ip:5/m"``), so a client reads what it is held
+to. ``w`` is given for spans of whole seconds (the field has no finer unit); ``t`` is
+:attr:`RuleState.reset_after <ratelimit.decision.RuleState>` rounded up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+from ratelimit.decision import Decision, RuleState
+
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+PROBLEM_JSON = b"application/problem+json"
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def _name(state: RuleState) -> str:
+    """The policy's name as a Structured Field String (rule text is printable ASCII)."""
+    text = str(state.rule).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def seconds(value: float) -> int:
+    """Whole seconds, rounded up (delay-seconds)."""
+    return max(math.ceil(value - 1e-9), 0)
+
+
+def policy_field(states: Sequence[RuleState]) -> str:
+    """``RateLimit-Policy``: ``"ip:5/m";q=5;w=60, ...``."""
+    items = []
+    for state in states:
+        item = f"{_name(state)};q={state.rule.count}"
+        if state.rule.span_ms % 1000 == 0:
+            item += f";w={state.rule.span_ms // 1000}"
+        items.append(item)
+    return ", ".join(items)
+
+
+def limit_field(states: Sequence[RuleState]) -> str:
+    """``RateLimit``: ``"ip:5/m";r=3;t=42, ...``."""
+    return ", ".join(
+        f"{_name(state)};r={state.remaining};t={seconds(state.reset_after)}" for state in states
+    )
+
+
+def retry_after(decision: Decision) -> int:
+    """``Retry-After`` of a refusal: whole seconds, rounded up, at least 1."""
+    return max(seconds(decision.retry_after), 1)
+
+
+def rate_limit_headers(decisions: Sequence[Decision], legacy: bool = False) -> Headers:
+    """The headers of a response decided by ``decisions`` (a route's limit and any
+    dependencies'): nothing when no storage counted (no rule applied, or fail-open)."""
+    states = [state for decision in decisions for state in decision.states]
+    if not states:
+        return []
+    headers: Headers = [
+        (b"ratelimit-policy", policy_field(states).encode("ascii")),
+        (b"ratelimit", limit_field(states).encode("ascii")),
+    ]
+    if legacy:
+        tightest = min(states, key=lambda s: (s.remaining, -s.reset_after))
+        headers += [
+            (b"x-ratelimit-limit", str(tightest.rule.count).encode()),
+            (b"x-ratelimit-remaining", str(tightest.remaining).encode()),
+            (b"x-ratelimit-reset", str(seconds(tightest.reset_after)).encode()),
+        ]
+    return headers
+
+
+def violated(decision: Decision) -> list[str]:
+    """The names of the policies that refused."""
+    names = [str(s.rule) for s in decision.states if s.limited]
+    if not names and decision.rule is not None:
+        names = [str(decision.rule)]
+    return names
+
+
+def problem(decision: Decision) -> tuple[int, bytes]:
+    """The status and ``application/problem+json`` body of a refusal: 429 naming the
+    violated policies, or 503 when the storage failed and ``on_error="deny"`` refused."""
+    wait = retry_after(decision)
+    if decision.degraded:
+        body = {
+            "type": "about:blank",
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "the rate limiter's storage is not answering and this service refuses "
+            f"requests until it does; retry after {wait} s",
+        }
+        return 503, json.dumps(body).encode()
+    policies = violated(decision)
+    body = {
+        "type": QUOTA_EXCEEDED,
+        "title": "Request cannot be satisfied as assigned quota has been exceeded",
+        "status": 429,
+        "detail": f"rate limit exceeded ({', '.join(policies) or decision.key}); "
+        f"retry after {wait} s",
+        "violated-policies": policies,
+    }
+    return 429, json.dumps(body).encode()
+
+
+def refusal_headers(decision: Decision, body: bytes) -> Headers:
+    """``Content-Type``, ``Content-Length`` and ``Retry-After`` of a problem response."""
+    return [
+        (b"content-type", PROBLEM_JSON),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(retry_after(decision)).encode()),
+    ]

@@ -1,0 +1,216 @@
+"""``RateLimitMiddleware``: plain ASGI, under Starlette, FastAPI or any ASGI application.
+
+Per request: excluded paths pass untouched; otherwise the **first** route that matches the
+method and path decides (one rule tree, atomically; put every limit a path needs in its
+route's rules). A refused request gets a 429 (or 503 when the storage failed and
+``on_error="deny"``), a WebSocket handshake is refused before it is accepted, and every
+response the limiter decided carries the ``RateLimit-Policy`` / ``RateLimit`` headers. The
+body streams through untouched: nothing is buffered.
+
+Limits decided inside the application (a :class:`~ratelimit.asgi.RouteLimit` dependency, a
+``@rl.limit`` function the route calls) reach the same headers, and their
+``RateLimitExceeded`` becomes the same 429 when the response has not started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from typing import Any
+
+from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers
+from ratelimit.asgi.request import HTTPRequest, TrustedProxies
+from ratelimit.asgi.routes import Route, pattern
+from ratelimit.asgi.sources import Source, resolve
+from ratelimit.decider import CallKey
+from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.limiter import RateLimit
+from ratelimit.plan import CompiledTree
+from ratelimit.settings import check_cost, check_cost_type
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Refused = Callable[[HTTPRequest, Decision], ASGIApp]
+
+DECISIONS = "ratelimit.decisions"
+"""Scope key of the list of decisions made for one request (the middleware's and any the
+application adds), read when the response starts."""
+STATE = "ratelimit"
+"""Name under ``request.state`` (``scope["state"]``) of the route's decision."""
+
+
+async def decide(
+    limiter: RateLimit,
+    compiled: CompiledTree,
+    key: str,
+    sources: dict[str, Source],
+    cost: float,
+    shadow: bool,
+    request: HTTPRequest,
+) -> Decision:
+    """One request's decision under a limit of the HTTP front end."""
+    values = await resolve(compiled.selectors, sources, request) if compiled.selectors else ()
+    decider = limiter.decider
+    call = CallKey(compiled, decider.namespace, key, values, cost, decider.algorithm)
+    return await decider.decide(call, True, shadow)
+
+
+class RateLimitMiddleware:
+    """Limit an ASGI application's requests by route.
+
+    ``limiter``: the :class:`~ratelimit.RateLimit` that counts. ``routes``: :class:`Route`
+    limits, the first match deciding. ``exclude``: path patterns that never touch the
+    limiter (health checks, metrics), checked first. ``trusted_proxies``: the addresses or
+    networks whose ``Forwarded`` / ``X-Forwarded-For`` headers name the client (default:
+    none; the client is the connection's peer); ``ipv6_prefix``: IPv6 clients counted per
+    network of that many bits (default 64). ``headers``: send ``RateLimit-Policy`` and
+    ``RateLimit`` (default on); ``legacy_headers``: also ``X-RateLimit-Limit``, ``-Remaining``
+    and ``-Reset`` (seconds). ``refused``: a function of (request, decision) returning the
+    ASGI response for a 429 (default: RFC 9457 problem details).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: RateLimit,
+        routes: Sequence[Route] = (),
+        *,
+        exclude: Iterable[str] = (),
+        trusted_proxies: Iterable[str] = (),
+        ipv6_prefix: int = 64,
+        headers: bool = True,
+        legacy_headers: bool = False,
+        refused: Refused | None = None,
+    ) -> None:
+        if not isinstance(limiter, RateLimit):
+            raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
+        self.app = app
+        self.limiter = limiter
+        self.routes = tuple(routes)
+        algorithm = limiter.decider.algorithm
+        for route in self.routes:
+            if not isinstance(route, Route):
+                raise TypeError(f"routes take ratelimit.asgi.Route objects, not {route!r}")
+            check_cost_type(route.cost, algorithm)
+            check_cost(route.compiled, route.cost, algorithm)
+        if isinstance(exclude, str):
+            exclude = [exclude]
+        self.exclude = tuple(pattern(path, "exclude") for path in exclude)
+        self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix)
+        self.headers = bool(headers)
+        self.legacy_headers = bool(legacy_headers)
+        self.refused = refused
+
+    def route_for(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The route that decides a request (the first that matches), with its path
+        parameters; ``None`` for excluded and unmatched paths."""
+        if any(excluded.fullmatch(path) for excluded in self.exclude):
+            return None
+        return self._match(method, path)
+
+    def _match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        for route in self.routes:
+            params = route.match(method, path)
+            if params is not None:
+                return route, params
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if any(excluded.fullmatch(path) for excluded in self.exclude):
+            await self.app(scope, receive, send)
+            return
+        decisions: list[Decision] = []
+        scope = {**scope, DECISIONS: decisions}
+        method = "WEBSOCKET" if kind == "websocket" else scope.get("method", "GET")
+        found = self._match(method, path)
+        request = None
+        if found is not None:
+            route, params = found
+            request = HTTPRequest(scope, self.proxies, params)
+            shadow = self.limiter.settings.shadow if route.shadow is None else route.shadow
+            decision = await decide(
+                self.limiter, route.compiled, route.key, route.sources, route.cost, shadow, request
+            )
+            decisions.append(decision)
+            state = scope["state"] = dict(scope.get("state") or {})
+            state[STATE] = decision
+            if not decision.allowed and not decision.shadow:
+                await self._refuse(scope, receive, send, request, decision, decisions)
+                return
+        if kind == "websocket":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start" and not started:
+                started = True
+                if self.headers and decisions:
+                    added = rate_limit_headers(decisions, self.legacy_headers)
+                    if added:
+                        message = {**message, "headers": [*message.get("headers", ()), *added]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except RateLimitExceeded as exc:  # a limit inside the application refused
+            if started:
+                raise
+            if all(d is not exc.decision for d in decisions):
+                decisions.append(exc.decision)
+            request = request or HTTPRequest(scope, self.proxies)
+            await self._refuse(scope, receive, send, request, exc.decision, decisions)
+
+    async def _refuse(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request: HTTPRequest,
+        decision: Decision,
+        decisions: list[Decision],
+    ) -> None:
+        added = rate_limit_headers(decisions, self.legacy_headers) if self.headers else []
+        if scope["type"] == "websocket":
+            await _refuse_websocket(scope, receive, send, decision, added)
+            return
+        if self.refused is not None and not decision.degraded:
+            response = self.refused(request, decision)
+
+            async def send_with_headers(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", ()), *added]}
+                await send(message)
+
+            await response(scope, receive, send_with_headers)
+            return
+        status, body = problem(decision)
+        headers = [*refusal_headers(decision, body), *added]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse_websocket(
+    scope: Scope, receive: Receive, send: Send, decision: Decision, added: list[Any]
+) -> None:
+    """Refuse a handshake before accepting it: with the 429 itself where the server offers
+    ASGI's ``websocket.http.response`` extension (uvicorn does), else by closing with 1008
+    (policy violation), which the server answers with 403."""
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return
+    if "websocket.http.response" in scope.get("extensions", {}):
+        status, body = problem(decision)
+        headers = [*refusal_headers(decision, body), *added]
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    await send({"type": "websocket.close", "code": 1008, "reason": "rate limit exceeded"})

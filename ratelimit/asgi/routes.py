@@ -1,0 +1,103 @@
+"""Which requests a limit applies to: path patterns and methods."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ratelimit.asgi.sources import Source, sources_for
+from ratelimit.errors import ConfigurationError
+from ratelimit.plan import CompiledTree, compile_tree
+from ratelimit.rules import RuleLike, to_tree
+
+_PARAMETER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
+METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT", "WEBSOCKET"}
+)
+
+
+def pattern(path: str, where: str) -> re.Pattern[str]:
+    """A path pattern as a regular expression matching whole paths: ``{name}`` is one
+    segment, ``{name:path}`` the rest of the path, and a trailing ``*`` anything after."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ConfigurationError(f"{where}: a path pattern starts with '/', not {path!r}")
+    glob = path.endswith("*")
+    body = path[:-1] if glob else path
+    if "*" in body:
+        raise ConfigurationError(f"{where}: '*' may only end a path pattern: {path!r}")
+    regex, end = [], 0
+    for match in _PARAMETER.finditer(body):
+        regex.append(re.escape(body[end : match.start()]))
+        name, rest = match.groups()
+        regex.append(f"(?P<{name}>.*)" if rest else f"(?P<{name}>[^/]+)")
+        end = match.end()
+    tail = body[end:]
+    if "{" in tail or "}" in tail:
+        raise ConfigurationError(
+            f"{where}: {path!r} has a malformed parameter; write {{name}} or {{name:path}}"
+        )
+    regex.append(re.escape(tail))
+    try:
+        return re.compile("".join(regex) + (".*" if glob else ""))
+    except re.error as exc:  # a parameter named twice
+        raise ConfigurationError(f"{where}: {path!r}: {exc}") from None
+
+
+class Route:
+    """A limit on the requests whose path matches ``path`` (and, when given, whose method is
+    one of ``methods``; ``"WEBSOCKET"`` names WebSocket handshakes).
+
+    ``rules``: as for ``RateLimit.limit``. ``key``: the counters' name (default: the methods
+    and the pattern, e.g. ``"GET /ping"``); routes with one key share counters.
+    ``**sources``: where each selector's value comes from (see :mod:`ratelimit.asgi.sources`);
+    a selector named ``ip`` reads the client address unless given. ``cost``: hits per
+    request. ``shadow``: decide and report, never refuse (default: the limiter's setting).
+    Everything is checked here, when the application starts.
+    """
+
+    __slots__ = ("compiled", "cost", "key", "methods", "path", "regex", "shadow", "sources")
+
+    def __init__(
+        self,
+        path: str,
+        rules: RuleLike,
+        *,
+        methods: Iterable[str] | None = None,
+        key: str | None = None,
+        cost: float = 1,
+        shadow: bool | None = None,
+        **sources: Any,
+    ) -> None:
+        where = f"Route({path!r})"
+        self.path = path
+        self.regex = pattern(path, where)
+        if isinstance(methods, str):
+            methods = [methods]
+        self.methods = None if methods is None else frozenset(m.upper() for m in methods)
+        if self.methods is not None:
+            unknown = sorted(self.methods - METHODS)
+            if unknown or not self.methods:
+                raise ConfigurationError(
+                    f"{where}: unknown method {', '.join(unknown) or '(none given)'}; "
+                    f"methods are {', '.join(sorted(METHODS))}"
+                )
+        if key is not None and (not isinstance(key, str) or not key):
+            raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
+        self.key = key or (f"{' '.join(sorted(self.methods))} {path}" if self.methods else path)
+        self.compiled: CompiledTree = compile_tree(to_tree(rules))
+        self.cost = cost
+        if shadow is not None and not isinstance(shadow, bool):
+            raise TypeError(f"{where}: shadow must be True or False, not {shadow!r}")
+        self.shadow = shadow
+        self.sources: dict[str, Source] = sources_for(self.compiled, sources, where, body=False)
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        """The path parameters when this route applies to the request, else ``None``."""
+        if self.methods is not None and method not in self.methods:
+            return None
+        found = self.regex.fullmatch(path)
+        return None if found is None else found.groupdict()
+
+    def __repr__(self) -> str:
+        return f"Route({self.path!r}, '{self.compiled.tree}', key={self.key!r})"

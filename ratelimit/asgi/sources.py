@@ -1,0 +1,165 @@
+"""Where an HTTP limit's selector values come from: the client address, a header, a path or
+query parameter, the authenticated user, a field of the JSON body (route dependencies only),
+or any function of the request, sync or async.
+
+Each source is a function of an :class:`~ratelimit.asgi.request.HTTPRequest`. A value of
+``None`` or ``""`` means the rule does not apply to that request (as everywhere in this
+package): a request without an ``X-API-Key`` header is not limited by ``apikey:10/m``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ratelimit.asgi.request import HTTPRequest
+from ratelimit.errors import ConfigurationError
+from ratelimit.plan import CompiledTree
+from ratelimit.selectors import as_text
+
+SourceFunction = Callable[[HTTPRequest], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A named way to read a selector value from a request. ``needs_body``: reads the body,
+    which only a route dependency can (the middleware never buffers one)."""
+
+    read: SourceFunction
+    what: str
+    needs_body: bool = False
+
+    def __repr__(self) -> str:
+        return self.what
+
+
+def client_ip() -> Source:
+    """The client's address (see ``trusted_proxies``). The default source of a selector
+    named ``ip``."""
+    return Source(lambda request: request.client_ip, "client_ip()")
+
+
+def header(name: str) -> Source:
+    """A request header, by name (any case); repeated headers joined with ``", "``."""
+    _check_name("header", name)
+    lower = name.lower()
+    return Source(lambda request: request.headers.get(lower), f"header({name!r})")
+
+
+def query_param(name: str) -> Source:
+    """A query-string parameter (its first value)."""
+    _check_name("query_param", name)
+    return Source(lambda request: request.query.get(name), f"query_param({name!r})")
+
+
+def path_param(name: str) -> Source:
+    """A path parameter: ``{name}`` in the route's pattern, or the framework's own."""
+    _check_name("path_param", name)
+    return Source(lambda request: request.path_params.get(name), f"path_param({name!r})")
+
+
+def user(attribute: str | None = None) -> Source:
+    """The authenticated user, ``scope["user"]`` (Starlette's ``AuthenticationMiddleware``
+    sets it): its ``attribute``, else its ``identity``, ``username`` or ``display_name``,
+    else its text. An unauthenticated user (``is_authenticated`` false) has no value."""
+    if attribute is not None:
+        _check_name("user", attribute)
+
+    def read(request: HTTPRequest) -> Any:
+        who = request.user
+        if who is None or getattr(who, "is_authenticated", True) is False:
+            return None
+        if attribute is not None:
+            return getattr(who, attribute, None)
+        for name in ("identity", "username", "display_name"):
+            value = getattr(who, name, None)
+            if value:
+                return value
+        return who
+
+    return Source(read, "user()" if attribute is None else f"user({attribute!r})")
+
+
+def json_field(path: str) -> Source:
+    """A field of the JSON body: ``"username"``, or ``"user.name"`` for nested objects.
+    Route dependencies only: the middleware never reads a body."""
+    _check_name("json_field", path)
+    parts = path.split(".")
+
+    async def read(request: HTTPRequest) -> Any:
+        value = await request.json()
+        for part in parts:
+            if not isinstance(value, Mapping):
+                return None
+            value = value.get(part)
+        return None if isinstance(value, Mapping | list) else value
+
+    return Source(read, f"json_field({path!r})", needs_body=True)
+
+
+def _check_name(source: str, name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{source}() takes a non-empty name, not {name!r}")
+
+
+def sources_for(
+    compiled: CompiledTree, given: Mapping[str, object], where: str, body: bool
+) -> dict[str, Source]:
+    """Every selector of ``compiled`` mapped to its source, checked now: a selector named
+    ``ip`` reads :func:`client_ip` unless given; a function of the request is wrapped; a
+    literal is fixed. A missing source, a source for no selector of the rules, or a body
+    source where no body can be read (``body`` false) raises ``ConfigurationError``."""
+    unknown = sorted(set(given) - set(compiled.selectors))
+    if unknown:
+        raise ConfigurationError(
+            f"{where}: {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a "
+            f"selector of its rules '{compiled.tree}'"
+        )
+    sources: dict[str, Source] = {}
+    for name in compiled.selectors:
+        if name in given:
+            sources[name] = _as_source(given[name], name, where)
+        elif name == "ip":
+            sources[name] = client_ip()
+        else:
+            raise ConfigurationError(
+                f"{where}: rules '{compiled.tree}' select {name!r} but no source was given; "
+                f"pass {name}=header('x-{name}'), query_param({name!r}), path_param({name!r}), "
+                f"user(), json_field({name!r}) or a function of the request"
+            )
+        if sources[name].needs_body and not body:
+            raise ConfigurationError(
+                f"{where}: {name}={sources[name]!r} reads the request body, which the "
+                "middleware never buffers; limit that route with a dependency "
+                "(ratelimit.asgi.RouteLimit) instead"
+            )
+    return sources
+
+
+def _as_source(value: object, name: str, where: str) -> Source:
+    if isinstance(value, Source):
+        return value
+    if callable(value):
+        function: SourceFunction = value
+        return Source(function, getattr(value, "__qualname__", repr(value)))
+    if value is None or isinstance(value, str | int | bytes):
+        return Source(lambda request: value, repr(value))
+    raise TypeError(
+        f"{where}: {name}= must be a source (header(), query_param(), ...), a function of "
+        f"the request or a literal, not {type(value).__name__}"
+    )
+
+
+async def resolve(
+    names: tuple[str, ...], sources: Mapping[str, Source], request: HTTPRequest
+) -> tuple[str | None, ...]:
+    """The selector values of one request, in the order of ``names``."""
+    values: list[str | None] = []
+    for name in names:
+        value = sources[name].read(request)
+        if inspect.isawaitable(value):
+            value = await value
+        values.append(as_text(value))
+    return tuple(values)

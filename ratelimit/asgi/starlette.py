@@ -1,0 +1,124 @@
+"""``RouteLimit``: a limit on one route of a FastAPI or Starlette application, with
+selectors from headers, the JSON body or the authenticated user.
+
+FastAPI::
+
+    login_limit = RouteLimit(rl, "username:3/m", username=json_field("username"))
+
+    @app.post("/login", dependencies=[Depends(login_limit)])
+    async def login(body: Login) -> dict[str, str]: ...
+
+Starlette (no dependency injection): ``decision = await login_limit.check(request)`` at the
+top of the endpoint.
+
+The decision is returned (``decision: Decision = Depends(login_limit)``) and kept on
+``request.state.ratelimit``. With :class:`~ratelimit.asgi.RateLimitMiddleware` installed (its
+routes may be empty), the response carries the ``RateLimit`` headers and a refusal is the
+middleware's 429; without it, a refusal is raised as Starlette's ``HTTPException`` (429, or
+503 under ``on_error="deny"``) with the same headers, and admitted responses carry none.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection, Request
+
+from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers
+from ratelimit.asgi.middleware import DECISIONS, STATE, decide
+from ratelimit.asgi.request import HTTPRequest, TrustedProxies
+from ratelimit.asgi.sources import sources_for
+from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.limiter import RateLimit
+from ratelimit.plan import compile_tree
+from ratelimit.rules import RuleLike, to_tree
+from ratelimit.settings import check_cost, check_cost_type
+
+logger = logging.getLogger("ratelimit.asgi")
+
+
+class RouteLimit:
+    """A limit for one route, checked when made. ``rules``, ``key``, ``cost`` and
+    ``shadow`` as for ``RateLimit.limit`` (``key`` defaults to the method and the route's
+    path template, e.g. ``"POST /login"``); ``**sources`` as for
+    :class:`~ratelimit.asgi.Route`, body fields included; ``trusted_proxies`` and
+    ``ipv6_prefix`` as for the middleware (a selector named ``ip`` reads the client)."""
+
+    def __init__(
+        self,
+        limiter: RateLimit,
+        rules: RuleLike,
+        *,
+        key: str | None = None,
+        cost: float = 1,
+        shadow: bool | None = None,
+        trusted_proxies: Iterable[str] = (),
+        ipv6_prefix: int = 64,
+        **sources: Any,
+    ) -> None:
+        if not isinstance(limiter, RateLimit):
+            raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
+        self.limiter = limiter
+        self.compiled = compile_tree(to_tree(rules))
+        where = f"RouteLimit('{self.compiled.tree}')"
+        algorithm = limiter.decider.algorithm
+        check_cost_type(cost, algorithm)
+        check_cost(self.compiled, cost, algorithm)
+        if key is not None and (not isinstance(key, str) or not key):
+            raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
+        if shadow is not None and not isinstance(shadow, bool):
+            raise TypeError(f"{where}: shadow must be True or False, not {shadow!r}")
+        self.key = key
+        self.cost = cost
+        self.shadow = shadow
+        self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix)
+        self.sources = sources_for(self.compiled, sources, where, body=True)
+        self._warned = False
+
+    async def __call__(self, request: Request) -> Decision:
+        return await self.check(request)
+
+    async def check(self, request: HTTPConnection) -> Decision:
+        """Decide ``request``: return the decision when admitted (or in shadow mode), else
+        raise (see the module's documentation)."""
+        scope = request.scope
+        body = request.json if isinstance(request, Request) else None
+        view = HTTPRequest(scope, self.proxies, body=body)
+        shadow = self.limiter.settings.shadow if self.shadow is None else self.shadow
+        key = self.key or _route_key(request)
+        decision = await decide(
+            self.limiter, self.compiled, key, self.sources, self.cost, shadow, view
+        )
+        setattr(request.state, STATE, decision)
+        decisions = scope.get(DECISIONS)
+        if decisions is not None:
+            decisions.append(decision)
+        if decision.allowed or decision.shadow:
+            if decisions is None and not self._warned:
+                self._warned = True
+                logger.warning(
+                    "ratelimit: RouteLimit works without RateLimitMiddleware, but admitted "
+                    "responses carry no RateLimit headers; add the middleware (routes=[] is "
+                    "fine) to send them"
+                )
+            return decision
+        if decisions is not None:
+            raise RateLimitExceeded(decision)  # the middleware answers it
+        status, body_bytes = problem(decision)
+        headers = refusal_headers(decision, body_bytes)[2:] + rate_limit_headers([decision])
+        raise HTTPException(
+            status,
+            detail=body_bytes.decode(),
+            headers={name.decode(): value.decode() for name, value in headers},
+        )
+
+
+def _route_key(request: HTTPConnection) -> str:
+    """The method and the route's path template (``"POST /login"``), else the path."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", None) or request.url.path
+    method = request.scope.get("method", "WEBSOCKET")
+    return f"{method} {path}"
