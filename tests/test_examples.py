@@ -21,6 +21,7 @@ EXPECTED = {
     "pipelining.py": "auto_pipeline=False: 1000 of 2000",
     "event_loops.py": "run 2: 40 of 300 admitted, 100 in all under 100/h",
     "settings.py": "admin: 3 of 5 admitted under 3/m",
+    "web_app.py": "POST /login ann #4: 429",
 }
 ON_MEMORY = {
     **EXPECTED,

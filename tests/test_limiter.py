@@ -35,7 +35,7 @@ def test_public_names_are_sorted_and_complete() -> None:
     public = {name for name in vars(ratelimit) if not name.startswith("_")}
     public -= {"algorithms", "backends", "decision", "denials", "errors", "grammar", "limiter"}
     public -= {"background", "decider", "hooks", "limit", "plan", "registry", "waiting"}
-    public -= {"loops", "policy", "rules", "selectors", "settings", "windows"}
+    public -= {"loops", "policy", "rules", "selectors", "settings", "windows", "asgi"}
     assert public == set(ratelimit.__all__)
 
 

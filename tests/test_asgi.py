@@ -1,0 +1,287 @@
+"""The ASGI front end in process (httpx's ASGI transport, memory storage): configuration
+checked when made, client addresses, sources, header fields, the refusal answers. The same
+behaviour under a real uvicorn is in tests/test_http_server.py."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from http_sfv.list import List as SFList
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route as StarletteRoute
+
+from ratelimit import (
+    BackendError,
+    ConfigurationError,
+    MemoryBackend,
+    RateLimit,
+    Rule,
+    RuleState,
+    RuleSyntaxError,
+)
+from ratelimit.asgi import (
+    RateLimitMiddleware,
+    Route,
+    RouteLimit,
+    TrustedProxies,
+    header,
+    json_field,
+    path_param,
+    query_param,
+    user,
+)
+from ratelimit.asgi.headers import limit_field, policy_field, seconds
+from ratelimit.backends.base import Backend
+from ratelimit.decision import Decision
+from ratelimit.plan import CounterUpdate, Plan
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def app_with(
+    rl: RateLimit, routes: list[Route], endpoint: Callable[..., Any] | None = None, **options: Any
+) -> Starlette:
+    async def plain(request: Request) -> PlainTextResponse:
+        if endpoint is not None:
+            return await endpoint(request)  # type: ignore[no-any-return]
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[StarletteRoute("/{path:path}", plain, methods=["GET", "POST"])])
+    app.add_middleware(RateLimitMiddleware, limiter=rl, routes=routes, **options)
+    return app
+
+
+def client(app: Any, peer: str = "10.1.1.1") -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=(peer, 4000))
+    return httpx.AsyncClient(transport=transport, base_url="http://test")
+
+
+# --- configuration, checked when made ---
+
+
+def test_a_bad_rule_fails_when_the_route_is_made() -> None:
+    with pytest.raises(RuleSyntaxError):
+        Route("/x", "5/fortnight")
+
+
+def test_a_selector_without_a_source_is_named() -> None:
+    with pytest.raises(ConfigurationError, match="select 'apikey' but no source was given"):
+        Route("/x", "apikey:5/m")
+
+
+def test_a_source_for_no_selector_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="apikey is not a selector of its rules"):
+        Route("/x", "ip:5/m", apikey=header("x-api-key"))
+
+
+def test_the_middleware_never_reads_a_body() -> None:
+    with pytest.raises(ConfigurationError, match="never buffers"):
+        Route("/login", "username:3/m", username=json_field("username"))
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [("ping", "starts with '/'"), ("/a*/b", "may only end"), ("/a/{id", "malformed parameter")],
+)
+def test_bad_path_patterns_are_refused(path: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Route(path, "5/m")
+
+
+def test_unknown_methods_and_bad_proxies_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="unknown method FETCH"):
+        Route("/x", "5/m", methods=["fetch"])
+    with pytest.raises(ConfigurationError, match="'10.0.0.300' is not an IP address"):
+        TrustedProxies(["10.0.0.300"])
+    with pytest.raises(ConfigurationError, match="ipv6_prefix"):
+        TrustedProxies([], ipv6_prefix=0)
+
+
+def test_a_cost_the_rules_cannot_admit_fails_at_start() -> None:
+    rl = RateLimit(MemoryBackend())
+
+    async def app(scope: Any, receive: Any, send: Any) -> None: ...
+
+    with pytest.raises(ConfigurationError):
+        RateLimitMiddleware(app, rl, [Route("/x", "2/m", cost=3)])
+    with pytest.raises(ConfigurationError):
+        RouteLimit(rl, "2/m", cost=3)
+
+
+# --- routes and sources ---
+
+
+async def test_first_matching_route_decides_and_path_params_select() -> None:
+    rl = RateLimit(MemoryBackend())
+    routes = [
+        Route("/items/{item}", "item:1/m", methods=["GET"], item=path_param("item")),
+        Route("/items/*", "100/m"),
+    ]
+    async with client(app_with(rl, routes)) as http:
+        first = await http.get("/items/a")
+        again = await http.get("/items/a")
+        other = await http.get("/items/b")
+        posted = await http.post("/items/a")  # not GET: the catch-all decides
+    assert [first.status_code, again.status_code, other.status_code] == [200, 429, 200]
+    assert posted.status_code == 200
+    assert posted.headers["ratelimit-policy"] == '"100/m";q=100;w=60'
+
+
+async def test_query_and_user_sources() -> None:
+    class User:
+        is_authenticated = True
+        identity = "ann"
+
+    rl = RateLimit(MemoryBackend())
+    routes = [
+        Route("/q", "org:1/m", org=query_param("org")),
+        Route("/u", "who:1/m", who=user()),
+    ]
+    app = app_with(rl, routes)
+
+    async def with_user(scope: Any, receive: Any, send: Any) -> None:
+        await app({**scope, "user": User()}, receive, send)
+
+    async with client(with_user) as http:
+        assert [(await http.get("/q?org=x")).status_code for _ in range(2)] == [200, 429]
+        assert (await http.get("/q?org=y")).status_code == 200
+        assert [(await http.get("/u")).status_code for _ in range(2)] == [200, 429]
+
+
+def test_client_addresses() -> None:
+    def scope(peer: str | None, *headers: tuple[bytes, bytes]) -> dict[str, Any]:
+        return {"client": None if peer is None else (peer, 1), "headers": list(headers)}
+
+    none = TrustedProxies()
+    assert none.client(scope("10.0.0.1", (b"x-forwarded-for", b"1.2.3.4"))) == "10.0.0.1"
+    assert none.client(scope(None)) is None
+    proxies = TrustedProxies(["10.0.0.0/8"])
+    xff = (b"x-forwarded-for", b"6.6.6.6, 1.2.3.4, 10.0.0.7")
+    assert proxies.client(scope("10.0.0.1", xff)) == "1.2.3.4"  # rightmost not trusted
+    assert proxies.client(scope("8.8.8.8", xff)) == "8.8.8.8"  # peer not a proxy
+    forwarded = (b"forwarded", b'for=6.6.6.6, for="[2001:db8::1]:4711";proto=https')
+    assert proxies.client(scope("10.0.0.1", forwarded)) == "2001:db8::/64"
+    assert TrustedProxies(ipv6_prefix=128).client(scope("2001:db8::1")) == "2001:db8::1"
+    assert none.client(scope("::ffff:1.2.3.4")) == "1.2.3.4"
+    assert TrustedProxies("*").client(scope("9.9.9.9", (b"x-forwarded-for", b"5.5.5.5"))) == (
+        "5.5.5.5"
+    )
+
+
+# --- header fields ---
+
+
+def test_fields_are_structured_field_lists() -> None:
+    states = [
+        RuleState(Rule.parse("ip:5/m"), 0, False, 3, 41.2),
+        RuleState(Rule.parse("10/500ms"), 1, True, 0, 0.3),
+    ]
+    policy = SFList()
+    policy.parse(policy_field(states).encode())
+    assert [(i.value, dict(i.params)) for i in policy] == [
+        ("ip:5/m", {"q": 5, "w": 60}),
+        ("10/500ms", {"q": 10}),  # no whole-second window to state
+    ]
+    limits = SFList()
+    limits.parse(limit_field(states).encode())
+    assert [(i.value, dict(i.params)) for i in limits] == [
+        ("ip:5/m", {"r": 3, "t": 42}),
+        ("10/500ms", {"r": 0, "t": 1}),
+    ]
+    assert seconds(3.0000000001) == 3
+    assert seconds(0) == 0
+
+
+# --- answers ---
+
+
+class Failing(Backend):
+    async def decide(self, plan: Plan) -> Decision:
+        raise BackendError("storage down")
+
+    async def reset(self, plan: Plan) -> None: ...
+
+    async def update_counter(self, update: CounterUpdate) -> float:
+        raise BackendError("storage down")
+
+    async def aclose(self) -> None: ...
+
+
+async def test_storage_failure_fail_open_and_deny() -> None:
+    opened = RateLimit(Failing(), on_error="allow")
+    async with client(app_with(opened, [Route("/x", "ip:1/m")])) as http:
+        answers = [await http.get("/x") for _ in range(3)]
+    assert [a.status_code for a in answers] == [200] * 3
+    denied = RateLimit(Failing(), on_error="deny")
+    async with client(app_with(denied, [Route("/x", "ip:1/m")])) as http:
+        refused = await http.get("/x")
+    assert refused.status_code == 503
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["status"] == 503
+    assert int(refused.headers["retry-after"]) >= 1
+
+
+async def test_a_response_of_ones_own_for_refusals() -> None:
+    rl = RateLimit(MemoryBackend())
+
+    def refused(request: Any, decision: Decision) -> PlainTextResponse:
+        return PlainTextResponse(f"slow down, {request.client_ip}", status_code=429)
+
+    app = app_with(rl, [Route("/x", "ip:1/m")], refused=refused)
+    async with client(app) as http:
+        await http.get("/x")
+        answer = await http.get("/x")
+    assert answer.status_code == 429
+    assert answer.text == "slow down, 10.1.1.1"
+    assert answer.headers["ratelimit"].startswith('"ip:1/m";r=0')
+
+
+async def test_a_refusal_raised_inside_the_app_becomes_the_429() -> None:
+    """A @rl.limit function the endpoint calls refuses: the middleware answers for it."""
+    rl = RateLimit(MemoryBackend())
+
+    @rl.limit("1/m", key="inner")
+    async def inner() -> str:
+        return "ok"
+
+    async def endpoint(request: Request) -> PlainTextResponse:
+        return PlainTextResponse(await inner())
+
+    async with client(app_with(rl, [], endpoint)) as http:
+        first = await http.get("/any")
+        second = await http.get("/any")
+    assert first.status_code == 200
+    assert second.status_code == 429
+    assert second.json()["violated-policies"] == ["1/m"]
+    assert second.headers["ratelimit"].startswith('"1/m";r=0')
+
+
+async def test_route_limit_without_the_middleware(caplog: pytest.LogCaptureFixture) -> None:
+    """Without the middleware a refusal is Starlette's HTTPException (never a 500), and a
+    warning says admitted responses go without headers."""
+    rl = RateLimit(MemoryBackend())
+    login = RouteLimit(rl, "username:1/m", username=json_field("username"))
+
+    async def endpoint(request: Request) -> PlainTextResponse:
+        decision = await login.check(request)
+        assert request.state.ratelimit is decision
+        return PlainTextResponse("welcome")
+
+    app = Starlette(routes=[StarletteRoute("/login", endpoint, methods=["POST"])])
+    with caplog.at_level(logging.WARNING, "ratelimit.asgi"):
+        async with client(app) as http:
+            first = await http.post("/login", json={"username": "ann"})
+            second = await http.post("/login", json={"username": "ann"})
+            junk = await http.post("/login", content=b"not json")
+    assert first.status_code == 200
+    assert second.status_code == 429
+    assert int(second.headers["retry-after"]) >= 1
+    assert second.headers["ratelimit"].startswith('"username:1/m";r=0')
+    assert junk.status_code == 200  # no username: the rule does not apply
+    assert "without RateLimitMiddleware" in caplog.text
