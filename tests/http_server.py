@@ -29,7 +29,9 @@ class UvicornServer:
         factory: bool = False,
         proxy_headers: bool = False,
         extra: list[str] | None = None,
+        ready_path: str = "/health",
     ) -> None:
+        self.ready_path = ready_path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.command = [
@@ -43,7 +45,7 @@ class UvicornServer:
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, ready_path: str = "/health", timeout: float = 30.0) -> UvicornServer:
+    def start(self, timeout: float = 30.0) -> UvicornServer:
         self.process = subprocess.Popen(
             self.command, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
@@ -53,7 +55,7 @@ class UvicornServer:
                 code = self.process.returncode
                 raise RuntimeError(f"uvicorn exited with {code}:\n{self.stop()}")
             try:
-                httpx.get(self.url + ready_path, timeout=1.0)
+                httpx.get(self.url + self.ready_path, timeout=1.0)
                 return self
             except httpx.TransportError:
                 time.sleep(0.05)
