@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ratelimit.errors import RateLimitError
 from ratelimit.rules import Rule
 
 
-@dataclass(frozen=True, slots=True)
-class RuleState:
+class RuleState(NamedTuple):
     """One rule of the tree as a decision left it: what HTTP's ``RateLimit`` header field and
     a gateway's per-descriptor status report.
 
-    - ``rule``: the rule; ``index`` its position among the tree's rules (left to right).
+    - ``rule``: the rule; ``leaf`` its position among the tree's rules (left to right).
     - ``limited``: the rule refused the call (alone it would have refused it).
     - ``remaining``: hits this rule still admits now, after this call when it was admitted
       (or peeked at); ``0`` when limited.
@@ -27,7 +27,7 @@ class RuleState:
     """
 
     rule: Rule
-    index: int
+    leaf: int
     limited: bool
     remaining: int
     reset_after: float

@@ -11,7 +11,6 @@ longer than needed. Bounded: the oldest entries go first.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from collections import OrderedDict
@@ -77,6 +76,6 @@ def _later(decision: Decision, elapsed: float) -> tuple[RuleState, ...]:
     """The storage's per-rule states of a refusal, ``elapsed`` seconds on: the same counts
     (what came back meanwhile is not known here), their times that much shorter."""
     return tuple(
-        dataclasses.replace(state, reset_after=max(state.reset_after - elapsed, 0.0))
+        state._replace(reset_after=max(state.reset_after - elapsed, 0.0))
         for state in decision.states
     )

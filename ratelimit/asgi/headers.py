@@ -10,11 +10,13 @@ to. ``w`` is given for spans of whole seconds (the field has no finer unit); ``t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
 
 from ratelimit.decision import Decision, RuleState
+from ratelimit.rules import Rule
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 PROBLEM_JSON = b"application/problem+json"
@@ -22,9 +24,10 @@ PROBLEM_JSON = b"application/problem+json"
 Headers = list[tuple[bytes, bytes]]
 
 
-def _name(state: RuleState) -> str:
+@functools.lru_cache(maxsize=4096)
+def _name(rule: Rule) -> str:
     """The policy's name as a Structured Field String (rule text is printable ASCII)."""
-    text = str(state.rule).replace("\\", "\\\\").replace('"', '\\"')
+    text = str(rule).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{text}"'
 
 
@@ -35,11 +38,17 @@ def seconds(value: float) -> int:
 
 def policy_field(states: Sequence[RuleState]) -> str:
     """``RateLimit-Policy``: ``"ip:5/m";q=5;w=60, ...``."""
+    return _policies(tuple(state.rule for state in states))
+
+
+@functools.lru_cache(maxsize=4096)
+def _policies(rules: tuple[Rule, ...]) -> str:
+    """The policy field of these rules: the same for every response they decide."""
     items = []
-    for state in states:
-        item = f"{_name(state)};q={state.rule.count}"
-        if state.rule.span_ms % 1000 == 0:
-            item += f";w={state.rule.span_ms // 1000}"
+    for rule in rules:
+        item = f"{_name(rule)};q={rule.count}"
+        if rule.span_ms % 1000 == 0:
+            item += f";w={rule.span_ms // 1000}"
         items.append(item)
     return ", ".join(items)
 
@@ -47,7 +56,8 @@ def policy_field(states: Sequence[RuleState]) -> str:
 def limit_field(states: Sequence[RuleState]) -> str:
     """``RateLimit``: ``"ip:5/m";r=3;t=42, ...``."""
     return ", ".join(
-        f"{_name(state)};r={state.remaining};t={seconds(state.reset_after)}" for state in states
+        f"{_name(state.rule)};r={state.remaining};t={seconds(state.reset_after)}"
+        for state in states
     )
 
 

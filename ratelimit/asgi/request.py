@@ -4,6 +4,7 @@ only when they come from a proxy the application trusts."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -76,15 +77,21 @@ class TrustedProxies:
     def grouped(self, address: str) -> str:
         """An address as counted: IPv6 by its ``ipv6_prefix`` network, IPv4 as is; text that
         is no address (``unknown``, a unix socket's path) unchanged."""
-        parsed = _address(address)
-        if parsed is None:
-            return address
-        if parsed.version == 6:
-            if parsed.ipv4_mapped is not None:
-                return str(parsed.ipv4_mapped)
-            if self.ipv6_prefix < 128:
-                return str(ipaddress.ip_network(f"{parsed}/{self.ipv6_prefix}", strict=False))
-        return str(parsed)
+        return _grouped(address, self.ipv6_prefix)
+
+
+@functools.lru_cache(maxsize=65536)
+def _grouped(address: str, ipv6_prefix: int) -> str:
+    """:meth:`TrustedProxies.grouped`, remembered: a busy client is parsed once."""
+    parsed = _address(address)
+    if parsed is None:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        if ipv6_prefix < 128:
+            return str(ipaddress.ip_network(f"{parsed}/{ipv6_prefix}", strict=False))
+    return str(parsed)
 
 
 def _address(text: str) -> Address | None:
@@ -134,7 +141,16 @@ class HTTPRequest:
     middleware never reads a body.
     """
 
-    __slots__ = ("_body", "_headers", "_json", "_query", "client_ip", "path_params", "scope")
+    __slots__ = (
+        "_body",
+        "_client",
+        "_headers",
+        "_json",
+        "_proxies",
+        "_query",
+        "path_params",
+        "scope",
+    )
 
     def __init__(
         self,
@@ -144,7 +160,8 @@ class HTTPRequest:
         body: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         self.scope = scope
-        self.client_ip = proxies.client(scope)
+        self._proxies = proxies
+        self._client: Any = _UNREAD
         self.path_params: Mapping[str, Any] = {
             **scope.get("path_params", {}),
             **(path_params or {}),
@@ -153,6 +170,24 @@ class HTTPRequest:
         self._headers: dict[str, str] | None = None
         self._query: dict[str, str] | None = None
         self._json: Any = _UNREAD
+
+    @property
+    def client_ip(self) -> str | None:
+        """The client's address (see :class:`TrustedProxies`), read when first asked."""
+        if self._client is _UNREAD:
+            self._client = self._proxies.client(self.scope)
+        client: str | None = self._client
+        return client
+
+    def header(self, name: str) -> str | None:
+        """One header by lower-case name (repeated ones joined with ``", "``)."""
+        if self._headers is not None:
+            return self._headers.get(name)
+        wanted = name.encode("latin-1")
+        found = [value for key, value in self.scope.get("headers", ()) if key.lower() == wanted]
+        if not found:
+            return None
+        return b", ".join(found).decode("latin-1")
 
     @property
     def method(self) -> str:

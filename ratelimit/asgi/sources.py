@@ -45,7 +45,7 @@ def header(name: str) -> Source:
     """A request header, by name (any case); repeated headers joined with ``", "``."""
     _check_name("header", name)
     lower = name.lower()
-    return Source(lambda request: request.headers.get(lower), f"header({name!r})")
+    return Source(lambda request: request.header(lower), f"header({name!r})")
 
 
 def query_param(name: str) -> Source:
