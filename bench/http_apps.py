@@ -11,6 +11,7 @@ counters in the Redis at ``BENCH_REDIS``. ``BENCH_APP`` picks the limiter:
 """
 
 # No "from __future__ import annotations": FastAPI reads the endpoints' annotations.
+import gc
 import os
 import time
 import uuid
@@ -120,7 +121,9 @@ def fastapi_limiter() -> FastAPI:
 
 
 def app() -> FastAPI:
-    """The application ``BENCH_APP`` names (uvicorn ``--factory``)."""
+    """The application ``BENCH_APP`` names (uvicorn ``--factory``); with ``BENCH_GC_FREEZE``
+    set, everything built so far is moved out of the garbage collector's sight
+    (``gc.freeze()``), as a long-running service may do once it has started."""
     which = os.environ.get("BENCH_APP", "none")
     factories = {
         "none": plain,
@@ -130,4 +133,8 @@ def app() -> FastAPI:
         "slowapi": slowapi,
         "fastapi-limiter": fastapi_limiter,
     }
-    return factories[which]()
+    built = factories[which]()
+    if os.environ.get("BENCH_GC_FREEZE"):
+        gc.collect()
+        gc.freeze()
+    return built

@@ -10,6 +10,7 @@ keep-alive HTTP/1.1 connections on a small raw-socket client (cheaper per reques
 server here), spreading requests over 1000 keys so that nothing is refused (a contender
 that refuses or fails any request is reported). With ``--rounds`` above one the contenders
 take turns, and each figure is the median of its rounds. Prints a Markdown table.
+``--gc-freeze`` has each application call ``gc.freeze()`` once built (see the README).
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--only", help="measure only contenders whose name contains this")
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="gc.freeze() in each app once it is built"
+    )
     args = parser.parse_args()
     chosen = {
         name: app
@@ -105,7 +109,8 @@ def main() -> None:
             name: stack.enter_context(
                 UvicornServer(
                     "bench.http_apps:app",
-                    {"BENCH_APP": app, "BENCH_REDIS": url},
+                    {"BENCH_APP": app, "BENCH_REDIS": url}
+                    | ({"BENCH_GC_FREEZE": "1"} if args.gc_freeze else {}),
                     factory=True,
                     extra=["--loop", "uvloop", "--http", "httptools", "--no-access-log"],
                     ready_path="/openapi.json",
@@ -129,7 +134,8 @@ def main() -> None:
     base = statistics.median(rates["no limiter"])
     print(
         f"\nFastAPI under uvicorn (1 worker, uvloop, httptools), {args.connections} keep-alive "
-        f"connections, {args.seconds:g} s x {args.rounds} rounds (medians); Python "
+        f"connections, {args.seconds:g} s x {args.rounds} rounds (medians)"
+        f"{', gc.freeze() after start' if args.gc_freeze else ''}; Python "
         f"{platform.python_version()}, {os.cpu_count()} CPUs\n"
     )
     print("| app | requests/s | p50 ms | p99 ms | of no limiter | not 200 |")

@@ -67,6 +67,7 @@ async def _chunks() -> AsyncIterator[bytes]:
 def starlette_app() -> Starlette:
     rl = limiter()
     login_limit = RouteLimit(rl, "username:3/m", username=json_field("username"))
+    socket_limit = RouteLimit(rl, "ip:1/m", key="inner socket")
 
     async def plain(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
@@ -88,6 +89,10 @@ def starlette_app() -> Starlette:
         await websocket.send_text(await websocket.receive_text())
         await websocket.close()
 
+    async def limited_echo(websocket: WebSocket) -> None:
+        await socket_limit.check(websocket)  # refused: the middleware refuses the handshake
+        await echo(websocket)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -103,6 +108,7 @@ def starlette_app() -> Starlette:
             StarletteRoute("/stream", stream),
             StarletteRoute("/release", release),
             WebSocketRoute("/ws", echo),
+            WebSocketRoute("/ws-inner", limited_echo),
         ],
         lifespan=lifespan,
     )
@@ -117,6 +123,7 @@ class Login(BaseModel):
 def fastapi_app() -> FastAPI:
     rl = limiter()
     login_limit = RouteLimit(rl, "username:3/m", username=json_field("username"))
+    socket_limit = RouteLimit(rl, "ip:1/m", key="inner socket")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -155,5 +162,10 @@ def fastapi_app() -> FastAPI:
         await websocket.accept()
         await websocket.send_text(await websocket.receive_text())
         await websocket.close()
+
+    @app.websocket("/ws-inner")
+    async def limited_echo(websocket: WebSocket) -> None:
+        await socket_limit.check(websocket)
+        await echo(websocket)
 
     return app

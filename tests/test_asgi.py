@@ -30,6 +30,7 @@ from ratelimit.asgi import (
     Route,
     RouteLimit,
     TrustedProxies,
+    client_ip,
     header,
     json_field,
     path_param,
@@ -285,3 +286,25 @@ async def test_route_limit_without_the_middleware(caplog: pytest.LogCaptureFixtu
     assert second.headers["ratelimit"].startswith('"username:1/m";r=0')
     assert junk.status_code == 200  # no username: the rule does not apply
     assert "without RateLimitMiddleware" in caplog.text
+
+
+async def test_routes_with_one_key_share_a_cap_across_paths() -> None:
+    """The README's recipe: 'ip' counts per route, 'site' across both routes."""
+    rl = RateLimit(MemoryBackend())
+    site = client_ip()
+    routes = [
+        Route("/login", "ip:2/m | site:4/m", key="site", site=site),
+        Route("/*", "site:4/m", key="site", site=site),
+    ]
+    async with client(app_with(rl, routes)) as http:
+        logins = [(await http.post("/login")).status_code for _ in range(3)]
+        others = [(await http.get(f"/page/{n}")).status_code for n in range(3)]
+    assert logins == [200, 200, 429]  # the login route's own 2/m
+    assert others == [200, 200, 429]  # 2 logins + 2 pages reach the shared 4/m
+
+
+async def test_head_counts_as_the_get_it_runs() -> None:
+    rl = RateLimit(MemoryBackend())
+    async with client(app_with(rl, [Route("/page", "ip:2/m", methods=["GET"])])) as http:
+        answers = [await http.head("/page"), await http.get("/page"), await http.head("/page")]
+    assert [a.status_code for a in answers] == [200, 200, 429]

@@ -180,8 +180,11 @@ async def test_a_streaming_response_passes_through_unbuffered(server: UvicornSer
     assert rest == b"second\n"
 
 
-async def test_a_websocket_is_refused_at_connect(server: UvicornServer) -> None:
-    url = server.url.replace("http://", "ws://") + "/ws"
+@pytest.mark.parametrize("path", ["/ws", "/ws-inner"])
+async def test_a_websocket_is_refused_at_connect(server: UvicornServer, path: str) -> None:
+    """By the middleware's route (/ws), or by a RouteLimit the endpoint checks before it
+    accepts (/ws-inner): either way the handshake gets the 429."""
+    url = server.url.replace("http://", "ws://") + path
     client = new_client()
     async with websockets.connect(url, additional_headers=client) as socket:
         await socket.send("hello")

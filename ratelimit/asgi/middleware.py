@@ -145,7 +145,7 @@ class RateLimitMiddleware:
                 await self._refuse(scope, receive, send, request, decision, decisions)
                 return
         if kind == "websocket":
-            await self.app(scope, receive, send)
+            await self._websocket(scope, receive, send, request, decisions)
             return
         started = False
 
@@ -168,6 +168,40 @@ class RateLimitMiddleware:
                 decisions.append(exc.decision)
             request = request or HTTPRequest(scope, self.proxies)
             await self._refuse(scope, receive, send, request, exc.decision, decisions)
+
+    async def _websocket(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request: HTTPRequest | None,
+        decisions: list[Decision],
+    ) -> None:
+        """A handshake the route admitted (or no route limits): a limit inside the
+        application that refuses before the socket is accepted refuses the handshake."""
+        connected = accepted = False
+
+        async def receive_noting() -> Message:
+            nonlocal connected
+            message = await receive()
+            connected = connected or message["type"] == "websocket.connect"
+            return message
+
+        async def send_noting(message: Message) -> None:
+            nonlocal accepted
+            accepted = accepted or message["type"] in ("websocket.accept", "websocket.close")
+            await send(message)
+
+        try:
+            await self.app(scope, receive_noting, send_noting)
+        except RateLimitExceeded as exc:
+            if accepted:
+                raise
+            if all(d is not exc.decision for d in decisions):
+                decisions.append(exc.decision)
+            request = request or HTTPRequest(scope, self.proxies)
+            replay = _replaying({"type": "websocket.connect"}, receive) if connected else receive
+            await self._refuse(scope, replay, send, request, exc.decision, decisions)
 
     async def _refuse(
         self,
@@ -214,3 +248,13 @@ async def _refuse_websocket(
         await send({"type": "websocket.http.response.body", "body": body})
         return
     await send({"type": "websocket.close", "code": 1008, "reason": "rate limit exceeded"})
+
+
+def _replaying(first: Message, receive: Receive) -> Receive:
+    """``receive``, giving ``first`` once before the messages still to come."""
+    pending = [first]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay

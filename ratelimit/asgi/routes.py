@@ -46,7 +46,8 @@ def pattern(path: str, where: str) -> re.Pattern[str]:
 
 class Route:
     """A limit on the requests whose path matches ``path`` (and, when given, whose method is
-    one of ``methods``; ``"WEBSOCKET"`` names WebSocket handshakes).
+    one of ``methods``; ``"WEBSOCKET"`` names WebSocket handshakes; ``"GET"`` takes ``HEAD``
+    too, which runs the same endpoint).
 
     ``rules``: as for ``RateLimit.limit``. ``key``: the counters' name (default: the methods
     and the pattern, e.g. ``"GET /ping"``); routes with one key share counters.
@@ -74,17 +75,20 @@ class Route:
         self.regex = pattern(path, where)
         if isinstance(methods, str):
             methods = [methods]
-        self.methods = None if methods is None else frozenset(m.upper() for m in methods)
-        if self.methods is not None:
-            unknown = sorted(self.methods - METHODS)
-            if unknown or not self.methods:
+        named = None if methods is None else frozenset(m.upper() for m in methods)
+        if named is not None:
+            unknown = sorted(named - METHODS)
+            if unknown or not named:
                 raise ConfigurationError(
                     f"{where}: unknown method {', '.join(unknown) or '(none given)'}; "
                     f"methods are {', '.join(sorted(METHODS))}"
                 )
+        # HEAD runs the GET endpoint (frameworks answer it so): it counts as a GET, or a
+        # client would read the same page unlimited.
+        self.methods = named if named is None or "GET" not in named else named | {"HEAD"}
         if key is not None and (not isinstance(key, str) or not key):
             raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
-        self.key = key or (f"{' '.join(sorted(self.methods))} {path}" if self.methods else path)
+        self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
         self.compiled: CompiledTree = compile_tree(to_tree(rules))
         self.cost = cost
         if shadow is not None and not isinstance(shadow, bool):
