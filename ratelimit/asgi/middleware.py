@@ -20,12 +20,8 @@ from typing import Any
 from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers
 from ratelimit.asgi.request import HTTPRequest, TrustedProxies
 from ratelimit.asgi.routes import Route, pattern
-from ratelimit.asgi.sources import Source, resolve
-from ratelimit.decider import CallKey
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.limiter import RateLimit
-from ratelimit.plan import CompiledTree
-from ratelimit.settings import check_cost, check_cost_type
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -39,22 +35,6 @@ DECISIONS = "ratelimit.decisions"
 application adds), read when the response starts."""
 STATE = "ratelimit"
 """Name under ``request.state`` (``scope["state"]``) of the route's decision."""
-
-
-async def decide(
-    limiter: RateLimit,
-    compiled: CompiledTree,
-    key: str,
-    sources: dict[str, Source],
-    cost: float,
-    shadow: bool,
-    request: HTTPRequest,
-) -> Decision:
-    """One request's decision under a limit of the HTTP front end."""
-    values = await resolve(compiled.selectors, sources, request) if compiled.selectors else ()
-    decider = limiter.decider
-    call = CallKey(compiled, decider.namespace, key, values, cost, decider.algorithm)
-    return await decider.decide(call, True, shadow)
 
 
 class RateLimitMiddleware:
@@ -89,12 +69,10 @@ class RateLimitMiddleware:
         self.app = app
         self.limiter = limiter
         self.routes = tuple(routes)
-        algorithm = limiter.decider.algorithm
         for route in self.routes:
             if not isinstance(route, Route):
                 raise TypeError(f"routes take ratelimit.asgi.Route objects, not {route!r}")
-            check_cost_type(route.cost, algorithm)
-            check_cost(route.compiled, route.cost, algorithm)
+            route.limit.check(limiter)
         if isinstance(exclude, str):
             exclude = [exclude]
         self.exclude = tuple(pattern(path, "exclude") for path in exclude)
@@ -134,10 +112,7 @@ class RateLimitMiddleware:
         if found is not None:
             route, params = found
             request = HTTPRequest(scope, self.proxies, params)
-            shadow = self.limiter.settings.shadow if route.shadow is None else route.shadow
-            decision = await decide(
-                self.limiter, route.compiled, route.key, route.sources, route.cost, shadow, request
-            )
+            decision = await route.limit.decide(self.limiter, request, route.key)
             decisions.append(decision)
             state = scope["state"] = dict(scope.get("state") or {})
             state[STATE] = decision

@@ -6,10 +6,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ratelimit.asgi.sources import Source, sources_for
+from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import RuleLike, to_tree
+from ratelimit.rules import RuleLike
 
 _PARAMETER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
 METHODS = frozenset(
@@ -57,7 +56,7 @@ class Route:
     Everything is checked here, when the application starts.
     """
 
-    __slots__ = ("compiled", "cost", "key", "methods", "path", "regex", "shadow", "sources")
+    __slots__ = ("key", "limit", "methods", "path", "regex")
 
     def __init__(
         self,
@@ -86,15 +85,8 @@ class Route:
         # HEAD runs the GET endpoint (frameworks answer it so): it counts as a GET, or a
         # client would read the same page unlimited.
         self.methods = named if named is None or "GET" not in named else named | {"HEAD"}
-        if key is not None and (not isinstance(key, str) or not key):
-            raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, body=False)
         self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
-        self.compiled: CompiledTree = compile_tree(to_tree(rules))
-        self.cost = cost
-        if shadow is not None and not isinstance(shadow, bool):
-            raise TypeError(f"{where}: shadow must be True or False, not {shadow!r}")
-        self.shadow = shadow
-        self.sources: dict[str, Source] = sources_for(self.compiled, sources, where, body=False)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """The path parameters when this route applies to the request, else ``None``."""
@@ -104,4 +96,4 @@ class Route:
         return None if found is None else found.groupdict()
 
     def __repr__(self) -> str:
-        return f"Route({self.path!r}, '{self.compiled.tree}', key={self.key!r})"
+        return f"Route({self.path!r}, '{self.limit.compiled.tree}', key={self.key!r})"

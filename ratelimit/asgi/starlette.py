@@ -28,14 +28,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 
 from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers
-from ratelimit.asgi.middleware import DECISIONS, STATE, decide
+from ratelimit.asgi.limits import HTTPLimit
+from ratelimit.asgi.middleware import DECISIONS, STATE
 from ratelimit.asgi.request import HTTPRequest, TrustedProxies
-from ratelimit.asgi.sources import sources_for
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.limiter import RateLimit
-from ratelimit.plan import compile_tree
-from ratelimit.rules import RuleLike, to_tree
-from ratelimit.settings import check_cost, check_cost_type
+from ratelimit.rules import RuleLike
 
 logger = logging.getLogger("ratelimit.asgi")
 
@@ -59,23 +57,10 @@ class RouteLimit:
         ipv6_prefix: int = 64,
         **sources: Any,
     ) -> None:
-        if not isinstance(limiter, RateLimit):
-            raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, f"RouteLimit({rules!r})", True)
+        self.limit.check(limiter)
         self.limiter = limiter
-        self.compiled = compile_tree(to_tree(rules))
-        where = f"RouteLimit('{self.compiled.tree}')"
-        algorithm = limiter.decider.algorithm
-        check_cost_type(cost, algorithm)
-        check_cost(self.compiled, cost, algorithm)
-        if key is not None and (not isinstance(key, str) or not key):
-            raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
-        if shadow is not None and not isinstance(shadow, bool):
-            raise TypeError(f"{where}: shadow must be True or False, not {shadow!r}")
-        self.key = key
-        self.cost = cost
-        self.shadow = shadow
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix)
-        self.sources = sources_for(self.compiled, sources, where, body=True)
         self._warned = False
 
     async def __call__(self, request: Request) -> Decision:
@@ -87,11 +72,8 @@ class RouteLimit:
         scope = request.scope
         body = request.json if isinstance(request, Request) else None
         view = HTTPRequest(scope, self.proxies, body=body)
-        shadow = self.limiter.settings.shadow if self.shadow is None else self.shadow
-        key = self.key or _route_key(request)
-        decision = await decide(
-            self.limiter, self.compiled, key, self.sources, self.cost, shadow, view
-        )
+        key = self.limit.key or _route_key(request)
+        decision = await self.limit.decide(self.limiter, view, key)
         setattr(request.state, STATE, decision)
         decisions = scope.get(DECISIONS)
         if decisions is not None:
