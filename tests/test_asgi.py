@@ -240,6 +240,7 @@ async def test_a_response_of_ones_own_for_refusals() -> None:
         answer = await http.get("/x")
     assert answer.status_code == 429
     assert answer.text == "slow down, 10.1.1.1"
+    assert int(answer.headers["retry-after"]) >= 1
     assert answer.headers["ratelimit"].startswith('"ip:1/m";r=0')
 
 

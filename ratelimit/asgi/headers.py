@@ -120,7 +120,8 @@ def problem(decision: Decision) -> tuple[int, bytes]:
 
 
 def refusal_headers(decision: Decision, body: bytes) -> Headers:
-    """``Content-Type``, ``Content-Length`` and ``Retry-After`` of a problem response."""
+    """``Content-Type``, ``Content-Length`` and ``Retry-After`` of a problem response, in
+    that order (``[2:]`` is ``Retry-After`` alone)."""
     return [
         (b"content-type", PROBLEM_JSON),
         (b"content-length", str(len(body)).encode()),

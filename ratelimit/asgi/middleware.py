@@ -1,8 +1,8 @@
 """``RateLimitMiddleware``: plain ASGI, under Starlette, FastAPI or any ASGI application.
 
 Per request: excluded paths pass untouched; otherwise the **first** route that matches the
-method and path decides (one rule tree, atomically; put every limit a path needs in its
-route's rules). A refused request gets a 429 (or 503 when the storage failed and
+method and path decides (one rule tree, atomically; routes with one key share counters). A
+refused request gets a 429 (or 503 when the storage failed and
 ``on_error="deny"``), a WebSocket handshake is refused before it is accepted, and every
 response the limiter decided carries the ``RateLimit-Policy`` / ``RateLimit`` headers. The
 body streams through untouched: nothing is buffered.
@@ -196,7 +196,10 @@ class RateLimitMiddleware:
 
             async def send_with_headers(message: Message) -> None:
                 if message["type"] == "http.response.start":
-                    message = {**message, "headers": [*message.get("headers", ()), *added]}
+                    headers = [*message.get("headers", ()), *added]
+                    if all(name.lower() != b"retry-after" for name, _ in headers):
+                        headers += refusal_headers(decision, b"")[2:]  # Retry-After
+                    message = {**message, "headers": headers}
                 await send(message)
 
             await response(scope, receive, send_with_headers)
