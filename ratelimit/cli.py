@@ -1,0 +1,201 @@
+"""The ``ratelimit`` command (also ``python -m ratelimit``).
+
+::
+
+    ratelimit check "apikey:100/h & (10/s | 15/m)"     # parse and explain rules
+    ratelimit check rules.toml                          # validate a service rules file
+    ratelimit peek  --storage redis://... --key search "user:5/m" user=alice
+    ratelimit reset --storage redis://... --key search "user:5/m" user=alice
+    ratelimit serve                                     # the gRPC service (extra: server)
+
+Exit codes: 0 fine (``peek``: the call would be admitted); 1 the rules or rules file are
+invalid, or (``peek``) the call would be refused; 2 the command line is wrong; 3 the storage
+failed or the service could not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ratelimit.errors import BackendError, ConfigurationError, RuleSyntaxError
+from ratelimit.limiter import RateLimit
+from ratelimit.rules import And, Node, Rule, to_tree
+
+OK, REFUSED, USAGE, FAILED = 0, 1, 2, 3
+INVALID = REFUSED
+
+
+def explain(node: Node, depth: int = 0) -> list[str]:
+    """Lines saying what a rule tree limits, one per rule and per combination."""
+    pad = "  " * depth
+    if isinstance(node, Rule):
+        per = f", per value of {node.selector!r}" if node.selector else ", shared by every call"
+        return [f"{pad}{node}: {node.count} calls per {_span(node.span_ms)}{per}"]
+    how = "every one of these" if isinstance(node, And) else "any of these"
+    lines = [f"{pad}limited when {how} is limited:"]
+    for child in node.children:
+        lines += explain(child, depth + 1)
+    return lines
+
+
+def _span(ms: int) -> str:
+    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000),
+                       ("second", 1_000), ("ms", 1)):  # fmt: skip
+        if ms % size == 0:
+            n = ms // size
+            return f"{n} {unit}{'s' if n != 1 and unit != 'ms' else ''}" if n != 1 else unit
+    return f"{ms} ms"
+
+
+def _check(args: argparse.Namespace) -> int:
+    target: str = args.rules
+    if target.endswith(".toml") or Path(target).is_file():
+        from ratelimit.service import rules_file
+
+        try:
+            loaded = rules_file.load(target)
+        except ConfigurationError as exc:
+            print(f"invalid: {exc}", file=sys.stderr)
+            return INVALID
+        domains = sorted(loaded.domains)
+        count = f"{len(loaded.limits)} limits in {len(domains)} domains"
+        print(f"{target}: {count} ({', '.join(domains)})")
+        for limit in loaded.limits:
+            shadow = " (shadow)" if limit.shadow else ""
+            print(f"  line {limit.line}: {limit.domain} [{limit.text}]: {limit.rules}{shadow}")
+        return OK
+    try:
+        tree = to_tree(target)
+    except RuleSyntaxError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return INVALID
+    print(tree)
+    print("\n".join(explain(tree, 1)))
+    return OK
+
+
+def _values(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    values = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            parser.error(f"selector values are name=value, not {pair!r}")
+        values[name] = value
+    return values
+
+
+async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    values = _values(args.values, parser)
+    try:
+        tree = to_tree(args.rules)
+    except RuleSyntaxError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return INVALID
+    try:
+        # on_error="raise": a storage that fails is reported (exit 3), never guessed at
+        limiter = RateLimit.from_url(args.storage, namespace=args.namespace, on_error="raise")
+        async with limiter as rl:
+            limit = rl.limit(tree, args.key, values)  # values: the selector object
+            if args.command == "reset":
+                await limit.reset()
+                print(f"reset: {args.key!r} for {_who(values)}")
+                return OK
+            decision = await limit.peek()
+    except BackendError as exc:
+        print(f"storage failed: {exc}", file=sys.stderr)
+        return FAILED
+    except (ConfigurationError, LookupError, TypeError) as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return INVALID
+    if decision.allowed:
+        print(f"would be admitted: {decision.remaining} left after it (rule {decision.rule})")
+    else:
+        print(f"would be refused by {decision.rule}: retry after {decision.retry_after:.3f} s")
+    for state in decision.states:
+        mark = "limited" if state.limited else f"{state.remaining} left"
+        print(f"  {state.rule}: {mark}, for {state.reset_after:.3f} s")
+    return OK if decision.allowed else REFUSED
+
+
+def _who(values: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in values.items()) or "every caller"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from ratelimit.service.config import ServiceConfig
+        from ratelimit.service.server import serve
+    except ImportError as exc:
+        print(
+            f"ratelimit serve needs the server extra (pip install 'ratelimit-rules[server]'): "
+            f"{exc}",
+            file=sys.stderr,
+        )
+        return FAILED
+    env = dict(os.environ)
+    flags = {"port": "PORT", "storage": "STORAGE", "rules_file": "RULES_FILE", "host": "HOST"}
+    for flag, name in flags.items():
+        variable = f"RATELIMIT_{name}"
+        if getattr(args, flag) is not None:
+            env[variable] = str(getattr(args, flag))
+    try:
+        config = ServiceConfig.from_env(env)
+        asyncio.run(serve(config))
+    except ConfigurationError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return FAILED
+    except KeyboardInterrupt:
+        pass
+    return OK
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="ratelimit",
+        description="Distributed rate limiting: check rules, peek at and reset counters, serve.",
+        epilog="exit codes: 0 fine or admitted; 1 invalid, or refused (peek); 2 usage; "
+        "3 storage failed or the service could not start",
+    )
+    commands = top.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check", help="parse and explain rules, or validate a rules file")
+    check.add_argument("rules", help="rules such as 'user:10/m & 100/h', or a rules file (.toml)")
+    helps = {
+        "peek": "say whether a call would be admitted, counting nothing",
+        "reset": "forget the hits counted for a key and selector values",
+    }
+    for name, what in helps.items():
+        command = commands.add_parser(name, help=what)
+        command.add_argument("--storage", default=os.environ.get("RATELIMIT_STORAGE", "memory://"))
+        command.add_argument(
+            "--namespace", default=os.environ.get("RATELIMIT_NAMESPACE", "ratelimit")
+        )
+        command.add_argument("--key", required=True, help="the limit's key")
+        command.add_argument("rules", help="the limit's rules, such as 'user:5/m'")
+        command.add_argument("values", nargs="*", help="selector values: name=value ...")
+    serve = commands.add_parser(
+        "serve", help="run the gRPC service (ratio's API and Envoy's RLS); RATELIMIT_* configure it"
+    )
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--host")
+    serve.add_argument("--storage")
+    serve.add_argument("--rules-file", dest="rules_file")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    top = parser()
+    args = top.parse_args(argv)
+    if args.command == "check":
+        return _check(args)
+    if args.command in ("peek", "reset"):
+        return asyncio.run(_peek_or_reset(args, top))
+    return _serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

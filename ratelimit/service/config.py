@@ -1,0 +1,113 @@
+"""The rate-limit service's configuration, from the environment: ``RATELIMIT_*`` variables,
+and ratio's own ``RATIO_*`` names for those who run ratio today. Every value is checked at
+start, and a bad one stops the service with a message naming the variable.
+
+- ``RATELIMIT_STORAGE`` (ratio: ``RATIO_STORAGE``), default ``memory://``: a URL as
+  ``RateLimit.from_url`` takes (ratio's ``inmemory://`` too);
+- ``RATELIMIT_RULES`` (``RATIO_LIMIT``), default ``100/m``: the rules of ratio's
+  ``RateLimit(owner, resource)``;
+- ``RATELIMIT_RULES_FILE``: Envoy descriptors to rules (:mod:`ratelimit.service.rules_file`);
+- ``RATELIMIT_PORT`` (``RATIO_PORT``), default ``50051``: the gRPC port;
+- ``RATELIMIT_HOST``, default ``0.0.0.0``: the address to listen on;
+- ``RATELIMIT_TIMEOUT`` (``RATIO_CONNECTION_TIMEOUT``), default ``1s``: each call's
+  deadline, the storage's included;
+- ``RATELIMIT_NAMESPACE``, default ``ratelimit``: the namespace of every counter;
+- ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow`` or ``deny``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ratelimit.errors import ConfigurationError, RuleSyntaxError
+from ratelimit.rules import to_tree
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h))+\Z")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    storage: str = "memory://"
+    rules: str = "100/m"
+    rules_file: str | None = None
+    port: int = 50051
+    host: str = "0.0.0.0"
+    timeout: float = 1.0
+    namespace: str = "ratelimit"
+    on_error: str = "allow"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
+        """The configuration the environment gives; ``ConfigurationError`` naming the
+        variable for a bad value."""
+
+        def read(name: str, ratio: str | None = None) -> tuple[str, str] | None:
+            for variable in (name, ratio):
+                if variable and env.get(variable, "").strip():
+                    return variable, env[variable].strip()
+            return None
+
+        values: dict[str, object] = {}
+        if found := read("RATELIMIT_STORAGE", "RATIO_STORAGE"):
+            variable, url = found
+            if url.startswith("inmemory://"):
+                url = "memory://"
+            if not re.match(r"(memory|redis|rediss|unix)://", url):
+                raise ConfigurationError(
+                    f"{variable}={url!r}: a storage URL starts with memory://, redis://, "
+                    "rediss:// or unix://"
+                )
+            values["storage"] = url
+        if found := read("RATELIMIT_RULES", "RATIO_LIMIT"):
+            variable, text = found
+            try:
+                to_tree(text)
+            except RuleSyntaxError as exc:
+                raise ConfigurationError(f"{variable}={text!r}: {exc}") from None
+            values["rules"] = text
+        if found := read("RATELIMIT_RULES_FILE"):
+            values["rules_file"] = found[1]
+        if found := read("RATELIMIT_PORT", "RATIO_PORT"):
+            variable, text = found
+            if not text.isdigit() or not 0 <= int(text) <= 65535:
+                raise ConfigurationError(
+                    f"{variable}={text!r}: a port is a number from 0 to 65535 (0: any free one)"
+                )
+            values["port"] = int(text)
+        if found := read("RATELIMIT_HOST"):
+            values["host"] = found[1]
+        if found := read("RATELIMIT_TIMEOUT", "RATIO_CONNECTION_TIMEOUT"):
+            variable, text = found
+            values["timeout"] = duration(text, variable)
+        if found := read("RATELIMIT_NAMESPACE"):
+            values["namespace"] = found[1]
+        if found := read("RATELIMIT_ON_ERROR"):
+            variable, text = found
+            if text not in ("allow", "deny"):
+                raise ConfigurationError(
+                    f"{variable}={text!r}: the service's failure policy is 'allow' (answer OK, "
+                    "marked degraded) or 'deny' (answer OVER_LIMIT)"
+                )
+            values["on_error"] = text
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def duration(text: str, variable: str) -> float:
+    """Seconds from ``"1.5"``, ``"250ms"``, ``"1s"`` or Go's ``"1m30s"``."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        if not _DURATION.match(text):
+            raise ConfigurationError(
+                f"{variable}={text!r}: a duration is seconds (1.5) or like 250ms, 1s, 1m30s"
+            ) from None
+        seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _PART.findall(text))
+    if not 0 < seconds <= 3600:
+        raise ConfigurationError(
+            f"{variable}={text!r}: the timeout must be above 0 and at most an hour"
+        )
+    return seconds

@@ -1,0 +1,275 @@
+"""The two APIs the service answers, as plain async functions of a request message (the
+gRPC servicers in :mod:`ratelimit.service.server` only translate errors):
+
+- ratio's ``RateLimit(owner, resource)``: ``RATELIMIT_RULES`` decided for that pair;
+- Envoy's RLS v3 ``ShouldRateLimit``: each descriptor mapped to its rules by the rules file,
+  every enforced descriptor of one request decided together in one atomic decision (one
+  script on Redis), shadow descriptors in a second one that never refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from google.protobuf.duration_pb2 import Duration
+
+from ratelimit.decider import CallKey
+from ratelimit.decision import Decision, RuleState, make_decision
+from ratelimit.errors import ConfigurationError
+from ratelimit.limiter import RateLimit
+from ratelimit.plan import CompiledTree, compile_tree
+from ratelimit.rules import And, Node, Or, Rule, to_tree
+from ratelimit.service.proto import ratio_pb2
+from ratelimit.service.proto.envoy import rls_pb2
+from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector
+from ratelimit.settings import check_cost
+
+logger = logging.getLogger("ratelimit.service")
+
+PAIR = "owner_resource"
+"""The selector a ratio rule without one counts under: per (owner, resource) pair."""
+RATIO_KEY = "ratio"
+RLS = rls_pb2.RateLimitResponse
+_UNITS = {1_000: RLS.RateLimit.SECOND, 60_000: RLS.RateLimit.MINUTE}
+_UNITS |= {3_600_000: RLS.RateLimit.HOUR, 86_400_000: RLS.RateLimit.DAY}
+
+
+class InvalidRequest(ValueError):
+    """A request the service cannot decide (answered ``INVALID_ARGUMENT``)."""
+
+
+class UnknownDomain(LookupError):
+    """A domain the rules file does not name (answered ``NOT_FOUND``)."""
+
+
+def ratio_tree(text: str) -> CompiledTree:
+    """``RATELIMIT_RULES`` for ratio's API: a rule without a selector counts per (owner,
+    resource) pair, as ratio does; ``owner:`` and ``resource:`` rules per owner or resource."""
+    tree = to_tree(text)
+    for leaf in _leaves(tree):
+        if leaf.selector not in (None, "owner", "resource"):
+            raise ConfigurationError(
+                f"RATELIMIT_RULES={text!r}: selector {leaf.selector!r} is unknown to ratio's "
+                "API, which gives owner and resource"
+            )
+    return compile_tree(_pairs(tree))
+
+
+def _pairs(node: Node) -> Node:
+    if isinstance(node, Rule):
+        return node if node.selector else Rule(node.count, node.span_ms, PAIR)
+    kind = And if isinstance(node, And) else Or
+    return kind(*(_pairs(child) for child in node.children))
+
+
+def _leaves(node: Node) -> list[Rule]:
+    if isinstance(node, Rule):
+        return [node]
+    return [leaf for child in node.children for leaf in _leaves(child)]
+
+
+@dataclass
+class Handlers:
+    """What the servicers call. ``rules`` is swapped whole on a reload."""
+
+    limiter: RateLimit
+    ratio: CompiledTree
+    rules: RulesFile | None
+    timeout: float
+    observe: Callable[[str, Decision, float], None] | None = None
+
+    async def rate_limit(self, request: ratio_pb2.RateLimitRequest) -> ratio_pb2.RateLimitResponse:
+        if not request.owner or not request.resource:
+            raise InvalidRequest("owner and resource must both be given")
+        values = {"owner": request.owner, "resource": request.resource}
+        values[PAIR] = f"{request.owner}\x1f{request.resource}"
+        compiled = self.ratio
+        call = self._call(compiled, RATIO_KEY, tuple(values[s] for s in compiled.selectors), 1)
+        decision = await self._decide("ratio", call, False)
+        code = (
+            ratio_pb2.RateLimitResponse.OK
+            if decision.allowed or decision.shadow
+            else (ratio_pb2.RateLimitResponse.OVER_LIMIT)
+        )
+        return ratio_pb2.RateLimitResponse(
+            code=code,
+            remaining=max(decision.remaining or 0, 0),
+            retry_after=decision.retry_after,
+            degraded=decision.degraded,
+        )
+
+    async def should_rate_limit(self, request: rls_pb2.RateLimitRequest) -> RLS:
+        rules = self.rules
+        if not request.domain:
+            raise InvalidRequest("domain must be given")
+        if not request.descriptors:
+            raise InvalidRequest("at least one descriptor must be given")
+        if rules is None or request.domain not in rules.domains:
+            raise UnknownDomain(f"domain {request.domain!r} has no limits in the rules file")
+        matched: list[tuple[int, DescriptorLimit, str, int]] = []
+        for n, descriptor in enumerate(request.descriptors):
+            entries = [(e.key, e.value) for e in descriptor.entries]
+            if not entries or any(not key or not value for key, value in entries):
+                raise InvalidRequest(
+                    f"descriptor {n}: every descriptor has entries, each with a key and a value"
+                )
+            limit = rules.match(request.domain, entries)
+            if limit is not None:
+                cost = _cost(request.hits_addend, descriptor, n)
+                value = "\x1f".join(f"{key}={value}" for key, value in entries)
+                matched.append((n, limit, value, cost))
+        statuses = [RLS.DescriptorStatus(code=RLS.OK) for _ in request.descriptors]
+        overall = RLS.OK
+        # enforced descriptors in one decision per cost, shadow ones in another, never refused
+        groups: dict[tuple[bool, int], list[tuple[int, DescriptorLimit, str, int]]] = {}
+        for item in matched:
+            groups.setdefault((item[1].shadow, item[3]), []).append(item)
+        for (shadow, cost), group in groups.items():
+            decision = await self._decide_group(request.domain, group, cost, shadow)
+            if not decision.allowed and not decision.shadow:
+                overall = RLS.OVER_LIMIT
+            self._statuses(group, decision, statuses)
+        return RLS(overall_code=overall, statuses=statuses)
+
+    async def _decide_group(
+        self,
+        domain: str,
+        group: list[tuple[int, DescriptorLimit, str, int]],
+        cost: int,
+        shadow: bool,
+    ) -> Decision:
+        # one leaf set per descriptor; the same limit twice in one request counts twice
+        trees: list[Node] = []
+        values: dict[str, str] = {}
+        for position, (_, limit, value, _) in enumerate(group):
+            selector = _selector_in_request(limit, values, value, position)
+            trees.append(limit.tree if selector is None else per_selector(limit.rules, selector))
+            values[selector or _selector(limit)] = value
+        compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees))
+        try:
+            check_cost(compiled, cost, self.limiter.decider.algorithm)
+        except ConfigurationError as exc:
+            raise InvalidRequest(f"hits_addend {cost}: {exc}") from None
+        call = self._call(
+            compiled, f"envoy/{domain}", tuple(values[s] for s in compiled.selectors), cost
+        )
+        return await self._decide("envoy", call, shadow)
+
+    def _statuses(
+        self,
+        group: list[tuple[int, DescriptorLimit, str, int]],
+        decision: Decision,
+        statuses: list[RLS.DescriptorStatus],
+    ) -> None:
+        states = decision.states
+        leaf = 0
+        for n, limit, _, _ in group:
+            count = len(_leaves(limit.rules))
+            mine = [s for s in states if leaf <= s.leaf < leaf + count]
+            leaf += count
+            status = statuses[n]
+            if not mine:  # nothing counted (fail-open): the policy's answer
+                status.code = RLS.OK if decision.allowed or decision.shadow else RLS.OVER_LIMIT
+                continue
+            limited = _limited(limit.rules, {s.leaf - (leaf - count): s for s in mine})
+            status.code = RLS.OVER_LIMIT if limited and not decision.shadow else RLS.OK
+            tightest = min(mine, key=lambda s: (s.remaining, -s.reset_after))
+            rule = (
+                limit.rules
+                if isinstance(limit.rules, Rule)
+                else _leaves(limit.rules)[tightest.leaf - (leaf - count)]
+            )
+            status.current_limit.CopyFrom(
+                RLS.RateLimit(
+                    name=str(limit.rules),
+                    requests_per_unit=rule.count,
+                    unit=_UNITS.get(rule.span_ms, RLS.RateLimit.UNKNOWN),
+                )
+            )
+            status.limit_remaining = tightest.remaining
+            status.duration_until_reset.CopyFrom(_duration(tightest.reset_after))
+
+    def _call(
+        self, compiled: CompiledTree, key: str, values: tuple[str | None, ...], cost: int
+    ) -> CallKey:
+        decider = self.limiter.decider
+        return CallKey(compiled, decider.namespace, key, values, cost, decider.algorithm)
+
+    async def _decide(self, api: str, call: CallKey, shadow: bool) -> Decision:
+        """One decision within the call's deadline; past it, the failure policy answers."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            decision = await asyncio.wait_for(
+                self.limiter.decider.decide(call, True, shadow), self.timeout
+            )
+        except TimeoutError:
+            allowed = self.limiter.policy.on_error == "allow"
+            logger.warning("ratelimit: %s decision took over %.3f s: degraded", api, self.timeout)
+            decision = make_decision(
+                allowed, 0.0 if allowed else 1.0, None, None if allowed else 0, call.key
+            )
+            decision = _degraded(decision)
+        if decision.degraded:
+            logger.warning("ratelimit: %s answered by the failure policy (storage failing)", api)
+        if self.observe is not None:
+            self.observe(api, decision, loop.time() - started)
+        return decision
+
+
+def _degraded(decision: Decision) -> Decision:
+    import dataclasses
+
+    return dataclasses.replace(decision, degraded=True)
+
+
+def _selector(limit: DescriptorLimit) -> str:
+    selector = _leaves(limit.tree)[0].selector
+    assert selector is not None
+    return selector
+
+
+def _selector_in_request(
+    limit: DescriptorLimit, values: dict[str, str], value: str, position: int
+) -> str | None:
+    """``None``: the limit's own selector; else a selector for a second descriptor of the same
+    limit in one request (counted on a counter of that position)."""
+    own = _selector(limit)
+    if own not in values or values[own] == value:
+        return None
+    return f"{own}_{position}"
+
+
+def _limited(node: Node, by_leaf: dict[int, RuleState]) -> bool:
+    """Whether a descriptor's own rules refuse, from its leaves' states."""
+    counter = iter(range(len(_leaves(node))))
+
+    def walk(n: Node) -> bool:
+        if isinstance(n, Rule):
+            state = by_leaf.get(next(counter))
+            return state is not None and state.limited
+        results = [walk(child) for child in n.children]
+        return all(results) if isinstance(n, And) else any(results)
+
+    return walk(node)
+
+
+def _cost(addend: int, descriptor: object, n: int) -> int:
+    own = getattr(descriptor, "hits_addend", None)
+    if own is not None and descriptor.HasField("hits_addend"):  # type: ignore[attr-defined]
+        addend = own.value
+    cost = addend or 1
+    if cost > 1_000_000_000:
+        raise InvalidRequest(
+            f"descriptor {n}: hits_addend {cost} is larger than any limit (a negative number "
+            "sent as unsigned?)"
+        )
+    return cost
+
+
+def _duration(seconds: float) -> Duration:
+    whole = int(seconds)
+    return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))

@@ -1,0 +1,183 @@
+"""The service's rules file (TOML): which rules apply to which Envoy descriptors.
+
+::
+
+    [[limit]]
+    domain = "envoy"                          # Envoy's rate limit domain
+    descriptor = ["remote_address"]           # entry keys, in order: per value of each
+    rule = "10/s | 500/h"                     # this package's grammar, without selectors
+
+    [[limit]]
+    domain = "envoy"
+    descriptor = ["path=/login", "remote_address"]   # "key=value" pins a value
+    rule = "5/m"
+    shadow = true                             # decide and report, never refuse
+
+A request's descriptor matches a limit when it has the same keys in the same order and every
+pinned value; of several, the one with the most pinned values wins (then the first in the
+file). Each limit counts per distinct descriptor (its keys and values). A descriptor no
+limit matches is not limited. Errors name the line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ratelimit.errors import ConfigurationError, RuleSyntaxError
+from ratelimit.rules import And, Node, Or, Rule, to_tree
+
+_LIMIT_HEADER = re.compile(r"^\s*\[\[\s*limit\s*\]\]")
+_KEYS = {"domain", "descriptor", "rule", "shadow"}
+
+
+@dataclass(frozen=True)
+class DescriptorLimit:
+    """One ``[[limit]]``: its rules counted per descriptor under ``selector``."""
+
+    domain: str
+    pattern: tuple[tuple[str, str | None], ...]
+    rules: Node
+    tree: Node
+    shadow: bool
+    line: int
+
+    @property
+    def pinned(self) -> int:
+        return sum(value is not None for _, value in self.pattern)
+
+    def matches(self, entries: Sequence[tuple[str, str]]) -> bool:
+        return len(entries) == len(self.pattern) and all(
+            key == want_key and (want is None or value == want)
+            for (key, value), (want_key, want) in zip(entries, self.pattern, strict=True)
+        )
+
+    @property
+    def text(self) -> str:
+        return ", ".join(key if value is None else f"{key}={value}" for key, value in self.pattern)
+
+
+@dataclass(frozen=True)
+class RulesFile:
+    path: str
+    limits: tuple[DescriptorLimit, ...]
+
+    @property
+    def domains(self) -> set[str]:
+        return {limit.domain for limit in self.limits}
+
+    def match(self, domain: str, entries: Sequence[tuple[str, str]]) -> DescriptorLimit | None:
+        """The limit for one descriptor of ``domain`` (``None``: not limited)."""
+        best: DescriptorLimit | None = None
+        for limit in self.limits:
+            better = best is None or limit.pinned > best.pinned
+            if better and limit.domain == domain and limit.matches(entries):
+                best = limit
+        return best
+
+
+def selector_of(domain: str, pattern: tuple[tuple[str, str | None], ...]) -> str:
+    """The selector a limit counts under: stable for the same domain and descriptor pattern,
+    so that counters survive a reload that leaves the limit in place."""
+    digest = hashlib.sha1(repr((domain, pattern)).encode()).hexdigest()[:16]
+    return f"d_{digest}"
+
+
+def per_selector(node: Node, selector: str) -> Node:
+    """``node`` with every rule counted per value of ``selector``."""
+    if isinstance(node, Rule):
+        return Rule(node.count, node.span_ms, selector)
+    kind = And if isinstance(node, And) else Or
+    return kind(*(per_selector(child, selector) for child in node.children))
+
+
+def load(path: str | Path) -> RulesFile:
+    """Read and check a rules file; ``ConfigurationError`` naming the line of what is wrong."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"rules file {name}: cannot be read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"rules file {name}: not valid TOML: {exc}") from None
+    lines = [n for n, line in enumerate(text.splitlines(), 1) if _LIMIT_HEADER.match(line)]
+    unknown = sorted(set(data) - {"limit"})
+    if unknown:
+        raise ConfigurationError(
+            f"rules file {name}: unknown table or key {unknown[0]!r}; the file holds [[limit]] "
+            "tables"
+        )
+    entries = data.get("limit", [])
+    if not isinstance(entries, list):
+        raise ConfigurationError(f"rules file {name}: 'limit' must be [[limit]] tables")
+    limits: list[DescriptorLimit] = []
+    seen: dict[tuple[str, tuple[tuple[str, str | None], ...]], int] = {}
+    for n, entry in enumerate(entries):
+        line = lines[n] if n < len(lines) else 0
+        limit = _limit(entry, f"rules file {name}, line {line} ([[limit]] #{n + 1})", line)
+        earlier = seen.setdefault((limit.domain, limit.pattern), line)
+        if earlier != line:
+            raise ConfigurationError(
+                f"rules file {name}, line {line}: domain {limit.domain!r} descriptor "
+                f"[{limit.text}] is already limited at line {earlier}"
+            )
+        limits.append(limit)
+    return RulesFile(name, tuple(limits))
+
+
+def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
+    if not isinstance(entry, dict):
+        raise ConfigurationError(f"{where}: a limit is a table")
+    unknown = sorted(set(entry) - _KEYS)
+    if unknown:
+        raise ConfigurationError(
+            f"{where}: unknown key {unknown[0]!r}; a limit has domain, descriptor, rule, shadow"
+        )
+    domain = entry.get("domain")
+    if not isinstance(domain, str) or not domain:
+        raise ConfigurationError(f"{where}: domain must be non-empty text")
+    descriptor = entry.get("descriptor")
+    if not isinstance(descriptor, list) or not descriptor:
+        raise ConfigurationError(
+            f'{where}: descriptor must be a list of entry keys, such as ["remote_address"] '
+            'or ["path=/login", "remote_address"]'
+        )
+    pattern: list[tuple[str, str | None]] = []
+    for item in descriptor:
+        if not isinstance(item, str) or not item or item.startswith("="):
+            raise ConfigurationError(
+                f"{where}: descriptor entry {item!r} must be 'key' or 'key=value'"
+            )
+        key, sep, value = item.partition("=")
+        pattern.append((key, value if sep else None))
+    text = entry.get("rule")
+    if not isinstance(text, str):
+        raise ConfigurationError(f"{where}: rule must be text such as '10/s' or '5/m | 100/h'")
+    try:
+        rules = to_tree(text)
+    except RuleSyntaxError as exc:
+        raise ConfigurationError(f"{where}: rule {text!r}: {exc}") from None
+    if any(leaf.selector for leaf in _leaves(rules)):
+        raise ConfigurationError(
+            f"{where}: rule {text!r} names a selector; the descriptor's values select here, "
+            "so write the rule without one (such as '10/s')"
+        )
+    shadow = entry.get("shadow", False)
+    if not isinstance(shadow, bool):
+        raise ConfigurationError(f"{where}: shadow must be true or false")
+    frozen = tuple(pattern)
+    tree = per_selector(rules, selector_of(domain, frozen))
+    return DescriptorLimit(domain, frozen, rules, tree, shadow, line)
+
+
+def _leaves(node: Node) -> list[Rule]:
+    if isinstance(node, Rule):
+        return [node]
+    return [leaf for child in node.children for leaf in _leaves(child)]

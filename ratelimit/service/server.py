@@ -1,0 +1,220 @@
+"""``ratelimit serve``: the gRPC service (``grpc.aio``).
+
+ratio's ``RateLimitService/RateLimit`` and Envoy's
+``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``, gRPC health checking
+(``grpc.health.v1``) and server reflection. SIGTERM (or SIGINT) stops it gracefully: health
+turns ``NOT_SERVING``, calls keep being answered until none has come for a quarter second
+(at most 10 s), then new calls are refused, those in flight answered, and the storage
+closed. SIGHUP, or a change to the rules file seen within a second, reloads the rules
+file; a bad new file keeps the old rules and logs why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ratelimit.decision import Decision
+from ratelimit.errors import ConfigurationError
+from ratelimit.limiter import RateLimit
+from ratelimit.service import rules_file
+from ratelimit.service.config import ServiceConfig
+from ratelimit.service.handlers import Handlers, InvalidRequest, UnknownDomain, ratio_tree
+from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
+from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
+
+logger = logging.getLogger("ratelimit.service")
+
+GRACE_SECONDS = 10.0
+DRAIN_QUIET = 0.25
+RATIO_SERVICE = "RateLimitService"
+ENVOY_SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
+
+
+class Traffic:
+    """Calls in flight and when the last one came, for a drain before the server stops."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.last = 0.0
+
+    def __enter__(self) -> None:
+        self.active += 1
+        self.last = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        self.active -= 1
+
+    async def drained(self, quiet: float, most: float) -> None:
+        """Return once no call is in flight and none came for ``quiet`` seconds (calls a
+        client sent before it saw NOT_SERVING are still arriving), or after ``most``."""
+        deadline = time.monotonic() + most
+        while time.monotonic() < deadline:
+            if self.active == 0 and time.monotonic() - self.last >= quiet:
+                return
+            await asyncio.sleep(quiet / 4)
+
+
+class _Ratio(ratio_pb2_grpc.RateLimitServiceServicer):
+    def __init__(self, handlers: Handlers, traffic: Traffic) -> None:
+        self.handlers = handlers
+        self.traffic = traffic
+
+    async def RateLimit(  # the RPC's name
+        self, request: ratio_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> ratio_pb2.RateLimitResponse:
+        with self.traffic:
+            try:
+                return await self.handlers.rate_limit(request)
+            except InvalidRequest as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise  # abort raises; this line is never reached
+
+
+class _Envoy(rls_pb2_grpc.RateLimitServiceServicer):
+    def __init__(self, handlers: Handlers, traffic: Traffic) -> None:
+        self.handlers = handlers
+        self.traffic = traffic
+
+    async def ShouldRateLimit(  # the RPC's name
+        self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> rls_pb2.RateLimitResponse:
+        with self.traffic:
+            try:
+                return await self.handlers.should_rate_limit(request)
+            except InvalidRequest as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise
+            except UnknownDomain as exc:
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+                raise
+
+
+class Service:
+    """One running service: its limiter, handlers, gRPC server and rules file watcher."""
+
+    def __init__(
+        self, config: ServiceConfig, observe: Callable[[str, Decision, float], None] | None = None
+    ) -> None:
+        self.config = config
+        self.rules = rules_file.load(config.rules_file) if config.rules_file else None
+        if config.storage.startswith("memory://"):  # takes no client timeout
+            self.limiter = RateLimit.from_url(
+                config.storage, namespace=config.namespace, on_error=config.on_error
+            )
+        else:
+            self.limiter = RateLimit.from_url(
+                config.storage,
+                namespace=config.namespace,
+                on_error=config.on_error,
+                timeout=config.timeout,
+                lock_ttl=max(10.0, 2 * config.timeout),  # outlives the work it guards
+            )
+        self.handlers = Handlers(
+            self.limiter, ratio_tree(config.rules), self.rules, config.timeout, observe
+        )
+        self.server = grpc.aio.server()
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self.traffic = Traffic()
+        self._stop = asyncio.Event()
+        self._seen = self._mtime()
+
+    async def start(self) -> int:
+        traffic = self.traffic
+        ratio_pb2_grpc.add_RateLimitServiceServicer_to_server(
+            _Ratio(self.handlers, traffic), self.server
+        )
+        rls_pb2_grpc.add_RateLimitServiceServicer_to_server(
+            _Envoy(self.handlers, traffic), self.server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (
+            RATIO_SERVICE,
+            ENVOY_SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, self.server)
+        address = f"{self.config.host}:{self.config.port}"
+        self.port = self.server.add_insecure_port(address)
+        if self.port == 0:
+            raise ConfigurationError(f"cannot listen on {address}")
+        await self.server.start()
+        for name in ("", RATIO_SERVICE, ENVOY_SERVICE):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    def reload(self) -> bool:
+        """Read the rules file again; keep the old rules (and say why) when it is bad."""
+        if not self.config.rules_file:
+            return False
+        self._seen = self._mtime()
+        try:
+            new = rules_file.load(self.config.rules_file)
+        except ConfigurationError as exc:
+            logger.error("ratelimit: rules file not reloaded, the old rules stay: %s", exc)
+            return False
+        self.rules = self.handlers.rules = new
+        logger.warning("ratelimit: rules file reloaded: %d limits", len(new.limits))
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        watcher = asyncio.create_task(self._watch())
+        try:
+            await self._stop.wait()
+        finally:
+            watcher.cancel()
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Health turns NOT_SERVING; calls keep being answered until none has come for a
+        moment (so that those clients sent before they saw it are not cancelled); then the
+        server stops, answering what is still in flight, and the storage is closed."""
+        await self.health.enter_graceful_shutdown()
+        await self.traffic.drained(DRAIN_QUIET, GRACE_SECONDS)
+        await self.server.stop(GRACE_SECONDS)
+        await self.limiter.aclose()
+
+    async def _watch(self) -> None:
+        while self.config.rules_file:
+            await asyncio.sleep(1.0)
+            if self._mtime() != self._seen:
+                self.reload()
+
+    def _mtime(self) -> float | None:
+        if not self.config.rules_file:
+            return None
+        try:
+            return os.stat(self.config.rules_file).st_mtime_ns / 1e9
+        except OSError:
+            return None
+
+
+async def serve(config: ServiceConfig) -> None:
+    """Start the service, print where it listens, and serve until stopped."""
+    service = Service(config)
+    port = await service.start()
+    where = f"{config.host}:{port}"
+    rules = f", rules file {Path(config.rules_file)}" if config.rules_file else ""
+    print(f"ratelimit: serving on {where} (storage {config.storage}{rules})", flush=True)
+    await service.run()
+    print("ratelimit: stopped", flush=True)

@@ -1,0 +1,101 @@
+"""Run ``python -m ratelimit serve`` as a process on a free port on 127.0.0.1, for the service
+tests, and stop it (and only it) when done."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ServiceProcess:
+    """The service, configured by ``env`` (``RATELIMIT_*``) on top of this environment."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = {**os.environ, "RATELIMIT_HOST": "127.0.0.1", "RATELIMIT_PORT": "0"}
+        self.env.update(env or {})
+        self.process: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.lines: list[str] = []
+        self._reader: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> ServiceProcess:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ratelimit", "serve"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                found = re.search(r"serving on [\d.]+:(\d+)", line)
+                if found:
+                    self.port = int(found.group(1))
+                    return self
+            if self.process.poll() is not None:
+                time.sleep(0.1)  # let the reader take the last lines
+                raise RuntimeError(
+                    f"the service exited with {self.process.returncode}:\n{self.output}"
+                )
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"the service did not start within {timeout} s:\n{self.output}")
+
+    def _read(self) -> None:
+        assert self.process is not None
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        assert self.process is not None
+        code = self.process.wait(timeout)
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._reader is not None:
+            self._reader.join(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self.process = None
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
