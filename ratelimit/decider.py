@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import NamedTuple
 
 from ratelimit.backends.base import Backend
@@ -42,6 +43,8 @@ class CallKey(NamedTuple):
 
 shadow_logger = logging.getLogger("ratelimit.shadow")
 """Where shadow refusals are logged (INFO), one line each: filter or silence it by name."""
+
+_clock = time.perf_counter
 
 new_call_key = tuple.__new__
 """``new_call_key(CallKey, (compiled, namespace, ...))``: a :class:`CallKey` built in C, at a
@@ -98,6 +101,7 @@ class Decider:
         and the refusal is remembered in the denial cache as any other."""
         if self.closed:
             raise LimiterClosedError()
+        started = _clock() if self.hooks.timed else 0.0
         decision = self.denials.get(call)  # still refused: the storage is not asked again
         if decision is None and self.background is not None and record:
             self.background.submit(call, cached_plan(*call))  # admitted now, counted later
@@ -114,7 +118,7 @@ class Decider:
                 "on_error" if decision.degraded else f"rule '{decision.rule}'",
             )
         if self.hooks:
-            self.hooks(decision)
+            self.hooks(decision, _clock() - started if started else 0.0)
         return decision
 
     async def reset(self, call: CallKey) -> None:

@@ -5,6 +5,10 @@ A hook is any ``Callable[[Decision], object]``: it sees ``allowed``, ``degraded`
 keep them cheap (count, don't send). One that raises is logged once and otherwise ignored:
 a broken metric never breaks a rate limit.
 
+A hook that also wants each decision's latency has a ``timed(decision, seconds)`` method,
+which is called instead (``seconds``: the time the decision pipeline took, storage
+included); :class:`ratelimit.metrics.OpenTelemetryHook` is one.
+
 Example::
 
     allowed = denied = 0
@@ -39,15 +43,21 @@ class Hooks:
             if not callable(hook):
                 raise TypeError(f"a hook must be callable, not {type(hook).__name__}")
         self._hooks = tuple(hooks)
+        self._timed = tuple(getattr(hook, "timed", None) for hook in hooks)
+        self.timed = any(self._timed)
+        """Whether a hook wants latencies (the pipeline then reads the clock)."""
         self._failed: set[int] = set()
 
     def __bool__(self) -> bool:
         return bool(self._hooks)
 
-    def __call__(self, decision: Decision) -> None:
-        for n, hook in enumerate(self._hooks):
+    def __call__(self, decision: Decision, seconds: float = 0.0) -> None:
+        for n, (hook, timed) in enumerate(zip(self._hooks, self._timed, strict=True)):
             try:
-                hook(decision)
+                if timed is not None:
+                    timed(decision, seconds)
+                else:
+                    hook(decision)
             except Exception:
                 if n not in self._failed:  # once per hook, not once per decision
                     self._failed.add(n)

@@ -448,3 +448,21 @@ def test_redis_killed_fail_open_then_recovery() -> None:
     assert all(a.code == 1 and a.degraded for a in during)  # fail-open: OK, marked degraded
     assert not after.degraded
     assert recovered_in < 1.0
+
+
+def test_the_service_counts_decisions_in_opentelemetry() -> None:
+    async def calls(address: str) -> None:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = ratio_pb2_grpc.RateLimitServiceStub(channel)
+            for _ in range(3):
+                await stub.RateLimit(ratio_pb2.RateLimitRequest(owner="ann", resource="r"))
+
+    with ServiceProcess({"RATELIMIT_RULES": "2/m", "RATELIMIT_METRICS": "console"}) as service:
+        asyncio.run(calls(service.address))
+        service.signal(signal.SIGTERM)
+        assert service.wait(30) == 0
+    output = service.output
+    assert '"name": "ratelimit.decisions"' in output
+    assert '"outcome": "over_limit"' in output
+    assert '"name": "ratelimit.decision.duration"' in output
+    assert "ann" not in output  # selector values are never labels

@@ -12,7 +12,9 @@ start, and a bad one stops the service with a message naming the variable.
 - ``RATELIMIT_TIMEOUT`` (``RATIO_CONNECTION_TIMEOUT``), default ``1s``: each call's
   deadline, the storage's included;
 - ``RATELIMIT_NAMESPACE``, default ``ratelimit``: the namespace of every counter;
-- ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow`` or ``deny``.
+- ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow`` or ``deny``;
+- ``RATELIMIT_METRICS``, default ``otel``: OpenTelemetry metrics on the global provider
+  (with the ``otel`` extra), ``console`` to print them every minute, or ``none``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class ServiceConfig:
     timeout: float = 1.0
     namespace: str = "ratelimit"
     on_error: str = "allow"
+    metrics: str = "otel"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
@@ -93,6 +96,14 @@ class ServiceConfig:
                     "marked degraded) or 'deny' (answer OVER_LIMIT)"
                 )
             values["on_error"] = text
+        if found := read("RATELIMIT_METRICS"):
+            variable, text = found
+            if text not in ("otel", "console", "none"):
+                raise ConfigurationError(
+                    f"{variable}={text!r}: metrics go to 'otel' (the global OpenTelemetry "
+                    "provider), 'console' (printed every minute) or 'none'"
+                )
+            values["metrics"] = text
         return cls(**values)  # type: ignore[arg-type]
 
 

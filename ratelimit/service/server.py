@@ -24,7 +24,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
 from ratelimit.limiter import RateLimit
 from ratelimit.service import rules_file
@@ -103,14 +102,13 @@ class _Envoy(rls_pb2_grpc.RateLimitServiceServicer):
 class Service:
     """One running service: its limiter, handlers, gRPC server and rules file watcher."""
 
-    def __init__(
-        self, config: ServiceConfig, observe: Callable[[str, Decision, float], None] | None = None
-    ) -> None:
+    def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.rules = rules_file.load(config.rules_file) if config.rules_file else None
+        hooks, self._flush_metrics = metric_hooks(config.metrics)
         if config.storage.startswith("memory://"):  # takes no client timeout
             self.limiter = RateLimit.from_url(
-                config.storage, namespace=config.namespace, on_error=config.on_error
+                config.storage, namespace=config.namespace, on_error=config.on_error, hooks=hooks
             )
         else:
             self.limiter = RateLimit.from_url(
@@ -119,10 +117,9 @@ class Service:
                 on_error=config.on_error,
                 timeout=config.timeout,
                 lock_ttl=max(10.0, 2 * config.timeout),  # outlives the work it guards
+                hooks=hooks,
             )
-        self.handlers = Handlers(
-            self.limiter, ratio_tree(config.rules), self.rules, config.timeout, observe
-        )
+        self.handlers = Handlers(self.limiter, ratio_tree(config.rules), self.rules, config.timeout)
         self.server = grpc.aio.server()
         self.health = health.aio.HealthServicer()
         self.port = 0
@@ -193,6 +190,8 @@ class Service:
         await self.traffic.drained(DRAIN_QUIET, GRACE_SECONDS)
         await self.server.stop(GRACE_SECONDS)
         await self.limiter.aclose()
+        if self._flush_metrics is not None:
+            self._flush_metrics()
 
     async def _watch(self) -> None:
         while self.config.rules_file:
@@ -207,6 +206,36 @@ class Service:
             return os.stat(self.config.rules_file).st_mtime_ns / 1e9
         except OSError:
             return None
+
+
+def metric_hooks(metrics: str) -> tuple[list[Any], Callable[[], object] | None]:
+    """The service's metrics: OpenTelemetry's ``ratelimit.decisions`` and
+    ``ratelimit.decision.duration`` (:mod:`ratelimit.metrics`) when the ``otel`` extra is
+    installed, on the global MeterProvider (``metrics="otel"``, the default: configure it as
+    OpenTelemetry documents) or printed to standard output every minute and when the service
+    stops (``metrics="console"``); none with ``metrics="none"``. Also what flushes them."""
+    if metrics == "none":
+        return [], None
+    try:
+        from ratelimit.metrics import OpenTelemetryHook
+    except ImportError:
+        if metrics == "console":
+            raise ConfigurationError(
+                "RATELIMIT_METRICS=console needs the otel extra: "
+                "pip install 'ratelimit-rules[otel]'"
+            ) from None
+        return [], None
+    if metrics != "console":
+        return [OpenTelemetryHook()], None
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        PeriodicExportingMetricReader,
+    )
+
+    reader = PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
+    provider = MeterProvider(metric_readers=[reader])
+    return [OpenTelemetryHook(provider.get_meter("ratelimit"))], provider.shutdown
 
 
 async def serve(config: ServiceConfig) -> None:
