@@ -182,8 +182,15 @@ def test_peek_and_reset_on_redis(redis_url: str, capsys: pytest.CaptureFixture[s
 # --- the service as a process, real gRPC clients ---
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def service(request: pytest.FixtureRequest, rules: Path) -> Iterator[ServiceProcess]:
+@pytest.fixture(
+    scope="module", params=["memory", pytest.param("redis", marks=pytest.mark.redis)]
+)
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServiceProcess]:
+    """One service per storage for the tests below, each test with names of its own."""
+    rules = tmp_path_factory.mktemp("service") / "rules.toml"
+    rules.write_text(RULES)
     env = {"RATELIMIT_RULES": "2/m", "RATELIMIT_RULES_FILE": str(rules)}
     if request.param == "redis":
         env["RATELIMIT_STORAGE"] = request.getfixturevalue("redis_url")
