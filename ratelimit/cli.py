@@ -63,7 +63,7 @@ def _check(args: argparse.Namespace) -> int:
             print(f"invalid: {exc}", file=sys.stderr)
             return INVALID
         domains = sorted(loaded.domains)
-        count = f"{len(loaded.limits)} limits in {len(domains)} domains"
+        count = f"{_plural(len(loaded.limits), 'limit')} in {_plural(len(domains), 'domain')}"
         print(f"{target}: {count} ({', '.join(domains)})")
         for limit in loaded.limits:
             shadow = " (shadow)" if limit.shadow else ""
@@ -77,6 +77,10 @@ def _check(args: argparse.Namespace) -> int:
     print(tree)
     print("\n".join(explain(tree, 1)))
     return OK
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _values(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:

@@ -22,6 +22,7 @@ EXPECTED = {
     "event_loops.py": "run 2: 40 of 300 admitted, 100 in all under 100/h",
     "settings.py": "admin: 3 of 5 admitted under 3/m",
     "web_app.py": "POST /login ann #4: 429",
+    "service_client.py": "envoy ShouldRateLimit #3: OVER_LIMIT",
 }
 ON_MEMORY = {
     **EXPECTED,

@@ -140,7 +140,7 @@ def test_the_command_line(rules: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert cli(["check", "10/x"]) == 1
     assert "expected unit" in capsys.readouterr().err
     assert cli(["check", str(rules)]) == 0
-    assert "3 limits in 1 domains (envoy)" in capsys.readouterr().out
+    assert "3 limits in 1 domain (envoy)" in capsys.readouterr().out
     assert cli(["peek", "--key", "k", "user:1/m", "user=ann"]) == 0  # memory://: nothing counted
     with pytest.raises(SystemExit) as usage:
         cli(["peek", "user:1/m"])
@@ -182,9 +182,7 @@ def test_peek_and_reset_on_redis(redis_url: str, capsys: pytest.CaptureFixture[s
 # --- the service as a process, real gRPC clients ---
 
 
-@pytest.fixture(
-    scope="module", params=["memory", pytest.param("redis", marks=pytest.mark.redis)]
-)
+@pytest.fixture(scope="module", params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 def service(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServiceProcess]:
