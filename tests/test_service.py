@@ -377,6 +377,42 @@ def test_rules_file_reloaded_under_traffic(rules: Path) -> None:
         rules.write_text(RULES.replace('rule = "3/m"', 'rule = "1/m"'))  # seen by the watcher
         _wait_for(lambda: service.output.count("rules file reloaded") >= 2)
         assert asyncio.run(traffic(service.address, "d", 2)) == [RLS.OK, RLS.OVER_LIMIT]
+        # reloads while calls keep coming: every call is answered, under the old or new rules
+        answers, failures = asyncio.run(reload_during_traffic(service, rules))
+        assert failures == []
+        assert answers > 50
+
+
+async def reload_during_traffic(service: ServiceProcess, rules: Path) -> tuple[int, list[str]]:
+    answers, failures = 0, []
+    stop = asyncio.Event()
+
+    async def caller(n: int) -> None:
+        nonlocal answers
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+            sent = 0
+            while not stop.is_set():
+                request = rls_pb2.RateLimitRequest(domain="envoy")
+                descriptor(request, ("remote_address", f"load-{n}-{sent}"))
+                sent += 1
+                try:
+                    reply = await stub.ShouldRateLimit(request, timeout=10)
+                    assert reply.overall_code in (RLS.OK, RLS.OVER_LIMIT)
+                    answers += 1
+                except grpc.aio.AioRpcError as exc:
+                    failures.append(str(exc.code()))
+
+    callers = [asyncio.create_task(caller(n)) for n in range(4)]
+    for rule in ("7/m", "8/m", "9/m"):
+        await asyncio.sleep(0.2)
+        text = RULES.replace('rule = "3/m"', f'rule = "{rule}"')
+        await asyncio.to_thread(rules.write_text, text)
+        service.signal(signal.SIGHUP)
+    await asyncio.sleep(0.3)
+    stop.set()
+    await asyncio.gather(*callers)
+    return answers, failures
 
 
 def _wait_for(condition: object, timeout: float = 20.0) -> None:
