@@ -507,3 +507,30 @@ def test_the_service_counts_decisions_in_opentelemetry() -> None:
     assert '"outcome": "over_limit"' in output
     assert '"name": "ratelimit.decision.duration"' in output
     assert "ann" not in output  # selector values are never labels
+
+
+async def test_shadow_descriptors_count_nothing_when_the_request_is_refused(rules: Path) -> None:
+    """Handlers in process, on memory: what each identifier holds is read back."""
+    from ratelimit import MemoryBackend, RateLimit
+    from ratelimit.service.handlers import Handlers, ratio_tree
+
+    backend = MemoryBackend()
+    rl = RateLimit(backend, denial_cache=0)
+    handlers = Handlers(rl, ratio_tree("2/m"), rules_file.load(rules), 5.0)
+    only_ip = rls_pb2.RateLimitRequest(domain="envoy")
+    descriptor(only_ip, ("remote_address", "10.7.7.7"))
+    for _ in range(3):
+        assert (await handlers.should_rate_limit(only_ip)).overall_code == RLS.OK
+    both = rls_pb2.RateLimitRequest(domain="envoy")
+    descriptor(both, ("remote_address", "10.7.7.7"))
+    descriptor(both, ("client_id", "watched"))
+    refused = await handlers.should_rate_limit(both)
+    assert refused.overall_code == RLS.OVER_LIMIT
+    assert [s.code for s in refused.statuses] == [RLS.OVER_LIMIT, RLS.OK]
+    held = {identifier.value: len(hits) for identifier, hits in backend.logs().items() if hits}
+    assert held == {"remote_address=10.7.7.7": 3}  # the shadow descriptor counted nothing
+    only_shadow = rls_pb2.RateLimitRequest(domain="envoy")
+    descriptor(only_shadow, ("client_id", "watched"))
+    assert (await handlers.should_rate_limit(only_shadow)).overall_code == RLS.OK
+    held = {identifier.value: len(hits) for identifier, hits in backend.logs().items()}
+    assert held["client_id=watched"] == 1  # admitted: counted as usual

@@ -86,12 +86,9 @@ class Handlers:
         values[PAIR] = f"{request.owner}\x1f{request.resource}"
         compiled = self.ratio
         call = self._call(compiled, RATIO_KEY, tuple(values[s] for s in compiled.selectors), 1)
-        decision = await self._decide("ratio", call, False)
-        code = (
-            ratio_pb2.RateLimitResponse.OK
-            if decision.allowed or decision.shadow
-            else (ratio_pb2.RateLimitResponse.OVER_LIMIT)
-        )
+        decision = await self._decide("ratio", call, False, True)
+        over = not decision.allowed and not decision.shadow
+        code = ratio_pb2.RateLimitResponse.OVER_LIMIT if over else ratio_pb2.RateLimitResponse.OK
         return ratio_pb2.RateLimitResponse(
             code=code,
             remaining=max(decision.remaining or 0, 0),
@@ -121,12 +118,15 @@ class Handlers:
                 matched.append((n, limit, value, cost))
         statuses = [RLS.DescriptorStatus(code=RLS.OK) for _ in request.descriptors]
         overall = RLS.OK
-        # enforced descriptors in one decision per cost, shadow ones in another, never refused
+        # enforced descriptors in one decision (one per cost, when descriptors differ in
+        # hits_addend), then shadow ones in another, never refused, and counting nothing
+        # when the request was refused
         groups: dict[tuple[bool, int], list[tuple[int, DescriptorLimit, str, int]]] = {}
-        for item in matched:
+        for item in sorted(matched, key=lambda item: item[1].shadow):
             groups.setdefault((item[1].shadow, item[3]), []).append(item)
         for (shadow, cost), group in groups.items():
-            decision = await self._decide_group(request.domain, group, cost, shadow)
+            record = overall == RLS.OK
+            decision = await self._decide_group(request.domain, group, cost, shadow, record)
             if not decision.allowed and not decision.shadow:
                 overall = RLS.OVER_LIMIT
             self._statuses(group, decision, statuses)
@@ -138,6 +138,7 @@ class Handlers:
         group: list[tuple[int, DescriptorLimit, str, int]],
         cost: int,
         shadow: bool,
+        record: bool,
     ) -> Decision:
         # one leaf set per descriptor; the same limit twice in one request counts twice
         trees: list[Node] = []
@@ -154,7 +155,7 @@ class Handlers:
         call = self._call(
             compiled, f"envoy/{domain}", tuple(values[s] for s in compiled.selectors), cost
         )
-        return await self._decide("envoy", call, shadow)
+        return await self._decide("envoy", call, shadow, record)
 
     def _statuses(
         self,
@@ -196,13 +197,13 @@ class Handlers:
         decider = self.limiter.decider
         return CallKey(compiled, decider.namespace, key, values, cost, decider.algorithm)
 
-    async def _decide(self, api: str, call: CallKey, shadow: bool) -> Decision:
+    async def _decide(self, api: str, call: CallKey, shadow: bool, record: bool) -> Decision:
         """One decision within the call's deadline; past it, the failure policy answers."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
             decision = await asyncio.wait_for(
-                self.limiter.decider.decide(call, True, shadow), self.timeout
+                self.limiter.decider.decide(call, record, shadow), self.timeout
             )
         except TimeoutError:  # the pipeline's hooks never saw it: they see it here
             allowed = self.limiter.policy.on_error == "allow"
