@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -147,6 +148,9 @@ def _serve(args: argparse.Namespace) -> int:
         variable = f"RATELIMIT_{name}"
         if getattr(args, flag) is not None:
             env[variable] = str(getattr(args, flag))
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         config = ServiceConfig.from_env(env)
         asyncio.run(serve(config))

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -156,6 +157,18 @@ def test_the_command_line(rules: Path, capsys: pytest.CaptureFixture[str]) -> No
     )
     assert done.returncode == 3
     assert "RATELIMIT_PORT='http'" in done.stderr
+    with ServiceProcess() as running:  # a port in use: said, exit code 3
+        env = {"RATELIMIT_PORT": str(running.port), "RATELIMIT_HOST": "127.0.0.1"}
+        taken = subprocess.run(
+            [sys.executable, "-m", "ratelimit", "serve"],
+            env={**os.environ, **env},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert taken.returncode == 3
+    assert "cannot listen on 127.0.0.1:" in taken.stderr
 
 
 @pytest.mark.redis

@@ -16,9 +16,9 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -34,6 +34,7 @@ from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
 
 logger = logging.getLogger("ratelimit.service")
 
+T = TypeVar("T")
 GRACE_SECONDS = 10.0
 DRAIN_QUIET = 0.25
 RATIO_SERVICE = "RateLimitService"
@@ -64,6 +65,21 @@ class Traffic:
             await asyncio.sleep(quiet / 4)
 
 
+async def _answered(
+    traffic: Traffic, context: grpc.aio.ServicerContext[Any, Any], work: Awaitable[T]
+) -> T:
+    """One call's answer, counted in ``traffic``; a request the handlers refuse is aborted
+    with its status code (``abort`` raises)."""
+    with traffic:
+        try:
+            return await work
+        except InvalidRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except UnknownDomain as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+    raise AssertionError("unreachable: abort raises")
+
+
 class _Ratio(ratio_pb2_grpc.RateLimitServiceServicer):
     def __init__(self, handlers: Handlers, traffic: Traffic) -> None:
         self.handlers = handlers
@@ -72,12 +88,7 @@ class _Ratio(ratio_pb2_grpc.RateLimitServiceServicer):
     async def RateLimit(  # the RPC's name
         self, request: ratio_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> ratio_pb2.RateLimitResponse:
-        with self.traffic:
-            try:
-                return await self.handlers.rate_limit(request)
-            except InvalidRequest as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                raise  # abort raises; this line is never reached
+        return await _answered(self.traffic, context, self.handlers.rate_limit(request))
 
 
 class _Envoy(rls_pb2_grpc.RateLimitServiceServicer):
@@ -88,15 +99,7 @@ class _Envoy(rls_pb2_grpc.RateLimitServiceServicer):
     async def ShouldRateLimit(  # the RPC's name
         self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> rls_pb2.RateLimitResponse:
-        with self.traffic:
-            try:
-                return await self.handlers.should_rate_limit(request)
-            except InvalidRequest as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                raise
-            except UnknownDomain as exc:
-                await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-                raise
+        return await _answered(self.traffic, context, self.handlers.should_rate_limit(request))
 
 
 class Service:
@@ -120,7 +123,9 @@ class Service:
                 hooks=hooks,
             )
         self.handlers = Handlers(self.limiter, ratio_tree(config.rules), self.rules, config.timeout)
-        self.server = grpc.aio.server()
+        # no SO_REUSEPORT (gRPC's default): a second service on a port in use is an error,
+        # not a silent half of the traffic
+        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         self.health = health.aio.HealthServicer()
         self.port = 0
         self.traffic = Traffic()
@@ -144,7 +149,10 @@ class Service:
         )
         reflection.enable_server_reflection(names, self.server)
         address = f"{self.config.host}:{self.config.port}"
-        self.port = self.server.add_insecure_port(address)
+        try:
+            self.port = self.server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
+            raise ConfigurationError(f"cannot listen on {address}: {exc}") from None
         if self.port == 0:
             raise ConfigurationError(f"cannot listen on {address}")
         await self.server.start()
