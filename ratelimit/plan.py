@@ -351,6 +351,10 @@ def rule_states(
             elapsed = now_us - now_us // span_us * span_us
             room = rule.count - remaining - 1
             sliding = plan.algorithm == SLIDING_WINDOW
-            reset_us = counter_wait(current + used, previous, elapsed, span_us, room, sliding)
+            after = counter_rate(current + used, previous, now_us, span_us, sliding)
+            if after <= room:  # float rounding left `remaining` one short: it is there now
+                reset_us = 0.0
+            else:
+                reset_us = counter_wait(current + used, previous, elapsed, span_us, room, sliding)
         states.append(RuleState(rule, i, False, remaining, max(reset_us, 0) / 1_000_000))
     return tuple(states)

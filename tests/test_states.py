@@ -170,3 +170,16 @@ async def test_sliding_log_states_agree_with_a_plain_referee(seed: int) -> None:
             oldest = min(after, default=now)
             assert got.reset_after == (oldest + rule.span_ms * 1000 - now) / 1e6, step
     assert seen == {(0, False), (0, True), (1, False), (1, True)}  # the trace tried each
+
+
+async def test_fractional_costs_whose_sum_rounds_short_of_a_whole_hit() -> None:
+    """0.1 nine times and once more is 0.9999999999999999, not 1: the floor of what is left
+    comes out one short, and that unit is already back (found by the differential test)."""
+    rl, _ = limiter("sliding-window")
+    limit = rl.limit("5/s", key="k", cost=0.1)
+    for _ in range(10):
+        decision = await limit.decide()
+        assert decision.allowed
+        (state,) = decision.states
+        assert state.remaining == decision.remaining
+        assert state.reset_after >= 0
