@@ -127,10 +127,13 @@ async def test_an_outage_logs_once_then_once_on_recovery(
 
 
 async def test_lock_contention_never_fails_open() -> None:
+    """A held lock is contention, not an outage. The round-trip deadline is generous
+    (timeout=5): on a starved machine a 0.25 s one can expire on a lock's SET, which is an
+    outage by definition and fails open (this test once failed that way under load)."""
     client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
     rl = RateLimit(
         client, "c", use_scripts=False, on_error="allow", lock_timeout=0.1,
-        lock_polling_interval=0.02,
+        lock_polling_interval=0.02, timeout=5, lock_ttl=10,
     )  # fmt: skip
     await client.set("rl:{c:busy}:lock", "someone else", px=60_000)
     with pytest.raises(LockTimeoutError):
