@@ -124,3 +124,28 @@ def counter_wait(
         # in the next window, once this window (then the previous one) weighs little enough
         return size - elapsed + size * (1 - room / current)
     return size - elapsed
+
+
+def gcra_outcome(
+    rule: Rule, leaf: int, cost: float, tat_us: float, now_us: int, burst: int | None = None
+) -> Outcome:
+    """GCRA, a token bucket kept as one number per identifier and rule: ``tat_us``, the
+    theoretical arrival time (0 when nothing was counted). ``count/span`` emits one hit every
+    ``span / count``; up to ``burst`` (default ``count``) hits may come at once. A call of
+    ``cost`` is admitted when the arrival time it pushes forward stays within the burst's
+    tolerance of now; the caller then stores :func:`gcra_next` as the new arrival time.
+
+    Not yet an ``algorithm=`` of its own (issue 14: the engines come next); the same float
+    operations in the same order as the storage scripts will run them."""
+    interval = rule.span_ms * US_PER_MS / rule.count
+    tolerance = rule.span_ms * US_PER_MS * (rule.count if burst is None else burst) / rule.count
+    start = max(tat_us, now_us)
+    ahead = start + cost * interval - now_us  # how far the arrival time would run ahead
+    if ahead > tolerance:
+        return (True, math.ceil(ahead - tolerance), 0, leaf)
+    return (False, 0, (tolerance - (start - now_us)) / interval, leaf)
+
+
+def gcra_next(rule: Rule, cost: float, tat_us: float, now_us: int) -> float:
+    """The arrival time to store after admitting a call of ``cost``."""
+    return max(tat_us, now_us) + cost * (rule.span_ms * US_PER_MS / rule.count)
