@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -124,6 +125,13 @@ class Or(_Composite):
 
 Node: TypeAlias = Rule | And | Or
 RuleLike: TypeAlias = "Node | str | list[Node | str] | tuple[Node | str, ...]"
+
+
+def map_rules(node: Node, change: Callable[[Rule], Rule]) -> Node:
+    """``node`` with each rule replaced by ``change(rule)``, its And/Or shape kept."""
+    if isinstance(node, Rule):
+        return change(node)
+    return type(node)(*(map_rules(child, change) for child in node.children))
 
 
 def to_tree(rules: RuleLike) -> Node:

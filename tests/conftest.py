@@ -13,11 +13,34 @@ import fakeredis
 import pytest
 import redis.asyncio as aioredis
 
-from ratelimit import MemoryBackend, RateLimit, RedisCommandBackend, RedisScriptBackend
+from ratelimit import (
+    BackendError,
+    MemoryBackend,
+    RateLimit,
+    RedisCommandBackend,
+    RedisScriptBackend,
+)
 from ratelimit.backends.base import Backend
+from ratelimit.decision import Decision
+from ratelimit.plan import CounterUpdate, Plan
 from tests.redis_server import RedisServer, find_binary, server_version
 
 T = TypeVar("T")
+
+
+class FailingBackend(Backend):
+    """A storage that never answers: every call raises ``BackendError``."""
+
+    async def decide(self, plan: Plan) -> Decision:
+        raise BackendError("storage down")
+
+    async def reset(self, plan: Plan) -> None:
+        raise BackendError("storage down")
+
+    async def update_counter(self, update: CounterUpdate) -> float:
+        raise BackendError("storage down")
+
+    async def aclose(self) -> None: ...
 
 
 class FakeClock:

@@ -17,7 +17,6 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route as StarletteRoute
 
 from ratelimit import (
-    BackendError,
     ConfigurationError,
     MemoryBackend,
     RateLimit,
@@ -38,9 +37,8 @@ from ratelimit.asgi import (
     user,
 )
 from ratelimit.asgi.headers import limit_field, policy_field, seconds
-from ratelimit.backends.base import Backend
 from ratelimit.decision import Decision
-from ratelimit.plan import CounterUpdate, Plan
+from tests.conftest import FailingBackend
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -202,24 +200,12 @@ def test_fields_are_structured_field_lists() -> None:
 # --- answers ---
 
 
-class Failing(Backend):
-    async def decide(self, plan: Plan) -> Decision:
-        raise BackendError("storage down")
-
-    async def reset(self, plan: Plan) -> None: ...
-
-    async def update_counter(self, update: CounterUpdate) -> float:
-        raise BackendError("storage down")
-
-    async def aclose(self) -> None: ...
-
-
 async def test_storage_failure_fail_open_and_deny() -> None:
-    opened = RateLimit(Failing(), on_error="allow")
+    opened = RateLimit(FailingBackend(), on_error="allow")
     async with client(app_with(opened, [Route("/x", "ip:1/m")])) as http:
         answers = [await http.get("/x") for _ in range(3)]
     assert [a.status_code for a in answers] == [200] * 3
-    denied = RateLimit(Failing(), on_error="deny")
+    denied = RateLimit(FailingBackend(), on_error="deny")
     async with client(app_with(denied, [Route("/x", "ip:1/m")])) as http:
         refused = await http.get("/x")
     assert refused.status_code == 503

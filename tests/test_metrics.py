@@ -9,12 +9,10 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from ratelimit import BackendError, MemoryBackend, RateLimit
-from ratelimit.backends.base import Backend
+from ratelimit import MemoryBackend, RateLimit
 from ratelimit.decision import Decision
 from ratelimit.metrics import OpenTelemetryHook
-from ratelimit.plan import CounterUpdate, Plan
-from tests.conftest import FakeClock
+from tests.conftest import FailingBackend, FakeClock
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -38,18 +36,6 @@ def counts(reader: InMemoryMetricReader) -> dict[tuple[str, str, str], int]:
     }
 
 
-class Failing(Backend):
-    async def decide(self, plan: Plan) -> Decision:
-        raise BackendError("down")
-
-    async def reset(self, plan: Plan) -> None: ...
-
-    async def update_counter(self, update: CounterUpdate) -> float:
-        raise BackendError("down")
-
-    async def aclose(self) -> None: ...
-
-
 async def test_decisions_by_outcome_with_latency_and_bounded_labels() -> None:
     reader = InMemoryMetricReader()
     hook = OpenTelemetryHook(MeterProvider(metric_readers=[reader]).get_meter("t"), near_ratio=0.6)
@@ -58,7 +44,7 @@ async def test_decisions_by_outcome_with_latency_and_bounded_labels() -> None:
         await rl.limit("user:5/m", key="search", user="secret-user-name").decide()
     await rl.limit("user:1/m", key="watch", user="u", shadow=True).decide()
     await rl.limit("user:1/m", key="watch", user="u", shadow=True).decide()
-    failing = RateLimit(Failing(), hooks=[hook])
+    failing = RateLimit(FailingBackend(), hooks=[hook])
     await failing.limit("1/s", key="down").decide()
     got = counts(reader)
     assert got[("allowed", "search", "user:5/m")] == 2

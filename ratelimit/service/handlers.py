@@ -10,6 +10,7 @@ gRPC servicers in :mod:`ratelimit.service.server` only translate errors):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -20,9 +21,10 @@ from ratelimit.decision import Decision, RuleState, make_decision
 from ratelimit.errors import ConfigurationError
 from ratelimit.limiter import RateLimit
 from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import And, Node, Or, Rule, to_tree
+from ratelimit.rules import And, Node, Or, Rule, map_rules, to_tree
 from ratelimit.service.proto import ratio_pb2
 from ratelimit.service.proto.envoy import rls_pb2
+from ratelimit.service.proto.envoy.common_pb2 import RateLimitDescriptor
 from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector
 from ratelimit.settings import check_cost
 
@@ -48,26 +50,17 @@ def ratio_tree(text: str) -> CompiledTree:
     """``RATELIMIT_RULES`` for ratio's API: a rule without a selector counts per (owner,
     resource) pair, as ratio does; ``owner:`` and ``resource:`` rules per owner or resource."""
     tree = to_tree(text)
-    for leaf in _leaves(tree):
+    for leaf in compile_tree(tree).rules:
         if leaf.selector not in (None, "owner", "resource"):
             raise ConfigurationError(
                 f"RATELIMIT_RULES={text!r}: selector {leaf.selector!r} is unknown to ratio's "
                 "API, which gives owner and resource"
             )
-    return compile_tree(_pairs(tree))
-
-
-def _pairs(node: Node) -> Node:
-    if isinstance(node, Rule):
-        return node if node.selector else Rule(node.count, node.span_ms, PAIR)
-    kind = And if isinstance(node, And) else Or
-    return kind(*(_pairs(child) for child in node.children))
-
-
-def _leaves(node: Node) -> list[Rule]:
-    if isinstance(node, Rule):
-        return [node]
-    return [leaf for child in node.children for leaf in _leaves(child)]
+    return compile_tree(
+        map_rules(
+            tree, lambda rule: rule if rule.selector else Rule(rule.count, rule.span_ms, PAIR)
+        )
+    )
 
 
 @dataclass
@@ -146,7 +139,7 @@ class Handlers:
         for position, (_, limit, value, _) in enumerate(group):
             selector = _selector_in_request(limit, values, value, position)
             trees.append(limit.tree if selector is None else per_selector(limit.rules, selector))
-            values[selector or _selector(limit)] = value
+            values[selector or limit.selector] = value
         compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees))
         try:
             check_cost(compiled, cost, self.limiter.decider.algorithm)
@@ -166,7 +159,8 @@ class Handlers:
         states = decision.states
         leaf = 0
         for n, limit, _, _ in group:
-            count = len(_leaves(limit.rules))
+            leaves = compile_tree(limit.rules).rules
+            count = len(leaves)
             mine = [s for s in states if leaf <= s.leaf < leaf + count]
             leaf += count
             status = statuses[n]
@@ -176,11 +170,7 @@ class Handlers:
             limited = _limited(limit.rules, {s.leaf - (leaf - count): s for s in mine})
             status.code = RLS.OVER_LIMIT if limited and not decision.shadow else RLS.OK
             tightest = min(mine, key=lambda s: (s.remaining, -s.reset_after))
-            rule = (
-                limit.rules
-                if isinstance(limit.rules, Rule)
-                else _leaves(limit.rules)[tightest.leaf - (leaf - count)]
-            )
+            rule = leaves[tightest.leaf - (leaf - count)]
             status.current_limit.CopyFrom(
                 RLS.RateLimit(
                     name=str(limit.rules),
@@ -211,7 +201,7 @@ class Handlers:
             decision = make_decision(
                 allowed, 0.0 if allowed else 1.0, None, None if allowed else 0, call.key
             )
-            decision = _degraded(decision)
+            decision = dataclasses.replace(decision, degraded=True)
             if self.limiter.hooks:
                 self.limiter.hooks(decision, loop.time() - started)
         if decision.degraded:
@@ -219,24 +209,12 @@ class Handlers:
         return decision
 
 
-def _degraded(decision: Decision) -> Decision:
-    import dataclasses
-
-    return dataclasses.replace(decision, degraded=True)
-
-
-def _selector(limit: DescriptorLimit) -> str:
-    selector = _leaves(limit.tree)[0].selector
-    assert selector is not None
-    return selector
-
-
 def _selector_in_request(
     limit: DescriptorLimit, values: dict[str, str], value: str, position: int
 ) -> str | None:
     """``None``: the limit's own selector; else a selector for a second descriptor of the same
     limit in one request (counted on a counter of that position)."""
-    own = _selector(limit)
+    own = limit.selector
     if own not in values or values[own] == value:
         return None
     return f"{own}_{position}"
@@ -244,7 +222,7 @@ def _selector_in_request(
 
 def _limited(node: Node, by_leaf: dict[int, RuleState]) -> bool:
     """Whether a descriptor's own rules refuse, from its leaves' states."""
-    counter = iter(range(len(_leaves(node))))
+    counter = iter(range(len(compile_tree(node).rules)))
 
     def walk(n: Node) -> bool:
         if isinstance(n, Rule):
@@ -256,10 +234,10 @@ def _limited(node: Node, by_leaf: dict[int, RuleState]) -> bool:
     return walk(node)
 
 
-def _cost(addend: int, descriptor: object, n: int) -> int:
-    own = getattr(descriptor, "hits_addend", None)
-    if own is not None and descriptor.HasField("hits_addend"):  # type: ignore[attr-defined]
-        addend = own.value
+def _cost(addend: int, descriptor: RateLimitDescriptor, n: int) -> int:
+    """The request's ``hits_addend``, or the descriptor's own; 0 (unset) means 1."""
+    if descriptor.HasField("hits_addend"):
+        addend = descriptor.hits_addend.value
     cost = addend or 1
     if cost > 1_000_000_000:
         raise InvalidRequest(
@@ -270,5 +248,6 @@ def _cost(addend: int, descriptor: object, n: int) -> int:
 
 
 def _duration(seconds: float) -> Duration:
-    whole = int(seconds)
-    return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+    duration = Duration()
+    duration.FromMicroseconds(round(seconds * 1_000_000))
+    return duration

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
-from ratelimit.rules import And, Node, Or, Rule, to_tree
+from ratelimit.plan import compile_tree
+from ratelimit.rules import Node, Rule, map_rules, to_tree
 
 _LIMIT_HEADER = re.compile(r"^\s*\[\[\s*limit\s*\]\]")
 _KEYS = {"domain", "descriptor", "rule", "shadow"}
@@ -38,12 +39,14 @@ _KEYS = {"domain", "descriptor", "rule", "shadow"}
 
 @dataclass(frozen=True)
 class DescriptorLimit:
-    """One ``[[limit]]``: its rules counted per descriptor under ``selector``."""
+    """One ``[[limit]]``: its ``rules`` as written, and ``tree``, the same counted per
+    descriptor under ``selector``."""
 
     domain: str
     pattern: tuple[tuple[str, str | None], ...]
     rules: Node
     tree: Node
+    selector: str
     shadow: bool
     line: int
 
@@ -90,10 +93,7 @@ def selector_of(domain: str, pattern: tuple[tuple[str, str | None], ...]) -> str
 
 def per_selector(node: Node, selector: str) -> Node:
     """``node`` with every rule counted per value of ``selector``."""
-    if isinstance(node, Rule):
-        return Rule(node.count, node.span_ms, selector)
-    kind = And if isinstance(node, And) else Or
-    return kind(*(per_selector(child, selector) for child in node.children))
+    return map_rules(node, lambda rule: Rule(rule.count, rule.span_ms, selector))
 
 
 def load(path: str | Path) -> RulesFile:
@@ -164,7 +164,7 @@ def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
         rules = to_tree(text)
     except RuleSyntaxError as exc:
         raise ConfigurationError(f"{where}: rule {text!r}: {exc}") from None
-    if any(leaf.selector for leaf in _leaves(rules)):
+    if any(leaf.selector for leaf in compile_tree(rules).rules):
         raise ConfigurationError(
             f"{where}: rule {text!r} names a selector; the descriptor's values select here, "
             "so write the rule without one (such as '10/s')"
@@ -173,11 +173,7 @@ def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
     if not isinstance(shadow, bool):
         raise ConfigurationError(f"{where}: shadow must be true or false")
     frozen = tuple(pattern)
-    tree = per_selector(rules, selector_of(domain, frozen))
-    return DescriptorLimit(domain, frozen, rules, tree, shadow, line)
-
-
-def _leaves(node: Node) -> list[Rule]:
-    if isinstance(node, Rule):
-        return [node]
-    return [leaf for child in node.children for leaf in _leaves(child)]
+    selector = selector_of(domain, frozen)
+    return DescriptorLimit(
+        domain, frozen, rules, per_selector(rules, selector), selector, shadow, line
+    )
