@@ -1,4 +1,4 @@
-"""The three algorithms, as one rule's outcome from what storage counted.
+"""The four algorithms, as one rule's outcome from what storage counted.
 
 - ``sliding-log`` (default): per identifier the timestamps of its hits. Exact;
   memory O(N) per identifier.
@@ -7,6 +7,9 @@
   ``current + previous * (size - elapsed) / size``, with windows starting at multiples of
   their size. O(1) memory per identifier; an approximation of the log.
 - ``fixed-window``: the same with the previous window's weight 0.
+- ``gcra`` (the generic cell rate algorithm: a token bucket kept as one number): per
+  identifier and rule the theoretical arrival time. ``N/span`` sustains N per span with
+  bursts of up to N (or the rule's ``burst``) at once. O(1) memory per identifier; exact.
 
 A call is admitted by a rule when what is already counted plus the call's cost stays within
 the rule's count. Storage scripts compute the same "limited" flag with the same floating
@@ -23,7 +26,8 @@ from ratelimit.rules import Rule
 SLIDING_LOG = "sliding-log"
 SLIDING_WINDOW = "sliding-window"
 FIXED_WINDOW = "fixed-window"
-ALGORITHMS = (SLIDING_LOG, SLIDING_WINDOW, FIXED_WINDOW)
+GCRA = "gcra"
+ALGORITHMS = (SLIDING_LOG, SLIDING_WINDOW, FIXED_WINDOW, GCRA)
 
 US_PER_MS = 1000
 
@@ -126,26 +130,52 @@ def counter_wait(
     return size - elapsed
 
 
-def gcra_outcome(
-    rule: Rule, leaf: int, cost: float, tat_us: float, now_us: int, burst: int | None = None
-) -> Outcome:
-    """GCRA, a token bucket kept as one number per identifier and rule: ``tat_us``, the
-    theoretical arrival time (0 when nothing was counted). ``count/span`` emits one hit every
-    ``span / count``; up to ``burst`` (default ``count``) hits may come at once. A call of
-    ``cost`` is admitted when the arrival time it pushes forward stays within the burst's
-    tolerance of now; the caller then stores :func:`gcra_next` as the new arrival time.
+Arrival = tuple[int, int]
+"""A GCRA arrival time, exactly: whole microseconds and a remainder in ``1/count`` of a
+microsecond (``0 <= remainder < count``); ``(0, 0)`` when nothing is stored. Exact, where a
+float at today's 1.7e15 microseconds rounds to a quarter of one and would refuse the third
+call of a ``3/s`` burst."""
 
-    Not yet an ``algorithm=`` of its own (issue 14: the engines come next); the same float
-    operations in the same order as the storage scripts will run them."""
-    interval = rule.span_ms * US_PER_MS / rule.count
-    tolerance = rule.span_ms * US_PER_MS * (rule.count if burst is None else burst) / rule.count
-    start = max(tat_us, now_us)
-    ahead = start + cost * interval - now_us  # how far the arrival time would run ahead
+
+def gcra_burst(rule: Rule) -> int:
+    """How many hits a GCRA rule admits at once: its ``burst``, else its ``count``."""
+    return rule.count if rule.burst is None else rule.burst
+
+
+def gcra_outcome(rule: Rule, leaf: int, cost: float, tat: Arrival, now_us: int) -> Outcome:
+    """GCRA, a token bucket kept as one arrival time per identifier and rule. ``count/span``
+    emits one hit every ``span / count``; up to the rule's burst may come at once. A call
+    of ``cost`` is admitted when the arrival time it pushes forward stays within ``burst``
+    intervals of now; the caller then stores :func:`gcra_next`.
+
+    Python's integers keep every quantity exact, in ``1/count`` of a microsecond;
+    ``gcra.lua`` reaches the same answers with (microseconds, remainder) pairs.
+    """
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    now = now_us * count
+    start = max(tat[0] * count + tat[1], now)
+    ahead = start + int(cost) * span - now  # how far the arrival time would run ahead
+    tolerance = gcra_burst(rule) * span
     if ahead > tolerance:
-        return (True, math.ceil(ahead - tolerance), 0, leaf)
-    return (False, 0, (tolerance - (start - now_us)) / interval, leaf)
+        return (True, -((tolerance - ahead) // count), 0, leaf)  # ceil: whole microseconds
+    return (False, 0, (tolerance - (start - now)) // span, leaf)
 
 
-def gcra_next(rule: Rule, cost: float, tat_us: float, now_us: int) -> float:
-    """The arrival time to store after admitting a call of ``cost``."""
-    return max(tat_us, now_us) + cost * (rule.span_ms * US_PER_MS / rule.count)
+def gcra_next(rule: Rule, cost: float, tat: Arrival, now_us: int) -> Arrival:
+    """The arrival time to store after admitting a call of ``cost``: pushed ``cost``
+    intervals on, but never more than the burst's tolerance ahead of now (an ``And`` tree
+    admitting through another branch leaves this rule's bucket empty, not in debt)."""
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    now = now_us * count
+    pushed = max(tat[0] * count + tat[1], now) + int(cost) * span
+    us, remainder = divmod(min(pushed, now + gcra_burst(rule) * span), count)
+    return us, remainder
+
+
+def gcra_reset(rule: Rule, tat: Arrival, now_us: int, remaining: int) -> float:
+    """Microseconds until a GCRA rule with arrival time ``tat`` has ``remaining + 1`` hits
+    to give (its bucket refills one hit per interval)."""
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    now = now_us * count
+    room = gcra_burst(rule) * span - (max(tat[0] * count + tat[1], now) - now)
+    return ((remaining + 1) * span - room) / count

@@ -6,10 +6,11 @@
     tree     := and_term ("|" and_term)*
     and_term := atom ("&" atom)*
     atom     := rule | "(" tree ")"
-    rule     := [selector ":"] count ["r"] ("/" | "per") [multiple] unit
+    rule     := [selector ":"] count ["r"] ("/" | "per") [multiple] unit ["burst" count]
     unit     := ms | s | m | h | d | second(s) | sec(s) | minute(s) | min(s) | hour(s)
               | hr(s) | day(s)          (the words in any case)
 
+``burst N`` (the word in any case) lets N calls come at once under ``algorithm="gcra"``.
 ``&`` binds tighter than ``|``. ``;`` and ``,`` separate limits that all apply, as in the
 ``limits`` library (and slowapi, flask-limiter): they mean ``|`` with the lowest precedence,
 so ``"100/hour;10/second"`` ports unchanged. Errors are :class:`RuleSyntaxError` with a
@@ -49,13 +50,16 @@ def _fail(message: str) -> pp.ParseAction:
     return action
 
 
-def _to_count(text: str, loc: int, tokens: pp.ParseResults) -> int:
-    count = int(tokens[0])
-    if not 1 <= count <= MAX_COUNT:
-        raise pp.ParseFatalException(
-            text, loc, f"count must be an integer from 1 to {MAX_COUNT}, not {tokens[0]}"
-        )
-    return count
+def _whole(name: str) -> pp.ParseAction:
+    def action(text: str, loc: int, tokens: pp.ParseResults) -> int:
+        number = int(tokens[0])
+        if not 1 <= number <= MAX_COUNT:
+            raise pp.ParseFatalException(
+                text, loc, f"{name} must be an integer from 1 to {MAX_COUNT}, not {tokens[0]}"
+            )
+        return number
+
+    return action
 
 
 def _to_span_ms(text: str, loc: int, tokens: pp.ParseResults) -> int:
@@ -72,7 +76,8 @@ def _to_span_ms(text: str, loc: int, tokens: pp.ParseResults) -> int:
 
 def _to_rule(tokens: pp.ParseResults) -> Rule:
     selector = str(tokens["selector"]) if "selector" in tokens else None
-    return Rule(int(tokens["count"]), int(tokens["span"]), selector)
+    burst = int(tokens["burst"]) if "burst" in tokens else None
+    return Rule(int(tokens["count"]), int(tokens["span"]), selector, burst)
 
 
 def _fold(cls: type[And] | type[Or]) -> pp.ParseAction:
@@ -85,7 +90,9 @@ def _fold(cls: type[And] | type[Or]) -> pp.ParseAction:
 
 def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
     selector = pp.Regex(r"[A-Za-z_][A-Za-z0-9_]*(?=\s*:)").set_name("selector")
-    count = pp.Regex(r"\d+").set_name("count (a positive integer)").set_parse_action(_to_count)
+    count = (
+        pp.Regex(r"\d+").set_name("count (a positive integer)").set_parse_action(_whole("count"))
+    )
     multiple = pp.Regex(r"\d+").set_name("multiple")
     word = r"(?i:seconds?|secs?|minutes?|mins?|hours?|hrs?|days?)"
     unit = pp.Regex(rf"(?:ms|s|m|h|d|{word})(?![A-Za-z0-9_])").set_name(_UNITS_EXPECTED)
@@ -96,6 +103,10 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
     span = pp.Group(pp.Optional(multiple("multiple")) + unit("unit")).set_parse_action(
         lambda text, loc, tokens: _to_span_ms(text, loc, tokens[0])
     )
+    burst = (
+        pp.Regex(r"\d+").set_name("burst (a positive integer)").set_parse_action(_whole("burst"))
+    )
+    burst_clause = pp.Suppress(pp.Regex(r"(?i:burst)(?![A-Za-z0-9_])")) - burst("burst")
     third_field = (pp.Literal(":") + pp.Regex(r"[^\s&|()]*")).set_parse_action(
         _fail(
             "a rule has two fields, [selector:]count/span; a third field "
@@ -109,6 +120,7 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
             + pp.Optional(pp.Suppress(pp.Literal("r")))
             + pp.Suppress(pp.Regex(r"/|(?i:per)(?![A-Za-z0-9_])").set_name("'/' or 'per'"))
             + span("span")
+            + pp.Optional(burst_clause)
         )
         .set_parse_action(_to_rule)
         .set_name("rule (such as 10/s or user:5/m)")

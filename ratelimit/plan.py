@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ratelimit.algorithms import (
+    GCRA,
     SLIDING_LOG,
     SLIDING_WINDOW,
     US_PER_MS,
@@ -23,6 +24,10 @@ from ratelimit.algorithms import (
     counter_outcome,
     counter_rate,
     counter_wait,
+    gcra_burst,
+    gcra_next,
+    gcra_outcome,
+    gcra_reset,
     log_outcome,
 )
 from ratelimit.decision import Decision, RuleState, make_decision
@@ -188,9 +193,19 @@ def counter_update_rate(
     return current + previous * update.weight
 
 
+@functools.lru_cache(maxsize=4096)
+def gcra_field(rule: Rule) -> str:
+    """The name of one rule's arrival time among its identifier's (``count/span_us/burst``):
+    rules of one shape on one identifier share it, whatever their selector's name."""
+    return f"{rule.count}/{rule.span_ms * US_PER_MS}/{gcra_burst(rule)}"
+
+
 def window_name(identifier: Identifier, size_us: int) -> str:
     """The name of one (identifier, window size) in stores of this process."""
     return f"{identifier!r}/{size_us}"
+
+
+_NO_WINDOWS = (SLIDING_LOG, GCRA)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -205,7 +220,7 @@ def cached_plan(
 ) -> Plan:
     """The plan for selector ``values`` given in the order of ``compiled.selectors``; the
     callers of a hot key share one (so nobody changes it)."""
-    if algorithm == SLIDING_LOG and len(compiled.rules) == 1:  # the common case, quickly
+    if algorithm in _NO_WINDOWS and len(compiled.rules) == 1:  # the common case, quickly
         selector = compiled.rules[0].selector
         if selector is not None and not values[0]:
             return _plan(compiled, namespace, key, (), (-1,), cost, algorithm, (), (), (), record)
@@ -227,7 +242,7 @@ def cached_plan(
                 continue
             identifier = Identifier(namespace, key, rule.selector, value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
-    if algorithm == SLIDING_LOG:
+    if algorithm in _NO_WINDOWS:
         return _plan(
             compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm,
             (), (), (), record,
@@ -268,6 +283,9 @@ def _leaf(plan: Plan, i: int, now_us: int, counts: Sequence[tuple[float, float]]
     rule = plan.compiled.rules[i]
     if plan.algorithm == SLIDING_LOG:
         return log_outcome(rule, i, plan.cost, counts[i], now_us)
+    if plan.algorithm == GCRA:
+        tat_us, remainder = counts[i]
+        return gcra_outcome(rule, i, plan.cost, (int(tat_us), int(remainder)), now_us)
     sliding = plan.algorithm == SLIDING_WINDOW
     return counter_outcome(rule, i, plan.cost, counts[i], now_us, sliding)
 
@@ -277,7 +295,9 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> 
 
     ``counts[i]`` is what storage counted for leaf ``i``, read by the plan's algorithm: for
     the sliding log (hits among the newest ``plan.depth(rule)``, the last of them when all
-    are inside the window); for the window counters (current count, previous count).
+    are inside the window); for the window counters (current count, previous count); for
+    GCRA (the rule's arrival time: whole microseconds and remainder in ``1/count`` of one,
+    ``(0, 0)`` when none is stored).
     """
     rules = plan.compiled.rules
     if len(rules) == 1:  # the common single rule: no tree to walk
@@ -341,8 +361,15 @@ def rule_states(
         assert left is not None  # an applied rule that admits has a count
         remaining = max(math.floor(left - used), 0)
         span_us = rule.span_ms * US_PER_MS
-        if remaining >= rule.count:  # nothing counted: the whole span ahead
-            reset_us: float = span_us
+        reset_us: float
+        if plan.algorithm == GCRA:  # until the bucket holds one more, or full: the span
+            tat = (int(counts[i][0]), int(counts[i][1]))
+            if used:
+                tat = gcra_next(rule, used, tat, now_us)
+            full = remaining >= gcra_burst(rule)
+            reset_us = span_us if full else gcra_reset(rule, tat, now_us, remaining)
+        elif remaining >= rule.count:  # nothing counted: the whole span ahead
+            reset_us = span_us
         elif plan.algorithm == SLIDING_LOG:  # until the oldest hit inside leaves
             hits, oldest = counts[i]
             reset_us = (oldest if hits else now_us) + span_us - now_us

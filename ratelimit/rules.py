@@ -36,11 +36,14 @@ class Rule:
     """``count`` calls per ``span_ms`` milliseconds, per value of ``selector`` if one is named.
 
     Usually written as text: ``Rule.parse("username:10/5m") == Rule(10, 300_000, "username")``.
+    ``burst`` (``algorithm="gcra"`` only; written ``"10/s burst 20"``) is how many calls may
+    come at once; ``None`` means ``count``.
     """
 
     count: int
     span_ms: int
     selector: str | None = None
+    burst: int | None = None
 
     def __post_init__(self) -> None:
         if type(self.count) is not int or not 1 <= self.count <= MAX_COUNT:
@@ -52,6 +55,12 @@ class Rule:
         if self.selector is not None and not _SELECTOR.match(self.selector):
             raise RuleSyntaxError(
                 f"selector must be an identifier (letters, digits, _), not {self.selector!r}"
+            )
+        if self.burst is not None and (
+            type(self.burst) is not int or not 1 <= self.burst <= MAX_COUNT
+        ):
+            raise RuleSyntaxError(
+                f"burst must be an integer from 1 to {MAX_COUNT}, not {self.burst!r}"
             )
 
     @classmethod
@@ -73,7 +82,8 @@ class Rule:
                 span = unit if multiple == 1 else f"{multiple}{unit}"
                 break
         prefix = f"{self.selector}:" if self.selector else ""
-        return f"{prefix}{self.count}/{span}"
+        suffix = "" if self.burst is None else f" burst {self.burst}"
+        return f"{prefix}{self.count}/{span}{suffix}"
 
 
 class _Composite:

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
-from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
+from ratelimit.algorithms import ALGORITHMS, GCRA, SLIDING_LOG, gcra_burst
 from ratelimit.errors import ConfigurationError
 from ratelimit.hooks import Hook
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier
-from ratelimit.rules import MAX_SPAN_MS
+from ratelimit.rules import MAX_SPAN_MS, Rule
 
 ON_ERROR = ("allow", "deny", "raise")
 """What a decision does when its storage fails: admit, refuse, or raise ``BackendError``."""
@@ -44,8 +44,10 @@ class Settings:
 
     - ``namespace``: keeps this application's counters apart from others on one Redis.
     - ``algorithm``: ``"sliding-log"`` (default; exact, memory O(N) per identifier),
-      ``"sliding-window"`` (two counters per window size: O(1) memory, approximate) or
-      ``"fixed-window"``.
+      ``"sliding-window"`` (two counters per window size: O(1) memory, approximate),
+      ``"fixed-window"``, or ``"gcra"`` (a token bucket: one arrival time per identifier
+      and rule, exact; ``N/span`` sustains N per span with bursts of N, or of the rule's
+      ``burst``).
     - ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis
       on every decision; ``> 0`` decides in-process on local counters synced with Redis
       every ``sync_rate`` seconds in the background (each process may admit up to a limit
@@ -167,10 +169,11 @@ def check_sync_rate(sync_rate: object, algorithm: str, use_scripts: bool) -> Non
         raise ConfigurationError(f"sync_rate must be a number of seconds, not {sync_rate!r}")
     if sync_rate and not use_scripts:
         raise ConfigurationError(SYNC_RATE_NEEDS_SCRIPTS)
-    if sync_rate > 0 and algorithm == SLIDING_LOG:  # type: ignore[operator]
+    if sync_rate > 0 and algorithm in (SLIDING_LOG, GCRA):  # type: ignore[operator]
+        what = "a sliding log" if algorithm == SLIDING_LOG else "a GCRA arrival time"
         raise ConfigurationError(
             "sync_rate > 0 syncs window counters: use algorithm='sliding-window' or "
-            "'fixed-window' (a sliding log cannot be merged from diffs)"
+            f"'fixed-window' ({what} cannot be merged from diffs)"
         )
 
 
@@ -190,7 +193,7 @@ def is_number(value: object) -> bool:
 
 
 def check_cost_type(cost: object, algorithm: str) -> None:
-    if algorithm == SLIDING_LOG:
+    if algorithm in (SLIDING_LOG, GCRA):
         if type(cost) is not int or cost < 1:
             raise ConfigurationError(
                 f"cost must be a whole number of hits, 1 or more, not {cost!r} "
@@ -208,9 +211,17 @@ Both bounds keep one decision under about a millisecond of Redis time."""
 
 
 def check_cost(compiled: CompiledTree, cost: float, algorithm: str) -> None:
-    """A call of ``cost`` can be admitted by every rule, within the sliding log's bounds."""
+    """A call of ``cost`` can be admitted by every rule, within the sliding log's bounds;
+    a rule's ``burst`` only under GCRA."""
     for rule in compiled.rules:
-        if cost > rule.count:
+        if rule.burst is not None and algorithm != GCRA:
+            raise ConfigurationError(
+                f"rule '{rule}' names a burst, which only algorithm='gcra' has (this limiter "
+                f"uses {algorithm!r}); drop 'burst {rule.burst}' or use algorithm='gcra'"
+            )
+        if algorithm == GCRA:
+            check_gcra_rule(rule, cost)
+        if cost > rule.count and algorithm != GCRA:
             raise ConfigurationError(
                 f"cost {cost} is above the count of rule '{rule}': such a call could never "
                 "be admitted"
@@ -228,6 +239,30 @@ def check_cost(compiled: CompiledTree, cost: float, algorithm: str) -> None:
             f"it takes a cost of at most {MAX_LOG_COST} per call (so that no decision holds "
             "Redis up for more than about a millisecond); use algorithm='sliding-window' or "
             "'fixed-window' for larger costs"
+        )
+
+
+EXACT = 2**53
+"""The scripts' numbers are doubles: whole numbers up to here are exact."""
+
+
+def check_gcra_rule(rule: Rule, cost: float) -> None:
+    """A GCRA rule its scripts decide exactly, that can admit a call of ``cost``."""
+    burst = gcra_burst(rule)
+    if cost > burst:
+        raise ConfigurationError(
+            f"cost {cost} is above the burst of rule '{rule}' ({burst} at once): such a call "
+            "could never be admitted"
+        )
+    if burst * rule.span_ms > MAX_SPAN_MS * rule.count:
+        raise ConfigurationError(
+            f"rule '{rule}': a burst of {burst} takes longer than 3650 days to refill at "
+            f"{rule.count} per span; use a smaller burst"
+        )
+    if burst * rule.count >= EXACT:
+        raise ConfigurationError(
+            f"rule '{rule}': GCRA keeps time in 1/count of a microsecond, and burst times "
+            f"count ({burst} x {rule.count}) must stay under 2**53 to stay exact"
         )
 
 

@@ -180,18 +180,24 @@ def test_fields_are_structured_field_lists() -> None:
     states = [
         RuleState(Rule.parse("ip:5/m"), 0, False, 3, 41.2),
         RuleState(Rule.parse("10/500ms"), 1, True, 0, 0.3),
+        RuleState(Rule.parse("10/s burst 20"), 2, False, 17, 0.1),
+        RuleState(Rule.parse("10/s burst 15"), 3, False, 12, 0.1),
     ]
     policy = SFList()
     policy.parse(policy_field(states).encode())
     assert [(i.value, dict(i.params)) for i in policy] == [
         ("ip:5/m", {"q": 5, "w": 60}),
         ("10/500ms", {"q": 10}),  # no whole-second window to state
+        ("10/s burst 20", {"q": 20, "w": 2}),  # GCRA: the burst, refilled in 2 s
+        ("10/s burst 15", {"q": 15}),  # refilled in 1.5 s
     ]
     limits = SFList()
     limits.parse(limit_field(states).encode())
     assert [(i.value, dict(i.params)) for i in limits] == [
         ("ip:5/m", {"r": 3, "t": 42}),
         ("10/500ms", {"r": 0, "t": 1}),
+        ("10/s burst 20", {"r": 17, "t": 1}),
+        ("10/s burst 15", {"r": 12, "t": 1}),
     ]
     assert seconds(3.0000000001) == 3
     assert seconds(0) == 0

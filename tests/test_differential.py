@@ -9,6 +9,7 @@ milliseconds up to seconds) is run against each backend with one fake clock; eve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import uuid
 from typing import Any
@@ -26,12 +27,12 @@ from ratelimit import (
     RedisScriptBackend,
     Rule,
 )
-from ratelimit.algorithms import ALGORITHMS
+from ratelimit.algorithms import ALGORITHMS, gcra_burst
 from ratelimit.backends.base import Backend
-from ratelimit.backends.redis.keys import counter_key, identifier_key
+from ratelimit.backends.redis.keys import arrivals_key, counter_key, identifier_key
 from ratelimit.decision import Decision
 from ratelimit.plan import Identifier, compile_tree
-from ratelimit.rules import Node, to_tree
+from ratelimit.rules import Node, map_rules, to_tree
 from tests.conftest import FakeClock
 from tests.strategies import trees
 
@@ -158,10 +159,12 @@ async def run_all_engines(
         RedisCommandBackend(command_client, clock=clocks[2]),
     ]
     limiters = [RateLimit(b, "prop", algorithm=algorithm) for b in backends]
+    if algorithm == "gcra":
+        tree = map_rules(tree, with_burst)
     try:
-        smallest = min(rule.count for rule in compile_tree(tree).rules)
+        smallest = min(gcra_burst(rule) for rule in compile_tree(tree).rules)
         for step, (advance, user, ip, repeat, drawn) in enumerate(calls):
-            whole = algorithm == "sliding-log"
+            whole = algorithm in ("sliding-log", "gcra")
             cost = min(max(1, int(drawn)) if whole else drawn, smallest)
             for clock in clocks:
                 clock.advance(advance)
@@ -181,6 +184,9 @@ async def run_all_engines(
                 assert decisions[1].states == states, f"script's states differ at step {step}"
                 assert decisions[2].states == states, f"commands' states differ at step {step}"
         now = round(clocks[0]() * 1_000_000)
+        if algorithm == "gcra":
+            await compare_arrivals(tree, now, memory, script_client, command_client)
+            return
         if algorithm != "sliding-log":
             await compare_counters(tree, now, memory, script_client, command_client)
             return
@@ -228,6 +234,34 @@ async def compare_counters(
                     if index >= now // size - 1:
                         stored[(size, index)] = float(value)
             assert stored == expected, counter_key(identifier)
+
+
+def with_burst(rule: Rule) -> Rule:
+    """GCRA traces also try bursts: none, 1 (strict spacing), or above the count."""
+    choice = SPANS_MS.index(rule.span_ms) % 3
+    return dataclasses.replace(rule, burst=(None, 1, rule.count + 3)[choice])
+
+
+async def compare_arrivals(
+    tree: Node, now: int, memory: MemoryBackend, *clients: aioredis.Redis
+) -> None:
+    """Every arrival time still ahead of now is equal in memory and in each Redis."""
+    arrivals = memory.arrivals()
+    for identifier in all_identifiers(tree):
+        expected = {
+            field: f"{us}:{rem}" if rem else str(us)
+            for field, (us, rem) in arrivals.get(identifier, {}).items()
+            if (us, rem) > (now, 0)
+        }
+        for client in clients:
+            raw = await client.hgetall(arrivals_key(identifier))
+            stored = {_text(k): _text(v) for k, v in raw.items()}
+            ahead = {
+                f: v
+                for f, v in stored.items()
+                if (int(v.split(":")[0]), int(v.partition(":")[2] or 0)) > (now, 0)
+            }
+            assert ahead == expected, arrivals_key(identifier)
 
 
 def _text(value: bytes | str) -> str:

@@ -19,8 +19,8 @@ def test_settings_are_frozen_and_checked_when_made() -> None:
     assert settings.hooks == (print,)  # a list given is copied into a tuple
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.timeout = 1.0  # type: ignore[misc]
-    with pytest.raises(ConfigurationError, match="unknown algorithm 'gcra'"):
-        Settings(algorithm="gcra")
+    with pytest.raises(ConfigurationError, match="unknown algorithm 'token-bucket'"):
+        Settings(algorithm="token-bucket")
     with pytest.raises(ConfigurationError, match="on_error must be one of"):
         settings.replace(on_error="ignore")
     with pytest.raises(TypeError, match="positional"):

@@ -4,7 +4,9 @@ item per rule that applied), ``Retry-After`` in whole seconds rounded up, the op
 ``X-RateLimit-*`` trio, and the RFC 9457 problem details of a refusal.
 
 Each policy is named by its rule's text (``"ip:5/m"``), so a client reads what it is held
-to. ``w`` is given for spans of whole seconds (the field has no finer unit); ``t`` is
+to. ``w`` is given for spans of whole seconds (the field has no finer unit); a GCRA rule
+with a burst is ``q=burst`` over the burst's refill time (``10/s burst 20``: ``q=20;w=2``,
+the same rate, and ``r`` never above ``q``); ``t`` is
 :attr:`RuleState.reset_after <ratelimit.decision.RuleState>` rounded up.
 """
 
@@ -46,9 +48,12 @@ def _policies(rules: tuple[Rule, ...]) -> str:
     """The policy field of these rules: the same for every response they decide."""
     items = []
     for rule in rules:
-        item = f"{_name(rule)};q={rule.count}"
-        if rule.span_ms % 1000 == 0:
-            item += f";w={rule.span_ms // 1000}"
+        # A GCRA burst: q of it at once, refilled over burst intervals (the same rate).
+        quota = rule.count if rule.burst is None else rule.burst
+        window_ms = rule.span_ms * quota
+        item = f"{_name(rule)};q={quota}"
+        if window_ms % (1000 * rule.count) == 0:
+            item += f";w={window_ms // (1000 * rule.count)}"
         items.append(item)
     return ", ".join(items)
 

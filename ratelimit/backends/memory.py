@@ -1,4 +1,5 @@
-"""The in-process backend (``memory://``): the Redis scripts' logs and counters, in dicts.
+"""The in-process backend (``memory://``): the Redis scripts' logs, counters and arrival
+times, in dicts.
 
 Decisions in one process only; nothing is shared with other processes. Safe for many
 coroutines and threads at once (a decision takes no await between counting and recording).
@@ -14,8 +15,11 @@ from typing import Any
 
 from ratelimit import windows
 from ratelimit.algorithms import (
+    GCRA,
     SLIDING_LOG,
     US_PER_MS,
+    Arrival,
+    gcra_next,
     log_outcome,
     not_before,
     window,
@@ -31,6 +35,7 @@ from ratelimit.plan import (
     counter_update_rate,
     decided,
     evaluate,
+    gcra_field,
     limits_per_identifier,
 )
 
@@ -86,6 +91,17 @@ class _Windows:
         windows.hold(slots, index, count)
 
 
+class _Arrivals:
+    """One identifier's GCRA arrival times (microseconds), per rule (:func:`gcra_field`),
+    and its expiry: the latest of them."""
+
+    __slots__ = ("expires_us", "tats")
+
+    def __init__(self) -> None:
+        self.tats: dict[str, Arrival] = {}
+        self.expires_us = 0
+
+
 class MemoryBackend:
     """Sliding logs and window counters in this process's memory.
 
@@ -102,6 +118,7 @@ class MemoryBackend:
         self._clock: Clock = clock or time.monotonic
         self._logs: dict[Identifier, _Log] = {}
         self._windows: dict[Identifier, _Windows] = {}
+        self._arrivals: dict[Identifier, _Arrivals] = {}
         self._lock = threading.Lock()
         self._sweep_every = max(1, sweep_every)
         self._since_sweep = 0
@@ -109,7 +126,7 @@ class MemoryBackend:
 
     def __len__(self) -> int:
         """How many identifiers hold logs or counters (expired ones until the next sweep)."""
-        return len(self._logs) + len(self._windows)
+        return len(self._logs) + len(self._windows) + len(self._arrivals)
 
     def logs(self) -> dict[Identifier, tuple[int, ...]]:
         """Every sliding log held (expired ones until the next sweep): its hits' times in
@@ -130,6 +147,12 @@ class MemoryBackend:
                 for identifier, entry in self._windows.items()
             }
 
+    def arrivals(self) -> dict[Identifier, dict[str, Arrival]]:
+        """Every identifier's GCRA arrival times held (microseconds and remainder, see
+        :data:`~ratelimit.algorithms.Arrival`), per rule field. For tests and debugging."""
+        with self._lock:
+            return {identifier: dict(a.tats) for identifier, a in self._arrivals.items()}
+
     async def decide(self, plan: Plan) -> Decision:
         if self._closed:
             raise LimiterClosedError("this memory backend")
@@ -141,6 +164,8 @@ class MemoryBackend:
         self._since_sweep += 1
         if self._since_sweep >= self._sweep_every:
             self._sweep(now)
+        if plan.algorithm == GCRA:
+            return self._decide_arrivals(plan, now)
         if plan.algorithm != SLIDING_LOG:
             return self._decide_windows(plan, now)
         if len(plan.leaf_identifiers) == 1 and plan.identifiers:
@@ -206,6 +231,27 @@ class MemoryBackend:
                 self._windows[identifier] = entry
         return decision
 
+    def _decide_arrivals(self, plan: Plan, now: int) -> Decision:
+        """GCRA: every leaf's arrival time read, then pushed on when admitted."""
+        entries = []
+        for identifier in plan.identifiers:
+            entry = self._arrivals.get(identifier)
+            entries.append(entry if entry is not None and entry.expires_us > now else _Arrivals())
+        rules = plan.compiled.rules
+        counts: list[Arrival] = []
+        for rule, i in zip(rules, plan.leaf_identifiers, strict=True):
+            counts.append((0, 0) if i < 0 else entries[i].tats.get(gcra_field(rule), (0, 0)))
+        decision = evaluate(plan, now, counts)
+        if decision.allowed and plan.record:
+            for rule, i, tat in zip(rules, plan.leaf_identifiers, counts, strict=True):
+                if i >= 0:
+                    new = gcra_next(rule, plan.cost, tat, now)
+                    entry = entries[i]
+                    entry.tats[gcra_field(rule)] = new
+                    entry.expires_us = max(entry.expires_us, new[0] + 1)
+                    self._arrivals[plan.identifiers[i]] = entry
+        return decision
+
     async def reset(self, plan: Plan) -> None:
         if self._closed:
             raise LimiterClosedError("this memory backend")
@@ -213,6 +259,7 @@ class MemoryBackend:
             for identifier in plan.identifiers:
                 self._logs.pop(identifier, None)
                 self._windows.pop(identifier, None)
+                self._arrivals.pop(identifier, None)
 
     async def update_counter(self, update: CounterUpdate) -> float:
         if self._closed:
@@ -240,7 +287,8 @@ class MemoryBackend:
 
     def _sweep(self, now: int) -> None:
         self._since_sweep = 0
-        for table in (self._logs, self._windows):
+        tables: tuple[dict[Identifier, Any], ...] = (self._logs, self._windows, self._arrivals)
+        for table in tables:
             expired = [i for i, entry in table.items() if entry.expires_us <= now]
             for identifier in expired:
                 del table[identifier]
@@ -250,3 +298,4 @@ class MemoryBackend:
         with self._lock:
             self._logs.clear()
             self._windows.clear()
+            self._arrivals.clear()

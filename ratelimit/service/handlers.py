@@ -58,7 +58,7 @@ def ratio_tree(text: str) -> CompiledTree:
             )
     return compile_tree(
         map_rules(
-            tree, lambda rule: rule if rule.selector else Rule(rule.count, rule.span_ms, PAIR)
+            tree, lambda rule: rule if rule.selector else dataclasses.replace(rule, selector=PAIR)
         )
     )
 

@@ -21,6 +21,7 @@ limit matches is not limited. Errors name the line.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import tomllib
@@ -31,7 +32,7 @@ from typing import Any
 
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
 from ratelimit.plan import compile_tree
-from ratelimit.rules import Node, Rule, map_rules, to_tree
+from ratelimit.rules import Node, map_rules, to_tree
 
 _LIMIT_HEADER = re.compile(r"^\s*\[\[\s*limit\s*\]\]")
 _KEYS = {"domain", "descriptor", "rule", "shadow"}
@@ -93,7 +94,7 @@ def selector_of(domain: str, pattern: tuple[tuple[str, str | None], ...]) -> str
 
 def per_selector(node: Node, selector: str) -> Node:
     """``node`` with every rule counted per value of ``selector``."""
-    return map_rules(node, lambda rule: Rule(rule.count, rule.span_ms, selector))
+    return map_rules(node, lambda rule: dataclasses.replace(rule, selector=selector))
 
 
 def load(path: str | Path) -> RulesFile:

@@ -31,12 +31,23 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, OutOfMemoryError
 
 from ratelimit import windows
-from ratelimit.algorithms import SLIDING_LOG, US_PER_MS, not_before, window, window_index
+from ratelimit.algorithms import (
+    GCRA,
+    SLIDING_LOG,
+    US_PER_MS,
+    Arrival,
+    gcra_burst,
+    gcra_next,
+    not_before,
+    window,
+    window_index,
+)
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis.client import RedisClient, check_transactions
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
 from ratelimit.backends.redis.errors import mapped
 from ratelimit.backends.redis.keys import (
+    arrivals_key,
     counter_key,
     identifier_key,
     kept_key,
@@ -54,6 +65,7 @@ from ratelimit.plan import (
     Plan,
     counter_update_rate,
     evaluate,
+    gcra_field,
     limits_per_identifier,
 )
 
@@ -243,6 +255,8 @@ class RedisCommandBackend:
         return replies
 
     async def _decide(self, plan: Plan, may_write: bool = True) -> Decision:
+        if plan.algorithm == GCRA:
+            return await self._decide_arrivals(plan, may_write)
         if plan.algorithm != SLIDING_LOG:
             return await self._decide_windows(plan, may_write)
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
@@ -348,6 +362,53 @@ class RedisCommandBackend:
             await write.execute()
         return decision
 
+    async def _decide_arrivals(self, plan: Plan, may_write: bool = True) -> Decision:
+        """GCRA: the same arrival times as ``gcra.lua``, one hash field per rule shape."""
+        keys = [arrivals_key(identifier) for identifier in plan.identifiers]
+        rules = plan.compiled.rules
+        fields: list[list[str]] = [[] for _ in keys]  # per key, its rules' fields
+        for rule, i in zip(rules, plan.leaf_identifiers, strict=True):
+            if i >= 0 and gcra_field(rule) not in fields[i]:
+                fields[i].append(gcra_field(rule))
+
+        def fill(read: Any) -> None:
+            for key, names in zip(keys, fields, strict=True):
+                read.hmget(key, names)
+                read.pttl(key)
+
+        replies = await self._read(fill)
+        now = await self._now(replies, keys[0])
+        stored: list[dict[str, Arrival]] = []
+        ttls: list[int] = []
+        for names in fields:
+            values = replies.pop(0)
+            stored.append({n: _arrival(v) for n, v in zip(names, values, strict=True)})
+            ttls.append(int(replies.pop(0)))
+        counts: list[Arrival] = [
+            (0, 0) if i < 0 else stored[i][gcra_field(rule)]
+            for rule, i in zip(rules, plan.leaf_identifiers, strict=True)
+        ]
+        decision = evaluate(plan, now, counts)
+        if decision.allowed and plan.record:
+            if not may_write:
+                raise _cannot_record(plan)
+            new: list[dict[str, Arrival]] = [{} for _ in keys]
+            keep = [0] * len(keys)  # per key: microseconds to keep it
+            for rule, i, tat in zip(rules, plan.leaf_identifiers, counts, strict=True):
+                if i >= 0:
+                    pushed = new[i][gcra_field(rule)] = gcra_next(rule, plan.cost, tat, now)
+                    keep[i] = max(keep[i], pushed[0] - now + 1)
+                    if self.clock is not None:  # Redis expires on its own clock, not this one
+                        tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
+                        keep[i] = max(keep[i], tolerance_us + 1, rule.span_ms * US_PER_MS)
+            write = self.client.pipeline(transaction=True)
+            for key, values, ttl, us in zip(keys, new, ttls, keep, strict=True):
+                write.hset(key, mapping={n: _arrival_text(a) for n, a in values.items()})
+                if ttl < math.ceil(us / 1000):
+                    write.pexpire(key, math.ceil(us / 1000))
+            await write.execute()
+        return decision
+
     async def _window(
         self, key: str, head: Sequence[int], nth: bytes | None, count: int, threshold: int
     ) -> tuple[int, int]:
@@ -377,6 +438,19 @@ class RedisCommandBackend:
             self._bind()
         if self._owns_client:
             await self.client.aclose()
+
+
+def _arrival(stored: bytes | str | None) -> Arrival:
+    """A stored arrival time, ``us`` or ``us:rem`` (``gcra.lua`` writes the same)."""
+    if stored is None:
+        return (0, 0)
+    text = stored.decode() if isinstance(stored, bytes) else stored
+    us, _, remainder = text.partition(":")
+    return int(us), int(remainder or 0)
+
+
+def _arrival_text(arrival: Arrival) -> str:
+    return f"{arrival[0]}:{arrival[1]}" if arrival[1] else str(arrival[0])
 
 
 def _cannot_record(plan: Plan) -> BackendError:

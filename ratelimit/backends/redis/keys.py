@@ -7,6 +7,7 @@
     rl:{<namespace>:<key>}:lock                 the command engine's lock
     rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash: window_fields)
     rl:{<namespace>:<key>}[:<selector>=<value>]:n   the largest count kept on that log
+    rl:{<namespace>:<key>}[:<selector>=<value>]:g   GCRA arrival times (a hash, per rule)
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
 ``:``, ``{``, ``}``, ``=``, ``#`` and spaces in a value cannot make two identifiers share a
@@ -65,14 +66,22 @@ def kept_key(identifier: Identifier) -> str:
     return f"{identifier_key(identifier)}:n"
 
 
+def arrivals_key(identifier: Identifier) -> str:
+    """The hash of one identifier's GCRA arrival times, a field per rule shape
+    (:func:`~ratelimit.plan.gcra_field`)."""
+    return f"{identifier_key(identifier)}:g"
+
+
 def lock_key(namespace: str, key: str) -> str:
     """The command engine's lock for one (namespace, key): same hash tag as its counters."""
     return f"{tag(namespace, key)}:lock"
 
 
-def stored_keys(identifier: Identifier) -> tuple[str, str, str]:
-    """Every key one identifier may have: its log, the log's companion, its counters."""
-    return identifier_key(identifier), kept_key(identifier), counter_key(identifier)
+def stored_keys(identifier: Identifier) -> tuple[str, str, str, str]:
+    """Every key one identifier may have: its log, the log's companion, its counters, its
+    arrival times."""
+    key = identifier_key(identifier)
+    return key, f"{key}:n", f"{key}:w", f"{key}:g"
 
 
 @functools.lru_cache(maxsize=256)

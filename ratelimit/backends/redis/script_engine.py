@@ -16,12 +16,18 @@ from importlib import resources
 
 from redis.commands.core import AsyncScript
 
-from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW, US_PER_MS
+from ratelimit.algorithms import GCRA, SLIDING_LOG, SLIDING_WINDOW, US_PER_MS, gcra_burst
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis import fast_pipeline
 from ratelimit.backends.redis.client import RedisClient, redis_py_version
 from ratelimit.backends.redis.errors import backend_error, mapped
-from ratelimit.backends.redis.keys import counter_key, identifier_key, kept_key, stored_keys
+from ratelimit.backends.redis.keys import (
+    arrivals_key,
+    counter_key,
+    identifier_key,
+    kept_key,
+    stored_keys,
+)
 from ratelimit.backends.redis.pipeline import (
     MAX_ALONE,
     MAX_BATCH,
@@ -44,10 +50,12 @@ def _script(*parts: str) -> str:
 
 SLIDING_LOG_LUA = _script("_now.lua", "_tree.lua", "sliding_log.lua")
 WINDOW_COUNTERS_LUA = _script("_now.lua", "_tree.lua", "_windows.lua", "window_counters.lua")
+GCRA_LUA = _script("_now.lua", "_tree.lua", "gcra.lua")
 COUNTER_UPDATE_LUA = _script("_now.lua", "_windows.lua", "counter_update.lua")
 COUNTER_SYNC_LUA = _script("_now.lua", "_windows.lua", "counter_sync.lua")
 SLIDING_LOG_SCRIPT = Script(SLIDING_LOG_LUA)
 WINDOW_COUNTERS_SCRIPT = Script(WINDOW_COUNTERS_LUA)
+GCRA_SCRIPT = Script(GCRA_LUA)
 COUNTER_SYNC_SCRIPT = Script(COUNTER_SYNC_LUA)
 FAST_PATH_VARIABLE = "RATELIMIT_REDIS_FAST_PATH"
 """Set to ``0`` to keep the script engine on redis-py's public API (an escape hatch)."""
@@ -65,7 +73,7 @@ Totals = dict[int, dict[int, float]]
 
 class RedisScriptBackend:
     """Decides plans with one Lua script call against ``client`` (one script per family of
-    algorithms: ``sliding_log.lua``, ``window_counters.lua``).
+    algorithms: ``sliding_log.lua``, ``window_counters.lua``, ``gcra.lua``).
 
     ``clock`` (seconds) replaces the server's ``TIME``, for tests that step time;
     ``owns_client`` closes the client in :meth:`aclose` (``RateLimit.from_url`` sets it).
@@ -111,7 +119,7 @@ class RedisScriptBackend:
         command = command_of(plan) if self.clock is None else plan_command(plan, self.clock)
         reply = await self._pipeline.call(command, plan.key)
         allowed, now, *flat = reply
-        if plan.algorithm == SLIDING_LOG:
+        if plan.algorithm in (SLIDING_LOG, GCRA):
             numbers: list[float] = [int(n) for n in flat]
         else:
             numbers = [float(n) for n in flat]
@@ -209,7 +217,9 @@ def _args(
         repr(cost).encode(),  # repr: the shortest text that reads back as the same float
         b"1" if record else b"0",
     ]
-    if algorithm != SLIDING_LOG:
+    if algorithm == GCRA:
+        args.append(" ".join(str(gcra_burst(rule)) for rule in compiled.rules).encode())
+    elif algorithm != SLIDING_LOG:
         args.append(b"1" if algorithm == SLIDING_WINDOW else b"0")
     return tuple(args), pack_args(args)
 
@@ -251,6 +261,8 @@ def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
         script = SLIDING_LOG_SCRIPT
         keys = [identifier_key(i) for i in plan.identifiers]
         keys += [kept_key(i) for i in plan.identifiers]
+    elif plan.algorithm == GCRA:
+        script, keys = GCRA_SCRIPT, [arrivals_key(i) for i in plan.identifiers]
     else:
         script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
     now = b"" if clock is None else str(clock_us(clock)).encode()
