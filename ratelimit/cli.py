@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.errors import BackendError, ConfigurationError, RuleSyntaxError
 from ratelimit.limiter import RateLimit
 from ratelimit.rules import And, Node, Rule, to_tree
@@ -36,7 +37,8 @@ def explain(node: Node, depth: int = 0) -> list[str]:
     pad = "  " * depth
     if isinstance(node, Rule):
         per = f", per value of {node.selector!r}" if node.selector else ", shared by every call"
-        return [f"{pad}{node}: {node.count} calls per {_span(node.span_ms)}{per}"]
+        burst = "" if node.burst is None else f", up to {node.burst} at once (gcra)"
+        return [f"{pad}{node}: {node.count} calls per {_span(node.span_ms)}{burst}{per}"]
     how = "every one of these" if isinstance(node, And) else "any of these"
     lines = [f"{pad}limited when {how} is limited:"]
     for child in node.children:
@@ -103,7 +105,9 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
         return INVALID
     try:
         # on_error="raise": a storage that fails is reported (exit 3), never guessed at
-        limiter = RateLimit.from_url(args.storage, namespace=args.namespace, on_error="raise")
+        limiter = RateLimit.from_url(
+            args.storage, namespace=args.namespace, on_error="raise", algorithm=args.algorithm
+        )
         async with limiter as rl:
             limit = rl.limit(tree, args.key, values)  # values: the selector object
             if args.command == "reset":
@@ -181,6 +185,12 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--storage", default=os.environ.get("RATELIMIT_STORAGE", "memory://"))
         command.add_argument(
             "--namespace", default=os.environ.get("RATELIMIT_NAMESPACE", "ratelimit")
+        )
+        command.add_argument(
+            "--algorithm",
+            choices=ALGORITHMS,
+            default=os.environ.get("RATELIMIT_ALGORITHM", SLIDING_LOG),
+            help="the algorithm the limit's counters were kept by (default sliding-log)",
         )
         command.add_argument("--key", required=True, help="the limit's key")
         command.add_argument("rules", help="the limit's rules, such as 'user:5/m'")

@@ -22,8 +22,10 @@ from ratelimit.cli import main as cli
 from ratelimit.errors import ConfigurationError
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
+from ratelimit.service.handlers import ratio_tree
 from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
 from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
+from ratelimit.service.server import Service
 from tests.redis_server import RedisServer
 from tests.service_process import ROOT, ServiceProcess
 
@@ -90,6 +92,7 @@ def test_configuration_from_the_environment() -> None:
         ("RATELIMIT_TIMEOUT", "soon", "RATELIMIT_TIMEOUT='soon': a duration"),
         ("RATELIMIT_TIMEOUT", "0", "above 0"),
         ("RATELIMIT_ON_ERROR", "raise", "RATELIMIT_ON_ERROR='raise'"),
+        ("RATELIMIT_ALGORITHM", "leaky", "RATELIMIT_ALGORITHM='leaky': the algorithm is one of"),
     ],
 )
 def test_a_bad_variable_is_named(variable: str, value: str, message: str) -> None:
@@ -126,6 +129,28 @@ def test_a_bad_rules_file_names_the_line(tmp_path: Path, text: str, message: str
         rules_file.load(path)
 
 
+def test_bursts_need_gcra_in_the_rules_file_and_ratios_rules(tmp_path: Path) -> None:
+    path = tmp_path / "burst.toml"
+    path.write_text('[[limit]]\ndomain = "e"\ndescriptor = ["k"]\nrule = "10/s burst 20"\n')
+    with pytest.raises(ConfigurationError, match="line 1: rule '10/s burst 20' names a burst"):
+        rules_file.load(path)
+    assert str(rules_file.load(path, "gcra").limits[0].rules) == "10/s burst 20"
+    with pytest.raises(ConfigurationError, match="RATELIMIT_RULES='5/s burst 1': rule"):
+        ratio_tree("5/s burst 1")
+    assert ServiceConfig.from_env({"RATELIMIT_ALGORITHM": "gcra"}).algorithm == "gcra"
+
+
+async def test_the_service_decides_by_the_algorithm_it_is_given() -> None:
+    service = Service(ServiceConfig(algorithm="gcra", rules="owner:10/s burst 2", metrics="none"))
+    request = ratio_pb2.RateLimitRequest(owner="o", resource="r")
+    try:
+        answers = [(await service.handlers.rate_limit(request)).code for _ in range(3)]
+    finally:
+        await service.limiter.aclose()
+    ok, over = ratio_pb2.RateLimitResponse.OK, ratio_pb2.RateLimitResponse.OVER_LIMIT
+    assert answers == [ok, ok, over]  # a burst of 2, then one every 100 ms
+
+
 def test_descriptors_match_the_most_specific_limit(rules: Path) -> None:
     loaded = rules_file.load(rules)
     login = loaded.match("envoy", [("path", "/login"), ("remote_address", "1.2.3.4")])
@@ -138,6 +163,8 @@ def test_descriptors_match_the_most_specific_limit(rules: Path) -> None:
 def test_the_command_line(rules: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["check", "apikey:100/h & (10/s | 15/m)"]) == 0
     assert "100 calls per hour, per value of 'apikey'" in capsys.readouterr().out
+    assert cli(["check", "user:10/s burst 20"]) == 0
+    assert "10 calls per second, up to 20 at once (gcra)" in capsys.readouterr().out
     assert cli(["check", "10/x"]) == 1
     assert "expected unit" in capsys.readouterr().err
     assert cli(["check", str(rules)]) == 0

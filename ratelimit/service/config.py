@@ -13,6 +13,8 @@ start, and a bad one stops the service with a message naming the variable.
   deadline, the storage's included;
 - ``RATELIMIT_NAMESPACE``, default ``ratelimit``: the namespace of every counter;
 - ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow`` or ``deny``;
+- ``RATELIMIT_ALGORITHM``, default ``sliding-log``: ``sliding-window``, ``fixed-window`` or
+  ``gcra`` (the only one that takes ``burst N`` in rules);
 - ``RATELIMIT_METRICS``, default ``otel``: OpenTelemetry metrics on the global provider
   (with the ``otel`` extra), ``console`` to print them every minute, or ``none``.
 """
@@ -23,6 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
 from ratelimit.rules import to_tree
 
@@ -42,6 +45,7 @@ class ServiceConfig:
     namespace: str = "ratelimit"
     on_error: str = "allow"
     metrics: str = "otel"
+    algorithm: str = SLIDING_LOG
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
@@ -96,6 +100,13 @@ class ServiceConfig:
                     "marked degraded) or 'deny' (answer OVER_LIMIT)"
                 )
             values["on_error"] = text
+        if found := read("RATELIMIT_ALGORITHM"):
+            variable, text = found
+            if text not in ALGORITHMS:
+                raise ConfigurationError(
+                    f"{variable}={text!r}: the algorithm is one of {', '.join(ALGORITHMS)}"
+                )
+            values["algorithm"] = text
         if found := read("RATELIMIT_METRICS"):
             variable, text = found
             if text not in ("otel", "console", "none"):

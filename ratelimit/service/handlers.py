@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from google.protobuf.duration_pb2 import Duration
 
+from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.decider import CallKey
 from ratelimit.decision import Decision, RuleState, make_decision
 from ratelimit.errors import ConfigurationError
@@ -46,10 +47,14 @@ class UnknownDomain(LookupError):
     """A domain the rules file does not name (answered ``NOT_FOUND``)."""
 
 
-def ratio_tree(text: str) -> CompiledTree:
+def ratio_tree(text: str, algorithm: str = SLIDING_LOG) -> CompiledTree:
     """``RATELIMIT_RULES`` for ratio's API: a rule without a selector counts per (owner,
     resource) pair, as ratio does; ``owner:`` and ``resource:`` rules per owner or resource."""
     tree = to_tree(text)
+    try:
+        check_cost(compile_tree(tree), 1, algorithm)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"RATELIMIT_RULES={text!r}: {exc}") from None
     for leaf in compile_tree(tree).rules:
         if leaf.selector not in (None, "owner", "resource"):
             raise ConfigurationError(

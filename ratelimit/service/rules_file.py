@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
 from ratelimit.plan import compile_tree
 from ratelimit.rules import Node, map_rules, to_tree
+from ratelimit.settings import check_cost
 
 _LIMIT_HEADER = re.compile(r"^\s*\[\[\s*limit\s*\]\]")
 _KEYS = {"domain", "descriptor", "rule", "shadow"}
@@ -97,8 +99,9 @@ def per_selector(node: Node, selector: str) -> Node:
     return map_rules(node, lambda rule: dataclasses.replace(rule, selector=selector))
 
 
-def load(path: str | Path) -> RulesFile:
-    """Read and check a rules file; ``ConfigurationError`` naming the line of what is wrong."""
+def load(path: str | Path, algorithm: str = SLIDING_LOG) -> RulesFile:
+    """Read and check a rules file for ``algorithm``; ``ConfigurationError`` naming the
+    line of what is wrong."""
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -129,6 +132,10 @@ def load(path: str | Path) -> RulesFile:
                 f"rules file {name}, line {line}: domain {limit.domain!r} descriptor "
                 f"[{limit.text}] is already limited at line {earlier}"
             )
+        try:
+            check_cost(compile_tree(limit.rules), 1, algorithm)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"rules file {name}, line {line}: {exc}") from None
         limits.append(limit)
     return RulesFile(name, tuple(limits))
 

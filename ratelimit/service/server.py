@@ -107,22 +107,30 @@ class Service:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        self.rules = rules_file.load(config.rules_file) if config.rules_file else None
+        rules = config.rules_file
+        self.rules = rules_file.load(rules, config.algorithm) if rules else None
         hooks, self._flush_metrics = metric_hooks(config.metrics)
         if config.storage.startswith("memory://"):  # takes no client timeout
             self.limiter = RateLimit.from_url(
-                config.storage, namespace=config.namespace, on_error=config.on_error, hooks=hooks
+                config.storage,
+                namespace=config.namespace,
+                on_error=config.on_error,
+                algorithm=config.algorithm,
+                hooks=hooks,
             )
         else:
             self.limiter = RateLimit.from_url(
                 config.storage,
                 namespace=config.namespace,
                 on_error=config.on_error,
+                algorithm=config.algorithm,
                 timeout=config.timeout,
                 lock_ttl=max(10.0, 2 * config.timeout),  # outlives the work it guards
                 hooks=hooks,
             )
-        self.handlers = Handlers(self.limiter, ratio_tree(config.rules), self.rules, config.timeout)
+        self.handlers = Handlers(
+            self.limiter, ratio_tree(config.rules, config.algorithm), self.rules, config.timeout
+        )
         # no SO_REUSEPORT (gRPC's default): a second service on a port in use is an error,
         # not a silent half of the traffic
         self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -166,7 +174,7 @@ class Service:
             return False
         self._seen = self._mtime()
         try:
-            new = rules_file.load(self.config.rules_file)
+            new = rules_file.load(self.config.rules_file, self.config.algorithm)
         except ConfigurationError as exc:
             logger.error("ratelimit: rules file not reloaded, the old rules stay: %s", exc)
             return False
