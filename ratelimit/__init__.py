@@ -14,6 +14,8 @@ from ratelimit.backends import Backend as Backend
 from ratelimit.backends import MemoryBackend as MemoryBackend
 from ratelimit.backends import RedisCommandBackend as RedisCommandBackend
 from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
+from ratelimit.concurrency import Concurrency as Concurrency
+from ratelimit.concurrency import ConcurrencyLimitExceeded as ConcurrencyLimitExceeded
 from ratelimit.decision import Decision as Decision
 from ratelimit.decision import RateLimitExceeded as RateLimitExceeded
 from ratelimit.decision import RuleState as RuleState
@@ -38,6 +40,8 @@ __all__ = [
     "And",
     "Backend",
     "BackendError",
+    "Concurrency",
+    "ConcurrencyLimitExceeded",
     "ConfigurationError",
     "Decision",
     "EventLoopError",

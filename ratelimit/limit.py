@@ -130,20 +130,22 @@ class Limit:
         return None
 
     @overload
-    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]: ...
+    def __call__(
+        self, func: Callable[P, Awaitable[R]]
+    ) -> Callable[P, Coroutine[object, None, R]]: ...
 
     @overload
-    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]: ...
+    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
 
-    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[Any, Any, Any]]:
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
         if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
             raise TypeError(
-                f"cannot limit generator function {_name(func)}: the limit would count the "
+                f"cannot limit generator function {function_name(func)}: the limit would count the "
                 "call, not the iteration; limit the code that consumes it instead"
             )
         if not callable(func):
             raise TypeError(f"limit() decorates functions, not {type(func).__name__}")
-        key = self._key if self._key is not None else _name(func)
+        key = self._key if self._key is not None else function_name(func)
         if self._compiled is not None and self._key is None:
             self._registry.register(key, self._compiled, self._sources)
         parameters = Parameters(inspect.signature(func))
@@ -155,7 +157,7 @@ class Limit:
             try:
                 parameters.check(args, kwargs)  # a call that cannot bind spends no quota
             except TypeError as exc:
-                raise TypeError(f"{_name(func)}(): {exc}") from None
+                raise TypeError(f"{function_name(func)}(): {exc}") from None
             site = CallSite(parameters, args, kwargs)
             decision = await self._decider.decide(await self._call(key, site), True, shadow)
             if not decision.allowed and not decision.shadow:
@@ -170,5 +172,5 @@ class Limit:
         return limited
 
 
-def _name(func: Callable[..., Any]) -> str:
+def function_name(func: Callable[..., Any]) -> str:
     return f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', func)}"

@@ -19,6 +19,7 @@ from typing import Any, Unpack
 
 from ratelimit.backends import Backend, backend_for, backend_from_url
 from ratelimit.background import BackgroundCounter
+from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
 from ratelimit.decider import Decider
 from ratelimit.denials import DenialCache
 from ratelimit.hooks import Hooks
@@ -174,6 +175,30 @@ class RateLimit:
             wait,
             self.settings.shadow if shadow is None else shadow,
         )
+
+    def concurrency(
+        self,
+        limits: str,
+        key: str | None = None,
+        selector: object | None = None,
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: float | bool = False,
+        **selectors: object,
+    ) -> Concurrency:
+        """At most N bodies at once, as ``@decorator`` or in ``async with``.
+
+        ``limits``: ``"user:5"`` (per value of a selector), ``"5"`` (every call of the key),
+        or several that all apply, ``"user:5 | 100"``; parsed now. A call takes a slot of
+        each on entry and gives them back when its body ends (return, exception or
+        cancellation); a refused call raises ``ConcurrencyLimitExceeded`` (a
+        ``RateLimitExceeded``). ``lease``: seconds after which a dead holder's slot frees;
+        renewed every third of it while the body runs. ``wait``: how long a refused call
+        may queue for a slot (``True``: as long as it takes). ``key``, ``selector`` and
+        ``**selectors`` as in :meth:`limit`. Slots and rates are separate counters: stack
+        ``@rl.concurrency(...)`` over ``@rl.limit(...)`` for both.
+        """
+        return Concurrency(self.decider, limits, key, selector, selectors, lease, wait)
 
     async def increment(
         self, key: str, window_size: float, value: float = 1, weight: float | None = None

@@ -44,21 +44,31 @@ class FailurePolicy:
         try:
             decision = await backend.decide(plan)
         except BackendError as exc:
-            if self.on_error == "raise":
-                raise
-            self._failed(exc)
-            allowed = self.on_error == "allow"
-            return Decision(
-                allowed,
-                0.0 if allowed else DENY_RETRY_AFTER,
-                None,
-                None if allowed else 0,
-                plan.key,
-                degraded=True,
-            )
+            return self.failed(exc, plan.key)
         if self._outage_started is not None:
             self._recovered()
         return decision
+
+    def failed(self, exc: BackendError, key: str) -> Decision:
+        """The decision ``on_error`` makes for a call of ``key`` when the storage failed
+        with ``exc`` (which it raises under ``"raise"``)."""
+        if self.on_error == "raise":
+            raise exc
+        self._failed(exc)
+        allowed = self.on_error == "allow"
+        return Decision(
+            allowed,
+            0.0 if allowed else DENY_RETRY_AFTER,
+            None,
+            None if allowed else 0,
+            key,
+            degraded=True,
+        )
+
+    def answered(self) -> None:
+        """The storage answered: an outage, if one was under way, is over."""
+        if self._outage_started is not None:
+            self._recovered()
 
     def _failed(self, exc: BackendError) -> None:
         now = time.monotonic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from typing import Any, assert_type
+from typing import assert_type
 
 import pytest
 
@@ -36,7 +36,7 @@ def test_public_names_are_sorted_and_complete() -> None:
     public -= {"algorithms", "backends", "decision", "denials", "errors", "grammar", "limiter"}
     public -= {"background", "decider", "hooks", "limit", "plan", "registry", "waiting"}
     public -= {"loops", "policy", "rules", "selectors", "settings", "windows", "asgi"}
-    public -= {"cli", "service", "metrics"}
+    public -= {"cli", "service", "metrics", "concurrency", "slots"}
     assert public == set(ratelimit.__all__)
 
 
@@ -86,7 +86,7 @@ async def test_plain_def_returning_an_awaitable_is_awaited(rl: RateLimit) -> Non
     def start() -> Awaitable[str]:
         return later()
 
-    assert_type(start, Callable[[], Coroutine[Any, Any, str]])
+    assert_type(start, Callable[[], Coroutine[object, None, str]])
     assert await start() == "done"
 
 
@@ -101,10 +101,19 @@ def test_typing_keeps_the_signature(rl: RateLimit) -> None:
 
     fetched = fetch(1)
     added = add(1, 2)
-    _ = assert_type(fetched, Coroutine[Any, Any, str])
-    _ = assert_type(added, Coroutine[Any, Any, int])
+    _ = assert_type(fetched, Coroutine[object, None, str])
+    _ = assert_type(added, Coroutine[object, None, int])
     fetched.close()
     added.close()
+
+    @rl.limit("5/s", key="stacked-a")
+    @rl.limit("10/m", key="stacked-b")
+    async def stacked(item: int) -> str:  # stacked limits keep the types too
+        return str(item)
+
+    twice = stacked(1)
+    _ = assert_type(twice, Coroutine[object, None, str])
+    twice.close()
     assert inspect.signature(add).parameters.keys() == {"a", "b"}
 
 

@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from ratelimit.decision import Decision
 from ratelimit.plan import CounterUpdate, Plan
+from ratelimit.slots import SlotClaim
 
 Clock = Callable[[], float]
 """A clock returns seconds as a float; only differences between readings matter."""
@@ -30,6 +31,27 @@ class Backend(Protocol):
 
     async def aclose(self) -> None:
         """Release what the backend opened."""
+        ...
+
+
+@runtime_checkable
+class SlotStore(Protocol):
+    """Holds concurrency slots (``rl.concurrency``): each method is atomic over every
+    identifier of the claim, on the store's clock."""
+
+    async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
+        """Take a slot on every identifier of ``claim`` if each has one free (holders whose
+        lease ended are dropped first), else take none. Returns whether they were taken
+        and, per identifier, how many live holders it had before."""
+        ...
+
+    async def renew_slots(self, claim: SlotClaim) -> bool:
+        """Extend ``claim``'s leases by its lease from now; ``False`` when a slot was lost
+        (its lease ended and another holder came)."""
+        ...
+
+    async def release_slots(self, claim: SlotClaim) -> None:
+        """Give ``claim``'s slots back (nothing happens for slots no longer held)."""
         ...
 
 

@@ -38,6 +38,7 @@ from ratelimit.plan import (
     gcra_field,
     limits_per_identifier,
 )
+from ratelimit.slots import SlotClaim
 
 
 class _Log:
@@ -119,6 +120,7 @@ class MemoryBackend:
         self._logs: dict[Identifier, _Log] = {}
         self._windows: dict[Identifier, _Windows] = {}
         self._arrivals: dict[Identifier, _Arrivals] = {}
+        self._slots: dict[Identifier, dict[str, int]] = {}  # holders' tokens: lease ends (us)
         self._lock = threading.Lock()
         self._sweep_every = max(1, sweep_every)
         self._since_sweep = 0
@@ -252,6 +254,49 @@ class MemoryBackend:
                     self._arrivals[plan.identifiers[i]] = entry
         return decision
 
+    async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
+        self._check_open()
+        with self._lock:
+            now = clock_us(self._clock)
+            held = []
+            for identifier in claim.identifiers:
+                holders = self._slots.get(identifier, {})
+                for token in [t for t, ends in holders.items() if ends <= now]:
+                    del holders[token]
+                held.append(len(holders))
+            if any(n >= count for n, count in zip(held, claim.counts, strict=True)):
+                return False, tuple(held)
+            for identifier in claim.identifiers:
+                self._slots.setdefault(identifier, {})[claim.token] = now + claim.lease_us
+            return True, tuple(held)
+
+    async def renew_slots(self, claim: SlotClaim) -> bool:
+        self._check_open()
+        with self._lock:
+            now = clock_us(self._clock)
+            kept = True
+            for identifier in claim.identifiers:
+                holders = self._slots.get(identifier, {})
+                if claim.token in holders:
+                    holders[claim.token] = now + claim.lease_us
+                else:
+                    kept = False
+            return kept
+
+    async def release_slots(self, claim: SlotClaim) -> None:
+        self._check_open()
+        with self._lock:
+            for identifier in claim.identifiers:
+                holders = self._slots.get(identifier)
+                if holders is not None:
+                    holders.pop(claim.token, None)
+                    if not holders:
+                        del self._slots[identifier]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LimiterClosedError("this memory backend")
+
     async def reset(self, plan: Plan) -> None:
         if self._closed:
             raise LimiterClosedError("this memory backend")
@@ -292,6 +337,9 @@ class MemoryBackend:
             expired = [i for i, entry in table.items() if entry.expires_us <= now]
             for identifier in expired:
                 del table[identifier]
+        ended = [i for i, holders in self._slots.items() if max(holders.values(), default=0) <= now]
+        for identifier in ended:  # every holder's lease ended: a crashed process's slots
+            del self._slots[identifier]
 
     async def aclose(self) -> None:
         self._closed = True
@@ -299,3 +347,4 @@ class MemoryBackend:
             self._logs.clear()
             self._windows.clear()
             self._arrivals.clear()
+            self._slots.clear()

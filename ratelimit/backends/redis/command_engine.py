@@ -53,6 +53,7 @@ from ratelimit.backends.redis.keys import (
     kept_key,
     lock_key,
     slot_fields,
+    slots_key,
     stored_keys,
     window_fields,
 )
@@ -68,6 +69,7 @@ from ratelimit.plan import (
     gcra_field,
     limits_per_identifier,
 )
+from ratelimit.slots import SlotClaim
 
 HEAD = 64  # entries of each log read in the first round trip
 T = TypeVar("T")
@@ -183,6 +185,71 @@ class RedisCommandBackend:
         async with self.lock(namespace, key).held(), self._gate.slot():
             async with asyncio.timeout(self.timeout):  # the lock's wait is not an outage
                 return await work()
+
+    async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
+        return await self._guarded(
+            claim.namespace, claim.key, lambda: self._acquire_slots(claim), "take a slot"
+        )
+
+    async def _acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
+        """``slots.lua``'s acquire, under the lock: read every holder, then write."""
+        keys = [slots_key(i) for i in claim.identifiers]
+
+        def fill(read: Any) -> None:
+            for key in keys:
+                read.zrange(key, 0, -1, withscores=True)
+                read.pttl(key)
+
+        replies = await self._read(fill)
+        now = await self._now(replies, keys[0])
+        held = [sum(1 for _, ends in replies[2 * k] if ends > now) for k in range(len(keys))]
+        if any(n >= count for n, count in zip(held, claim.counts, strict=True)):
+            return False, tuple(held)
+        ms = math.ceil(claim.lease_us / 1000)
+        write = self.client.pipeline(transaction=True)
+        for k, key in enumerate(keys):
+            write.zremrangebyscore(key, "-inf", now)
+            write.zadd(key, {claim.token: now + claim.lease_us})
+            if int(replies[2 * k + 1]) < ms:
+                write.pexpire(key, ms)
+        await write.execute()
+        return True, tuple(held)
+
+    async def renew_slots(self, claim: SlotClaim) -> bool:
+        return await self._guarded(
+            claim.namespace, claim.key, lambda: self._renew_slots(claim), "renew a slot"
+        )
+
+    async def _renew_slots(self, claim: SlotClaim) -> bool:
+        keys = [slots_key(i) for i in claim.identifiers]
+
+        def fill(read: Any) -> None:
+            for key in keys:
+                read.zscore(key, claim.token)
+                read.pttl(key)
+
+        replies = await self._read(fill)
+        now = await self._now(replies, keys[0])
+        ms = math.ceil(claim.lease_us / 1000)
+        write = self.client.pipeline(transaction=True)
+        for k, key in enumerate(keys):
+            if replies[2 * k] is not None:
+                write.zadd(key, {claim.token: now + claim.lease_us})
+                if int(replies[2 * k + 1]) < ms:
+                    write.pexpire(key, ms)
+        await write.execute()
+        return all(replies[2 * k] is not None for k in range(len(keys)))
+
+    async def release_slots(self, claim: SlotClaim) -> None:
+        keys = [slots_key(i) for i in claim.identifiers]
+
+        async def release() -> None:
+            write = self.client.pipeline(transaction=True)
+            for key in keys:
+                write.zrem(key, claim.token)
+            await write.execute()
+
+        await self._guarded(claim.namespace, claim.key, release, "give a slot back")
 
     async def reset(self, plan: Plan) -> None:
         keys = [k for i in plan.identifiers for k in stored_keys(i)]

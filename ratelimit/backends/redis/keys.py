@@ -8,6 +8,7 @@
     rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash: window_fields)
     rl:{<namespace>:<key>}[:<selector>=<value>]:n   the largest count kept on that log
     rl:{<namespace>:<key>}[:<selector>=<value>]:g   GCRA arrival times (a hash, per rule)
+    rl:{<namespace>:<key>}[:<selector>=<value>]:c   concurrency slots (a sorted set)
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
 ``:``, ``{``, ``}``, ``=``, ``#`` and spaces in a value cannot make two identifiers share a
@@ -70,6 +71,12 @@ def arrivals_key(identifier: Identifier) -> str:
     """The hash of one identifier's GCRA arrival times, a field per rule shape
     (:func:`~ratelimit.plan.gcra_field`)."""
     return f"{identifier_key(identifier)}:g"
+
+
+def slots_key(identifier: Identifier) -> str:
+    """The sorted set of one identifier's concurrency slots: holders' tokens scored by
+    when their lease ends."""
+    return f"{identifier_key(identifier)}:c"
 
 
 def lock_key(namespace: str, key: str) -> str:

@@ -26,6 +26,7 @@ from ratelimit.backends.redis.keys import (
     counter_key,
     identifier_key,
     kept_key,
+    slots_key,
     stored_keys,
 )
 from ratelimit.backends.redis.pipeline import (
@@ -39,6 +40,7 @@ from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan, evaluate
+from ratelimit.slots import SlotClaim
 
 _LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
 
@@ -51,11 +53,13 @@ def _script(*parts: str) -> str:
 SLIDING_LOG_LUA = _script("_now.lua", "_tree.lua", "sliding_log.lua")
 WINDOW_COUNTERS_LUA = _script("_now.lua", "_tree.lua", "_windows.lua", "window_counters.lua")
 GCRA_LUA = _script("_now.lua", "_tree.lua", "gcra.lua")
+SLOTS_LUA = _script("_now.lua", "slots.lua")
 COUNTER_UPDATE_LUA = _script("_now.lua", "_windows.lua", "counter_update.lua")
 COUNTER_SYNC_LUA = _script("_now.lua", "_windows.lua", "counter_sync.lua")
 SLIDING_LOG_SCRIPT = Script(SLIDING_LOG_LUA)
 WINDOW_COUNTERS_SCRIPT = Script(WINDOW_COUNTERS_LUA)
 GCRA_SCRIPT = Script(GCRA_LUA)
+SLOTS_SCRIPT = Script(SLOTS_LUA)
 COUNTER_SYNC_SCRIPT = Script(COUNTER_SYNC_LUA)
 FAST_PATH_VARIABLE = "RATELIMIT_REDIS_FAST_PATH"
 """Set to ``0`` to keep the script engine on redis-py's public API (an escape hatch)."""
@@ -127,6 +131,29 @@ class RedisScriptBackend:
         if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
+
+    async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
+        done, held = await self._slots(claim, b"acquire")
+        return done, held
+
+    async def renew_slots(self, claim: SlotClaim) -> bool:
+        return (await self._slots(claim, b"renew"))[0]
+
+    async def release_slots(self, claim: SlotClaim) -> None:
+        await self._slots(claim, b"release")
+
+    async def _slots(self, claim: SlotClaim, op: bytes) -> tuple[bool, tuple[int, ...]]:
+        """One ``slots.lua`` call, through the pipeline as decisions go."""
+        if self._closed:
+            self._open()
+        now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
+        counts = " ".join(map(str, claim.counts)).encode()
+        args = (now, op, claim.token.encode(), str(claim.lease_us).encode(), counts)
+        keys = [slots_key(i) for i in claim.identifiers]
+        reply = await self._pipeline.call(
+            Command(SLOTS_SCRIPT, keys, args, pack_args(args)), claim.key
+        )
+        return bool(int(reply[0])), tuple(int(n) for n in reply[2:])
 
     async def reset(self, plan: Plan) -> None:
         self._open()

@@ -36,6 +36,7 @@ from ratelimit.plan import (
     evaluate,
     window_name,
 )
+from ratelimit.slots import SlotClaim
 
 logger = logging.getLogger("ratelimit")
 
@@ -200,6 +201,16 @@ class SyncedBackend:
         if decision.allowed and plan.record:
             local.add(index, plan.cost)
         return decision
+
+    async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
+        """Concurrency slots are never local: Redis holds them (its script engine)."""
+        return await self.remote.acquire_slots(claim)
+
+    async def renew_slots(self, claim: SlotClaim) -> bool:
+        return await self.remote.renew_slots(claim)
+
+    async def release_slots(self, claim: SlotClaim) -> None:
+        await self.remote.release_slots(claim)
 
     async def reset(self, plan: Plan) -> None:
         if self._closed:

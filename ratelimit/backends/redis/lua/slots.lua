@@ -1,0 +1,64 @@
+-- slots.lua: concurrency slots (rl.concurrency): take, renew or give back a slot on every
+-- identifier of one claim, atomically.
+--
+-- KEYS[k]   one sorted set per identifier: its holders' tokens, scored by when their lease
+--           ends (microseconds).
+-- ARGV[1]   now in microseconds, or "" to read the server's TIME.
+-- ARGV[2]   "acquire", "renew" or "release".
+-- ARGV[3]   the holder's token.
+-- ARGV[4]   the lease in microseconds.
+-- ARGV[5]   per key, space-separated: how many may hold a slot on it at once.
+--
+-- Returns   {done (1/0), now, held_1, ..., held_n}. acquire: holders whose lease ended are
+--           dropped, held_k is how many live holders key k had; a slot is taken on every key
+--           when each has one free (done 1), else on none (done 0). renew: every slot the
+--           token still holds gets its lease from now; done 0 when one was lost (its lease
+--           ended and an acquire dropped it). release: the token's slots are given back.
+--           A key expires when its last lease would end (never sooner than it would).
+--
+-- Runs after _now.lua, which script_engine.py joins in front of it.
+
+local op, token, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local result = {1, string.format('%.0f', now)}
+
+if op == 'release' then
+  for k = 1, #KEYS do redis.call('ZREM', KEYS[k], token) end
+  return result
+end
+
+local ends = string.format('%.0f', now + lease)
+local ms = math.ceil(lease / 1000)
+local function keep(key)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+
+if op == 'renew' then
+  for k = 1, #KEYS do
+    if redis.call('ZSCORE', KEYS[k], token) then
+      redis.call('ZADD', KEYS[k], ends, token)
+      keep(KEYS[k])
+    else
+      result[1] = 0
+    end
+  end
+  return result
+end
+
+local counts = {}
+for n in string.gmatch(ARGV[5], '%d+') do counts[#counts + 1] = tonumber(n) end
+local free = true
+for k = 1, #KEYS do
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', string.format('%.0f', now))
+  local held = redis.call('ZCARD', KEYS[k])
+  result[#result + 1] = held
+  if held >= counts[k] then free = false end
+end
+if not free then
+  result[1] = 0
+  return result
+end
+for k = 1, #KEYS do
+  redis.call('ZADD', KEYS[k], ends, token)
+  keep(KEYS[k])
+end
+return result

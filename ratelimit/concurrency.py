@@ -1,0 +1,307 @@
+"""``rl.concurrency("user:5")``: at most N bodies at once per identifier, across processes.
+
+A call takes a slot on entry and gives it back when its body ends: on return, on an
+exception and on cancellation. Each slot is leased: while the body runs, a task renews the
+lease every third of it, so a process that dies (or hangs) loses its slots after at most
+``lease`` seconds, and the others get them back without anyone cleaning up. A call that
+finds no free slot raises :class:`ConcurrencyLimitExceeded` (a ``RateLimitExceeded``), or
+with ``wait=`` queues: it asks again when a body of this process ends, and at least every
+:data:`MAX_POLL` seconds for bodies of other processes.
+
+Example::
+
+    @rl.concurrency("user:5", user=lambda: current_user())
+    @rl.limit("user:100/m", user=lambda: current_user())
+    async def export() -> bytes: ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import os
+import random
+from collections.abc import Awaitable, Callable, Coroutine
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+
+from ratelimit.backends.base import SlotStore
+from ratelimit.decider import Decider
+from ratelimit.decision import Decision, RateLimitExceeded, make_decision
+from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.limit import function_name
+from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
+from ratelimit.slots import SlotClaim, SlotLimit, claim_for, parse_slots
+from ratelimit.waiting import wait_seconds
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+logger = logging.getLogger("ratelimit")
+
+DEFAULT_LEASE = 30.0
+MIN_LEASE = 0.1
+MIN_POLL = 0.005
+MAX_POLL = 0.25
+"""A waiting call asks again at least this often (seconds): how soon it sees a slot that
+another process gave back."""
+
+
+class ConcurrencyLimitExceeded(RateLimitExceeded):
+    """A call found no free slot (``limit`` names the full one) and did not run.
+
+    ``retry_after`` is a hint (how long a waiting call would pause before asking again):
+    when a slot frees depends on how long the other bodies run."""
+
+    def __init__(self, decision: Decision, limit: SlotLimit | None) -> None:
+        super().__init__(decision)
+        self.limit = limit
+        if decision.degraded:
+            return  # the storage failed: RateLimitExceeded's message says so
+        full = f" by '{limit}' ({limit.count} running)" if limit is not None else ""
+        self.args = (f"concurrency limit reached for key {decision.key!r}{full}",)
+
+
+class Held:
+    """One call's slots while its body runs: the claim and the task renewing its lease."""
+
+    __slots__ = ("claim", "renewal")
+
+    def __init__(self, claim: SlotClaim | None, renewal: asyncio.Task[None] | None) -> None:
+        self.claim = claim
+        self.renewal = renewal
+
+
+class Concurrency:
+    """Slot limits bound to a :class:`~ratelimit.RateLimit`: a decorator or an
+    ``async with`` block (see the module). Made by ``rl.concurrency(...)``."""
+
+    def __init__(
+        self,
+        decider: Decider,
+        limits: str,
+        key: str | None,
+        selector: object | None,
+        selectors: dict[str, object],
+        lease: float = DEFAULT_LEASE,
+        wait: float | bool = False,
+    ) -> None:
+        self.limits = parse_slots(limits)
+        if not isinstance(decider.backend, SlotStore):
+            raise ConfigurationError(
+                f"this storage ({type(decider.backend).__name__}) holds no concurrency slots: "
+                "use memory:// or Redis"
+            )
+        if type(lease) not in (int, float) or not MIN_LEASE <= lease <= 86_400:
+            raise ConfigurationError(
+                f"lease must be seconds from {MIN_LEASE} to 86400, not {lease!r} (how long a "
+                "dead holder keeps its slot)"
+            )
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"key must be text, not {type(key).__name__}")
+        named = {limit.selector for limit in self.limits} - {None}
+        self._decider = decider
+        self._store: SlotStore = decider.backend
+        self._key = key
+        self._names = tuple(sorted(n for n in named if n is not None))
+        self._sources = SelectorSources(selectors, selector)
+        self.lease = float(lease)
+        self._wait = wait_seconds(wait)
+        self._held: dict[asyncio.Task[Any] | None, list[Held]] = {}
+        self._released: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+
+    # --- async with ---
+
+    async def __aenter__(self) -> Decision:
+        held, decision = await self._enter(self._key or "", None)
+        self._held.setdefault(asyncio.current_task(), []).append(held)
+        return decision
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = asyncio.current_task()
+        stack = self._held[task]
+        held = stack.pop()
+        if not stack:
+            del self._held[task]
+        await self._exit(held)
+
+    # --- decorator ---
+
+    @overload
+    def __call__(
+        self, func: Callable[P, Awaitable[R]]
+    ) -> Callable[P, Coroutine[object, None, R]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
+        if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
+            raise TypeError(
+                "cannot hold a concurrency slot around a generator function: the slot would "
+                "be given back before the iteration runs; hold it in the code that consumes it"
+            )
+        if not callable(func):
+            raise TypeError(f"concurrency() decorates functions, not {type(func).__name__}")
+        key = self._key if self._key is not None else function_name(func)
+        parameters = Parameters(inspect.signature(func))
+        is_coroutine = inspect.iscoroutinefunction(func)
+
+        @functools.wraps(func)
+        async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                parameters.check(args, kwargs)  # a call that cannot bind takes no slot
+            except TypeError as exc:
+                raise TypeError(f"{function_name(func)}(): {exc}") from None
+            held, _ = await self._enter(key, CallSite(parameters, args, kwargs))
+            try:
+                if is_coroutine:
+                    return await func(*args, **kwargs)
+                result = func(*args, **kwargs)
+                return await result if inspect.isawaitable(result) else result
+            finally:
+                await self._exit(held)
+
+        return limited
+
+    # --- taking and giving back ---
+
+    async def _claim(self, key: str, call: CallSite | None) -> SlotClaim:
+        decider = self._decider
+        decider.check_open()
+        values = await resolve(self._names, self._sources, key, call) if self._names else ()
+        return claim_for(
+            self.limits,
+            decider.namespace,
+            key,
+            dict(zip(self._names, values, strict=True)),
+            os.urandom(12).hex(),
+            round(self.lease * 1_000_000),
+        )
+
+    async def _enter(self, key: str, call: CallSite | None) -> tuple[Held, Decision]:
+        """Take the slots of one call (waiting up to ``wait``), and start renewing them."""
+        claim = await self._claim(key, call)
+        if not claim.identifiers:  # no selector resolved: nothing limits the call
+            return Held(None, None), make_decision(True, 0.0, None, None, key)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._wait
+        pause = MIN_POLL
+        while True:
+            decision, full = await self._try(claim)
+            if decision.allowed:
+                break
+            left = deadline - loop.time()
+            if left <= 0 or decision.degraded:
+                raise ConcurrencyLimitExceeded(decision, full)
+            await self._until_released(min(pause * (1 + random.random()), left))
+            pause = min(pause * 2, MAX_POLL)
+        if decision.degraded:  # fail-open: the body runs holding nothing
+            return Held(None, None), decision
+        renewal = loop.create_task(self._renew(claim), name=f"ratelimit renewal of {key!r}")
+        return Held(claim, renewal), decision
+
+    async def _try(self, claim: SlotClaim) -> tuple[Decision, SlotLimit | None]:
+        """One attempt, under the failure policy; hooks see its decision."""
+        decider = self._decider
+        try:
+            taken, held = await self._store.acquire_slots(claim)
+        except (BackendError, asyncio.CancelledError) as exc:
+            # The script may have run before the failure or the cancellation reached us:
+            # give back what it may have taken, so that no slot waits for its lease.
+            self._background(self._release(claim))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            decision = decider.policy.failed(exc, claim.key)
+            full = None
+        else:
+            decider.policy.answered()
+            left = [count - n for n, count in zip(held, claim.counts, strict=True)]
+            if taken:
+                decision = make_decision(True, 0.0, None, min(left) - 1, claim.key)
+                full = None
+            else:
+                decision = make_decision(False, MAX_POLL, None, 0, claim.key)
+                full = self._limit_of(claim, left.index(min(left)))
+        if decider.hooks:
+            decider.hooks(decision, 0.0)
+        return decision, full
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._pending.add(task)  # kept until done: the loop holds tasks only weakly
+        task.add_done_callback(self._pending.discard)
+
+    def _limit_of(self, claim: SlotClaim, index: int) -> SlotLimit:
+        identifier, count = claim.identifiers[index], claim.counts[index]
+        return SlotLimit(count, identifier.selector)
+
+    async def _until_released(self, seconds: float) -> None:
+        """Pause up to ``seconds``, or until a body of this process gives its slots back."""
+        loop = asyncio.get_running_loop()
+        if self._released is None or self._released[0] is not loop:
+            self._released = (loop, asyncio.Event())
+        event = self._released[1]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), seconds)
+
+    async def _renew(self, claim: SlotClaim) -> None:
+        """Renew the lease every third of it while the body runs."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                kept = await self._store.renew_slots(claim)
+            except BackendError as exc:
+                logger.warning(
+                    "ratelimit: a concurrency slot of key %r was not renewed (tried again in "
+                    "%.1f s; it is lost if the lease of %.1f s runs out): %s",
+                    claim.key,
+                    self.lease / 3,
+                    self.lease,
+                    exc,
+                )
+                continue
+            if not kept:
+                logger.warning(
+                    "ratelimit: a concurrency slot of key %r was lost: its lease of %.1f s ran "
+                    "out before it was renewed (a stalled event loop?); the body runs on",
+                    claim.key,
+                    self.lease,
+                )
+                return
+
+    async def _exit(self, held: Held) -> None:
+        """Give the slots back, whatever ended the body; a cancellation arriving meanwhile
+        does not stop it (the lease would otherwise keep the slot until it ends)."""
+        if held.renewal is not None:
+            held.renewal.cancel()
+        if held.claim is None:
+            return
+        release = asyncio.ensure_future(self._release(held.claim))
+        try:
+            await asyncio.shield(release)
+        finally:
+            if self._released is not None:
+                self._released[1].set()
+                self._released = None
+
+    async def _release(self, claim: SlotClaim) -> None:
+        try:
+            await self._store.release_slots(claim)
+        except BackendError as exc:
+            logger.warning(
+                "ratelimit: a concurrency slot of key %r was not given back; it frees when its "
+                "lease of %.1f s runs out: %s",
+                claim.key,
+                self.lease,
+                exc,
+            )
