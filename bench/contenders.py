@@ -33,6 +33,8 @@ class Contender:
     close: Callable[[], Awaitable[None]]
     many: DecideMany | None = None
     """If set, the harness sends ``concurrency`` decisions at a time through it instead."""
+    prefix: str = ""
+    """Text in every Redis key it writes (for memory per identifier), or ``""`` for none."""
 
 
 Factory = Callable[[str, int], Awaitable[Contender]]
@@ -52,16 +54,17 @@ def ours(storage: str | None = None, *, fast_path: bool | None = None, **options
     ``fast_path=False``: the script engine on redis-py's public API only."""
 
     async def factory(url: str, limit: int) -> Contender:
+        prefix = _prefix()
         if storage is not None:
-            rl = RateLimit.from_url(storage, _prefix(), **options)
+            rl = RateLimit.from_url(storage, prefix, **options)
             close: Callable[[], Awaitable[None]] = rl.aclose
         else:
             client = _client(url)
             if fast_path is None:
-                rl = RateLimit(client, _prefix(), **options)
+                rl = RateLimit(client, prefix, **options)
             else:
                 engine = RedisScriptBackend(client, timeout=0.25, fast_path=fast_path, **options)
-                rl = RateLimit(engine, _prefix())
+                rl = RateLimit(engine, prefix)
 
             async def close() -> None:
                 await rl.aclose()
@@ -71,7 +74,7 @@ def ours(storage: str | None = None, *, fast_path: bool | None = None, **options
         async def work(user: str) -> bool:
             return True
 
-        return Contender(work, close)
+        return Contender(work, close, prefix="" if storage is not None else prefix)
 
     return factory
 
@@ -95,10 +98,11 @@ async def limits_sliding_window(url: str, limit: int) -> Contender:
 
 
 def _limits(url: str, limit: int, strategy: Any, item_type: Any, storage_type: Any) -> Contender:
+    prefix = _prefix()
     storage = storage_type(
         url.replace("redis://", "async+redis://"),
         implementation="redispy",
-        key_prefix=_prefix(),
+        key_prefix=prefix,
         max_connections=256,
     )
     limiter = strategy(storage)
@@ -111,24 +115,31 @@ def _limits(url: str, limit: int, strategy: Any, item_type: Any, storage_type: A
     async def close() -> None:
         await storage.reset()
 
-    return Contender(decide, close)
+    return Contender(decide, close, prefix=prefix)
 
 
-async def throttled_py(url: str, limit: int) -> Contender:
-    from throttled.asyncio import RedisStore, Throttled, per_min
+def throttled_py(using: str = "sliding_window") -> Factory:
+    """throttled-py with one of its algorithms: ``sliding_window``, ``gcra``,
+    ``token_bucket``."""
 
-    store = RedisStore(server=url, options={"CONNECTION_POOL_KWARGS": {"max_connections": 256}})
-    throttle = Throttled(using="sliding_window", quota=per_min(limit), store=store)
-    prefix = _prefix()
+    async def factory(url: str, limit: int) -> Contender:
+        from throttled.asyncio import RedisStore, Throttled, per_min
 
-    async def decide(user: str) -> bool:
-        result = await throttle.limit(f"{prefix}:{user}")
-        return not result.limited
+        pool = {"CONNECTION_POOL_KWARGS": {"max_connections": 256}}
+        store = RedisStore(server=url, options=pool)
+        throttle = Throttled(using=using, quota=per_min(limit), store=store)
+        prefix = _prefix()
 
-    async def close() -> None:
-        return None
+        async def decide(user: str) -> bool:
+            result = await throttle.limit(f"{prefix}:{user}")
+            return not result.limited
 
-    return Contender(decide, close)
+        async def close() -> None:
+            return None
+
+        return Contender(decide, close, prefix=prefix)
+
+    return factory
 
 
 async def pyrate_limiter(url: str, limit: int) -> Contender:
@@ -156,7 +167,7 @@ async def pyrate_limiter(url: str, limit: int) -> Contender:
         allowed: bool = await limiter.try_acquire_async(user, blocking=False)
         return allowed
 
-    return Contender(decide, client.aclose)
+    return Contender(decide, client.aclose, prefix=prefix)
 
 
 def _bare_args(limit: int) -> tuple[bytes, bytes]:
@@ -183,17 +194,41 @@ async def _bare(url: str, limit: int) -> Contender:
             pipe.evalsha(sha, 2, *keys(user), b"", wire, slots, b"1", b"1")
         return [bool(reply[0]) for reply in await pipe.execute()]
 
-    return Contender(decide, client.aclose, many)
+    return Contender(decide, client.aclose, many, prefix)
 
 
 async def bare_evalsha(url: str, limit: int) -> Contender:
     """The floor: our sliding-log script through redis-py's ``evalsha``, one call per
     decision, with arguments built in advance and no limiter around it."""
     contender = await _bare(url, limit)
-    return Contender(contender.decide, contender.close)
+    return Contender(contender.decide, contender.close, prefix=contender.prefix)
 
 
 async def bare_pipelined(url: str, limit: int) -> Contender:
     """The ceiling: the same calls, ``concurrency`` at a time in one redis-py pipeline
     without a transaction."""
     return await _bare(url, limit)
+
+
+async def bare_incrby(url: str, limit: int) -> Contender:
+    """The anchor throttled-py measures itself against: one ``INCRBY`` per decision (a fixed
+    window's count, with no expiry nor check), through redis-py; the pipelined variant
+    sends ``concurrency`` of them at a time."""
+    client = _client(url)
+    prefix = _prefix()
+
+    async def decide(user: str) -> bool:
+        return bool(await client.incrby(f"{prefix}:{user}", 1) <= 1 << 62)
+
+    async def many(users: list[str]) -> list[bool]:
+        pipe = client.pipeline(transaction=False)
+        for user in users:
+            pipe.incrby(f"{prefix}:{user}", 1)
+        return [bool(n) for n in await pipe.execute()]
+
+    return Contender(decide, client.aclose, many, prefix)
+
+
+async def bare_incrby_alone(url: str, limit: int) -> Contender:
+    contender = await bare_incrby(url, limit)
+    return Contender(contender.decide, contender.close, prefix=contender.prefix)

@@ -4,23 +4,28 @@
 
 Starts its own redis-server (or uses ``REDIS_URL``) and measures, in one run and one process,
 at concurrency 1 and 64: our script engine with and without automatic pipelining, the command
-engine with and without its lock, ``sync_rate=1`` and the memory backend, against ``limits``
-(moving window and sliding-window counter), ``throttled-py`` (sliding window) and
-``pyrate-limiter`` (Redis bucket), all on redis-py, plus two floors: our script sent bare
-through ``evalsha`` (one call per decision), and bare in pipelines of ``concurrency``.
+engine with and without its lock, each algorithm (sliding log, the default; sliding window;
+fixed window; GCRA), ``sync_rate=1`` and the memory backend, against ``limits`` (moving window
+and sliding-window counter), ``throttled-py`` (sliding window, GCRA, token bucket) and
+``pyrate-limiter`` (Redis bucket), all on redis-py, plus floors: our script sent bare
+through ``evalsha``, and a bare ``INCRBY`` (the round trip throttled-py measures itself
+against), each one call per decision and in pipelines of ``concurrency``.
 
 Each decision is one admitted call for one of 10 000 users under ``user:1000/m`` (the
 costlier path: checked and recorded). A row runs for ``--seconds``; with ``--rounds`` above
 one the rows take turns, and each figure is the median of its rounds. Prints a Markdown table:
 decisions/s, p50 and p99 latency, Redis commands per decision (``INFO commandstats``: those
 run inside scripts included, scripts in brackets), the server's CPU time per decision
-(``INFO cpu``), and ours / the best peer at that concurrency. Peers come from the ``bench`` extra.
+(``INFO cpu``), Redis memory per user after 10 calls each (``MEMORY USAGE`` of its keys; the
+sliding log grows with the calls, the others do not), and ours / the best peer at that
+concurrency. Peers come from the ``bench`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import platform
 import statistics
@@ -49,18 +54,25 @@ OURS: dict[str, c.Factory] = {
     "ratelimit: script, public API only": c.ours(fast_path=False, auto_pipeline=False),
     "ratelimit: locked commands": c.ours(use_scripts=False),
     "ratelimit: unlocked commands": c.ours(use_scripts=False, disable_locks=True),
+    "ratelimit: sliding window": c.ours(algorithm="sliding-window"),
+    "ratelimit: fixed window": c.ours(algorithm="fixed-window"),
+    "ratelimit: gcra": c.ours(algorithm="gcra"),
     "ratelimit: sync_rate=1 (sliding window)": c.ours(algorithm="sliding-window", sync_rate=1),
     "ratelimit: memory://": c.ours("memory://"),
 }
 PEERS: dict[str, c.Factory] = {
     "limits: moving window": c.limits_moving_window,
     "limits: sliding-window counter": c.limits_sliding_window,
-    "throttled-py: sliding window": c.throttled_py,
+    "throttled-py: sliding window": c.throttled_py("sliding_window"),
+    "throttled-py: gcra": c.throttled_py("gcra"),
+    "throttled-py: token bucket": c.throttled_py("token_bucket"),
     "pyrate-limiter: Redis bucket": c.pyrate_limiter,
 }
 FLOORS: dict[str, c.Factory] = {
     "floor: bare EVALSHA": c.bare_evalsha,
     "floor: bare EVALSHA, pipelined": c.bare_pipelined,
+    "floor: bare INCRBY": c.bare_incrby_alone,
+    "floor: bare INCRBY, pipelined": c.bare_incrby,
 }
 
 
@@ -72,6 +84,7 @@ class Result:
     commands: list[float] = field(default_factory=list)
     scripts: list[float] = field(default_factory=list)
     server_us: list[float] = field(default_factory=list)
+    memory: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -86,6 +99,34 @@ async def server_counts(client: aioredis.Redis) -> tuple[int, int, float]:
     commands = sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")
     scripts = sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_eval"))
     return commands, scripts, cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+
+
+PROBE_USERS = 100
+PROBE_HITS = 10
+
+
+async def memory_per_user(contender: c.Contender, admin: aioredis.Redis) -> float:
+    """Bytes of Redis memory per user after ``PROBE_HITS`` admitted calls each, for
+    ``PROBE_USERS`` fresh users: ``MEMORY USAGE`` of every key holding the contender's
+    prefix and a probe user's name, read at once (GCRA's keys expire as soon as their
+    arrival time passes). NaN for a contender that keeps nothing in Redis."""
+    if not contender.prefix:
+        return math.nan
+    users = [f"probe-{i}" for i in range(PROBE_USERS)]
+    for _ in range(PROBE_HITS):
+        await asyncio.gather(*(contender.decide(u) for u in users))
+    keys = [k async for k in admin.scan_iter(match=f"*{contender.prefix}*probe-*", count=1000)]
+    total = 0
+    for start in range(0, len(keys), 1000):
+        total += await _usage(admin, keys[start : start + 1000])
+    return total / PROBE_USERS if total else math.nan
+
+
+async def _usage(admin: aioredis.Redis, keys: list[bytes]) -> int:
+    pipe = admin.pipeline(transaction=False)
+    for key in keys:
+        pipe.memory_usage(key, samples=0)
+    return sum(n or 0 for n in await pipe.execute())
 
 
 async def measure(
@@ -151,6 +192,7 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
                     rate, latencies, (commands, scripts, server_us) = await measure(
                         contender, seconds, concurrency, admin
                     )
+                    memory = await memory_per_user(contender, admin)
                 finally:
                     await contender.close()
                 quantiles = statistics.quantiles(latencies, n=100)
@@ -161,6 +203,7 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
                 result.commands.append(commands)
                 result.scripts.append(scripts)
                 result.server_us.append(server_us)
+                result.memory.append(memory)
                 print(f"  {name} at {concurrency}: {rate:,.0f}/s", file=sys.stderr, flush=True)
     await admin.aclose()
     print(
@@ -174,8 +217,9 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
 def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -> str:
     lines = [
         "| contender | concurrency | decisions/s | p50 µs | p99 µs | Redis commands "
-        "(scripts) per decision | Redis CPU µs per decision | vs best peer |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"(scripts) per decision | Redis CPU µs per decision | Redis bytes per user "
+        f"({PROBE_HITS} hits) | vs best peer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for concurrency in CONCURRENCY:
         best = max((results[(p, concurrency)].rate for p in PEERS if p in names), default=0.0)
@@ -186,9 +230,16 @@ def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -
                 f"| {name} | {concurrency} | {r.rate:,.0f} | {statistics.median(r.p50):,.0f} "
                 f"| {statistics.median(r.p99):,.0f} | {statistics.median(r.commands):.2f} "
                 f"({statistics.median(r.scripts):.2f}) | {statistics.median(r.server_us):.1f} "
-                f"| {ratio} |"
+                f"| {_memory(r)} | {ratio} |"
             )
     return "\n".join(lines)
+
+
+def _memory(r: Result) -> str:
+    memory = statistics.median(r.memory)
+    if math.isnan(memory):
+        return "n/a"
+    return f"{memory:,.0f}"
 
 
 def loop_name() -> str:
