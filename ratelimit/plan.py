@@ -200,6 +200,27 @@ def gcra_field(rule: Rule) -> str:
     return f"{rule.count}/{rule.span_ms * US_PER_MS}/{gcra_burst(rule)}"
 
 
+@functools.lru_cache(maxsize=4096)
+def arrival_slots(
+    compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
+) -> tuple[tuple[tuple[int, Rule], ...], tuple[int, ...]]:
+    """GCRA: the arrival times one plan reads, each (identifier index, a rule of that shape),
+    in order; and per leaf the position of its own among them (``-1`` when its selector
+    did not resolve). Leaves of one shape on one identifier share an arrival time."""
+    stored: dict[tuple[int, str], int] = {}
+    times: list[tuple[int, Rule]] = []
+    slots = []
+    for rule, i in zip(compiled.rules, leaf_identifiers, strict=True):
+        if i < 0:
+            slots.append(-1)
+            continue
+        position = stored.setdefault((i, gcra_field(rule)), len(times))
+        if position == len(times):
+            times.append((i, rule))
+        slots.append(position)
+    return tuple(times), tuple(slots)
+
+
 def window_name(identifier: Identifier, size_us: int) -> str:
     """The name of one (identifier, window size) in stores of this process."""
     return f"{identifier!r}/{size_us}"

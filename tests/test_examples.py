@@ -23,6 +23,8 @@ EXPECTED = {
     "settings.py": "admin: 3 of 5 admitted under 3/m",
     "web_app.py": "POST /login ann #4: 429",
     "service_client.py": "envoy ShouldRateLimit #3: OVER_LIMIT",
+    "bursts.py": "10/s burst 30: 129 of 600 calls in 10 s",
+    "concurrency.py": "queued: 8 exports ran, at most 2 at once under user:2",
 }
 ON_MEMORY = {
     **EXPECTED,

@@ -47,14 +47,14 @@ from ratelimit.backends.redis.client import RedisClient, check_transactions
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
 from ratelimit.backends.redis.errors import mapped
 from ratelimit.backends.redis.keys import (
-    arrivals_key,
+    arrival_keys,
     counter_key,
     identifier_key,
     kept_key,
     lock_key,
+    plan_keys,
     slot_fields,
     slots_key,
-    stored_keys,
     window_fields,
 )
 from ratelimit.backends.redis.lock import RedisLock
@@ -64,14 +64,17 @@ from ratelimit.loops import LoopBinding
 from ratelimit.plan import (
     CounterUpdate,
     Plan,
+    arrival_slots,
     counter_update_rate,
     evaluate,
-    gcra_field,
     limits_per_identifier,
 )
 from ratelimit.slots import SlotClaim
 
 HEAD = 64  # entries of each log read in the first round trip
+INJECTED_CLOCK_KEEP_US = 3_600_000_000
+"""GCRA under an injected clock (tests): Redis expires keys on real time, not on that clock,
+so an arrival time is kept an hour at least (``gcra.lua`` does the same)."""
 T = TypeVar("T")
 
 
@@ -252,7 +255,7 @@ class RedisCommandBackend:
         await self._guarded(claim.namespace, claim.key, release, "give a slot back")
 
     async def reset(self, plan: Plan) -> None:
-        keys = [k for i in plan.identifiers for k in stored_keys(i)]
+        keys = plan_keys(plan)
         if keys:
             await self._guarded(
                 plan.namespace, plan.key, lambda: self.client.delete(*keys), "reset"
@@ -430,49 +433,26 @@ class RedisCommandBackend:
         return decision
 
     async def _decide_arrivals(self, plan: Plan, may_write: bool = True) -> Decision:
-        """GCRA: the same arrival times as ``gcra.lua``, one hash field per rule shape."""
-        keys = [arrivals_key(identifier) for identifier in plan.identifiers]
-        rules = plan.compiled.rules
-        fields: list[list[str]] = [[] for _ in keys]  # per key, its rules' fields
-        for rule, i in zip(rules, plan.leaf_identifiers, strict=True):
-            if i >= 0 and gcra_field(rule) not in fields[i]:
-                fields[i].append(gcra_field(rule))
-
-        def fill(read: Any) -> None:
-            for key, names in zip(keys, fields, strict=True):
-                read.hmget(key, names)
-                read.pttl(key)
-
-        replies = await self._read(fill)
+        """GCRA: the same arrival times as ``gcra.lua``, one string per (identifier, rule
+        shape)."""
+        keys = arrival_keys(plan)
+        times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
+        replies = await self._read(lambda read: read.mget(keys))
         now = await self._now(replies, keys[0])
-        stored: list[dict[str, Arrival]] = []
-        ttls: list[int] = []
-        for names in fields:
-            values = replies.pop(0)
-            stored.append({n: _arrival(v) for n, v in zip(names, values, strict=True)})
-            ttls.append(int(replies.pop(0)))
-        counts: list[Arrival] = [
-            (0, 0) if i < 0 else stored[i][gcra_field(rule)]
-            for rule, i in zip(rules, plan.leaf_identifiers, strict=True)
-        ]
+        stored = [_arrival(value) for value in replies[0]]
+        counts: list[Arrival] = [(0, 0) if k < 0 else stored[k] for k in slots]
         decision = evaluate(plan, now, counts)
         if decision.allowed and plan.record:
             if not may_write:
                 raise _cannot_record(plan)
-            new: list[dict[str, Arrival]] = [{} for _ in keys]
-            keep = [0] * len(keys)  # per key: microseconds to keep it
-            for rule, i, tat in zip(rules, plan.leaf_identifiers, counts, strict=True):
-                if i >= 0:
-                    pushed = new[i][gcra_field(rule)] = gcra_next(rule, plan.cost, tat, now)
-                    keep[i] = max(keep[i], pushed[0] - now + 1)
-                    if self.clock is not None:  # Redis expires on its own clock, not this one
-                        tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
-                        keep[i] = max(keep[i], tolerance_us + 1, rule.span_ms * US_PER_MS)
             write = self.client.pipeline(transaction=True)
-            for key, values, ttl, us in zip(keys, new, ttls, keep, strict=True):
-                write.hset(key, mapping={n: _arrival_text(a) for n, a in values.items()})
-                if ttl < math.ceil(us / 1000):
-                    write.pexpire(key, math.ceil(us / 1000))
+            for key, (_, rule), tat in zip(keys, times, stored, strict=True):
+                pushed = gcra_next(rule, plan.cost, tat, now)
+                keep = pushed[0] - now + 1
+                if self.clock is not None:  # Redis expires on real time, not on this clock
+                    tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
+                    keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
+                write.set(key, _arrival_text(pushed), px=math.ceil(keep / 1000))
             await write.execute()
         return decision
 

@@ -7,7 +7,8 @@
     rl:{<namespace>:<key>}:lock                 the command engine's lock
     rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash: window_fields)
     rl:{<namespace>:<key>}[:<selector>=<value>]:n   the largest count kept on that log
-    rl:{<namespace>:<key>}[:<selector>=<value>]:g   GCRA arrival times (a hash, per rule)
+    rl:{<namespace>:<key>}[:<selector>=<value>]:g:<count>/<span_us>/<burst>
+                                                    a GCRA arrival time (per rule shape)
     rl:{<namespace>:<key>}[:<selector>=<value>]:c   concurrency slots (a sorted set)
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
@@ -24,7 +25,8 @@ import hashlib
 import re
 from urllib.parse import quote
 
-from ratelimit.plan import Identifier
+from ratelimit.plan import Identifier, Plan, arrival_slots, gcra_field
+from ratelimit.rules import Rule
 from ratelimit.windows import slot_of
 
 PREFIX = "rl"
@@ -67,10 +69,24 @@ def kept_key(identifier: Identifier) -> str:
     return f"{identifier_key(identifier)}:n"
 
 
-def arrivals_key(identifier: Identifier) -> str:
-    """The hash of one identifier's GCRA arrival times, a field per rule shape
-    (:func:`~ratelimit.plan.gcra_field`)."""
-    return f"{identifier_key(identifier)}:g"
+def arrival_key(identifier: Identifier, rule: Rule) -> str:
+    """One identifier's GCRA arrival time under rules of ``rule``'s shape
+    (:func:`~ratelimit.plan.gcra_field`): a string, ``us`` or ``us:remainder``."""
+    return f"{identifier_key(identifier)}:g:{gcra_field(rule)}"
+
+
+def arrival_keys(plan: Plan) -> list[str]:
+    """The arrival-time keys a GCRA plan reads, in the order of
+    :func:`~ratelimit.plan.arrival_slots`."""
+    times, _ = arrival_slots(plan.compiled, plan.leaf_identifiers)
+    return [arrival_key(plan.identifiers[i], rule) for i, rule in times]
+
+
+def plan_keys(plan: Plan) -> list[str]:
+    """Every key a plan's identifiers may have, for a reset: their logs, the logs'
+    companions, their counters, and the arrival times of the plan's own rules."""
+    keys = [k for identifier in plan.identifiers for k in stored_keys(identifier)]
+    return keys + arrival_keys(plan)
 
 
 def slots_key(identifier: Identifier) -> str:
@@ -84,11 +100,10 @@ def lock_key(namespace: str, key: str) -> str:
     return f"{tag(namespace, key)}:lock"
 
 
-def stored_keys(identifier: Identifier) -> tuple[str, str, str, str]:
-    """Every key one identifier may have: its log, the log's companion, its counters, its
-    arrival times."""
-    key = identifier_key(identifier)
-    return key, f"{key}:n", f"{key}:w", f"{key}:g"
+def stored_keys(identifier: Identifier) -> tuple[str, str, str]:
+    """The keys one identifier may have whatever its rules: its log, the log's companion,
+    its counters (arrival times are per rule: :func:`plan_keys`)."""
+    return identifier_key(identifier), kept_key(identifier), counter_key(identifier)
 
 
 @functools.lru_cache(maxsize=256)

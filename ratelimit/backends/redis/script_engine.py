@@ -22,12 +22,12 @@ from ratelimit.backends.redis import fast_pipeline
 from ratelimit.backends.redis.client import RedisClient, redis_py_version
 from ratelimit.backends.redis.errors import backend_error, mapped
 from ratelimit.backends.redis.keys import (
-    arrivals_key,
+    arrival_keys,
     counter_key,
     identifier_key,
     kept_key,
+    plan_keys,
     slots_key,
-    stored_keys,
 )
 from ratelimit.backends.redis.pipeline import (
     MAX_ALONE,
@@ -39,7 +39,14 @@ from ratelimit.backends.redis.pipeline import (
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
-from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan, evaluate
+from ratelimit.plan import (
+    CompiledTree,
+    CounterUpdate,
+    Identifier,
+    Plan,
+    arrival_slots,
+    evaluate,
+)
 from ratelimit.slots import SlotClaim
 
 _LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
@@ -158,7 +165,7 @@ class RedisScriptBackend:
     async def reset(self, plan: Plan) -> None:
         self._open()
         await self._pipeline.bind()  # the client's connections of an ended loop are let go
-        keys = [k for i in plan.identifiers for k in stored_keys(i)]
+        keys = plan_keys(plan)
         if not keys:
             return
         with mapped(f"to reset key {plan.key!r}", self.timeout):
@@ -238,9 +245,10 @@ def _args(
 ) -> tuple[tuple[bytes, ...], bytes]:
     """The script's ARGV after the time, plain and packed. They depend on the rules and
     flags, not on the selector values, so every call of a decorated function shares them."""
+    slots = arrival_slots(compiled, leaf_identifiers)[1] if algorithm == GCRA else leaf_identifiers
     args = [
         tree_wire(compiled),
-        " ".join(str(i + 1) for i in leaf_identifiers).encode(),  # per leaf its key's KEYS index
+        " ".join(str(i + 1) for i in slots).encode(),  # per leaf its key's KEYS index
         repr(cost).encode(),  # repr: the shortest text that reads back as the same float
         b"1" if record else b"0",
     ]
@@ -289,7 +297,7 @@ def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
         keys = [identifier_key(i) for i in plan.identifiers]
         keys += [kept_key(i) for i in plan.identifiers]
     elif plan.algorithm == GCRA:
-        script, keys = GCRA_SCRIPT, [arrivals_key(i) for i in plan.identifiers]
+        script, keys = GCRA_SCRIPT, arrival_keys(plan)
     else:
         script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
     now = b"" if clock is None else str(clock_us(clock)).encode()

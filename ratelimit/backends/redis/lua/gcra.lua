@@ -1,9 +1,9 @@
 -- gcra.lua: decide a whole rule tree by GCRA (a token bucket kept as one arrival time per
 -- identifier and rule) and push the arrival times on, atomically.
 --
--- KEYS[k]   one hash per identifier: per rule shape, field "count/span_us/burst" holds the
---           rule's theoretical arrival time, "us" or "us:rem" (whole microseconds, and a
---           remainder in 1/count of a microsecond; exact, see algorithms.Arrival).
+-- KEYS[k]   one string per (identifier, rule shape): the theoretical arrival time, "us" or
+--           "us:rem" (whole microseconds, and a remainder in 1/count of a microsecond;
+--           exact, see algorithms.Arrival). Absent: nothing counted.
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, as in sliding_log.lua: L, then per leaf its count and span in
 --           microseconds, then the prefix program.
@@ -15,12 +15,11 @@
 --
 -- Returns   {allowed (1/0), now, us_1, rem_1, ..., us_L, rem_L}: per leaf the arrival time
 --           read (0 0 when none). A leaf is limited when max(arrival, now) + cost * span /
---           count runs more than burst * span / count ahead of now. When allowed, every
---           (key, rule) got that pushed arrival time (at most the burst's tolerance ahead of
---           now), and every key expires once its latest arrival time has passed (never
---           sooner than it already would). With an injected clock (tests) Redis's expiry
---           runs on another clock than the decisions, so keys are kept for the largest
---           tolerance or span instead.
+--           count runs more than burst * span / count ahead of now. When allowed, every key
+--           gets that pushed arrival time (at most the burst's tolerance ahead of now) and
+--           expires when it has passed, when the bucket is full again. With an injected
+--           clock (tests) Redis's expiry runs on another clock than the decisions, so a key
+--           is kept for an hour or its rule's tolerance instead, whichever is longer.
 --
 -- Every quantity is a whole number below 2**53 (settings.check_gcra_rule), so Lua's doubles
 -- compute it exactly. Runs after _now.lua and _tree.lua, which script_engine.py joins in front.
@@ -32,8 +31,7 @@ for n in string.gmatch(ARGV[6], '%d+') do bursts[#bursts + 1] = tonumber(n) end
 local leaves = tree[1]
 local limited = {}
 local result = {0, string.format('%.0f', now)}
-local writes = {}  -- per key: per field, {us, rem} to store
-local longest = {}  -- per key: how many microseconds its latest arrival runs ahead of now
+local writes = {}  -- per key: {us, rem, ms to keep}
 
 for i = 0, leaves - 1 do
   local k = slots[i + 1]
@@ -41,8 +39,7 @@ for i = 0, leaves - 1 do
   limited[i] = false
   if k > 0 then
     local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
-    local field = string.format('%.0f/%.0f/%.0f', count, span, burst)
-    local stored = redis.call('HGET', KEYS[k], field)
+    local stored = redis.call('GET', KEYS[k])
     if stored then
       local a, b = string.match(stored, '^(%d+):?(%d*)$')
       us, rem = tonumber(a), tonumber(b) or 0
@@ -57,14 +54,12 @@ for i = 0, leaves - 1 do
     local new_us, new_rem = start_us + cost * q + math.floor(pushed / count), pushed % count
     local ahead = new_us - now
     limited[i] = ahead > tol_us or (ahead == tol_us and new_rem > tol_rem)
-    if ahead > tol_us or (ahead == tol_us and new_rem > tol_rem) then
+    if limited[i] then
       new_us, new_rem = now + tol_us, tol_rem  -- an admitted call leaves it empty, not in debt
     end
-    writes[k] = writes[k] or {}
-    writes[k][field] = {new_us, new_rem}
     local keep = new_us - now + 1
-    if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, span) end
-    longest[k] = math.max(longest[k] or 0, keep)
+    if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end
+    writes[k] = {new_us, new_rem, math.ceil(keep / 1000)}
   end
   result[#result + 1] = string.format('%.0f', us)
   result[#result + 1] = string.format('%.0f', rem)
@@ -74,14 +69,9 @@ if tree_limited(limited) then return result end
 
 result[1] = 1
 if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
-for k, fields in pairs(writes) do
-  local key = KEYS[k]
-  for field, new in pairs(fields) do
-    local value = string.format('%.0f', new[1])
-    if new[2] > 0 then value = value .. ':' .. string.format('%.0f', new[2]) end
-    redis.call('HSET', key, field, value)
-  end
-  local ms = math.ceil(longest[k] / 1000)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+for k, new in pairs(writes) do
+  local value = string.format('%.0f', new[1])
+  if new[2] > 0 then value = value .. ':' .. string.format('%.0f', new[2]) end
+  redis.call('SET', KEYS[k], value, 'PX', new[3])
 end
 return result
