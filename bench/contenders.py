@@ -70,7 +70,7 @@ def ours(storage: str | None = None, *, fast_path: bool | None = None, **options
                 await rl.aclose()
                 await client.aclose()
 
-        @rl.limit(f"user:{limit}/m")
+        @rl.limit(f"user:{limit}/m", key="work")  # a short key, as the peers name theirs
         async def work(user: str) -> bool:
             return True
 

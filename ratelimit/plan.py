@@ -195,9 +195,12 @@ def counter_update_rate(
 
 @functools.lru_cache(maxsize=4096)
 def gcra_field(rule: Rule) -> str:
-    """The name of one rule's arrival time among its identifier's (``count/span_us/burst``):
-    rules of one shape on one identifier share it, whatever their selector's name."""
-    return f"{rule.count}/{rule.span_ms * US_PER_MS}/{gcra_burst(rule)}"
+    """The name of one rule's arrival time among its identifier's: ``count/span_ms``, and
+    ``/burst`` for a burst other than the count. Rules of one shape on one identifier share
+    it, whatever their selector's name."""
+    burst = gcra_burst(rule)
+    shape = f"{rule.count}/{rule.span_ms}"
+    return shape if burst == rule.count else f"{shape}/{burst}"
 
 
 @functools.lru_cache(maxsize=4096)

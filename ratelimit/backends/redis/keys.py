@@ -7,7 +7,7 @@
     rl:{<namespace>:<key>}:lock                 the command engine's lock
     rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash: window_fields)
     rl:{<namespace>:<key>}[:<selector>=<value>]:n   the largest count kept on that log
-    rl:{<namespace>:<key>}[:<selector>=<value>]:g:<count>/<span_us>/<burst>
+    rl:{<namespace>:<key>}[:<selector>=<value>]:g:<count>/<span_ms>[/<burst>]
                                                     a GCRA arrival time (per rule shape)
     rl:{<namespace>:<key>}[:<selector>=<value>]:c   concurrency slots (a sorted set)
 
