@@ -32,10 +32,10 @@ from ratelimit.backends.base import SlotStore
 from ratelimit.decider import Decider
 from ratelimit.decision import Decision, RateLimitExceeded, make_decision
 from ratelimit.errors import BackendError, ConfigurationError
-from ratelimit.limit import function_name
-from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
+from ratelimit.selectors import CallSite, SelectorSources, resolve
 from ratelimit.slots import SlotClaim, SlotLimit, claim_for, parse_slots
 from ratelimit.waiting import wait_seconds
+from ratelimit.wrapping import call_site, function_name, run_body, wrappable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -145,29 +145,21 @@ class Concurrency:
     def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
 
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
-        if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
-            raise TypeError(
-                "cannot hold a concurrency slot around a generator function: the slot would "
-                "be given back before the iteration runs; hold it in the code that consumes it"
-            )
-        if not callable(func):
-            raise TypeError(f"concurrency() decorates functions, not {type(func).__name__}")
+        parameters = wrappable(
+            func,
+            "concurrency",
+            "the slot would be given back before the iteration runs; hold it in the code that "
+            "consumes it",
+        )
         key = self._key if self._key is not None else function_name(func)
-        parameters = Parameters(inspect.signature(func))
         is_coroutine = inspect.iscoroutinefunction(func)
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
+            held, _ = await self._enter(key, site)
             try:
-                parameters.check(args, kwargs)  # a call that cannot bind takes no slot
-            except TypeError as exc:
-                raise TypeError(f"{function_name(func)}(): {exc}") from None
-            held, _ = await self._enter(key, CallSite(parameters, args, kwargs))
-            try:
-                if is_coroutine:
-                    return await func(*args, **kwargs)
-                result = func(*args, **kwargs)
-                return await result if inspect.isawaitable(result) else result
+                return await run_body(func, is_coroutine, args, kwargs)
             finally:
                 await self._exit(held)
 

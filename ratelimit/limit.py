@@ -13,9 +13,10 @@ from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.plan import compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import RuleLike, to_tree
-from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
+from ratelimit.selectors import CallSite, SelectorSources, resolve
 from ratelimit.settings import check_cost, check_cost_type, check_flag
 from ratelimit.waiting import admitted, wait_seconds
+from ratelimit.wrapping import call_site, function_name, run_body, wrappable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -138,39 +139,26 @@ class Limit:
     def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
 
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
-        if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
-            raise TypeError(
-                f"cannot limit generator function {function_name(func)}: the limit would count the "
-                "call, not the iteration; limit the code that consumes it instead"
-            )
-        if not callable(func):
-            raise TypeError(f"limit() decorates functions, not {type(func).__name__}")
+        parameters = wrappable(
+            func,
+            "limit",
+            "the limit would count the call, not the iteration; limit the code that consumes "
+            "it instead",
+        )
         key = self._key if self._key is not None else function_name(func)
         if self._compiled is not None and self._key is None:
             self._registry.register(key, self._compiled, self._sources)
-        parameters = Parameters(inspect.signature(func))
         is_coroutine = inspect.iscoroutinefunction(func)
         shadow = self._shadow
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
-            try:
-                parameters.check(args, kwargs)  # a call that cannot bind spends no quota
-            except TypeError as exc:
-                raise TypeError(f"{function_name(func)}(): {exc}") from None
-            site = CallSite(parameters, args, kwargs)
+            site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
             decision = await self._decider.decide(await self._call(key, site), True, shadow)
             if not decision.allowed and not decision.shadow:
                 if not self._wait:
                     raise RateLimitExceeded(decision)
                 await admitted(lambda: self._decide(key, site), self._wait, first=decision)
-            if is_coroutine:
-                return await func(*args, **kwargs)
-            result = func(*args, **kwargs)
-            return await result if inspect.isawaitable(result) else result
+            return await run_body(func, is_coroutine, args, kwargs)
 
         return limited
-
-
-def function_name(func: Callable[..., Any]) -> str:
-    return f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', func)}"

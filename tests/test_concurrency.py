@@ -30,6 +30,7 @@ from ratelimit.plan import Identifier
 from ratelimit.slots import SlotClaim, SlotLimit, parse_slots
 from tests.conftest import FailingBackend, FakeClock, run_virtual
 from tests.service_process import ROOT
+from tests.workers import run_workers
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -226,7 +227,7 @@ async def test_bad_limits_fail_when_made() -> None:
         rl.concurrency("5", wait=-1)
     with pytest.raises(ConfigurationError, match="holds no concurrency slots"):
         RateLimit(FailingBackend()).concurrency("5")
-    with pytest.raises(TypeError, match="generator function"):
+    with pytest.raises(TypeError, match="generator function .*stream: the slot would be given"):
 
         @rl.concurrency("5")
         async def stream() -> Any:
@@ -288,28 +289,10 @@ async def test_slots_and_rates_stack_on_one_function() -> None:
 async def test_four_processes_never_run_a_sixth_body(
     redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
 ) -> None:
-    workers = [
-        await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "tests.slots_worker", redis_url, namespace, "50", engine),
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        for _ in range(4)
-    ]
-    try:
-        deadline = time.monotonic() + 30
-        while int(await redis_client.get(f"{namespace}:ready") or 0) < 4:
-            assert time.monotonic() < deadline, "workers did not start"
-            assert all(w.returncode is None for w in workers), "a worker died"
-            await asyncio.sleep(0.01)  # polling child processes, not waiting for a window
-        await redis_client.rpush(f"{namespace}:go", *["go"] * 4)
-        outputs = [await asyncio.wait_for(w.communicate(), 100) for w in workers]
-    finally:
-        for w in workers:
-            if w.returncode is None:
-                w.kill()
-                await w.wait()
-    results = [[int(n) for n in out.split()] for out, _ in outputs]
+    outputs = await run_workers(
+        redis_client, namespace, "tests.slots_worker", redis_url, namespace, "50", engine
+    )
+    results = [[int(n) for n in out.split()] for out in outputs]
     peak = max(r[0] for r in results)
     ran = sum(r[1] for r in results)
     refused = sum(r[2] for r in results)

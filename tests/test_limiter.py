@@ -36,7 +36,7 @@ def test_public_names_are_sorted_and_complete() -> None:
     public -= {"algorithms", "backends", "decision", "denials", "errors", "grammar", "limiter"}
     public -= {"background", "decider", "hooks", "limit", "plan", "registry", "waiting"}
     public -= {"loops", "policy", "rules", "selectors", "settings", "windows", "asgi"}
-    public -= {"cli", "service", "metrics", "concurrency", "slots"}
+    public -= {"cli", "service", "metrics", "concurrency", "slots", "wrapping"}
     assert public == set(ratelimit.__all__)
 
 
@@ -148,9 +148,11 @@ def test_generators_and_non_callables_are_refused(rl: RateLimit) -> None:
     def gen() -> Iterator[int]:
         yield 1
 
-    with pytest.raises(TypeError, match="cannot limit generator function .*agen"):
+    with pytest.raises(
+        TypeError, match="cannot decorate generator function .*agen: the limit would count"
+    ):
         rl.limit("1/s")(agen)
-    with pytest.raises(TypeError, match="cannot limit generator function .*gen"):
+    with pytest.raises(TypeError, match="cannot decorate generator function .*gen"):
         rl.limit("1/s")(gen)
     with pytest.raises(TypeError, match="decorates functions, not int"):
         rl.limit("1/s")(5)  # type: ignore[call-overload]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from ratelimit import BackendError, RateLimit, RateLimitExceeded
 from ratelimit.backends.redis.fast_pipeline import ConnectionPipeline
 from tests.conftest import loop_sees_closed_connections
 from tests.redis_server import RedisServer, free_port
+from tests.workers import run_workers
 
 pytestmark = pytest.mark.redis
 
@@ -30,35 +30,10 @@ async def four_processes_of_fifty(
 ) -> int:
     """Run 4 worker processes of 50 coroutines on one ``50/h`` limit (a window that cannot
     move during the test); return how many calls were admitted."""
-    workers = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "tests.concurrency_worker",
-            redis_url,
-            namespace,
-            "50",
-            engine,
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        for _ in range(4)
-    ]
-    try:
-        deadline = time.monotonic() + 30
-        while int(await redis_client.get(f"{namespace}:ready") or 0) < 4:
-            assert time.monotonic() < deadline, "workers did not start"
-            assert all(w.returncode is None for w in workers), "a worker died"
-            await asyncio.sleep(0.01)  # polling child processes, not waiting for a window
-        await redis_client.rpush(f"{namespace}:go", *["go"] * 4)
-        outputs = [await asyncio.wait_for(w.communicate(), 60) for w in workers]
-        admitted = [int(out) for out, _ in outputs]
-    finally:
-        for w in workers:
-            if w.returncode is None:
-                w.kill()
-                await w.wait()
-    return sum(admitted)
+    outputs = await run_workers(
+        redis_client, namespace, "tests.concurrency_worker", redis_url, namespace, "50", engine
+    )
+    return sum(int(out) for out in outputs)
 
 
 @pytest.mark.parametrize("engine", ["script", "locked"])
