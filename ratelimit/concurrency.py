@@ -31,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from ratelimit.backends.base import SlotStore
 from ratelimit.decider import Decider
 from ratelimit.decision import Decision, RateLimitExceeded, make_decision
-from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.selectors import CallSite, SelectorSources, resolve
 from ratelimit.slots import SlotClaim, SlotLimit, claim_for, parse_slots
 from ratelimit.waiting import wait_seconds
@@ -252,6 +252,8 @@ class Concurrency:
             await asyncio.sleep(self.lease / 3)
             try:
                 kept = await self._store.renew_slots(claim)
+            except LimiterClosedError:
+                return  # closed under a running body: nothing left to renew on
             except BackendError as exc:
                 logger.warning(
                     "ratelimit: a concurrency slot of key %r was not renewed (tried again in "
@@ -289,6 +291,8 @@ class Concurrency:
     async def _release(self, claim: SlotClaim) -> None:
         try:
             await self._store.release_slots(claim)
+        except LimiterClosedError:
+            return  # closed under a running body: its slots end with their lease
         except BackendError as exc:
             logger.warning(
                 "ratelimit: a concurrency slot of key %r was not given back; it frees when its "

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from ratelimit import (
     ConcurrencyLimitExceeded,
     ConfigurationError,
+    LimiterClosedError,
     MemoryBackend,
     RateLimit,
     RateLimitExceeded,
@@ -263,6 +264,16 @@ async def test_no_selector_value_no_limit_and_a_failing_store_follows_on_error()
             pass
     with pytest.raises(BackendError):
         async with RateLimit(Down(), on_error="raise").concurrency("1"):
+            pass
+
+
+async def test_closing_the_limiter_under_a_running_body_ends_it_quietly() -> None:
+    rl = RateLimit.from_url("memory://")
+    async with rl.concurrency("1", key="closing") as decision:
+        await rl.aclose()
+    assert decision.allowed  # leaving the block raised nothing
+    with pytest.raises(LimiterClosedError):
+        async with rl.concurrency("1", key="closing"):
             pass
 
 
