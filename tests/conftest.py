@@ -23,6 +23,7 @@ from ratelimit import (
 from ratelimit.backends.base import Backend
 from ratelimit.decision import Decision
 from ratelimit.plan import CounterUpdate, Plan
+from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer, find_binary, server_version
 
 T = TypeVar("T")
@@ -122,6 +123,21 @@ def redis_url() -> Iterator[str]:
         yield given
         return
     with RedisServer() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server for this test session, started here. Without PostgreSQL's
+    binaries the tests that need one are skipped, unless ``RATELIMIT_REQUIRE_POSTGRES=1``
+    (CI sets it) makes that a failure."""
+    try:
+        server = PostgresServer()
+    except FileNotFoundError as exc:
+        if os.environ.get("RATELIMIT_REQUIRE_POSTGRES") == "1":
+            raise
+        pytest.skip(str(exc))
+    with server:
         yield server.url
 
 

@@ -1,4 +1,5 @@
-"""Storage backends: the in-process memory backend and the Redis engines (script, commands)."""
+"""Storage backends: the in-process memory backend, the Redis engines (script, commands)
+and, with the ``postgres`` extra, window counters in PostgreSQL."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ratelimit.errors import ConfigurationError
 from ratelimit.settings import ENGINE_SETTINGS, SYNC_RATE_NEEDS_SCRIPTS, Settings
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
 def backend_for(storage: object, settings: Settings) -> Backend:
@@ -52,9 +54,28 @@ def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
         if settings.sync_rate < 0:
             return MemoryBackend(clock=settings.clock)
         return _redis_backend(client_from_url(url, **options), settings, owns_client=True)
+    if scheme in POSTGRES_SCHEMES:
+        return _postgres_backend(url, settings, **options)
     raise ConfigurationError(
-        f"unsupported storage URL {url!r}: use memory://, redis://, rediss:// or unix://"
+        f"unsupported storage URL {url!r}: use memory://, redis://, rediss://, unix:// or "
+        "postgresql://"
     )
+
+
+def _postgres_backend(url: str, settings: Settings, **options: Any) -> Backend:
+    """Window counters in PostgreSQL; ``options`` go to :class:`PostgresBackend`
+    (``max_size``, the pool's size)."""
+    from ratelimit.backends.postgres import PostgresBackend, check_algorithm
+
+    check_algorithm(settings.algorithm)
+    if settings.sync_rate < 0:
+        return MemoryBackend(clock=settings.clock)
+    changed = [c for c in settings.engine_changed() if not c.startswith("timeout=")]
+    if changed:
+        raise TypeError(
+            f"{', '.join(changed)} apply to a Redis client; postgresql:// takes timeout= only"
+        )
+    return PostgresBackend(url, clock=settings.clock, timeout=settings.timeout, **options)
 
 
 def _check_no_engine_settings(settings: Settings, what: str) -> None:

@@ -1,4 +1,5 @@
-"""Redis key layout. Only the Redis backends use it; front ends never build keys.
+"""Redis key layout. Only the Redis backends use it; front ends never build keys. The
+names of identifiers themselves come from :mod:`ratelimit.backends.naming`.
 
 ::
 
@@ -21,40 +22,14 @@ hash tag ``{<namespace>:<key>}`` puts every key of one limit in one Redis Cluste
 from __future__ import annotations
 
 import functools
-import hashlib
-import re
-from urllib.parse import quote
 
+from ratelimit.backends.naming import MAX_PART as MAX_PART
+from ratelimit.backends.naming import encode_part as encode_part
+from ratelimit.backends.naming import identifier_key as identifier_key
+from ratelimit.backends.naming import tag as tag
 from ratelimit.plan import Identifier, Plan, arrival_slots, gcra_field
 from ratelimit.rules import Rule
 from ratelimit.windows import slot_of
-
-PREFIX = "rl"
-MAX_PART = 64
-_SAFE = re.compile(r"[A-Za-z0-9_.\-/@+]*\Z")
-
-
-def encode_part(text: str) -> str:
-    """Encode one part of a key exactly when short, else as a 128-bit digest."""
-    encoded = text if _SAFE.match(text) else quote(text, safe="/@+", errors="surrogatepass")
-    if len(encoded) <= MAX_PART:
-        return encoded
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
-    return "#" + digest.hexdigest()
-
-
-@functools.lru_cache(maxsize=4096)
-def tag(namespace: str, key: str) -> str:
-    """The key prefix, with its hash tag, shared by every key of one (namespace, key)."""
-    return f"{PREFIX}:{{{encode_part(namespace)}:{encode_part(key)}}}"
-
-
-def identifier_key(identifier: Identifier) -> str:
-    """The Redis key of one identifier."""
-    prefix = tag(identifier.namespace, identifier.key)
-    if identifier.selector is None or identifier.value is None:
-        return prefix
-    return f"{prefix}:{encode_part(identifier.selector)}={encode_part(identifier.value)}"
 
 
 def counter_key(identifier: Identifier) -> str:

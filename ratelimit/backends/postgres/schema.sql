@@ -1,0 +1,188 @@
+-- The Postgres strategy's table and functions, created on first use (or by
+-- `ratelimit postgres-init`); every statement can run again safely.
+--
+-- ratelimit_counters holds the window counters of the sliding and fixed windows: per key
+-- (an identifier, named as on Redis: rl:{<namespace>:<key>}[:<selector>=<value>]), window
+-- size and window index, the count, and when the row may go (microseconds, the
+-- database's clock). Window i of size S spans [i*S, (i+1)*S).
+--
+-- Every function takes p_now (microseconds) or NULL for the database's clock_timestamp(),
+-- and locks the keys it touches with transaction-scoped advisory locks taken in key order,
+-- so that two decisions on one key never interleave and never deadlock.
+
+CREATE TABLE IF NOT EXISTS ratelimit_counters (
+    key text NOT NULL,
+    size_us bigint NOT NULL,
+    idx bigint NOT NULL,
+    count double precision NOT NULL,
+    expires_us bigint NOT NULL,
+    PRIMARY KEY (key, size_us, idx)
+);
+
+CREATE INDEX IF NOT EXISTS ratelimit_counters_expires ON ratelimit_counters (expires_us);
+
+-- Lock p_keys (deduplicated, in order) until the transaction ends.
+CREATE OR REPLACE FUNCTION ratelimit_lock(p_keys text[]) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended(k, 7419))
+    FROM (SELECT DISTINCT unnest(p_keys) AS k ORDER BY 1) AS keys;
+$$;
+
+CREATE OR REPLACE FUNCTION ratelimit_now(p_now bigint) RETURNS bigint
+LANGUAGE sql AS $$
+    SELECT coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+$$;
+
+-- Decide a whole rule tree on window counters and record the call, atomically; the same
+-- work as window_counters.lua on Redis.
+--
+-- p_keys     per identifier its key; p_slots per leaf the index (from 1) of its key, or 0
+--            when its selector did not resolve (never limited, records nothing).
+-- p_counts, p_sizes   per leaf its count and window size in microseconds.
+-- p_program  the tree as a prefix program of (opcode, operand) pairs: 0 = leaf (operand:
+--            leaf index from 0), 1 = And, 2 = Or (operand: number of children).
+-- p_cost     the call's cost; p_record false only decides (peek); p_sliding false: fixed.
+--
+-- Returns {allowed (1/0), now, current_1, previous_1, ..., current_L, previous_L}: now is
+-- the time decided at (the start of the newest window held, when the clock went back
+-- before it), per leaf the counts of its current and previous window before this call.
+CREATE OR REPLACE FUNCTION ratelimit_decide(
+    p_keys text[], p_slots int[], p_counts bigint[], p_sizes bigint[], p_program int[],
+    p_cost double precision, p_record boolean, p_sliding boolean, p_now bigint
+) RETURNS double precision[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_us bigint := ratelimit_now(p_now);
+    leaves int := coalesce(array_length(p_slots, 1), 0);
+    result double precision[];
+    limited boolean[] := '{}';
+    currents double precision[] := '{}';
+    newest bigint;
+    win bigint;
+    cur double precision;
+    prev double precision;
+    rate double precision;
+    stack boolean[] := '{}';
+    pos int;
+    op int;
+    n int;
+    all_of boolean;
+    any_of boolean;
+    written text[] := '{}';
+    pair text;
+BEGIN
+    PERFORM ratelimit_lock(p_keys);
+    -- a window newer than now: the clock stepped back; decide at that window's start
+    FOR i IN 1..leaves LOOP
+        IF p_slots[i] > 0 THEN
+            SELECT max(c.idx) INTO newest FROM ratelimit_counters c
+            WHERE c.key = p_keys[p_slots[i]] AND c.size_us = p_sizes[i];
+            IF newest IS NOT NULL AND newest * p_sizes[i] > now_us THEN
+                now_us := newest * p_sizes[i];
+            END IF;
+        END IF;
+    END LOOP;
+    result := ARRAY[0, now_us]::double precision[];
+    FOR i IN 1..leaves LOOP
+        cur := 0;
+        prev := 0;
+        IF p_slots[i] > 0 THEN
+            win := now_us / p_sizes[i];
+            SELECT c.count INTO cur FROM ratelimit_counters c
+            WHERE c.key = p_keys[p_slots[i]] AND c.size_us = p_sizes[i] AND c.idx = win;
+            SELECT c.count INTO prev FROM ratelimit_counters c
+            WHERE c.key = p_keys[p_slots[i]] AND c.size_us = p_sizes[i] AND c.idx = win - 1;
+            cur := coalesce(cur, 0);
+            prev := coalesce(prev, 0);
+            rate := cur;
+            IF p_sliding THEN
+                rate := cur + prev * (p_sizes[i] - (now_us - win * p_sizes[i]))::double precision
+                    / p_sizes[i]::double precision;
+            END IF;
+            limited := limited || (rate + p_cost > p_counts[i]::double precision);
+        ELSE
+            limited := limited || false;
+        END IF;
+        currents := currents || cur;
+        result := result || cur || prev;
+    END LOOP;
+    -- the prefix program, read right to left: each operator finds its children on the stack
+    pos := coalesce(array_length(p_program, 1), 0) - 1;
+    WHILE pos >= 1 LOOP
+        op := p_program[pos];
+        n := p_program[pos + 1];
+        IF op = 0 THEN
+            stack := stack || limited[n + 1];
+        ELSE
+            all_of := true;
+            any_of := false;
+            FOR j IN array_length(stack, 1) - n + 1 .. array_length(stack, 1) LOOP
+                all_of := all_of AND stack[j];
+                any_of := any_of OR stack[j];
+            END LOOP;
+            stack := stack[1:array_length(stack, 1) - n];
+            IF op = 1 THEN stack := stack || all_of; ELSE stack := stack || any_of; END IF;
+        END IF;
+        pos := pos - 2;
+    END LOOP;
+    IF stack[1] THEN
+        RETURN result;
+    END IF;
+    result[1] := 1;
+    IF NOT p_record THEN
+        RETURN result;
+    END IF;
+    FOR i IN 1..leaves LOOP
+        IF p_slots[i] > 0 THEN
+            pair := p_keys[p_slots[i]] || ' ' || p_sizes[i];
+            IF NOT pair = ANY(written) THEN
+                written := written || pair;
+                INSERT INTO ratelimit_counters AS c (key, size_us, idx, count, expires_us)
+                VALUES (p_keys[p_slots[i]], p_sizes[i], now_us / p_sizes[i],
+                        currents[i] + p_cost, now_us + 2 * p_sizes[i])
+                ON CONFLICT (key, size_us, idx) DO UPDATE
+                SET count = excluded.count, expires_us = excluded.expires_us;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN result;
+END;
+$$;
+
+-- Kong's counter API: add p_value to the current window of p_size on p_key and return the
+-- rate after it (p_weight: the previous window's weight, NULL for (S - elapsed) / S).
+CREATE OR REPLACE FUNCTION ratelimit_update(
+    p_key text, p_size bigint, p_value double precision, p_weight double precision, p_now bigint
+) RETURNS double precision
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_us bigint := ratelimit_now(p_now);
+    newest bigint;
+    win bigint;
+    cur double precision;
+    prev double precision;
+BEGIN
+    PERFORM ratelimit_lock(ARRAY[p_key]);
+    SELECT max(c.idx) INTO newest FROM ratelimit_counters c
+    WHERE c.key = p_key AND c.size_us = p_size;
+    IF newest IS NOT NULL AND newest * p_size > now_us THEN now_us := newest * p_size; END IF;
+    win := now_us / p_size;
+    SELECT c.count INTO cur FROM ratelimit_counters c
+    WHERE c.key = p_key AND c.size_us = p_size AND c.idx = win;
+    SELECT c.count INTO prev FROM ratelimit_counters c
+    WHERE c.key = p_key AND c.size_us = p_size AND c.idx = win - 1;
+    cur := coalesce(cur, 0) + p_value;
+    prev := coalesce(prev, 0);
+    IF p_value <> 0 THEN
+        INSERT INTO ratelimit_counters AS c (key, size_us, idx, count, expires_us)
+        VALUES (p_key, p_size, win, cur, now_us + 2 * p_size)
+        ON CONFLICT (key, size_us, idx) DO UPDATE
+        SET count = excluded.count, expires_us = excluded.expires_us;
+    END IF;
+    IF p_weight IS NULL THEN
+        RETURN cur + prev * (p_size - (now_us - win * p_size))::double precision
+            / p_size::double precision;
+    END IF;
+    RETURN cur + prev * p_weight;
+END;
+$$;

@@ -1,0 +1,152 @@
+"""The Postgres strategy (issue 15) on a real PostgreSQL server the tests start: every
+decision equal to the memory backend's on the same traces (states included), the counter
+API, resets, a clock stepping back, failures, and 4 processes of 50 coroutines admitting
+exactly the limit."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+import redis.asyncio as aioredis
+
+from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
+from ratelimit.backends.postgres import PostgresBackend
+from tests.conftest import FakeClock
+from tests.test_differential import IPS, TREES, USERS
+from tests.workers import run_workers
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+
+ALGORITHMS = ["sliding-window", "fixed-window"]
+
+
+def limiters(url: str, algorithm: str) -> tuple[RateLimit, RateLimit, FakeClock, FakeClock]:
+    namespace = f"pg-{uuid.uuid4().hex[:8]}"
+    memory_clock, pg_clock = FakeClock(), FakeClock()
+    memory = RateLimit(MemoryBackend(clock=memory_clock), namespace, algorithm=algorithm)
+    postgres = RateLimit(
+        PostgresBackend(url, clock=pg_clock, timeout=10), namespace, algorithm=algorithm
+    )
+    return memory, postgres, memory_clock, pg_clock
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("seed", range(3))
+async def test_postgres_decides_as_memory_does(
+    postgres_url: str, algorithm: str, seed: int
+) -> None:
+    memory, postgres, memory_clock, pg_clock = limiters(postgres_url, algorithm)
+    rng = random.Random(seed)
+    allowed = 0
+    try:
+        for step in range(200):
+            advance = rng.choice([0.0, 0.0, 0.0, 0.0, 0.001, 0.013, 0.1, 1.5])
+            memory_clock.advance(advance)
+            pg_clock.advance(advance)
+            index = rng.randrange(len(TREES))
+            values: dict[str, Any] = {
+                "user": rng.choice(USERS),
+                "ip": rng.choice(IPS),
+                "apikey": "k1",
+            }
+            cost = rng.choice([1, 1, 1, 0.5, 0.25])  # every tree has a rule of count 1
+            want = await memory.limit(TREES[index], key=f"t{index}", cost=cost, **values).decide()
+            got = await postgres.limit(TREES[index], key=f"t{index}", cost=cost, **values).decide()
+            assert got == want, f"step {step}"
+            assert got.states == want.states, f"states at step {step}"
+            allowed += got.allowed
+    finally:
+        await postgres.aclose()
+    assert 0 < allowed < 200
+
+
+async def test_the_counter_api_reset_and_peek(postgres_url: str) -> None:
+    memory, postgres, memory_clock, pg_clock = limiters(postgres_url, "sliding-window")
+    try:
+        for rl in (memory, postgres):
+            assert await rl.increment("api", 60, 2.5) == 2.5
+            assert await rl.sliding_window("api", 60) == 2.5
+        for clock in (memory_clock, pg_clock):
+            clock.advance(90)  # half into the next window: the old one weighs half
+        assert await postgres.sliding_window("api", 60) == await memory.sliding_window("api", 60)
+        assert await postgres.increment("api", 60, -1, weight=0) == -1
+        limit = postgres.limit("user:2/m", user="ann")
+        assert (await limit.peek()).remaining == 1
+        assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
+        await limit.reset()
+        assert (await limit.decide()).allowed
+    finally:
+        await postgres.aclose()
+
+
+async def test_a_clock_stepping_back_never_admits_more(postgres_url: str) -> None:
+    _, postgres, _, clock = limiters(postgres_url, "fixed-window")
+    try:
+        limit = postgres.limit("5/h", key="back")
+        assert [(await limit.decide()).allowed for _ in range(6)] == [True] * 5 + [False]
+        clock.advance(-3600)
+        assert not (await limit.decide()).allowed
+        clock.advance(3600 + 7200)
+        assert (await limit.decide()).allowed
+    finally:
+        await postgres.aclose()
+
+
+async def test_the_schema_is_made_at_first_use_and_expired_rows_go(postgres_url: str) -> None:
+    _, postgres, _, clock = limiters(postgres_url, "sliding-window")
+    backend = postgres.backend
+    assert isinstance(backend, PostgresBackend)
+    try:
+        await postgres.limit("user:10/s", user="gone").decide()
+        connection = await asyncpg.connect(postgres_url)
+        try:
+            query = "SELECT count(*) FROM ratelimit_counters WHERE key LIKE $1"
+            pattern = f"%{postgres.namespace}%gone%"
+            assert await connection.fetchval(query, pattern) == 1
+            clock.advance(3)  # past two windows of a second
+            backend._cleanup()
+            assert backend._cleaning is not None
+            await backend._cleaning
+            assert await connection.fetchval(query, pattern) == 0
+        finally:
+            await connection.close()
+    finally:
+        await postgres.aclose()
+
+
+def test_what_postgres_does_not_keep_is_refused_when_made() -> None:
+    url = "postgresql://nobody@127.0.0.1:1/none"
+    with pytest.raises(ConfigurationError, match="Postgres keeps window counters"):
+        RateLimit.from_url(url)  # the sliding log, the default
+    with pytest.raises(ConfigurationError, match="not 'gcra'"):
+        RateLimit.from_url(url, algorithm="gcra")
+    with pytest.raises(TypeError, match="postgresql:// takes timeout= only"):
+        RateLimit.from_url(url, algorithm="fixed-window", use_scripts=False)
+
+
+async def test_an_unreachable_database_follows_on_error() -> None:
+    url = "postgresql://nobody@127.0.0.1:1/none"
+    rl = RateLimit.from_url(url, algorithm="fixed-window", timeout=5)
+    decision = await rl.limit("1/s").decide()
+    assert decision.allowed
+    assert decision.degraded
+    strict = RateLimit.from_url(url, algorithm="fixed-window", on_error="raise", timeout=5)
+    with pytest.raises(BackendError, match="postgres failed to decide"):
+        await strict.limit("1/s").decide()
+    await rl.aclose()
+    await strict.aclose()
+
+
+@pytest.mark.redis
+async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
+    postgres_url: str, redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    namespace = f"pg-{uuid.uuid4().hex[:8]}"
+    outputs = await run_workers(
+        redis_client, namespace, "tests.postgres_worker", postgres_url, redis_url, namespace, "50"
+    )
+    assert sum(int(out) for out in outputs) == 50
