@@ -90,7 +90,9 @@ class Concurrency:
         wait: float | bool = False,
     ) -> None:
         self.limits = parse_slots(limits)
-        if not isinstance(decider.backend, SlotStore):
+        if not isinstance(decider.backend, SlotStore) or not getattr(
+            decider.backend, "holds_slots", True
+        ):
             raise ConfigurationError(
                 f"this storage ({type(decider.backend).__name__}) holds no concurrency slots: "
                 "use memory:// or Redis"

@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 
 from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
 from ratelimit.backends.postgres import PostgresBackend
+from ratelimit.backends.redis import SyncedBackend
 from tests.conftest import FakeClock
 from tests.test_differential import IPS, TREES, USERS
 from tests.workers import run_workers
@@ -150,3 +151,46 @@ async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
         redis_client, namespace, "tests.postgres_worker", postgres_url, redis_url, namespace, "50"
     )
     assert sum(int(out) for out in outputs) == 50
+
+
+async def test_sync_rate_pushes_diffs_and_reads_totals(postgres_url: str) -> None:
+    """Kong's mode on Postgres: decisions are local until a sync, which pushes every diff and
+    reads every total in one round trip; two limiters then see each other's hits."""
+    clock = FakeClock()
+    namespace = f"pg-{uuid.uuid4().hex[:8]}"
+
+    def synced() -> RateLimit:
+        return RateLimit.from_url(
+            postgres_url, namespace, algorithm="sliding-window", sync_rate=60, clock=clock
+        )
+
+    one, two = synced(), synced()
+    try:
+        for rl in (one, two):
+            assert isinstance(rl.backend, SyncedBackend)
+        limit_one, limit_two = one.limit("5/m", key="k"), two.limit("5/m", key="k")
+        assert sum([(await limit_one.decide()).allowed for _ in range(5)]) == 5
+        assert sum([(await limit_two.decide()).allowed for _ in range(5)]) == 5  # unseen yet
+        for rl in (one, two, one):
+            await rl.backend.sync()  # type: ignore[attr-defined]
+        assert not (await limit_one.decide()).allowed
+        assert not (await limit_two.decide()).allowed
+        assert await one.sliding_window("k", 60) == 10.0
+        with pytest.raises(ConfigurationError, match="holds no concurrency slots"):
+            one.concurrency("5")
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_a_failed_sync_keeps_its_diffs() -> None:
+    rl = RateLimit.from_url(
+        "postgresql://nobody@127.0.0.1:1/none", algorithm="fixed-window", sync_rate=60, timeout=5
+    )
+    backend = rl.backend
+    assert isinstance(backend, SyncedBackend)
+    assert (await rl.limit("5/m", key="k").decide()).allowed
+    with pytest.raises(BackendError):
+        await backend.sync()
+    assert backend.unsynced() == 1.0
+    await rl.aclose()

@@ -75,7 +75,10 @@ def _postgres_backend(url: str, settings: Settings, **options: Any) -> Backend:
         raise TypeError(
             f"{', '.join(changed)} apply to a Redis client; postgresql:// takes timeout= only"
         )
-    return PostgresBackend(url, clock=settings.clock, timeout=settings.timeout, **options)
+    backend = PostgresBackend(url, clock=settings.clock, timeout=settings.timeout, **options)
+    if settings.sync_rate > 0:  # Kong's mode: diffs pushed and totals read in one round trip
+        return SyncedBackend(backend, settings.sync_rate, clock=settings.clock)
+    return backend
 
 
 def _check_no_engine_settings(settings: Settings, what: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,7 +26,12 @@ from ratelimit.backends.naming import identifier_key
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.loops import LoopBinding
-from ratelimit.plan import CounterUpdate, Plan, evaluate
+from ratelimit.plan import CounterUpdate, Identifier, Plan, evaluate
+
+Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
+"""One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
+Totals = dict[int, dict[int, float]]
+"""One identifier's totals from ``sync_counters``: per window size, per window index, count."""
 
 if TYPE_CHECKING:
     import asyncpg
@@ -209,6 +214,57 @@ class PostgresBackend:
             f"update counter {update.identifier.key!r}",
         )
         return rate
+
+    async def sync_counters(
+        self, pushes: Sequence[Push]
+    ) -> tuple[int | None, list[Totals | Exception]]:
+        """For ``sync_rate > 0``: push local diffs and fetch totals for many identifiers in
+        one round trip (``ratelimit_sync``), as the Redis script engine's method of this
+        name does. One statement: when it fails, ``BackendError`` is raised and no diff
+        was applied."""
+        keys: list[str] = []
+        sizes: list[int] = []
+        indexes: list[int] = []
+        diffs: list[float] = []
+        first: list[int] = []  # per push, its first entry (1-based)
+        for identifier, entries in pushes:
+            first.append(len(keys) + 1)
+            for size, index, diff in entries:
+                keys.append(identifier_key(identifier))
+                sizes.append(size)
+                indexes.append(index)
+                diffs.append(diff)
+        if not keys:
+            return None, [{} for _ in pushes]
+        reply: list[float] = await self._guarded(
+            lambda pool: pool.fetchval(
+                "SELECT ratelimit_sync($1, $2, $3, $4, $5)",
+                keys,
+                sizes,
+                indexes,
+                diffs,
+                self._now(),
+            ),
+            "sync counters",
+        )
+        by_entry: dict[int, tuple[int, dict[int, float]]] = {}
+        for n in range(1, len(reply), 6):
+            windows = {
+                int(index): count
+                for index, count in ((reply[n + 2], reply[n + 3]), (reply[n + 4], reply[n + 5]))
+                if index >= 0
+            }
+            by_entry[int(reply[n])] = (int(reply[n + 1]), windows)
+        totals: list[Totals | Exception] = []
+        for push, start in enumerate(first):
+            count = len(pushes[push][1])
+            found: Totals = {}
+            for entry in range(start, start + count):
+                if entry in by_entry:
+                    size, windows = by_entry[entry]
+                    found.setdefault(size, {}).update(windows)
+            totals.append(found)
+        return int(reply[0]), totals
 
     async def aclose(self) -> None:
         if self._closed:

@@ -186,3 +186,56 @@ BEGIN
     RETURN cur + prev * p_weight;
 END;
 $$;
+
+-- sync_rate > 0 (Kong's local counters): push many identifiers' local diffs and fetch their
+-- totals in one round trip. Entry i adds p_diffs[i] to window p_idx[i] of size p_sizes[i]
+-- on p_keys[i] (0 only asks). Returns {now, then per (key, size) in order of first entry:
+-- i (that first entry), size, index_a, count_a, index_b, count_b}: the two newest windows
+-- held (-1 and 0 for none).
+CREATE OR REPLACE FUNCTION ratelimit_sync(
+    p_keys text[], p_sizes bigint[], p_idx bigint[], p_diffs double precision[], p_now bigint
+) RETURNS double precision[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_us bigint := ratelimit_now(p_now);
+    entries int := coalesce(array_length(p_keys, 1), 0);
+    result double precision[];
+    seen text[] := '{}';
+    pair text;
+    held record;
+    got int;
+BEGIN
+    PERFORM ratelimit_lock(p_keys);
+    FOR i IN 1..entries LOOP
+        IF p_diffs[i] <> 0 THEN
+            INSERT INTO ratelimit_counters AS c (key, size_us, idx, count, expires_us)
+            VALUES (p_keys[i], p_sizes[i], p_idx[i], p_diffs[i], now_us + 2 * p_sizes[i])
+            ON CONFLICT (key, size_us, idx) DO UPDATE
+            SET count = c.count + excluded.count,
+                expires_us = greatest(c.expires_us, excluded.expires_us);
+        END IF;
+    END LOOP;
+    result := ARRAY[now_us]::double precision[];
+    FOR i IN 1..entries LOOP
+        pair := p_keys[i] || ' ' || p_sizes[i];
+        IF NOT pair = ANY(seen) THEN
+            seen := seen || pair;
+            result := result || i::double precision || p_sizes[i]::double precision;
+            got := 0;
+            FOR held IN
+                SELECT c.idx, c.count FROM ratelimit_counters c
+                WHERE c.key = p_keys[i] AND c.size_us = p_sizes[i]
+                ORDER BY c.idx DESC LIMIT 2
+            LOOP
+                result := result || held.idx::double precision || held.count;
+                got := got + 1;
+            END LOOP;
+            WHILE got < 2 LOOP
+                result := result || (-1)::double precision || (0)::double precision;
+                got := got + 1;
+            END LOOP;
+        END IF;
+    END LOOP;
+    RETURN result;
+END;
+$$;

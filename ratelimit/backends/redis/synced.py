@@ -20,11 +20,12 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol
 
 from ratelimit.algorithms import US_PER_MS, not_before
-from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.redis.script_engine import Push, RedisScriptBackend, Totals
+from ratelimit.backends.base import Clock, SlotStore, clock_us
+from ratelimit.backends.redis.script_engine import Push, Totals
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError, LimiterClosedError
 from ratelimit.loops import LoopBinding
@@ -90,6 +91,18 @@ class _Local:
             self.synced = synced
 
 
+class Remote(Protocol):
+    """Where local counters are synced: the Redis script engine, or Postgres."""
+
+    async def sync_counters(
+        self, pushes: Sequence[Push]
+    ) -> tuple[int | None, list[Totals | Exception]]: ...
+
+    async def reset(self, plan: Plan) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
 class SyncedBackend:
     """Local window counters synced with Redis every ``sync_rate`` seconds.
 
@@ -100,7 +113,7 @@ class SyncedBackend:
 
     def __init__(
         self,
-        remote: RedisScriptBackend,
+        remote: Remote,
         sync_rate: float,
         *,
         clock: Clock | None = None,
@@ -202,15 +215,25 @@ class SyncedBackend:
             local.add(index, plan.cost)
         return decision
 
+    @property
+    def holds_slots(self) -> bool:
+        """Whether its remote store holds concurrency slots (Redis does, Postgres not)."""
+        return isinstance(self.remote, SlotStore)
+
+    def _slots(self) -> SlotStore:
+        if not isinstance(self.remote, SlotStore):
+            raise ConfigurationError(f"{type(self.remote).__name__} holds no concurrency slots")
+        return self.remote
+
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
-        """Concurrency slots are never local: Redis holds them (its script engine)."""
-        return await self.remote.acquire_slots(claim)
+        """Concurrency slots are never local: the remote store holds them."""
+        return await self._slots().acquire_slots(claim)
 
     async def renew_slots(self, claim: SlotClaim) -> bool:
-        return await self.remote.renew_slots(claim)
+        return await self._slots().renew_slots(claim)
 
     async def release_slots(self, claim: SlotClaim) -> None:
-        await self.remote.release_slots(claim)
+        await self._slots().release_slots(claim)
 
     async def reset(self, plan: Plan) -> None:
         if self._closed:
