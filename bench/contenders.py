@@ -79,6 +79,21 @@ def ours(storage: str | None = None, *, fast_path: bool | None = None, **options
     return factory
 
 
+def ours_postgres(postgres_url: str, **options: Any) -> Factory:
+    """``@rl.limit(f"user:{limit}/m")`` on Postgres (the Redis URL is not used)."""
+
+    async def factory(url: str, limit: int) -> Contender:
+        rl = RateLimit.from_url(postgres_url, _prefix(), max_size=64, **options)
+
+        @rl.limit(f"user:{limit}/m", key="work")
+        async def work(user: str) -> bool:
+            return True
+
+        return Contender(work, rl.aclose)
+
+    return factory
+
+
 async def limits_moving_window(url: str, limit: int) -> Contender:
     from limits import RateLimitItemPerMinute
     from limits.aio.storage import RedisStorage

@@ -5,7 +5,8 @@
 Starts its own redis-server (or uses ``REDIS_URL``) and measures, in one run and one process,
 at concurrency 1 and 64: our script engine with and without automatic pipelining, the command
 engine with and without its lock, each algorithm (sliding log, the default; sliding window;
-fixed window; GCRA), ``sync_rate=1`` and the memory backend, against ``limits`` (moving window
+fixed window; GCRA), ``sync_rate=1``, the memory backend and Postgres (a server started
+here when PostgreSQL is installed, or ``POSTGRES_URL``), against ``limits`` (moving window
 and sliding-window counter), ``throttled-py`` (sliding window, GCRA, token bucket) and
 ``pyrate-limiter`` (Redis bucket), all on redis-py, plus floors: our script sent bare
 through ``evalsha``, and a bare ``INCRBY`` (the round trip throttled-py measures itself
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contenders as c
 import redis.asyncio as aioredis
 
+from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer
 
 USERS = 10_000
@@ -256,10 +258,28 @@ def parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def with_postgres(stack: ExitStack) -> None:
+    """Rows on a PostgreSQL server started here (``POSTGRES_URL`` to use one), when its
+    binaries are installed."""
+    url = os.environ.get("POSTGRES_URL")
+    if url is None:
+        try:
+            url = stack.enter_context(PostgresServer()).url
+        except FileNotFoundError as exc:
+            print(f"no Postgres rows: {exc}", file=sys.stderr)
+            return
+    OURS["ratelimit: postgres, sliding window"] = c.ours_postgres(url, algorithm="sliding-window")
+    OURS["ratelimit: postgres, fixed window"] = c.ours_postgres(url, algorithm="fixed-window")
+    OURS["ratelimit: postgres, sync_rate=1"] = c.ours_postgres(
+        url, algorithm="sliding-window", sync_rate=1
+    )
+
+
 if __name__ == "__main__":
     options = parse()
     USERS = options.users
     with ExitStack() as stack:
+        with_postgres(stack)
         url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
         coroutine = main(url, options.seconds, options.rounds, options.only)
         if options.loop == "uvloop":

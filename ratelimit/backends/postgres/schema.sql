@@ -57,7 +57,6 @@ DECLARE
     result double precision[];
     limited boolean[] := '{}';
     currents double precision[] := '{}';
-    newest bigint;
     win bigint;
     cur double precision;
     prev double precision;
@@ -70,15 +69,38 @@ DECLARE
     any_of boolean;
     written text[] := '{}';
     pair text;
+    held_a bigint[] := '{}';
+    held_b bigint[] := '{}';
+    count_a double precision[] := '{}';
+    count_b double precision[] := '{}';
+    row record;
 BEGIN
     PERFORM ratelimit_lock(p_keys);
-    -- a window newer than now: the clock stepped back; decide at that window's start
+    -- per leaf, the two newest windows held (one read each); a window newer than now means
+    -- the clock stepped back: decide at that window's start
     FOR i IN 1..leaves LOOP
+        held_a := held_a || NULL::bigint;
+        count_a := count_a || 0::double precision;
+        held_b := held_b || NULL::bigint;
+        count_b := count_b || 0::double precision;
         IF p_slots[i] > 0 THEN
-            SELECT max(c.idx) INTO newest FROM ratelimit_counters c
-            WHERE c.key = p_keys[p_slots[i]] AND c.size_us = p_sizes[i];
-            IF newest IS NOT NULL AND newest * p_sizes[i] > now_us THEN
-                now_us := newest * p_sizes[i];
+            n := 0;
+            FOR row IN
+                SELECT c.idx, c.count FROM ratelimit_counters c
+                WHERE c.key = p_keys[p_slots[i]] AND c.size_us = p_sizes[i]
+                ORDER BY c.idx DESC LIMIT 2
+            LOOP
+                n := n + 1;
+                IF n = 1 THEN
+                    held_a[i] := row.idx;
+                    count_a[i] := row.count;
+                ELSE
+                    held_b[i] := row.idx;
+                    count_b[i] := row.count;
+                END IF;
+            END LOOP;
+            IF held_a[i] IS NOT NULL AND held_a[i] * p_sizes[i] > now_us THEN
+                now_us := held_a[i] * p_sizes[i];
             END IF;
         END IF;
     END LOOP;
@@ -88,12 +110,10 @@ BEGIN
         prev := 0;
         IF p_slots[i] > 0 THEN
             win := now_us / p_sizes[i];
-            SELECT c.count INTO cur FROM ratelimit_counters c
-            WHERE c.key = p_keys[p_slots[i]] AND c.size_us = p_sizes[i] AND c.idx = win;
-            SELECT c.count INTO prev FROM ratelimit_counters c
-            WHERE c.key = p_keys[p_slots[i]] AND c.size_us = p_sizes[i] AND c.idx = win - 1;
-            cur := coalesce(cur, 0);
-            prev := coalesce(prev, 0);
+            IF held_a[i] = win THEN cur := count_a[i]; END IF;
+            IF held_b[i] = win THEN cur := count_b[i]; END IF;
+            IF held_a[i] = win - 1 THEN prev := count_a[i]; END IF;
+            IF held_b[i] = win - 1 THEN prev := count_b[i]; END IF;
             rate := cur;
             IF p_sliding THEN
                 rate := cur + prev * (p_sizes[i] - (now_us - win * p_sizes[i]))::double precision
