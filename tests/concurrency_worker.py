@@ -1,29 +1,35 @@
 """One OS process of the concurrency test: many coroutines calling one limited function.
 
 Run as ``python -m tests.concurrency_worker URL NAMESPACE COROUTINES [ENGINE]`` with ENGINE
-``script`` (default), ``locked`` or ``unlocked`` (the command engine with or without its
-lock). It says it is ready, waits for the go signal (a BLPOP), runs, and prints how many
-calls were admitted.
+``script`` (default), ``valkey`` (the script engine on valkey-py's client), ``locked`` or
+``unlocked`` (the command engine with or without its lock). It says it is ready, waits for
+the go signal (a BLPOP), runs, and prints how many calls were admitted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
 import redis.asyncio as aioredis
+import valkey.asyncio as aiovalkey
 
 from ratelimit import RateLimit, RateLimitExceeded
 
 ENGINES = {
     "script": {},
+    "valkey": {},  # the script engine on valkey-py's client
     "locked": {"use_scripts": False, "lock_timeout": 60.0, "lock_polling_interval": 0.01},
     "unlocked": {"use_scripts": False, "disable_locks": True},
 }
 
 
 async def main(url: str, namespace: str, coroutines: int, engine: str = "script") -> int:
-    client = aioredis.Redis.from_url(url, max_connections=coroutines)
+    client: Any = aioredis.Redis.from_url(url, max_connections=coroutines)
+    if engine == "valkey":
+        await client.aclose()
+        client = aiovalkey.Valkey.from_url(url, max_connections=coroutines)
     # No deadline: this counts admissions under contention, and a decision that missed the
     # default 0.25 s on a loaded machine would be admitted by the fail-open policy.
     rl = RateLimit(client, namespace, timeout=None, **ENGINES[engine])  # type: ignore[arg-type]

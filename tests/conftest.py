@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import fakeredis
 import pytest
 import redis.asyncio as aioredis
+import valkey.asyncio as aiovalkey
 
 from ratelimit import (
     BackendError,
@@ -160,6 +161,8 @@ BACKENDS = [
     "fakeredis-commands",
     pytest.param("redis", marks=pytest.mark.redis),
     pytest.param("redis-commands", marks=pytest.mark.redis),
+    pytest.param("valkey-client", marks=pytest.mark.redis),
+    pytest.param("valkey-client-commands", marks=pytest.mark.redis),
 ]
 
 BackendFactory = Callable[..., Backend]
@@ -171,16 +174,20 @@ async def make_backend(
 ) -> AsyncIterator[BackendFactory]:
     """A factory of backends of the parametrized kind: ``make_backend(clock=None)``.
 
-    ``fakeredis``/``redis`` run the script engine; ``-commands`` the locked command engine.
+    ``fakeredis``/``redis`` run the script engine; ``-commands`` the locked command engine;
+    ``valkey-client`` drives the real server through valkey-py's ``Valkey`` client.
     """
     kind: str = request.param
-    clients: list[aioredis.Redis] = []
+    clients: list[Any] = []
 
     def factory(clock: Callable[[], float] | None = None) -> Backend:
         if kind == "memory":
             return MemoryBackend(clock=clock)
+        client: Any
         if kind.startswith("fakeredis"):
-            client: aioredis.Redis = fakeredis.FakeAsyncRedis()
+            client = fakeredis.FakeAsyncRedis()
+        elif kind.startswith("valkey"):
+            client = aiovalkey.Valkey.from_url(request.getfixturevalue("redis_url"))
         else:
             client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
         clients.append(client)

@@ -176,8 +176,10 @@ async def test_lone_surrogates_in_selector_values_count_alike_everywhere(
     assert (await rl.limit("user:2/m", key="s", user="\udcfe").decide()).allowed
 
 
-async def test_use_after_aclose_raises(make_backend: Callable[..., Backend]) -> None:
-    rl = RateLimit(make_backend(FakeClock()), "closed")
+async def test_use_after_aclose_raises(
+    make_backend: Callable[..., Backend], namespace: str
+) -> None:
+    rl = RateLimit(make_backend(FakeClock()), namespace)
     limit = rl.limit("5/s", key="k")
     assert (await limit.decide()).allowed
     await rl.aclose()
@@ -187,12 +189,14 @@ async def test_use_after_aclose_raises(make_backend: Callable[..., Backend]) -> 
     await rl.aclose()  # closing twice is fine
 
 
-async def test_a_backend_used_after_aclose_raises(make_backend: Callable[..., Backend]) -> None:
+async def test_a_backend_used_after_aclose_raises(
+    make_backend: Callable[..., Backend], namespace: str
+) -> None:
     from ratelimit.plan import cached_plan, compile_tree
     from ratelimit.rules import to_tree
 
     backend = make_backend(FakeClock())
-    plan = cached_plan(compile_tree(to_tree("5/s")), "closed", "k", (), 1, "sliding-log")
+    plan = cached_plan(compile_tree(to_tree("5/s")), namespace, "k", (), 1, "sliding-log")
     assert (await backend.decide(plan)).allowed
     await backend.aclose()
     with pytest.raises(LimiterClosedError):

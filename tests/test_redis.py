@@ -36,7 +36,7 @@ async def four_processes_of_fifty(
     return sum(int(out) for out in outputs)
 
 
-@pytest.mark.parametrize("engine", ["script", "locked"])
+@pytest.mark.parametrize("engine", ["script", "locked", "valkey"])
 async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
     redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
 ) -> None:

@@ -7,6 +7,7 @@ from redis.exceptions import ConnectionError, ResponseError
 
 from ratelimit.backends.redis.errors import backend_error, mapped
 from ratelimit.errors import BackendError, LockTimeoutError
+from tests.redis_server import free_port
 
 
 @pytest.mark.parametrize(
@@ -39,3 +40,24 @@ def test_each_caller_gets_its_own_error() -> None:
     first, second = (backend_error(cause, "to decide key 'k'", None) for _ in range(2))
     assert first is not second
     assert first.__cause__ is cause is second.__cause__
+
+
+async def test_valkey_clients_errors_follow_on_error_as_redis_pys_do() -> None:
+    """A valkey-py client to a port nobody listens on: its own ConnectionError becomes a
+    BackendError, which the failure policy answers."""
+    import valkey.asyncio as aiovalkey
+
+    from ratelimit import RateLimit
+
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    client = aiovalkey.Valkey.from_url(dead)
+    try:
+        decision = await RateLimit(client, "vk").limit("1/s").decide()
+        assert decision.allowed
+        assert decision.degraded
+        with pytest.raises(BackendError, match="redis failed"):
+            await RateLimit(client, "vk", on_error="raise").limit("1/s").decide()
+        with pytest.raises(BackendError):
+            await RateLimit(client, "vk", on_error="raise", use_scripts=False).limit("1/s").decide()
+    finally:
+        await client.aclose()

@@ -8,6 +8,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
+from ratelimit.backends.redis.compat import CLIENTS
 from ratelimit.errors import ConfigurationError
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
@@ -20,8 +21,9 @@ def client_from_url(url: str, **options: Any) -> aioredis.Redis:
 
 
 def is_redis_client(obj: object) -> bool:
-    """Whether ``obj`` is a redis-py asyncio client the Redis engines can drive."""
-    return isinstance(obj, aioredis.Redis | RedisCluster)
+    """Whether ``obj`` is an asyncio client the Redis engines can drive: redis-py's
+    ``Redis`` or ``RedisCluster``, or valkey-py's ``Valkey`` or ``ValkeyCluster``."""
+    return isinstance(obj, CLIENTS)
 
 
 CLUSTER_TRANSACTIONS = (6, 2)

@@ -27,9 +27,6 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ConnectionError, OutOfMemoryError
-
 from ratelimit import windows
 from ratelimit.algorithms import (
     GCRA,
@@ -44,6 +41,7 @@ from ratelimit.algorithms import (
 )
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis.client import RedisClient, check_transactions
+from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
 from ratelimit.backends.redis.errors import mapped
 from ratelimit.backends.redis.keys import (
@@ -299,7 +297,7 @@ class RedisCommandBackend:
         or, on a cluster, asked of the node that owns ``key``)."""
         if self.clock is not None:
             return clock_us(self.clock)
-        if isinstance(self.client, RedisCluster):  # a cluster pipeline cannot route TIME
+        if isinstance(self.client, CLUSTERS):  # a cluster pipeline cannot route TIME
             node = self.client.get_node_from_key(key)
             seconds, micros = await self.client.execute_command("TIME", target_nodes=node)
         else:
@@ -313,7 +311,7 @@ class RedisCommandBackend:
 
         def reads() -> Any:
             read = self.client.pipeline(transaction=False)
-            if self.clock is None and not isinstance(self.client, RedisCluster):
+            if self.clock is None and not isinstance(self.client, CLUSTERS):
                 read.time()
             fill(read)
             return read

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from redis.exceptions import ConnectionError, MaxConnectionsError
+from ratelimit.backends.redis.compat import ConnectionError, MaxConnectionsError
 
 
 def spare(pool: Any) -> int:
@@ -40,7 +40,7 @@ def pool_exhausted(exc: BaseException) -> bool:
     ``MaxConnectionsError``, or on redis-py 5 a ``ConnectionError("Too many connections")``."""
     if isinstance(exc, MaxConnectionsError):
         return True
-    return type(exc) is ConnectionError and str(exc) == "Too many connections"
+    return type(exc) in ConnectionError and str(exc) == "Too many connections"
 
 
 def pool_of(client: Any) -> Any | None:

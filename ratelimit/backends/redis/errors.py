@@ -12,8 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from redis.exceptions import RedisError
-
+from ratelimit.backends.redis.compat import ServerError
 from ratelimit.errors import BackendError, RateLimitError
 
 
@@ -30,7 +29,7 @@ def backend_error(exc: BaseException, doing: str, timeout: float | None) -> Back
 
 def is_backend_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure of Redis or of the way to it (not one of ours)."""
-    return isinstance(exc, RedisError | OSError) and not isinstance(exc, RateLimitError)
+    return isinstance(exc, (*ServerError, OSError)) and not isinstance(exc, RateLimitError)
 
 
 @contextlib.contextmanager

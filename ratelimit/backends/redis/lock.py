@@ -20,9 +20,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from redis.exceptions import ConnectionError, RedisError, WatchError
-
 from ratelimit.backends.redis.client import RedisClient
+from ratelimit.backends.redis.compat import ConnectionError, ServerOrTimeout, WatchError
 from ratelimit.backends.redis.connections import ConnectionGate
 from ratelimit.errors import LockTimeoutError
 
@@ -141,7 +140,7 @@ class RedisLock:
             )
             try:
                 await asyncio.shield(release)  # a cancelled caller still gives the lock back
-            except (RedisError, TimeoutError):
+            except ServerOrTimeout:
                 pass  # the lock expires after its ttl; the block's own outcome stands
             except asyncio.CancelledError:
                 release.add_done_callback(_consume)

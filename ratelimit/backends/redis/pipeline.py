@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError, ResponseError
 
+from ratelimit.backends.redis.compat import NoScriptError, ResponseError
 from ratelimit.backends.redis.connections import forget_other_loops_of, pool_exhausted
 from ratelimit.backends.redis.errors import backend_error, is_backend_failure
 from ratelimit.backends.redis.resp import Command
