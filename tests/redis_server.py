@@ -73,8 +73,19 @@ class RedisServer:
     """
 
     def __init__(
-        self, binary: str | None = None, port: int | None = None, *, cluster: bool = False
+        self,
+        binary: str | None = None,
+        port: int | None = None,
+        *,
+        cluster: bool = False,
+        args: tuple[str, ...] = (),
+        config: str | None = None,
     ) -> None:
+        """``args`` go on the command line (``("--replicaof", "127.0.0.1", "6379")``);
+        ``config`` is a configuration file's text, written to the server's directory and
+        given first (a sentinel needs one it can rewrite)."""
+        self.args = args
+        self.config = config
         self.binary = binary or find_binary()
         self.port = port or (free_cluster_port() if cluster else free_port())
         self.cluster = cluster
@@ -86,9 +97,15 @@ class RedisServer:
         return server_version(self.binary)
 
     def start(self) -> RedisServer:
+        first: list[str] = []
+        if self.config is not None:
+            path = Path(self._dir.name) / "server.conf"
+            path.write_text(self.config)
+            first = [str(path)]
         self._process = subprocess.Popen(
             [
                 self.binary,
+                *first,
                 "--port",
                 str(self.port),
                 "--bind",
@@ -106,6 +123,7 @@ class RedisServer:
                     if self.cluster
                     else []
                 ),
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -201,3 +219,46 @@ class RedisCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SentinelSet:
+    """A primary, a replica of it and a sentinel watching them (service ``mymaster``), on
+    free ports of 127.0.0.1. ``url`` is the ``redis+sentinel://`` URL of the service."""
+
+    SERVICE = "mymaster"
+
+    def __init__(self) -> None:
+        self.primary = RedisServer()
+        self.replica = RedisServer(args=("--replicaof", "127.0.0.1", str(self.primary.port)))
+        port = free_port()
+        self.sentinel = RedisServer(
+            port=port,
+            config=(
+                f"sentinel monitor {self.SERVICE} 127.0.0.1 {self.primary.port} 1\n"
+                f"sentinel down-after-milliseconds {self.SERVICE} 500\n"
+                f"sentinel failover-timeout {self.SERVICE} 5000\n"
+            ),
+            args=("--sentinel",),
+        )
+        self.url = f"redis+sentinel://127.0.0.1:{port}/{self.SERVICE}"
+
+    def __enter__(self) -> SentinelSet:
+        import redis
+
+        self.primary.start()
+        self.replica.start()
+        replica = redis.Redis(port=self.replica.port)
+        try:
+            deadline = time.monotonic() + 20
+            while replica.info("replication").get("master_link_status") != "up":
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replica did not sync with the primary")
+                time.sleep(0.05)  # waiting for replication to start, not for a window
+        finally:
+            replica.close()
+        self.sentinel.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for server in (self.sentinel, self.replica, self.primary):
+            server.close()

@@ -19,7 +19,7 @@ from ratelimit.backends.redis import (
 from ratelimit.errors import ConfigurationError
 from ratelimit.settings import ENGINE_SETTINGS, SYNC_RATE_NEEDS_SCRIPTS, Settings
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
@@ -57,8 +57,8 @@ def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
     if scheme in POSTGRES_SCHEMES:
         return _postgres_backend(url, settings, **options)
     raise ConfigurationError(
-        f"unsupported storage URL {url!r}: use memory://, redis://, rediss://, unix:// or "
-        "postgresql://"
+        f"unsupported storage URL {url!r}: use memory://, redis://, rediss://, unix://, "
+        "redis+sentinel:// or postgresql://"
     )
 
 

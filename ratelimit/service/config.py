@@ -63,10 +63,10 @@ class ServiceConfig:
             variable, url = found
             if url.startswith("inmemory://"):
                 url = "memory://"
-            if not re.match(r"(memory|redis|rediss|unix)://", url):
+            if not re.match(r"(memory|redis|rediss|unix|redis\+sentinel|postgres(ql)?)://", url):
                 raise ConfigurationError(
                     f"{variable}={url!r}: a storage URL starts with memory://, redis://, "
-                    "rediss:// or unix://"
+                    "rediss://, unix://, redis+sentinel:// or postgresql://"
                 )
             values["storage"] = url
         if found := read("RATELIMIT_RULES", "RATIO_LIMIT"):

@@ -40,7 +40,7 @@ from ratelimit.algorithms import (
     window_index,
 )
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.redis.client import RedisClient, check_transactions
+from ratelimit.backends.redis.client import RedisClient, check_transactions, close_client
 from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
 from ratelimit.backends.redis.errors import mapped
@@ -482,7 +482,7 @@ class RedisCommandBackend:
         if self._loop.loop is not None and self._loop.loop is not asyncio.get_running_loop():
             self._bind()
         if self._owns_client:
-            await self.client.aclose()
+            await close_client(self.client)
 
 
 def _arrival(stored: bytes | str | None) -> Arrival:

@@ -19,7 +19,7 @@ from redis.commands.core import AsyncScript
 from ratelimit.algorithms import GCRA, SLIDING_LOG, SLIDING_WINDOW, US_PER_MS, gcra_burst
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis import fast_pipeline
-from ratelimit.backends.redis.client import RedisClient, redis_py_version
+from ratelimit.backends.redis.client import RedisClient, close_client, redis_py_version
 from ratelimit.backends.redis.errors import backend_error, mapped
 from ratelimit.backends.redis.keys import (
     arrival_keys,
@@ -222,7 +222,7 @@ class RedisScriptBackend:
         self._closed = True
         await self._pipeline.aclose()
         if self._owns_client:
-            await self.client.aclose()
+            await close_client(self.client)
 
 
 @functools.lru_cache(maxsize=1024)
