@@ -174,12 +174,18 @@ class RedisServer:
 
 
 class RedisCluster:
-    """Three cluster-mode redis-servers sharing the 16384 slots; ``url`` names one node."""
+    """Three cluster-mode redis-servers sharing the 16384 slots; ``url`` names one node.
+    With ``replicas=True`` each has a replica, and a master unreachable for
+    ``node_timeout_ms`` is replaced by its replica."""
 
     SLOTS = 16384
 
-    def __init__(self, nodes: int = 3) -> None:
-        self.servers = [RedisServer(cluster=True) for _ in range(nodes)]
+    def __init__(self, nodes: int = 3, *, replicas: bool = False, node_timeout_ms: int = 0) -> None:
+        timeout = ("--cluster-node-timeout", str(node_timeout_ms)) if node_timeout_ms else ()
+        self.servers = [RedisServer(cluster=True, args=timeout) for _ in range(nodes)]
+        self.replicas = (
+            [RedisServer(cluster=True, args=timeout) for _ in range(nodes)] if replicas else []
+        )
         self.url = self.servers[0].url
 
     def start(self) -> RedisCluster:
@@ -202,6 +208,8 @@ class RedisCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the test cluster did not reach cluster_state:ok")
                 time.sleep(0.05)  # waiting for cluster gossip, not for a window
+            if self.replicas:
+                self._add_replicas(clients[0])
         except BaseException:
             self.close()
             raise
@@ -210,8 +218,40 @@ class RedisCluster:
                 client.close()
         return self
 
+    def _add_replicas(self, first: Any) -> None:
+        import redis
+
+        for replica in self.replicas:
+            replica.start()
+            first.execute_command("CLUSTER MEET", "127.0.0.1", replica.port)
+        nodes: list[Any] = [redis.Redis(port=s.port) for s in self.servers]
+        masters = {
+            server.port: node.execute_command("CLUSTER MYID")
+            for server, node in zip(self.servers, nodes, strict=True)
+        }
+        for node in nodes:
+            node.close()
+        deadline = time.monotonic() + 30
+        for replica, master in zip(self.replicas, self.servers, strict=True):
+            client: Any = redis.Redis(port=replica.port)
+            try:
+                while True:  # the replica must know the master before it can follow it
+                    try:
+                        client.execute_command("CLUSTER REPLICATE", masters[master.port])
+                        break
+                    except redis.ResponseError:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.05)  # waiting for cluster gossip, not for a window
+                while client.info("replication").get("master_link_status") != "up":
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("a cluster replica did not sync with its master")
+                    time.sleep(0.05)  # waiting for replication, not for a window
+            finally:
+                client.close()
+
     def close(self) -> None:
-        for server in self.servers:
+        for server in [*self.servers, *self.replicas]:
             server.close()
 
     def __enter__(self) -> RedisCluster:
