@@ -86,7 +86,7 @@ def test_configuration_from_the_environment() -> None:
     [
         ("RATELIMIT_PORT", "http", "RATELIMIT_PORT='http': a port is a number"),
         ("RATIO_PORT", "70000", "RATIO_PORT='70000'"),
-        ("RATELIMIT_STORAGE", "postgres://x", "RATELIMIT_STORAGE='postgres://x'"),
+        ("RATELIMIT_STORAGE", "mongodb://x", "RATELIMIT_STORAGE='mongodb://x'"),
         ("RATELIMIT_RULES", "10/x", "RATELIMIT_RULES='10/x': expected unit"),
         ("RATIO_LIMIT", "0/day", "RATIO_LIMIT='0/day'"),
         ("RATELIMIT_TIMEOUT", "soon", "RATELIMIT_TIMEOUT='soon': a duration"),
