@@ -2,7 +2,8 @@
 
 Run as ``python -m tests.concurrency_worker URL NAMESPACE COROUTINES [ENGINE]`` with ENGINE
 ``script`` (default), ``valkey`` (the script engine on valkey-py's client), ``locked`` or
-``unlocked`` (the command engine with or without its lock). It says it is ready, waits for
+``unlocked`` (the command engine with or without its lock), or ``postgres STORAGE_URL``
+(Postgres, URL still the Redis that coordinates the start). It says it is ready, waits for
 the go signal (a BLPOP), runs, and prints how many calls were admitted.
 """
 
@@ -25,14 +26,23 @@ ENGINES = {
 }
 
 
-async def main(url: str, namespace: str, coroutines: int, engine: str = "script") -> int:
-    client: Any = aioredis.Redis.from_url(url, max_connections=coroutines)
-    if engine == "valkey":
-        await client.aclose()
-        client = aiovalkey.Valkey.from_url(url, max_connections=coroutines)
+def limiter(url: str, namespace: str, coroutines: int, engine: str, storage: str) -> RateLimit:
     # No deadline: this counts admissions under contention, and a decision that missed the
     # default 0.25 s on a loaded machine would be admitted by the fail-open policy.
-    rl = RateLimit(client, namespace, timeout=None, **ENGINES[engine])  # type: ignore[arg-type]
+    if engine == "postgres":
+        return RateLimit.from_url(
+            storage, namespace, algorithm="sliding-window", timeout=None, max_size=coroutines
+        )
+    client: Any = (aiovalkey.Valkey if engine == "valkey" else aioredis.Redis).from_url(
+        url, max_connections=coroutines
+    )
+    return RateLimit(client, namespace, timeout=None, **ENGINES[engine])  # type: ignore[arg-type]
+
+
+async def main(
+    url: str, namespace: str, coroutines: int, engine: str = "script", storage: str = ""
+) -> int:
+    rl = limiter(url, namespace, coroutines, engine, storage)
 
     @rl.limit("50/h", key="shared")
     async def work() -> None:
@@ -45,12 +55,15 @@ async def main(url: str, namespace: str, coroutines: int, engine: str = "script"
             return 0
         return 1
 
+    await rl.limit("1000/h", key="warm-up").decide()  # connections (and a schema) before the go
     control = aioredis.Redis.from_url(url)
     await control.incr(f"{namespace}:ready")
     await control.blpop([f"{namespace}:go"], timeout=30)
     admitted = sum(await asyncio.gather(*(one() for _ in range(coroutines))))
     await control.aclose()
-    await client.aclose()
+    await rl.aclose()
+    if engine != "postgres":
+        await rl.backend.client.aclose()  # type: ignore[attr-defined]  # passed in: ours to close
     return admitted
 
 

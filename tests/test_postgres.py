@@ -148,7 +148,10 @@ async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
 ) -> None:
     namespace = f"pg-{uuid.uuid4().hex[:8]}"
     outputs = await run_workers(
-        redis_client, namespace, "tests.postgres_worker", postgres_url, redis_url, namespace, "50"
+        redis_client,
+        namespace,
+        "tests.concurrency_worker",
+        *(redis_url, namespace, "50", "postgres", postgres_url),
     )
     assert sum(int(out) for out in outputs) == 50
 

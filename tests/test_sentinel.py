@@ -4,8 +4,6 @@ answering meanwhile, decisions exact again after the failover."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 
 import pytest
@@ -14,6 +12,7 @@ from redis.asyncio.sentinel import Sentinel
 from ratelimit import ConfigurationError, RateLimit
 from ratelimit.backends.redis.client import sentinel_client
 from tests.redis_server import SentinelSet
+from tests.traffic import through_a_failure
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -51,39 +50,18 @@ async def test_a_failover_under_traffic() -> None:
             before = await rl.limit("5/h", key="exact").decide()
             assert before.allowed
             assert not before.degraded  # through the sentinel, to the primary
-            latencies: list[float] = []
-            degraded = 0
-            killed_at = 0.0
-            resumed_at = None
-            deadline = time.monotonic() + 60
-            n = 0
-            while time.monotonic() < deadline:
-                n += 1
-                if n == 200:
-                    servers.primary.stop()  # SIGKILL, under traffic
-                    killed_at = time.monotonic()
-                started = time.monotonic()
-                traffic = rl.limit("user:100000/h", key="traffic", user=f"u{n % 50}")
-                decision = await traffic.decide()
-                latencies.append(time.monotonic() - started)
-                if decision.degraded:
-                    degraded += 1
-                    resumed_at = None
-                    await asyncio.sleep(0.01)  # a caller's pace, not a wait for a window
-                elif killed_at and resumed_at is None:
-                    resumed_at = time.monotonic()
-                if resumed_at is not None and time.monotonic() - resumed_at > 1.0:
-                    break  # answered by Redis again, for a second running
-            assert killed_at
-            assert resumed_at is not None, "decisions never came back from the new primary"
+            failover = await through_a_failure(
+                lambda n: rl.limit("user:100000/h", key="traffic", user=f"u{n % 50}").decide(),
+                servers.primary.stop,  # SIGKILL, under traffic
+            )
             print(
                 f"sentinel failover: decisions answered by Redis again "
-                f"{resumed_at - killed_at:.2f} s after the primary died; {degraded} degraded "
-                f"(fail-open) meanwhile; slowest call {max(latencies) * 1000:.0f} ms"
+                f"{failover.resumed_after:.2f} s after the primary died; {failover.degraded} "
+                f"degraded (fail-open) meanwhile; slowest call {failover.slowest * 1000:.0f} ms"
             )
-            assert resumed_at - killed_at < RESUME_WITHIN
+            assert failover.resumed_after < RESUME_WITHIN
             # no call waits past its deadline (a margin for a loaded machine's scheduling)
-            assert max(latencies) < timeout + 2.0
+            assert failover.slowest < timeout + 2.0
             # exact again on the new primary: a fresh limit admits exactly its count
             exact = rl.limit("3/h", key=f"after-{uuid.uuid4().hex[:6]}")
             assert [(await exact.decide()).allowed for _ in range(4)] == [True] * 3 + [False]

@@ -42,6 +42,8 @@ logger = logging.getLogger("ratelimit")
 SCHEMA = resources.files("ratelimit.backends.postgres").joinpath("schema.sql").read_text()
 SCHEMA_LOCK = 7_419_001
 """The advisory lock that serialises creating the schema across processes."""
+SYNC_TIMEOUT = 5.0
+"""Deadline of one sync (``sync_rate``), as on Redis: it is off the request path."""
 CLEANUP_EVERY = 1000
 CLEANUP_ROWS = 10_000
 ALGORITHMS = ("sliding-window", "fixed-window")
@@ -119,17 +121,22 @@ class PostgresBackend:
         """Create the table and functions now (they are otherwise made at first use)."""
         await self._guarded(lambda pool: asyncio.sleep(0), "create the schema")
 
-    async def _guarded(self, work: Callable[[asyncpg.Pool], Awaitable[T]], what: str) -> T:
-        """Run ``work`` within ``timeout``; the database's failures as ``BackendError``."""
+    async def _guarded(
+        self,
+        work: Callable[[asyncpg.Pool], Awaitable[T]],
+        what: str,
+        sync: bool = False,
+    ) -> T:
+        """Run ``work`` within the backend's ``timeout`` (a sync's: :data:`SYNC_TIMEOUT`);
+        the database's failures as ``BackendError``."""
+        deadline = SYNC_TIMEOUT if sync else self.timeout
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(deadline):
                 return await work(await self._connected())
         except (LimiterClosedError, ConfigurationError):
             raise
         except TimeoutError:
-            raise BackendError(
-                f"postgres did not answer within {self.timeout} s to {what}"
-            ) from None
+            raise BackendError(f"postgres did not answer within {deadline} s to {what}") from None
         except (OSError, self._asyncpg.PostgresError, self._asyncpg.InterfaceError) as exc:
             raise BackendError(f"postgres failed to {what}: {exc}") from exc
 
@@ -246,6 +253,7 @@ class PostgresBackend:
                 self._now(),
             ),
             "sync counters",
+            sync=True,  # every live key's diffs at once, off the request path
         )
         by_entry: dict[int, tuple[int, dict[int, float]]] = {}
         for n in range(1, len(reply), 6):
