@@ -38,9 +38,9 @@ def find_bin_dir() -> Path:
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
         self.bin = find_bin_dir()
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self._dir = Path(tempfile.mkdtemp(prefix="ratelimit-pg-"))
         self._user = "nobody" if os.geteuid() == 0 else None

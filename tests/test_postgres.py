@@ -17,6 +17,8 @@ from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.redis import SyncedBackend
 from tests.conftest import FakeClock
+from tests.postgres_server import PostgresServer
+from tests.redis_server import free_port
 from tests.test_differential import IPS, TREES, USERS
 from tests.workers import run_workers
 
@@ -140,6 +142,22 @@ async def test_an_unreachable_database_follows_on_error() -> None:
         await strict.limit("1/s").decide()
     await rl.aclose()
     await strict.aclose()
+
+
+async def test_a_database_down_at_start_is_used_once_it_answers(postgres_url: str) -> None:
+    """The pool is opened at first use; when that fails, a later call opens it again."""
+    port = free_port()
+    rl = RateLimit.from_url(
+        f"postgresql://postgres@127.0.0.1:{port}/postgres", algorithm="fixed-window", timeout=5
+    )
+    try:
+        assert (await rl.limit("2/h", key="late").decide()).degraded
+        with PostgresServer(port=port):
+            decisions = [await rl.limit("2/h", key="late").decide() for _ in range(3)]
+            assert [d.degraded for d in decisions] == [False] * 3
+            assert [d.allowed for d in decisions] == [True, True, False]
+    finally:
+        await rl.aclose()
 
 
 @pytest.mark.redis

@@ -107,7 +107,13 @@ class PostgresBackend:
         if self._pool is None:
             if self._opening is None:
                 self._opening = asyncio.get_running_loop().create_task(self._open())
-            self._pool = await asyncio.shield(self._opening)
+            opening = self._opening
+            try:
+                self._pool = await asyncio.shield(opening)
+            except BaseException:
+                if opening.done() and self._opening is opening:
+                    self._opening = None  # it failed: the next call tries again
+                raise
         return self._pool
 
     async def _open(self) -> asyncpg.Pool:
