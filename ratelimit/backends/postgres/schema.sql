@@ -28,6 +28,17 @@ LANGUAGE sql AS $$
     FROM (SELECT DISTINCT unnest(p_keys) AS k ORDER BY 1) AS keys;
 $$;
 
+-- Hold p_count as window p_idx of size p_size on p_key, kept until p_expires (us).
+CREATE OR REPLACE FUNCTION ratelimit_hold(
+    p_key text, p_size bigint, p_idx bigint, p_count double precision, p_expires bigint
+) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO ratelimit_counters AS c (key, size_us, idx, count, expires_us)
+    VALUES (p_key, p_size, p_idx, p_count, p_expires)
+    ON CONFLICT (key, size_us, idx) DO UPDATE
+    SET count = excluded.count, expires_us = excluded.expires_us;
+$$;
+
 CREATE OR REPLACE FUNCTION ratelimit_now(p_now bigint) RETURNS bigint
 LANGUAGE sql AS $$
     SELECT coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
@@ -157,11 +168,8 @@ BEGIN
             pair := p_keys[p_slots[i]] || ' ' || p_sizes[i];
             IF NOT pair = ANY(written) THEN
                 written := written || pair;
-                INSERT INTO ratelimit_counters AS c (key, size_us, idx, count, expires_us)
-                VALUES (p_keys[p_slots[i]], p_sizes[i], now_us / p_sizes[i],
-                        currents[i] + p_cost, now_us + 2 * p_sizes[i])
-                ON CONFLICT (key, size_us, idx) DO UPDATE
-                SET count = excluded.count, expires_us = excluded.expires_us;
+                PERFORM ratelimit_hold(p_keys[p_slots[i]], p_sizes[i], now_us / p_sizes[i],
+                                       currents[i] + p_cost, now_us + 2 * p_sizes[i]);
             END IF;
         END IF;
     END LOOP;
@@ -194,10 +202,7 @@ BEGIN
     cur := coalesce(cur, 0) + p_value;
     prev := coalesce(prev, 0);
     IF p_value <> 0 THEN
-        INSERT INTO ratelimit_counters AS c (key, size_us, idx, count, expires_us)
-        VALUES (p_key, p_size, win, cur, now_us + 2 * p_size)
-        ON CONFLICT (key, size_us, idx) DO UPDATE
-        SET count = excluded.count, expires_us = excluded.expires_us;
+        PERFORM ratelimit_hold(p_key, p_size, win, cur, now_us + 2 * p_size);
     END IF;
     IF p_weight IS NULL THEN
         RETURN cur + prev * (p_size - (now_us - win * p_size))::double precision
