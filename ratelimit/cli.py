@@ -57,7 +57,7 @@ def _span(ms: int) -> str:
 
 def _check(args: argparse.Namespace) -> int:
     target: str = args.rules
-    if target.endswith(".toml") or Path(target).is_file():
+    if target.endswith(".toml") or _is_file(target):
         from ratelimit.service import rules_file
 
         try:
@@ -80,6 +80,14 @@ def _check(args: argparse.Namespace) -> int:
     print(tree)
     print("\n".join(explain(tree, 1)))
     return OK
+
+
+def _is_file(target: str) -> bool:
+    """Whether ``target`` names a file; rules too long or odd for a file name are not one."""
+    try:
+        return Path(target).is_file()
+    except (OSError, ValueError):  # ENAMETOOLONG, a NUL byte
+        return False
 
 
 def _plural(n: int, word: str) -> str:
@@ -148,6 +156,7 @@ def _serve(args: argparse.Namespace) -> int:
         return FAILED
     env = dict(os.environ)
     flags = {"port": "PORT", "storage": "STORAGE", "rules_file": "RULES_FILE", "host": "HOST"}
+    flags["algorithm"] = "ALGORITHM"
     for flag, name in flags.items():
         variable = f"RATELIMIT_{name}"
         if getattr(args, flag) is not None:
@@ -202,6 +211,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--storage")
     serve.add_argument("--rules-file", dest="rules_file")
+    serve.add_argument(
+        "--algorithm", choices=ALGORITHMS, help="as RATELIMIT_ALGORITHM (default sliding-log)"
+    )
     return top
 
 

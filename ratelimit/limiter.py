@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from types import TracebackType
 from typing import Any, Unpack
@@ -22,7 +23,7 @@ from ratelimit.background import BackgroundCounter
 from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
 from ratelimit.decider import Decider
 from ratelimit.denials import DenialCache
-from ratelimit.hooks import Hooks
+from ratelimit.hooks import Hook, Hooks
 from ratelimit.limit import Limit
 from ratelimit.policy import FailurePolicy
 from ratelimit.registry import Registry
@@ -30,6 +31,9 @@ from ratelimit.rules import RuleLike
 from ratelimit.settings import Settings, SettingsKeywords, counter_update
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))
+_KEYWORD_SETTINGS = tuple(name for name in SETTING_NAMES if name != "namespace")
+_UNSET: Any = object()
+"""A setting :meth:`RateLimit.from_url` was not given (``None`` is a value of some)."""
 
 
 class RateLimit:
@@ -100,16 +104,34 @@ class RateLimit:
         namespace: str | None = None,
         *,
         settings: Settings | None = None,
+        algorithm: str = _UNSET,
+        sync_rate: float = _UNSET,
+        on_error: str = _UNSET,
+        timeout: float | None = _UNSET,
+        denial_cache: int = _UNSET,
+        hooks: Sequence[Hook] = _UNSET,
+        background: bool = _UNSET,
+        use_scripts: bool = _UNSET,
+        auto_pipeline: bool = _UNSET,
+        disable_locks: bool = _UNSET,
+        lock_ttl: float = _UNSET,
+        lock_polling_interval: float = _UNSET,
+        lock_timeout: float = _UNSET,
+        shadow: bool = _UNSET,
+        clock: Callable[[], float] | None = _UNSET,
         **options: Any,
     ) -> RateLimit:
-        """Open storage by URL: ``memory://``, ``redis://``, ``rediss://`` or ``unix://``.
+        """Open storage by URL: ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
+        ``redis+sentinel://`` or ``postgresql://``.
 
-        Keywords that name a :class:`~ratelimit.Settings` field are settings, as for
-        :class:`RateLimit`; the other ``options`` go to ``redis.asyncio.from_url``. The
-        settings are checked before a client is opened; the client opened here is closed by
+        The keywords named here are :class:`~ratelimit.Settings`, as for :class:`RateLimit`
+        (typed, so a type checker catches ``denial_cache="10"``); the other ``options`` go
+        to the store's client (``redis.asyncio.from_url``, asyncpg's pool). The settings are
+        checked before a client is opened; the client opened here is closed by
         :meth:`aclose` (or by leaving ``async with``).
         """
-        chosen = {k: options.pop(k) for k in SETTING_NAMES & options.keys()}
+        given = locals()
+        chosen = {name: given[name] for name in _KEYWORD_SETTINGS if given[name] is not _UNSET}
         limiter = cls.__new__(cls)
         limiter.settings = _settings(settings, namespace, chosen)
         limiter._start(backend_from_url(url, limiter.settings, **options))

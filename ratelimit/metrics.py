@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry import metrics
-
 from ratelimit.decision import Decision
+from ratelimit.extras import needs_extra
+
+with needs_extra("otel"):
+    from opentelemetry import metrics
 
 ALLOWED, NEAR_LIMIT, OVER_LIMIT, SHADOW, DEGRADED = (
     "allowed", "near_limit", "over_limit", "shadow", "degraded",

@@ -35,6 +35,16 @@ def test_the_keywords_are_the_settings() -> None:
     assert all(keywords[name] == hints[name] for name in keywords)
 
 
+def test_from_url_types_every_setting() -> None:
+    hints = typing.get_type_hints(RateLimit.from_url)
+    keywords = typing.get_type_hints(SettingsKeywords)
+    assert {name: hints[name] for name in keywords} == keywords
+    # mypy --strict (CI) flags an unused ignore: this line holds only while the keyword is
+    # typed, so a type checker catches the mistake before it runs
+    with pytest.raises(TypeError, match="denial_cache"):
+        RateLimit.from_url("memory://", denial_cache="10")  # type: ignore[arg-type]
+
+
 async def test_a_limiter_takes_settings_made_beforehand() -> None:
     settings = Settings(namespace="a", algorithm="fixed-window", denial_cache=0)
     rl = RateLimit(MemoryBackend(), settings=settings)

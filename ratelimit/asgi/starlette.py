@@ -24,8 +24,11 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from starlette.exceptions import HTTPException
-from starlette.requests import HTTPConnection, Request
+from ratelimit.extras import needs_extra
+
+with needs_extra("asgi"):
+    from starlette.exceptions import HTTPException
+    from starlette.requests import HTTPConnection, Request
 
 from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers
 from ratelimit.asgi.limits import HTTPLimit

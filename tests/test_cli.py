@@ -1,0 +1,62 @@
+"""The ``ratelimit`` command: what it says of odd input, and the flags the README names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ratelimit.cli import main as cli
+from ratelimit.service.config import ServiceConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_check_takes_a_rule_too_long_for_a_file_name(capsys: pytest.CaptureFixture[str]) -> None:
+    # a limits-style rule of 389 characters, longer than any file name may be (255)
+    rule = ";".join(f"{n} per {unit}" for n in range(1000, 1048) for unit in ["day"])
+    assert len(rule) > 300
+    assert cli(["check", rule]) == 0  # read as rules, never tried as a file name
+    assert "1000 calls per day" in capsys.readouterr().out
+    long_and_valid = " | ".join(f"user:{n}/h" for n in range(100, 140))
+    assert len(long_and_valid) > 255
+    assert cli(["check", long_and_valid]) == 0
+    assert "100 calls per hour, per value of 'user'" in capsys.readouterr().out
+    assert cli(["check", "1/s\x00"]) == 1  # a NUL byte is no file name either
+
+
+def test_serve_takes_the_algorithm_the_readme_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[ServiceConfig] = []
+
+    async def serve(config: ServiceConfig) -> None:
+        seen.append(config)
+
+    monkeypatch.setattr("ratelimit.service.server.serve", serve)
+    monkeypatch.delenv("RATELIMIT_ALGORITHM", raising=False)
+    assert cli(["serve", "--algorithm", "gcra"]) == 0
+    assert [config.algorithm for config in seen] == ["gcra"]
+    with pytest.raises(SystemExit) as usage:
+        cli(["serve", "--algorithm", "leaky-bucket"])
+    assert usage.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("module", "missing", "extra"),
+    [
+        ("from ratelimit.asgi import RouteLimit", "starlette", "asgi"),
+        ("import ratelimit.metrics", "opentelemetry", "otel"),
+    ],
+)
+def test_a_missing_extra_is_named(module: str, missing: str, extra: str) -> None:
+    # None in sys.modules makes importing that module fail as if it were not installed
+    code = f"import sys; sys.modules[{missing!r}] = None\n{module}"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError:")
+    assert f"pip install 'ratelimit-rules[{extra}]'" in last
+    assert f"missing module '{missing}" in last
