@@ -24,7 +24,7 @@ from ratelimit.decision import Decision, make_decision
 from ratelimit.denials import DenialCache
 from ratelimit.errors import LimiterClosedError
 from ratelimit.hooks import Hooks
-from ratelimit.plan import CompiledTree, CounterUpdate, cached_plan
+from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan
 from ratelimit.policy import FailurePolicy
 
 
@@ -37,7 +37,8 @@ class CallKey(NamedTuple):
     key: str
     values: tuple[str | None, ...]
     """Selector values, in the order of ``compiled.selectors``."""
-    cost: float
+    cost: Cost
+    """What the call counts: one number, or one per leaf (:data:`~ratelimit.plan.Cost`)."""
     algorithm: str
 
 

@@ -100,7 +100,10 @@ class Plan:
     ``leaf_identifiers[i]`` indexes ``identifiers``, or is ``-1`` when leaf ``i``'s selector
     resolved to ``None`` or ``""`` (the rule is then never limited and records nothing).
     ``cost`` is how many hits the call is worth (at most every rule's count; whole for the
-    sliding log). ``algorithm`` is one of :data:`~ratelimit.algorithms.ALGORITHMS`.
+    sliding log), on every identifier alike; or, when ``costs`` is not empty, ``costs[k]``
+    is what identifier ``k`` counts (a call whose rules count different amounts, such as
+    the service's descriptors with their own ``hits_addend``, decided in one step).
+    ``algorithm`` is one of :data:`~ratelimit.algorithms.ALGORITHMS`.
     """
 
     compiled: CompiledTree
@@ -119,22 +122,38 @@ class Plan:
     """Window counters: per leaf, the position of its size in its identifier's ``windows``."""
     record: bool = True
     """Whether an allowed call is recorded; ``False`` only decides (``Limit.peek``)."""
+    costs: tuple[float, ...] = ()
+    """Per identifier, what the call counts on it; empty when every identifier counts
+    ``cost``."""
 
-    def depth(self, rule: Rule) -> int:
-        """Sliding log: how many of the newest hits decide ``rule``; the call is refused
-        when that many are inside the window (``count - cost + 1``)."""
-        return rule.count - int(self.cost) + 1
+    def identifier_cost(self, k: int) -> float:
+        """What the call counts on identifier ``k``."""
+        return self.costs[k] if self.costs else self.cost
+
+    def leaf_cost(self, leaf: int) -> float:
+        """What the call counts on the identifier of leaf ``leaf`` (``cost`` for a leaf
+        whose selector did not resolve: it counts nothing)."""
+        if self.costs:
+            k = self.leaf_identifiers[leaf]
+            if k >= 0:
+                return self.costs[k]
+        return self.cost
+
+    def depth(self, leaf: int) -> int:
+        """Sliding log: how many of the newest hits decide leaf ``leaf``; the call is
+        refused when that many are inside the window (``count - cost + 1``)."""
+        return self.compiled.rules[leaf].count - int(self.leaf_cost(leaf)) + 1
 
 
 _new = object.__new__
 (
     _COMPILED, _NAMESPACE, _KEY, _IDENTIFIERS, _LEAF_IDENTIFIERS, _COST, _ALGORITHM, _WINDOWS,
-    _WINDOW_NAMES, _LEAF_WINDOWS, _RECORD,
+    _WINDOW_NAMES, _LEAF_WINDOWS, _RECORD, _COSTS,
 ) = (
     Plan.__dict__[name].__set__
     for name in (
         "compiled", "namespace", "key", "identifiers", "leaf_identifiers", "cost", "algorithm",
-        "windows", "window_names", "leaf_windows", "record",
+        "windows", "window_names", "leaf_windows", "record", "costs",
     )
 )  # fmt: skip
 
@@ -151,6 +170,7 @@ def _plan(
     window_names: tuple[tuple[str, ...], ...],
     leaf_windows: tuple[int, ...],
     record: bool,
+    costs: tuple[float, ...] = (),
 ) -> Plan:
     """``Plan(...)`` at a fraction of the frozen ``__init__``'s cost (it sets each field
     through ``object.__setattr__``): the slots are set directly. The result is the same
@@ -167,6 +187,7 @@ def _plan(
     _WINDOW_NAMES(plan, window_names)
     _LEAF_WINDOWS(plan, leaf_windows)
     _RECORD(plan, record)
+    _COSTS(plan, costs)
     return plan
 
 
@@ -224,6 +245,12 @@ def arrival_slots(
     return tuple(times), tuple(slots)
 
 
+Cost = float | tuple[float, ...]
+"""What one call counts: a number, on every rule; or a tuple of one number per leaf of the
+compiled tree (in ``compiled.rules`` order). Leaves counting on one identifier count once,
+at the largest of their costs."""
+
+
 def window_name(identifier: Identifier, size_us: int) -> str:
     """The name of one (identifier, window size) in stores of this process."""
     return f"{identifier!r}/{size_us}"
@@ -238,12 +265,19 @@ def cached_plan(
     namespace: str,
     key: str,
     values: tuple[str | None, ...],
-    cost: float,
+    cost: Cost,
     algorithm: str,
     record: bool = True,
 ) -> Plan:
     """The plan for selector ``values`` given in the order of ``compiled.selectors``; the
-    callers of a hot key share one (so nobody changes it)."""
+    callers of a hot key share one (so nobody changes it).
+
+    ``cost``: what the call counts on every rule, or a tuple of one cost per leaf (see
+    :data:`Cost`)."""
+    if isinstance(cost, tuple):
+        if len(compiled.rules) > 1 and min(cost) != max(cost):
+            return _plan_with_costs(compiled, namespace, key, values, cost, algorithm, record)
+        cost = max(cost)
     if algorithm in _NO_WINDOWS and len(compiled.rules) == 1:  # the common case, quickly
         selector = compiled.rules[0].selector
         if selector is not None and not values[0]:
@@ -290,6 +324,30 @@ def cached_plan(
     )  # fmt: skip
 
 
+def _plan_with_costs(
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    values: tuple[str | None, ...],
+    per_leaf: tuple[float, ...],
+    algorithm: str,
+    record: bool,
+) -> Plan:
+    """:func:`cached_plan` for leaves of different costs: each identifier counts the largest
+    cost of its leaves (leaves on one identifier count once per call)."""
+    base = cached_plan(compiled, namespace, key, values, max(per_leaf), algorithm, record)
+    costs = [0.0] * len(base.identifiers)
+    for k, leaf_cost in zip(base.leaf_identifiers, per_leaf, strict=True):
+        if k >= 0:
+            costs[k] = max(costs[k], leaf_cost)
+    if len(set(costs)) <= 1:  # the identifiers that count all count the same
+        return base
+    return _plan(
+        compiled, namespace, key, base.identifiers, base.leaf_identifiers, base.cost, algorithm,
+        base.windows, base.window_names, base.leaf_windows, record, tuple(costs),
+    )  # fmt: skip
+
+
 def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
     """Per identifier: (largest count, largest span in ms) of the rules counting on it."""
     limits = [(0, 0)] * len(plan.identifiers)
@@ -301,17 +359,36 @@ def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
 
 
 def _leaf(plan: Plan, i: int, now_us: int, counts: Sequence[tuple[float, float]]) -> Outcome:
-    """The outcome of leaf ``i`` under the plan's algorithm."""
+    """The outcome of leaf ``i`` under the plan's algorithm, as the tree compares them.
+
+    When the plan's identifiers count different costs (:attr:`Plan.costs`), what is left is
+    shifted by ``plan.cost - cost``, so that comparing leaves (the tree's binding rule) and
+    subtracting ``plan.cost`` (:func:`decided`) both read what is left after the leaf's own
+    cost."""
     if plan.leaf_identifiers[i] < 0:
         return (False, 0, None, None)
+    if not plan.costs:
+        return _outcome(plan, i, plan.cost, now_us, counts)
+    cost = plan.leaf_cost(i)
+    outcome = _outcome(plan, i, cost, now_us, counts)
+    limited, retry_us, left, binding = outcome
+    if limited or left is None:
+        return outcome
+    return (limited, retry_us, left - cost + plan.cost, binding)
+
+
+def _outcome(
+    plan: Plan, i: int, cost: float, now_us: int, counts: Sequence[tuple[float, float]]
+) -> Outcome:
+    """Leaf ``i``'s outcome for a call of ``cost`` under the plan's algorithm."""
     rule = plan.compiled.rules[i]
     if plan.algorithm == SLIDING_LOG:
-        return log_outcome(rule, i, plan.cost, counts[i], now_us)
+        return log_outcome(rule, i, cost, counts[i], now_us)
     if plan.algorithm == GCRA:
         tat_us, remainder = counts[i]
-        return gcra_outcome(rule, i, plan.cost, (int(tat_us), int(remainder)), now_us)
+        return gcra_outcome(rule, i, cost, (int(tat_us), int(remainder)), now_us)
     sliding = plan.algorithm == SLIDING_WINDOW
-    return counter_outcome(rule, i, plan.cost, counts[i], now_us, sliding)
+    return counter_outcome(rule, i, cost, counts[i], now_us, sliding)
 
 
 def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> Decision:
@@ -374,11 +451,12 @@ def rule_states(
     """Per rule that applied: what it has left after the decision (after the call's cost
     when ``allowed``) and for how long (see :class:`~ratelimit.decision.RuleState`)."""
     states = []
-    used = plan.cost if allowed else 0
     for i, rule in enumerate(plan.compiled.rules):
         if plan.leaf_identifiers[i] < 0:
             continue
-        limited, retry_us, left, _ = _leaf(plan, i, now_us, counts)
+        cost = plan.leaf_cost(i)
+        used = cost if allowed else 0
+        limited, retry_us, left, _ = _outcome(plan, i, cost, now_us, counts)
         if limited:
             states.append(RuleState(rule, i, True, 0, max(retry_us, 0) / 1_000_000))
             continue

@@ -18,7 +18,7 @@ from typing import TypedDict
 from ratelimit.algorithms import ALGORITHMS, GCRA, SLIDING_LOG, gcra_burst
 from ratelimit.errors import ConfigurationError
 from ratelimit.hooks import Hook
-from ratelimit.plan import CompiledTree, CounterUpdate, Identifier
+from ratelimit.plan import CompiledTree, Cost, CounterUpdate, Identifier, compile_tree
 from ratelimit.rules import MAX_SPAN_MS, Rule
 
 ON_ERROR = ("allow", "deny", "raise")
@@ -210,9 +210,20 @@ MAX_LOG_COST = 1_000
 Both bounds keep one decision under about a millisecond of Redis time."""
 
 
-def check_cost(compiled: CompiledTree, cost: float, algorithm: str) -> None:
+def check_cost(compiled: CompiledTree, cost: Cost, algorithm: str) -> None:
     """A call of ``cost`` can be admitted by every rule, within the sliding log's bounds;
-    a rule's ``burst`` only under GCRA."""
+    a rule's ``burst`` only under GCRA. ``cost``: one number, or one per rule (leaf) of
+    ``compiled``, each checked against its own rule."""
+    if isinstance(cost, tuple):
+        if len(cost) != len(compiled.rules):
+            raise ConfigurationError(
+                f"costs {cost!r}: one cost per rule of '{compiled.tree}' "
+                f"({len(compiled.rules)}), not {len(cost)}"
+            )
+        for leaf_cost, rule in zip(cost, compiled.rules, strict=True):
+            check_cost_type(leaf_cost, algorithm)
+            check_cost(compile_tree(rule), leaf_cost, algorithm)
+        return
     for rule in compiled.rules:
         if rule.burst is not None and algorithm != GCRA:
             raise ConfigurationError(

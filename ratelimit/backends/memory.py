@@ -178,18 +178,19 @@ class MemoryBackend:
         """Sliding logs: every leaf of the tree counted, then recorded when admitted."""
         logs = [self._live(identifier, now) for identifier in plan.identifiers]
         counts: list[tuple[int, int]] = []
-        for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
+        rules = plan.compiled.rules
+        for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True)):
             if i < 0:
                 counts.append((0, 0))
             else:
                 threshold = now - rule.span_ms * US_PER_MS
-                counts.append(window(logs[i].hits, plan.depth(rule), threshold))
+                counts.append(window(logs[i].hits, plan.depth(leaf), threshold))
         decision = evaluate(plan, now, counts)
         if decision.allowed and plan.record:
-            for identifier, log, (keep, span_ms) in zip(
-                plan.identifiers, logs, limits_per_identifier(plan), strict=True
+            for k, (identifier, log, (keep, span_ms)) in enumerate(
+                zip(plan.identifiers, logs, limits_per_identifier(plan), strict=True)
             ):
-                log.record(now, int(plan.cost), keep, span_ms * US_PER_MS)
+                log.record(now, int(plan.identifier_cost(k)), keep, span_ms * US_PER_MS)
                 self._logs[identifier] = log
         return decision
 
@@ -224,11 +225,14 @@ class MemoryBackend:
         decision = evaluate(plan, now, counts)
         if decision.allowed and plan.record:
             sizes = plan.windows
-            for identifier, entry, sizes_of in zip(plan.identifiers, entries, sizes, strict=True):
+            for k, (identifier, entry, sizes_of) in enumerate(
+                zip(plan.identifiers, entries, sizes, strict=True)
+            ):
+                cost = plan.identifier_cost(k)
                 for size in sizes_of:
                     index = window_index(now, size)
                     current, _ = entry.counted(size, index)
-                    entry.hold(size, index, current + plan.cost)
+                    entry.hold(size, index, current + cost)
                 entry.expires_us = max(entry.expires_us, now + 2 * max(sizes_of))
                 self._windows[identifier] = entry
         return decision
@@ -247,7 +251,7 @@ class MemoryBackend:
         if decision.allowed and plan.record:
             for rule, i, tat in zip(rules, plan.leaf_identifiers, counts, strict=True):
                 if i >= 0:
-                    new = gcra_next(rule, plan.cost, tat, now)
+                    new = gcra_next(rule, plan.identifier_cost(i), tat, now)
                     entry = entries[i]
                     entry.tats[gcra_field(rule)] = new
                     entry.expires_us = max(entry.expires_us, new[0] + 1)

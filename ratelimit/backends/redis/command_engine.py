@@ -334,7 +334,7 @@ class RedisCommandBackend:
         deep = [
             (leaf, i)
             for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True))
-            if i >= 0 and plan.depth(rule) > HEAD
+            if i >= 0 and plan.depth(leaf) > HEAD
         ]
 
         def fill(read: Any) -> None:
@@ -343,7 +343,7 @@ class RedisCommandBackend:
                 read.pttl(key)
                 read.get(kept)
             for leaf, i in deep:
-                read.lindex(keys[i], plan.depth(rules[leaf]) - 1)
+                read.lindex(keys[i], plan.depth(leaf) - 1)
 
         replies = await self._read(fill)
         now = await self._now(replies, keys[0])
@@ -359,18 +359,18 @@ class RedisCommandBackend:
                 continue
             threshold = now - rule.span_ms * US_PER_MS
             counts.append(
-                await self._window(keys[i], heads[i], nth.get(leaf), plan.depth(rule), threshold)
+                await self._window(keys[i], heads[i], nth.get(leaf), plan.depth(leaf), threshold)
             )
         decision = evaluate(plan, now, counts)
         if decision.allowed and plan.record:
             if not may_write:
                 raise _cannot_record(plan)
             write = self.client.pipeline(transaction=True)
-            for key, kept, head, ttl, count, (keep, span_ms) in zip(
-                keys, kept_keys, heads, ttls, held, limits, strict=True
+            for k, (key, kept, head, ttl, count, (keep, span_ms)) in enumerate(
+                zip(keys, kept_keys, heads, ttls, held, limits, strict=True)
             ):
                 stamp = max(now, head[0]) if head else now
-                for left in range(min(int(plan.cost), keep), 0, -1000):
+                for left in range(min(int(plan.identifier_cost(k)), keep), 0, -1000):
                     write.lpush(key, *[stamp] * min(left, 1000))
                 # never below what another limit on this log asked to keep
                 write.ltrim(key, 0, max(keep, count) - 1)
@@ -419,11 +419,12 @@ class RedisCommandBackend:
             if not may_write:
                 raise _cannot_record(plan)
             write = self.client.pipeline(transaction=True)
-            for key, counted, ttl in zip(keys, held, ttls, strict=True):
+            for k, (key, counted, ttl) in enumerate(zip(keys, held, ttls, strict=True)):
+                cost = plan.identifier_cost(k)
                 for size, (current, _previous) in counted.items():
                     index = window_index(now, size)
                     count, held_index = slot_fields(size, index)
-                    write.hset(key, mapping={count: repr(current + plan.cost), held_index: index})
+                    write.hset(key, mapping={count: repr(current + cost), held_index: index})
                 ms = math.ceil(2 * max(counted) / 1000)
                 if ttl < ms:
                     write.pexpire(key, ms)
@@ -444,8 +445,8 @@ class RedisCommandBackend:
             if not may_write:
                 raise _cannot_record(plan)
             write = self.client.pipeline(transaction=True)
-            for key, (_, rule), tat in zip(keys, times, stored, strict=True):
-                pushed = gcra_next(rule, plan.cost, tat, now)
+            for key, (i, rule), tat in zip(keys, times, stored, strict=True):
+                pushed = gcra_next(rule, plan.identifier_cost(i), tat, now)
                 keep = pushed[0] - now + 1
                 if self.clock is not None:  # Redis expires on real time, not on this clock
                     tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count

@@ -242,14 +242,22 @@ def _args(
     cost: float,
     record: bool,
     algorithm: str,
+    costs: tuple[float, ...] = (),
 ) -> tuple[tuple[bytes, ...], bytes]:
     """The script's ARGV after the time, plain and packed. They depend on the rules and
-    flags, not on the selector values, so every call of a decorated function shares them."""
-    slots = arrival_slots(compiled, leaf_identifiers)[1] if algorithm == GCRA else leaf_identifiers
+    flags, not on the selector values, so every call of a decorated function shares them.
+    ``costs``: per identifier, when they differ (:attr:`Plan.costs`)."""
+    if algorithm == GCRA:
+        times, slots = arrival_slots(compiled, leaf_identifiers)
+        per_key = [costs[i] for i, _ in times] if costs else []
+    else:
+        slots, per_key = leaf_identifiers, list(costs)
+    # repr: the shortest text that reads back as the same float
+    cost_text = " ".join(map(repr, per_key)) if per_key else repr(cost)
     args = [
         tree_wire(compiled),
         " ".join(str(i + 1) for i in slots).encode(),  # per leaf its key's KEYS index
-        repr(cost).encode(),  # repr: the shortest text that reads back as the same float
+        cost_text.encode(),  # one cost, or one per key
         b"1" if record else b"0",
     ]
     if algorithm == GCRA:
@@ -302,7 +310,7 @@ def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
         script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
     now = b"" if clock is None else str(clock_us(clock)).encode()
     args, packed = _args(
-        plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, plan.algorithm
+        plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, plan.algorithm, plan.costs
     )
     return Command(script, keys, (now, *args), pack_args((now,)) + packed)
 

@@ -194,7 +194,7 @@ class SyncedBackend:
                     local = known[names[w]] = _Local(plan.identifiers[i], plan.windows[i][w])
                 local.used_us = now
                 if decision.allowed and plan.record:
-                    local.add(now // local.size, plan.cost)
+                    local.add(now // local.size, plan.identifier_cost(i))
         return decision
 
     def _decide_one(self, plan: Plan, now: int) -> Decision:

@@ -1,12 +1,19 @@
 -- _tree.lua: joined after _now.lua in front of the scripts that decide a rule tree.
 -- Reads ARGV[2] (the tree: L, per leaf count and span or size in microseconds, then the
--- prefix program) into `tree` and ARGV[3] (per leaf, its key index or 0) into `slots`, and
--- defines `tree_limited(limited)`: whether the tree is limited, given per leaf (from 0)
--- whether that rule is limited. Opcodes: 0 = leaf, 1 = And, 2 = Or.
+-- prefix program) into `tree`, ARGV[3] (per leaf, its key index or 0) into `slots` and
+-- ARGV[4] (the call's cost: one number counted on every key, or one per key k of the
+-- script's counting keys, space-separated) into `costs`; defines `cost_of(k)`, what the
+-- call counts on key k, and `tree_limited(limited)`: whether the tree is limited, given
+-- per leaf (from 0) whether that rule is limited. Opcodes: 0 = leaf, 1 = And, 2 = Or.
 
-local tree, slots = {}, {}
+local tree, slots, costs = {}, {}, {}
 for n in string.gmatch(ARGV[2], '%d+') do tree[#tree + 1] = tonumber(n) end
 for n in string.gmatch(ARGV[3], '%d+') do slots[#slots + 1] = tonumber(n) end
+for n in string.gmatch(ARGV[4], '%S+') do costs[#costs + 1] = tonumber(n) end
+
+local function cost_of(k)
+  return costs[k] or costs[1]
+end
 
 local function tree_limited(limited)
   local pos = 2 + 2 * tree[1]

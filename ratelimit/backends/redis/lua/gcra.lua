@@ -9,7 +9,8 @@
 --           microseconds, then the prefix program.
 -- ARGV[3]   per leaf, space-separated: the index k of its key in KEYS, or 0 when its
 --           selector did not resolve (the rule is then never limited, records nothing).
--- ARGV[4]   the call's cost, a whole number of hits (at most every leaf's burst).
+-- ARGV[4]   the call's cost, a whole number of hits (at most every leaf's burst), on every
+--           key; or one cost per key, space-separated, in the order of KEYS.
 -- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
 -- ARGV[6]   per leaf, space-separated: its burst (how many hits may come at once).
 --
@@ -24,7 +25,6 @@
 -- Every quantity is a whole number below 2**53 (settings.check_gcra_rule), so Lua's doubles
 -- compute it exactly. Runs after _now.lua and _tree.lua, which script_engine.py joins in front.
 
-local cost = tonumber(ARGV[4])
 local bursts = {}
 for n in string.gmatch(ARGV[6], '%d+') do bursts[#bursts + 1] = tonumber(n) end
 
@@ -39,6 +39,7 @@ for i = 0, leaves - 1 do
   limited[i] = false
   if k > 0 then
     local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
+    local cost = cost_of(k)
     local stored = redis.call('GET', KEYS[k])
     if stored then
       local a, b = string.match(stored, '^(%d+):?(%d*)$')

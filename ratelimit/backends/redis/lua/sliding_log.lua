@@ -10,7 +10,8 @@
 --           2 = Or (operand: number of children).
 -- ARGV[3]   per leaf, space-separated: the index k of its key in KEYS, or 0 when its
 --           selector did not resolve (the rule is then never limited, records nothing).
--- ARGV[4]   the call's cost: how many hits it records (at most every leaf's count).
+-- ARGV[4]   the call's cost: how many hits it records (at most every leaf's count), on
+--           every list; or one cost per list, space-separated, in the order of KEYS.
 -- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
 --
 -- Returns   {allowed (1/0), now, hits_1, oldest_1, ..., hits_L, oldest_L}: per leaf, with
@@ -26,7 +27,6 @@
 -- Runs after _now.lua and _tree.lua, which script_engine.py joins in front of it.
 
 local leaves = tree[1]
-local cost = tonumber(ARGV[4])
 local limited = {}
 local result = {0, now}
 local keep, ttl, lengths = {}, {}, {}
@@ -53,14 +53,16 @@ for i = 0, leaves - 1 do
   local k = slots[i + 1]
   local count = tree[2 + 2 * i]
   local span = tree[3 + 2 * i]
-  local depth = count - cost + 1
   local hits, oldest = 0, 0
   if k > 0 then
+    local depth = count - cost_of(k) + 1
     hits, oldest = window(k, depth, now - span)
     keep[k] = math.max(keep[k] or 0, count)
     ttl[k] = math.max(ttl[k] or 0, span)
+    limited[i] = hits >= depth
+  else
+    limited[i] = false
   end
-  limited[i] = hits >= depth
   result[#result + 1] = hits
   result[#result + 1] = oldest
 end
@@ -81,7 +83,7 @@ for k, count in pairs(keep) do
   -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
   local stamp = string.format('%.0f', math.max(now, newest))
   local length = 0
-  local left = math.min(cost, count)
+  local left = math.min(cost_of(k), count)
   while left > 0 do  -- in chunks, under Lua's limit on unpack()
     local chunk = {}
     for n = 1, math.min(left, 1000) do chunk[n] = stamp end

@@ -7,7 +7,8 @@
 --           microseconds, then the prefix program.
 -- ARGV[3]   per leaf, space-separated: the index k of its key in KEYS, or 0 when its
 --           selector did not resolve (the rule is then never limited, records nothing).
--- ARGV[4]   the call's cost, fractions allowed.
+-- ARGV[4]   the call's cost, fractions allowed, on every key; or one cost per key,
+--           space-separated, in the order of KEYS.
 -- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
 -- ARGV[6]   1 for the sliding window, 0 for the fixed window.
 --
@@ -22,7 +23,6 @@
 --
 -- Runs after _now.lua, _tree.lua and _windows.lua, which script_engine.py joins in front.
 
-local cost = tonumber(ARGV[4])
 local sliding = ARGV[6] == '1'
 
 local leaves = tree[1]
@@ -60,7 +60,7 @@ for i = 0, leaves - 1 do
     if sliding then
       rate = current + previous * (size - (now - index * size)) / size
     end
-    limited[i] = rate + cost > count
+    limited[i] = rate + cost_of(k) > count
   else
     limited[i] = false
   end
@@ -75,7 +75,7 @@ if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
 for k, sizes in pairs(current_of) do
   local key = KEYS[k]
   for size, held in pairs(sizes) do
-    write_window(key, size, held[1], held[2] + cost)
+    write_window(key, size, held[1], held[2] + cost_of(k))
   end
   keep_windows(key, ttl[k])
 end

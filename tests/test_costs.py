@@ -1,0 +1,143 @@
+"""Rules of one call that count different costs (the service's descriptors, each with its
+own ``hits_addend``) are decided in one atomic step: a refused call counts on none of them,
+an admitted one counts each identifier's own cost. Every backend and algorithm alike."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from ratelimit import RateLimit
+from ratelimit.algorithms import ALGORITHMS
+from ratelimit.decider import CallKey
+from ratelimit.decision import Decision
+from ratelimit.plan import Cost, cached_plan, compile_tree
+from ratelimit.rules import to_tree
+from ratelimit.settings import check_cost
+from tests.conftest import BackendFactory, FakeClock
+
+ALGORITHM = pytest.mark.parametrize("algorithm", ALGORITHMS)
+
+
+def call(rl: RateLimit, rules: str, values: tuple[str | None, ...], cost: Cost) -> CallKey:
+    compiled = compile_tree(to_tree(rules))
+    check_cost(compiled, cost, rl.algorithm)
+    return CallKey(compiled, rl.namespace, "costs", values, cost, rl.algorithm)
+
+
+@ALGORITHM
+async def test_a_refused_call_counts_on_no_rule_whatever_its_costs(
+    make_backend: BackendFactory, algorithm: str, clock: FakeClock
+) -> None:
+    rl = RateLimit(make_backend(clock), f"costs-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
+    both = call(rl, "a:5/h | b:2/h", ("x", "y"), (1, 2))  # a counts 1, b counts 2
+    first = await rl.decider.decide(both)
+    assert first.allowed
+    assert [(s.rule.selector, s.remaining) for s in first.states] == [("a", 4), ("b", 0)]
+    for _ in range(3):  # refused by b each time: a must not count them
+        refused = await rl.decider.decide(both)
+        assert not refused.allowed
+        assert refused.rule is not None
+        assert refused.rule.selector == "b"
+        assert [(s.rule.selector, s.remaining) for s in refused.states] == [("a", 4), ("b", 0)]
+    a_alone = call(rl, "a:5/h", ("x",), 1)
+    admitted = [(await rl.decider.decide(a_alone)).allowed for _ in range(5)]
+    assert admitted == [True, True, True, True, False]  # 4 left: one counted, not four
+    await rl.aclose()
+
+
+@ALGORITHM
+async def test_rules_on_one_identifier_count_the_largest_cost_once(
+    make_backend: BackendFactory, algorithm: str, clock: FakeClock
+) -> None:
+    rl = RateLimit(make_backend(clock), f"costs-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
+    tree = "a:10/h | a:20/2h | b:10/h"
+    decision = await rl.decider.decide(call(rl, tree, ("x", "y"), (3, 1, 2)))
+    assert decision.allowed
+    remaining = [(str(s.rule), s.remaining) for s in decision.states]
+    assert remaining == [("a:10/h", 7), ("a:20/2h", 17), ("b:10/h", 8)]
+    assert decision.remaining == 7  # the tightest after its own cost
+    await rl.aclose()
+
+
+async def test_the_binding_rule_is_the_one_with_least_left_after_its_cost(
+    make_backend: BackendFactory, clock: FakeClock
+) -> None:
+    rl = RateLimit(make_backend(clock), f"costs-{uuid.uuid4().hex[:8]}")
+    # a has 3 left before the call and 2 after; b has 5 before and 0 after
+    for _ in range(2):
+        await rl.decider.decide(call(rl, "a:5/h", ("x",), 1))
+    decision = await rl.decider.decide(call(rl, "a:5/h | b:5/h", ("x", "y"), (1, 5)))
+    assert decision.allowed
+    assert decision.remaining == 0
+    assert decision.rule is not None
+    assert decision.rule.selector == "b"
+    await rl.aclose()
+
+
+def test_costs_per_leaf_are_checked_per_rule() -> None:
+    compiled = compile_tree(to_tree("a:5/h | b:2/h"))
+    check_cost(compiled, (5, 2), "sliding-log")
+    with pytest.raises(Exception, match=r"cost 3 is above the count of rule 'b:2/h'"):
+        check_cost(compiled, (1, 3), "sliding-log")
+    with pytest.raises(Exception, match="one cost per rule"):
+        check_cost(compiled, (1, 1, 1), "sliding-log")
+    with pytest.raises(Exception, match="whole number"):
+        check_cost(compiled, (1, 1.5), "gcra")
+
+
+def test_equal_costs_give_the_plan_of_one_cost() -> None:
+    compiled = compile_tree(to_tree("a:5/h | b:2/h"))
+    one = cached_plan(compiled, "ns", "k", ("x", "y"), 2, "sliding-log")
+    same = cached_plan(compiled, "ns", "k", ("x", "y"), (2, 2), "sliding-log")
+    assert same.costs == ()
+    assert same.cost == one.cost == 2
+    differ = cached_plan(compiled, "ns", "k", ("x", "y"), (1, 2), "sliding-log")
+    assert differ.costs == (1, 2)
+    assert differ.identifiers == one.identifiers
+    unresolved = cached_plan(compiled, "ns", "k", ("x", None), (1, 2), "sliding-log")
+    assert unresolved.costs == ()  # b's rule does not apply: a alone counts, at 1
+    assert unresolved.cost == 2
+    assert unresolved.leaf_cost(0) == 2
+
+
+# every identifier also has a rule of 10 s, so that no store drops a log or counter before
+# another rule of it is done with it (Redis expires keys on its own clock, not the trace's)
+TREES = [
+    "a:4/s | b:3/s | 50/10s | a:90/10s & b:90/10s",
+    "(a:5/s & b:3/s) | a:9/2s | 40/10s | a:80/10s & b:80/10s",
+]
+
+
+async def trace(rl: RateLimit, clock: FakeClock, seed: int) -> list[Decision]:
+    rng = random.Random(seed)
+    decisions = []
+    for _ in range(150):
+        clock.advance(rng.choice([0.0, 0.01, 0.1, 0.4, 1.1]))
+        rules = rng.choice(TREES)
+        leaves = len(compile_tree(to_tree(rules)).rules)
+        costs = tuple(rng.choice([1, 2, 3]) for _ in range(leaves))
+        values = (rng.choice(["u1", "u2", None]), rng.choice(["v1", "v2"]))
+        decisions.append(await rl.decider.decide(call(rl, rules, values, costs)))
+    return decisions
+
+
+@ALGORITHM
+@pytest.mark.parametrize("seed", range(2))
+async def test_every_backend_decides_costs_as_memory_does(
+    make_backend: BackendFactory, algorithm: str, seed: int
+) -> None:
+    from ratelimit import MemoryBackend
+
+    mine, reference = FakeClock(), FakeClock()
+    rl = RateLimit(make_backend(mine), f"costs-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
+    ref = RateLimit(MemoryBackend(clock=reference), "costs", algorithm=algorithm)
+    got, want = await trace(rl, mine, seed), await trace(ref, reference, seed)
+    assert 0 < sum(d.allowed for d in want) < len(want)
+    for step, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g == w, f"step {step}"
+        assert g.states == w.states, f"step {step}"
+    await rl.aclose()
+    await ref.aclose()
