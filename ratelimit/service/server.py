@@ -129,7 +129,11 @@ class Service:
                 hooks=hooks,
             )
         self.handlers = Handlers(
-            self.limiter, ratio_tree(config.rules, config.algorithm), self.rules, config.timeout
+            self.limiter,
+            ratio_tree(config.rules, config.algorithm),
+            self.rules,
+            config.timeout,
+            config.max_descriptors,
         )
         # no SO_REUSEPORT (gRPC's default): a second service on a port in use is an error,
         # not a silent half of the traffic
