@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import FrameType
@@ -233,3 +235,53 @@ def test_the_work_of_a_request_grows_linearly_with_its_descriptors(tmp_path: Pat
         users = request(*((("user", f"v{n}-{i}"),) for i in range(n)))
         work[n] = _lines_run(handlers, users)
     assert work[800] < 5 * work[200], work  # 4 times the descriptors: about 4 times the work
+
+
+# --- item 13: SIGTERM under continuous traffic ---
+
+
+def test_sigterm_under_continuous_traffic_answers_every_call_it_accepts() -> None:
+    """Clients that never stop calling (nor look at health): after SIGTERM every call is
+    answered, or refused as UNAVAILABLE before the service took it; none is cancelled,
+    and the process exits 0 within its grace."""
+    outcomes: dict[str, int] = {}
+    stopping = {"signalled": 0.0}
+    flowing = asyncio.Event()  # 200 calls answered: traffic is flowing
+
+    async def caller(address: str, n: int, stop: asyncio.Event) -> None:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = ratio_pb2_grpc.RateLimitServiceStub(channel)
+            sent = 0
+            while not stop.is_set():
+                sent += 1
+                ask = ratio_pb2.RateLimitRequest(owner=f"c{n}", resource=str(sent))
+                try:
+                    answer = await stub.RateLimit(ask, timeout=30)
+                    outcome = ratio_pb2.RateLimitResponse.Code.Name(answer.code)
+                except grpc.aio.AioRpcError as exc:
+                    outcome = exc.code().name
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+                if outcomes.get("OK", 0) >= 200:
+                    flowing.set()
+
+    async def run(service: ServiceProcess) -> None:
+        stop = asyncio.Event()
+        callers = [asyncio.create_task(caller(service.address, n, stop)) for n in range(8)]
+        await flowing.wait()
+        stopping["signalled"] = time.monotonic()
+        service.signal(signal.SIGTERM)
+        await asyncio.to_thread(service.wait, 60)
+        stop.set()
+        await asyncio.gather(*callers)
+
+    service = ServiceProcess({"RATELIMIT_RULES": "100000/h"}).start()
+    try:
+        asyncio.run(run(service))
+        exited_after = time.monotonic() - stopping["signalled"]
+        code = service.wait(30)
+    finally:
+        service.stop()
+    assert code == 0, service.output
+    assert set(outcomes) <= {"OK", "OVER_LIMIT", "UNAVAILABLE"}, outcomes
+    assert outcomes["OK"] >= 200
+    assert exited_after < 10 + 5, exited_after  # the grace, and a margin to exit

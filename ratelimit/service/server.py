@@ -2,11 +2,11 @@
 
 ratio's ``RateLimitService/RateLimit`` and Envoy's
 ``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``, gRPC health checking
-(``grpc.health.v1``) and server reflection. SIGTERM (or SIGINT) stops it gracefully: health
-turns ``NOT_SERVING``, calls keep being answered until none has come for a quarter second
-(at most 10 s), then new calls are refused, those in flight answered, and the storage
-closed. SIGHUP, or a change to the rules file seen within a second, reloads the rules
-file; a bad new file keeps the old rules and logs why.
+(``grpc.health.v1``) and server reflection. SIGTERM (or SIGINT) stops it gracefully within
+:data:`GRACE_SECONDS` (see :meth:`Service.shutdown`): every call the service takes is
+answered, or refused ``UNAVAILABLE`` without being decided. SIGHUP, or a change to the rules
+file seen within a second, reloads the rules file; a bad new file keeps the old rules and
+logs why.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,21 +36,30 @@ logger = logging.getLogger("ratelimit.service")
 
 T = TypeVar("T")
 GRACE_SECONDS = 10.0
+"""From SIGTERM to the server stopped, at most."""
 DRAIN_QUIET = 0.25
+"""How long no call must come for a phase of the shutdown to end early."""
+DRAIN_MOST = 5.0
+"""How long, at most, calls are still decided after health turned ``NOT_SERVING``."""
+HOLD_MOST = 1.0
+"""How long, at most, new calls are held (not decided) before the server stops."""
+STOPPING = "the service is stopping: ask another replica (nothing was counted)"
 RATIO_SERVICE = "RateLimitService"
 ENVOY_SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
 
 
 class Traffic:
-    """Calls in flight and when the last one came, for a drain before the server stops."""
+    """Calls being decided, when the last call came, and whether new calls are still
+    decided (``holding``: they wait for ``released``, then are refused ``UNAVAILABLE``)."""
 
     def __init__(self) -> None:
         self.active = 0
         self.last = 0.0
+        self.holding = False
+        self.released = asyncio.Event()
 
     def __enter__(self) -> None:
         self.active += 1
-        self.last = time.monotonic()
 
     def __exit__(self, *exc: object) -> None:
         self.active -= 1
@@ -69,7 +78,14 @@ async def _answered(
     traffic: Traffic, context: grpc.aio.ServicerContext[Any, Any], work: Awaitable[T]
 ) -> T:
     """One call's answer, counted in ``traffic``; a request the handlers refuse is aborted
-    with its status code (``abort`` raises)."""
+    with its status code (``abort`` raises). While the service stops, a new call is held
+    undecided and then refused ``UNAVAILABLE``."""
+    traffic.last = time.monotonic()
+    if traffic.holding:
+        if isinstance(work, Coroutine):
+            work.close()  # never started: nothing decided, nothing counted
+        await traffic.released.wait()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
     with traffic:
         try:
             return await work
@@ -203,12 +219,32 @@ class Service:
             await self.shutdown()
 
     async def shutdown(self) -> None:
-        """Health turns NOT_SERVING; calls keep being answered until none has come for a
-        moment (so that those clients sent before they saw it are not cancelled); then the
-        server stops, answering what is still in flight, and the storage is closed."""
+        """Stop within :data:`GRACE_SECONDS`, answering every call taken:
+
+        1. health turns ``NOT_SERVING`` on every name, and calls are still decided until
+           none has come for :data:`DRAIN_QUIET` (those clients sent before they saw it;
+           a client that watches health sends no more), at most :data:`DRAIN_MOST`;
+        2. new calls are held, undecided, until none has come for :data:`DRAIN_QUIET` (a
+           client that waits for its answers sends no more), at most :data:`HOLD_MOST`;
+        3. the server stops taking streams (HTTP/2 GOAWAY: a client's next call goes
+           elsewhere, or fails ``UNAVAILABLE`` without reaching it), the held calls are
+           refused ``UNAVAILABLE``, and the storage is closed.
+
+        gRPC cancels a call that reached the server but no handler when the server stops:
+        holding new calls in step 2 keeps that queue empty.
+        """
+        stopped_by = time.monotonic() + GRACE_SECONDS
+        traffic = self.traffic
         await self.health.enter_graceful_shutdown()
-        await self.traffic.drained(DRAIN_QUIET, GRACE_SECONDS)
-        await self.server.stop(GRACE_SECONDS)
+        await traffic.drained(DRAIN_QUIET, DRAIN_MOST)
+        traffic.holding = True
+        await traffic.drained(DRAIN_QUIET, HOLD_MOST)
+        stopping = asyncio.create_task(
+            self.server.stop(max(stopped_by - time.monotonic(), DRAIN_QUIET))
+        )
+        await asyncio.sleep(0)  # the server has stopped taking streams: GOAWAY is queued
+        traffic.released.set()
+        await stopping
         await self.limiter.aclose()
         if self._flush_metrics is not None:
             self._flush_metrics()
