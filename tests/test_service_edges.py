@@ -9,19 +9,23 @@ import itertools
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ratelimit import MemoryBackend, RateLimit
+from ratelimit.decision import Decision
+from ratelimit.plan import Plan
 from ratelimit.service import rules_file
 from ratelimit.service.handlers import Handlers, ratio_tree
 from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
 from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
+from tests.redis_server import RedisServer
 from tests.service_process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -285,3 +289,97 @@ def test_sigterm_under_continuous_traffic_answers_every_call_it_accepts() -> Non
     assert set(outcomes) <= {"OK", "OVER_LIMIT", "UNAVAILABLE"}, outcomes
     assert outcomes["OK"] >= 200
     assert exited_after < 10 + 5, exited_after  # the grace, and a margin to exit
+
+
+# --- item 16: the store's health, and one log line per outage ---
+
+
+async def _store_health(address: str) -> str:
+    return await _health(address, "ratelimit.store")
+
+
+async def _calls(address: str, n: int, owner: str) -> list[ratio_pb2.RateLimitResponse]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = ratio_pb2_grpc.RateLimitServiceStub(channel)
+        ask = ratio_pb2.RateLimitRequest(owner=owner, resource="r")
+        return [await stub.RateLimit(ask, timeout=10) for _ in range(n)]
+
+
+def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)  # polling another process's state, not waiting for a window
+
+
+@pytest.mark.redis
+def test_the_stores_health_and_one_log_line_when_an_outage_starts_and_ends() -> None:
+    """Redis stopped under a served process: ``ratelimit.store`` turns NOT_SERVING, 200
+    degraded calls log one line, and when Redis is back the health turns SERVING (without
+    a call) and one line says so, with the count."""
+    with RedisServer() as redis:
+        env = {"RATELIMIT_STORAGE": redis.url, "RATELIMIT_RULES": "1000/m"}
+        env["RATELIMIT_TIMEOUT"] = "0.5"
+        with ServiceProcess(env) as service:
+            address = service.address
+            assert all(not a.degraded for a in asyncio.run(_calls(address, 5, "before")))
+            assert asyncio.run(_store_health(address)) == "SERVING"
+            redis.stop()
+            during = asyncio.run(_calls(address, 200, "during"))
+            assert all(a.degraded and a.code == ratio_pb2.RateLimitResponse.OK for a in during)
+            _until(lambda: asyncio.run(_store_health(address)) == "NOT_SERVING")
+            overall = asyncio.run(_health(address, ""))
+            assert overall == "SERVING"  # the service answers: fail-open, marked degraded
+            redis.start()
+            _until(lambda: asyncio.run(_store_health(address)) == "SERVING")
+            assert all(not a.degraded for a in asyncio.run(_calls(address, 5, "after")))
+    lines = service.lines
+    failed = [line for line in lines if "storage failed" in line]
+    back = [line for line in lines if "answers again" in line]
+    assert len(failed) == 1, service.output
+    assert len(back) == 1, service.output
+    assert "200 decisions were degraded" in back[0]
+    warnings = [line for line in lines if "WARNING" in line]
+    assert warnings == failed + back, service.output  # nothing per call
+
+
+async def _health(address: str, name: str) -> str:
+    async with grpc.aio.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        answer = await health.Check(health_pb2.HealthCheckRequest(service=name), timeout=10)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
+
+
+class _SlowBackend(MemoryBackend):
+    """A store that answers nothing until ``answering`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answering = asyncio.Event()
+
+    async def decide(self, plan: Plan) -> Decision:
+        await self.answering.wait()
+        return await super().decide(plan)
+
+
+async def test_calls_past_their_deadline_are_one_outage_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The service's own deadline is a storage failure like any other: the failure policy
+    answers, the outage is logged once when it starts and once when it ends."""
+    backend = _SlowBackend()
+    rl = RateLimit(backend, denial_cache=0)
+    handlers = Handlers(rl, ratio_tree("1000/m"), None, 0.05)
+    ask = ratio_pb2.RateLimitRequest(owner="o", resource="r")
+    with caplog.at_level("INFO"):
+        answers = await asyncio.gather(*(handlers.rate_limit(ask) for _ in range(50)))
+        assert all(a.degraded and a.code == ratio_pb2.RateLimitResponse.OK for a in answers)
+        assert rl.storage_failing
+        backend.answering.set()
+        assert not (await handlers.rate_limit(ask)).degraded
+    assert not rl.storage_failing
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(messages) == 2, messages
+    assert "storage failed" in messages[0]
+    assert "took over 0.05 s" in messages[0]
+    assert "50 decisions were degraded" in messages[1]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -19,8 +18,8 @@ from google.protobuf.duration_pb2 import Duration
 
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.decider import CallKey
-from ratelimit.decision import Decision, RuleState, make_decision
-from ratelimit.errors import ConfigurationError
+from ratelimit.decision import Decision, RuleState
+from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.limiter import RateLimit
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import And, Node, Or, Rule, map_rules, to_tree
@@ -30,8 +29,6 @@ from ratelimit.service.proto.envoy import rls_pb2
 from ratelimit.service.proto.envoy.common_pb2 import RateLimitDescriptor
 from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector
 from ratelimit.settings import check_cost
-
-logger = logging.getLogger("ratelimit.service")
 
 PAIR = "owner_resource"
 """The selector a ratio rule without one counts under: per (owner, resource) pair."""
@@ -213,25 +210,20 @@ class Handlers:
         return CallKey(compiled, decider.namespace, key, values, cost, decider.algorithm)
 
     async def _decide(self, api: str, call: CallKey, shadow: bool, record: bool) -> Decision:
-        """One decision within the call's deadline; past it, the failure policy answers."""
+        """One decision within the call's deadline; past it, the failure policy answers, as
+        for any storage failure (and logs the outage once, not per call)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            decision = await asyncio.wait_for(
+            return await asyncio.wait_for(
                 self.limiter.decider.decide(call, record, shadow), self.timeout
             )
         except TimeoutError:  # the pipeline's hooks never saw it: they see it here
-            allowed = self.limiter.policy.on_error == "allow"
-            logger.warning("ratelimit: %s decision took over %.3f s: degraded", api, self.timeout)
-            decision = make_decision(
-                allowed, 0.0 if allowed else 1.0, None, None if allowed else 0, call.key
-            )
-            decision = dataclasses.replace(decision, degraded=True)
+            late = BackendError(f"the {api} decision took over {self.timeout:g} s")
+            decision = self.limiter.policy.failed(late, call.key)
             if self.limiter.hooks:
                 self.limiter.hooks(decision, loop.time() - started)
-        if decision.degraded:
-            logger.warning("ratelimit: %s answered by the failure policy (storage failing)", api)
-        return decision
+            return decision
 
 
 def escaped(field: str) -> str:

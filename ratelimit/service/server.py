@@ -2,7 +2,8 @@
 
 ratio's ``RateLimitService/RateLimit`` and Envoy's
 ``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``, gRPC health checking
-(``grpc.health.v1``) and server reflection. SIGTERM (or SIGINT) stops it gracefully within
+(``grpc.health.v1``: ``""``, each API's service name, and :data:`STORE_SERVICE` for the
+storage) and server reflection. SIGTERM (or SIGINT) stops it gracefully within
 :data:`GRACE_SECONDS` (see :meth:`Service.shutdown`): every call the service takes is
 answered, or refused ``UNAVAILABLE`` without being decided. SIGHUP, or a change to the rules
 file seen within a second, reloads the rules file; a bad new file keeps the old rules and
@@ -24,8 +25,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ratelimit.errors import ConfigurationError
+from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.limiter import RateLimit
+from ratelimit.plan import cached_plan, compile_tree
+from ratelimit.rules import Rule
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.handlers import Handlers, InvalidRequest, UnknownDomain, ratio_tree
@@ -46,6 +49,12 @@ HOLD_MOST = 1.0
 STOPPING = "the service is stopping: ask another replica (nothing was counted)"
 RATIO_SERVICE = "RateLimitService"
 ENVOY_SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
+STORE_SERVICE = "ratelimit.store"
+"""The health name of the storage: ``NOT_SERVING`` while it fails (the service still answers,
+by its failure policy), ``SERVING`` when it answers."""
+STORE_EVERY = 0.5
+"""How often the storage's state is looked at, and asked again while it fails."""
+_PROBE = compile_tree(Rule(1, 1000))
 
 
 class Traffic:
@@ -184,9 +193,38 @@ class Service:
         if self.port == 0:
             raise ConfigurationError(f"cannot listen on {address}")
         await self.server.start()
-        for name in ("", RATIO_SERVICE, ENVOY_SERVICE):
+        for name in ("", RATIO_SERVICE, ENVOY_SERVICE, STORE_SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
+
+    async def _watch_store(self) -> None:
+        """Keep ``ratelimit.store``'s health in step with the storage: ``NOT_SERVING`` from
+        a decision that failed until the storage answers again, which is asked every
+        :data:`STORE_EVERY` meanwhile (so that it recovers without traffic)."""
+        serving = True
+        while True:
+            await asyncio.sleep(STORE_EVERY)
+            if self.limiter.storage_failing:
+                await self._ask_store()
+            if serving == self.limiter.storage_failing:
+                serving = not serving
+                status = health_pb2.HealthCheckResponse
+                await self.health.set(
+                    STORE_SERVICE, status.SERVING if serving else status.NOT_SERVING
+                )
+
+    async def _ask_store(self) -> None:
+        """One question to the storage that counts nothing, within the call deadline; an
+        answer ends the outage (the failure policy logs it, once)."""
+        limiter = self.limiter
+        plan = cached_plan(
+            _PROBE, limiter.namespace, STORE_SERVICE, (), 1, limiter.algorithm, record=False
+        )
+        try:
+            await asyncio.wait_for(limiter.backend.decide(plan), self.config.timeout)
+        except (BackendError, TimeoutError):
+            return
+        limiter.policy.answered()
 
     def reload(self) -> bool:
         """Read the rules file again; keep the old rules (and say why) when it is bad."""
@@ -211,11 +249,12 @@ class Service:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
-        watcher = asyncio.create_task(self._watch())
+        watchers = [asyncio.create_task(self._watch()), asyncio.create_task(self._watch_store())]
         try:
             await self._stop.wait()
         finally:
-            watcher.cancel()
+            for watcher in watchers:
+                watcher.cancel()
             await self.shutdown()
 
     async def shutdown(self) -> None:
