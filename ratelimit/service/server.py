@@ -13,8 +13,8 @@ logs why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -40,6 +40,8 @@ logger = logging.getLogger("ratelimit.service")
 T = TypeVar("T")
 GRACE_SECONDS = 10.0
 """From SIGTERM to the server stopped, at most."""
+WATCH_EVERY = 1.0
+"""How often the rules file is looked at."""
 DRAIN_QUIET = 0.25
 """How long no call must come for a phase of the shutdown to end early."""
 DRAIN_MOST = 5.0
@@ -167,7 +169,11 @@ class Service:
         self.port = 0
         self.traffic = Traffic()
         self._stop = asyncio.Event()
-        self._seen = self._mtime()
+        self._watcher = (
+            rules_file.RulesWatcher(self.rules, config.algorithm) if self.rules else None
+        )
+        self._asked = False
+        self._wake = asyncio.Event()
 
     async def start(self) -> int:
         traffic = self.traffic
@@ -226,19 +232,11 @@ class Service:
             return
         limiter.policy.answered()
 
-    def reload(self) -> bool:
-        """Read the rules file again; keep the old rules (and say why) when it is bad."""
-        if not self.config.rules_file:
-            return False
-        self._seen = self._mtime()
-        try:
-            new = rules_file.load(self.config.rules_file, self.config.algorithm)
-        except ConfigurationError as exc:
-            logger.error("ratelimit: rules file not reloaded, the old rules stay: %s", exc)
-            return False
-        self.rules = self.handlers.rules = new
-        logger.warning("ratelimit: rules file reloaded: %d limits", len(new.limits))
-        return True
+    def reload(self) -> None:
+        """SIGHUP: read the rules file again and apply it as written, once it stayed the
+        same for a moment (:class:`~ratelimit.service.rules_file.RulesWatcher`)."""
+        self._asked = True
+        self._wake.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -289,18 +287,16 @@ class Service:
             self._flush_metrics()
 
     async def _watch(self) -> None:
-        while self.config.rules_file:
-            await asyncio.sleep(1.0)
-            if self._mtime() != self._seen:
-                self.reload()
-
-    def _mtime(self) -> float | None:
-        if not self.config.rules_file:
-            return None
-        try:
-            return os.stat(self.config.rules_file).st_mtime_ns / 1e9
-        except OSError:
-            return None
+        """Look at the rules file every second, and at once on SIGHUP."""
+        while self._watcher is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), WATCH_EVERY)
+            self._wake.clear()
+            asked, self._asked = self._asked, False
+            if asked or self._watcher.changed():
+                if not await self._watcher.reload(explicit=asked):
+                    self._asked = self._asked or asked  # still being written: look again
+                self.rules = self.handlers.rules = self._watcher.rules
 
 
 def metric_hooks(metrics: str) -> tuple[list[Any], Callable[[], object] | None]:
