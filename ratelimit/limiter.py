@@ -137,6 +137,12 @@ class RateLimit:
         limiter._start(backend_from_url(url, limiter.settings, **options))
         return limiter
 
+    @property
+    def storage_failing(self) -> bool:
+        """Whether the storage is failing now: a decision failed (and was answered by
+        ``on_error``), and the storage has not answered since."""
+        return self.policy.failing
+
     async def aclose(self) -> None:
         """Release the storage this limiter opened (after counting what is queued, with
         ``background``, and a last sync, with ``sync_rate``). Using the limiter afterwards

@@ -42,6 +42,10 @@ OP_OR = 2  # operand: number of children
 class Identifier(NamedTuple):
     """What one hit is counted on: (namespace, key, selector name, selector value).
 
+    The selector name is the rule's without an occurrence suffix: ``user#1`` (another
+    occurrence of ``user`` in one tree, see :class:`~ratelimit.rules.Rule`) counts on
+    ``user``'s identifiers, so that where a selector sits in a tree never changes its counter.
+
     A named tuple: backends key their tables by it, and a tuple hashes and compares in C."""
 
     namespace: str
@@ -259,6 +263,11 @@ def window_name(identifier: Identifier, size_us: int) -> str:
 _NO_WINDOWS = (SLIDING_LOG, GCRA)
 
 
+def _counted(selector: str | None) -> str | None:
+    """The selector name an identifier carries: ``name#n`` counts on ``name``."""
+    return selector.partition("#")[0] if selector is not None and "#" in selector else selector
+
+
 @functools.lru_cache(maxsize=8192)
 def cached_plan(
     compiled: CompiledTree,
@@ -270,7 +279,8 @@ def cached_plan(
     record: bool = True,
 ) -> Plan:
     """The plan for selector ``values`` given in the order of ``compiled.selectors``; the
-    callers of a hot key share one (so nobody changes it).
+    callers of a hot key share one (so nobody changes it). A selector ``name#n`` has a value
+    of its own and counts on the identifier of ``name`` with that value.
 
     ``cost``: what the call counts on every rule, or a tuple of one cost per leaf (see
     :data:`Cost`)."""
@@ -279,7 +289,7 @@ def cached_plan(
             return _plan_with_costs(compiled, namespace, key, values, cost, algorithm, record)
         cost = max(cost)
     if algorithm in _NO_WINDOWS and len(compiled.rules) == 1:  # the common case, quickly
-        selector = compiled.rules[0].selector
+        selector = _counted(compiled.rules[0].selector)
         if selector is not None and not values[0]:
             return _plan(compiled, namespace, key, (), (-1,), cost, algorithm, (), (), (), record)
         identifier = Identifier(namespace, key, selector, None if selector is None else values[0])
@@ -298,7 +308,7 @@ def cached_plan(
             if not value:
                 leaf_identifiers.append(-1)
                 continue
-            identifier = Identifier(namespace, key, rule.selector, value)
+            identifier = Identifier(namespace, key, _counted(rule.selector), value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
     if algorithm in _NO_WINDOWS:
         return _plan(

@@ -70,6 +70,12 @@ class FailurePolicy:
         if self._outage_started is not None:
             self._recovered()
 
+    @property
+    def failing(self) -> bool:
+        """Whether an outage is under way: a decision failed, and the storage has not
+        answered since."""
+        return self._outage_started is not None
+
     def _failed(self, exc: BackendError) -> None:
         now = time.monotonic()
         self._degraded += 1

@@ -28,7 +28,7 @@ UNIT_MS: tuple[tuple[str, int], ...] = (
     ("ms", 1),
 )
 
-_SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:#[1-9][0-9]*)?\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,11 @@ class Rule:
     Usually written as text: ``Rule.parse("username:10/5m") == Rule(10, 300_000, "username")``.
     ``burst`` (``algorithm="gcra"`` only; written ``"10/s burst 20"``) is how many calls may
     come at once; ``None`` means ``count``.
+
+    A selector is an identifier, optionally followed by ``#n`` (``user#1``): another
+    occurrence of ``user`` in one tree, with a value of its own, counted on the same
+    counters as ``user`` (see :func:`~ratelimit.plan.cached_plan`). The grammar never writes
+    it; the rate-limit service does, for one limit named by several descriptors of a request.
     """
 
     count: int

@@ -152,6 +152,10 @@ def test_empty_combinators_are_refused() -> None:
         ((5, 1.5), "span must be"),
         ((5, 1000, "user name"), "selector must be an identifier"),
         ((5, 1000, ""), "selector must be an identifier"),
+        ((5, 1000, "user#"), "selector must be an identifier"),
+        ((5, 1000, "user#0"), "selector must be an identifier"),
+        ((5, 1000, "#1"), "selector must be an identifier"),
+        ((5, 1000, "user#1#2"), "selector must be an identifier"),
     ],
 )
 def test_rule_objects_validate(args: tuple[object, ...], fragment: str) -> None:

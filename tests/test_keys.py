@@ -10,7 +10,8 @@ from redis.crc import key_slot
 
 from ratelimit import RateLimit, RedisScriptBackend
 from ratelimit.backends.redis.keys import MAX_PART, encode_part, identifier_key
-from ratelimit.plan import Identifier
+from ratelimit.plan import Identifier, cached_plan, compile_tree
+from ratelimit.rules import Or, Rule
 from tests.conftest import FakeClock
 
 AWKWARD = [
@@ -56,6 +57,24 @@ def test_namespace_key_selector_boundaries_never_blur() -> None:
     }
     keys = {identifier_key(i) for i in identifiers}
     assert len(keys) == len(identifiers)
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-log", "sliding-window", "gcra"])
+def test_a_selector_written_name_hash_n_counts_on_the_identifiers_of_name(algorithm: str) -> None:
+    """``user#1`` is another occurrence of ``user`` with a value of its own: where a
+    selector sits in a tree never gives it another counter."""
+    hour = 3_600_000
+    tree = Or(Rule(2, hour, "user"), Rule(2, hour, "user#1"), Rule(5, hour, "user#2"))
+    plan = cached_plan(compile_tree(tree), "ns", "k", ("x", "y", "x"), 1, algorithm)
+    assert plan.identifiers == (
+        Identifier("ns", "k", "user", "x"),
+        Identifier("ns", "k", "user", "y"),
+    )
+    assert plan.leaf_identifiers == (0, 1, 0)
+    alone = cached_plan(compile_tree(Rule(2, hour, "user#1")), "ns", "k", ("y",), 1, algorithm)
+    first = cached_plan(compile_tree(Rule(2, hour, "user")), "ns", "k", ("y",), 1, algorithm)
+    assert alone.identifiers == first.identifiers == (Identifier("ns", "k", "user", "y"),)
+    assert len({identifier_key(i) for i in plan.identifiers}) == 2
 
 
 def test_long_parts_become_digests_so_keys_stay_bounded() -> None:

@@ -93,6 +93,8 @@ def test_configuration_from_the_environment() -> None:
         ("RATELIMIT_TIMEOUT", "0", "above 0"),
         ("RATELIMIT_ON_ERROR", "raise", "RATELIMIT_ON_ERROR='raise'"),
         ("RATELIMIT_ALGORITHM", "leaky", "RATELIMIT_ALGORITHM='leaky': the algorithm is one of"),
+        ("RATELIMIT_MAX_DESCRIPTORS", "0", "RATELIMIT_MAX_DESCRIPTORS='0': the most descriptors"),
+        ("RATELIMIT_MAX_DESCRIPTORS", "lots", "RATELIMIT_MAX_DESCRIPTORS='lots'"),
     ],
 )
 def test_a_bad_variable_is_named(variable: str, value: str, message: str) -> None:

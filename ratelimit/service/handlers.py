@@ -11,25 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from google.protobuf.duration_pb2 import Duration
 
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.decider import CallKey
-from ratelimit.decision import Decision, RuleState, make_decision
-from ratelimit.errors import ConfigurationError
+from ratelimit.decision import Decision, RuleState
+from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.limiter import RateLimit
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import And, Node, Or, Rule, map_rules, to_tree
+from ratelimit.service.config import MAX_DESCRIPTORS
 from ratelimit.service.proto import ratio_pb2
 from ratelimit.service.proto.envoy import rls_pb2
 from ratelimit.service.proto.envoy.common_pb2 import RateLimitDescriptor
 from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector
 from ratelimit.settings import check_cost
-
-logger = logging.getLogger("ratelimit.service")
 
 PAIR = "owner_resource"
 """The selector a ratio rule without one counts under: per (owner, resource) pair."""
@@ -76,12 +75,13 @@ class Handlers:
     ratio: CompiledTree
     rules: RulesFile | None
     timeout: float
+    max_descriptors: int = MAX_DESCRIPTORS
 
     async def rate_limit(self, request: ratio_pb2.RateLimitRequest) -> ratio_pb2.RateLimitResponse:
         if not request.owner or not request.resource:
             raise InvalidRequest("owner and resource must both be given")
         values = {"owner": request.owner, "resource": request.resource}
-        values[PAIR] = f"{request.owner}\x1f{request.resource}"
+        values[PAIR] = joined((request.owner, request.resource))
         compiled = self.ratio
         call = self._call(compiled, RATIO_KEY, tuple(values[s] for s in compiled.selectors), 1)
         decision = await self._decide("ratio", call, False, True)
@@ -100,6 +100,11 @@ class Handlers:
             raise InvalidRequest("domain must be given")
         if not request.descriptors:
             raise InvalidRequest("at least one descriptor must be given")
+        if len(request.descriptors) > self.max_descriptors:
+            raise InvalidRequest(
+                f"{len(request.descriptors)} descriptors: a request may have at most "
+                f"{self.max_descriptors} (RATELIMIT_MAX_DESCRIPTORS)"
+            )
         if rules is None or request.domain not in rules.domains:
             raise UnknownDomain(f"domain {request.domain!r} has no limits in the rules file")
         matched: list[tuple[int, DescriptorLimit, str, int]] = []
@@ -112,7 +117,8 @@ class Handlers:
             limit = rules.match(request.domain, entries)
             if limit is not None:
                 cost = _cost(request.hits_addend, descriptor, n)
-                value = "\x1f".join(f"{key}={value}" for key, value in entries)
+                # a limit's keys hold no "=" (it pins a value), so the first one splits
+                value = joined(f"{key}={value}" for key, value in entries)
                 matched.append((n, limit, value, cost))
         statuses = [RLS.DescriptorStatus(code=RLS.OK) for _ in request.descriptors]
         overall = RLS.OK
@@ -138,13 +144,21 @@ class Handlers:
         shadow: bool,
         record: bool,
     ) -> Decision:
-        # one leaf set per descriptor; the same limit twice in one request counts twice
+        # one leaf set per descriptor; one limit with another value in the same request
+        # counts under ``selector#n``: on that value's own counter (see cached_plan), the
+        # one a request naming it anywhere else counts on
         trees: list[Node] = []
         values: dict[str, str] = {}
-        for position, (_, limit, value, _) in enumerate(group):
-            selector = _selector_in_request(limit, values, value, position)
-            trees.append(limit.tree if selector is None else per_selector(limit.rules, selector))
-            values[selector or limit.selector] = value
+        names: dict[str, dict[str, str]] = {}  # per limit: value -> its selector here
+        for _, limit, value, _ in group:
+            named = names.setdefault(limit.selector, {})
+            selector = named.get(value)
+            if selector is None:
+                selector = f"{limit.selector}#{len(named)}" if named else limit.selector
+                named[value] = selector
+                values[selector] = value
+            own = selector == limit.selector
+            trees.append(limit.tree if own else per_selector(limit.rules, selector))
         compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees))
         try:
             check_cost(compiled, cost, self.limiter.decider.algorithm)
@@ -161,21 +175,24 @@ class Handlers:
         decision: Decision,
         statuses: list[RLS.DescriptorStatus],
     ) -> None:
-        states = decision.states
-        leaf = 0
-        for n, limit, _, _ in group:
-            leaves = compile_tree(limit.rules).rules
-            count = len(leaves)
-            mine = [s for s in states if leaf <= s.leaf < leaf + count]
-            leaf += count
+        # each descriptor's leaves follow the previous one's: one pass over the states
+        starts: list[int] = []
+        descriptor_of_leaf: list[int] = []
+        for i, (_, limit, _, _) in enumerate(group):
+            starts.append(len(descriptor_of_leaf))
+            descriptor_of_leaf += [i] * len(compile_tree(limit.rules).rules)
+        states: list[list[RuleState]] = [[] for _ in group]
+        for state in decision.states:
+            states[descriptor_of_leaf[state.leaf]].append(state)
+        for (n, limit, _, _), start, mine in zip(group, starts, states, strict=True):
             status = statuses[n]
             if not mine:  # nothing counted (fail-open): the policy's answer
                 status.code = RLS.OK if decision.allowed or decision.shadow else RLS.OVER_LIMIT
                 continue
-            limited = _limited(limit.rules, {s.leaf - (leaf - count): s for s in mine})
+            limited = _limited(limit.rules, {s.leaf - start: s for s in mine})
             status.code = RLS.OVER_LIMIT if limited and not decision.shadow else RLS.OK
             tightest = min(mine, key=lambda s: (s.remaining, -s.reset_after))
-            rule = leaves[tightest.leaf - (leaf - count)]
+            rule = compile_tree(limit.rules).rules[tightest.leaf - start]
             status.current_limit.CopyFrom(
                 RLS.RateLimit(
                     name=str(limit.rules),
@@ -193,36 +210,34 @@ class Handlers:
         return CallKey(compiled, decider.namespace, key, values, cost, decider.algorithm)
 
     async def _decide(self, api: str, call: CallKey, shadow: bool, record: bool) -> Decision:
-        """One decision within the call's deadline; past it, the failure policy answers."""
+        """One decision within the call's deadline; past it, the failure policy answers, as
+        for any storage failure (and logs the outage once, not per call)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            decision = await asyncio.wait_for(
+            return await asyncio.wait_for(
                 self.limiter.decider.decide(call, record, shadow), self.timeout
             )
         except TimeoutError:  # the pipeline's hooks never saw it: they see it here
-            allowed = self.limiter.policy.on_error == "allow"
-            logger.warning("ratelimit: %s decision took over %.3f s: degraded", api, self.timeout)
-            decision = make_decision(
-                allowed, 0.0 if allowed else 1.0, None, None if allowed else 0, call.key
-            )
-            decision = dataclasses.replace(decision, degraded=True)
+            late = BackendError(f"the {api} decision took over {self.timeout:g} s")
+            decision = self.limiter.policy.failed(late, call.key)
             if self.limiter.hooks:
                 self.limiter.hooks(decision, loop.time() - started)
-        if decision.degraded:
-            logger.warning("ratelimit: %s answered by the failure policy (storage failing)", api)
-        return decision
+            return decision
 
 
-def _selector_in_request(
-    limit: DescriptorLimit, values: dict[str, str], value: str, position: int
-) -> str | None:
-    """``None``: the limit's own selector; else a selector for a second descriptor of the same
-    limit in one request (counted on a counter of that position)."""
-    own = limit.selector
-    if own not in values or values[own] == value:
-        return None
-    return f"{own}_{position}"
+def escaped(field: str) -> str:
+    r"""``field`` with each backslash doubled and each separator (the control character
+    U+001F) written as the four characters ``\x1f``, so that fields joined by :func:`joined`
+    never read as other fields joined. A field with neither is unchanged."""
+    if "\\" not in field and "\x1f" not in field:
+        return field
+    return field.replace("\\", "\\\\").replace("\x1f", "\\x1f")
+
+
+def joined(fields: Iterable[str]) -> str:
+    """One selector value of several fields: distinct fields give distinct values."""
+    return "\x1f".join(escaped(field) for field in fields)
 
 
 def _limited(node: Node, by_leaf: dict[int, RuleState]) -> bool:

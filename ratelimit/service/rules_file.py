@@ -17,12 +17,19 @@ A request's descriptor matches a limit when it has the same keys in the same ord
 pinned value; of several, the one with the most pinned values wins (then the first in the
 file). Each limit counts per distinct descriptor (its keys and values). A descriptor no
 limit matches is not limited. Errors name the line.
+
+A running service replaces its rules through a :class:`RulesWatcher`, which applies a file
+only once it parsed whole and stayed the same for a moment, and never drops a domain on its
+own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
+import logging
+import os
 import re
 import tomllib
 from collections.abc import Sequence
@@ -36,6 +43,7 @@ from ratelimit.plan import compile_tree
 from ratelimit.rules import Node, map_rules, to_tree
 from ratelimit.settings import check_cost
 
+logger = logging.getLogger("ratelimit.service")
 _LIMIT_HEADER = re.compile(r"^\s*\[\[\s*limit\s*\]\]")
 _KEYS = {"domain", "descriptor", "rule", "shadow"}
 
@@ -104,9 +112,18 @@ def load(path: str | Path, algorithm: str = SLIDING_LOG) -> RulesFile:
     line of what is wrong."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        content = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigurationError(f"rules file {name}: cannot be read: {exc.strerror}") from None
+    return parse(content, name, algorithm)
+
+
+def parse(content: bytes, name: str, algorithm: str = SLIDING_LOG) -> RulesFile:
+    """Check the ``content`` of rules file ``name`` for ``algorithm`` (as :func:`load`)."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"rules file {name}: not UTF-8 text: {exc}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -185,3 +202,82 @@ def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
     return DescriptorLimit(
         domain, frozen, rules, per_selector(rules, selector), selector, shadow, line
     )
+
+
+SETTLE = 0.25
+"""A changed rules file is read twice this far apart, and applied only when both agree."""
+
+_Signature = tuple[int, int, int, int]
+
+
+def _signature(path: str) -> _Signature | None:
+    """What changes when a file is written or replaced (``None``: it cannot be read)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_mtime_ns, status.st_size, status.st_ino, status.st_dev)
+
+
+def _read(path: str) -> tuple[_Signature | None, bytes | None]:
+    try:
+        return _signature(path), Path(path).read_bytes()
+    except OSError:
+        return None, None
+
+
+class RulesWatcher:
+    """The rules in force (``rules``), replaced when their file changes, so that a file
+    caught while a writer rewrites it never drops a domain:
+
+    - a file is applied only once it parsed whole and read the same twice (its bytes,
+      size, modification time and inode), :data:`SETTLE` apart; else it is looked at
+      again later;
+    - a reload asked by a change of the file never removes a domain: when the new file has
+      no limit left for a domain that had some (as an empty or half-written file), the old
+      rules stay, all of them, and a warning names the domains;
+    - a reload the operator asks for (``explicit``: SIGHUP) applies the file as written,
+      removed domains included; so does a restart.
+    """
+
+    def __init__(self, rules: RulesFile, algorithm: str = SLIDING_LOG) -> None:
+        self.rules = rules
+        self.algorithm = algorithm
+        self._seen = _signature(rules.path)
+
+    def changed(self) -> bool:
+        """Whether the file differs from the one last looked at."""
+        return _signature(self.rules.path) != self._seen
+
+    async def reload(self, explicit: bool = False) -> bool:
+        """Read the file and replace ``rules`` if it may (logging what it did, or why not);
+        ``False`` when the file was still changing, to be looked at again."""
+        path = self.rules.path
+        first = _read(path)
+        await asyncio.sleep(SETTLE)
+        signature, content = _read(path)
+        if (signature, content) != first:
+            logger.info("ratelimit: rules file %s is being written; looked at again soon", path)
+            return False
+        self._seen = signature
+        try:
+            if content is None:
+                raise ConfigurationError(f"rules file {path}: cannot be read")
+            new = parse(content, path, self.algorithm)
+        except ConfigurationError as exc:
+            logger.error("ratelimit: rules file not reloaded, the old rules stay: %s", exc)
+            return True
+        dropped = ", ".join(repr(domain) for domain in sorted(self.rules.domains - new.domains))
+        if dropped and not explicit:
+            logger.warning(
+                "ratelimit: rules file not reloaded, the old rules stay: %s has no limit left "
+                "for domain %s, which had some (as a file caught mid-rewrite looks); to remove "
+                "a domain, send SIGHUP once the file is written, or restart",
+                path,
+                dropped,
+            )
+            return True
+        self.rules = new
+        removed = f"; domain {dropped} removed" if dropped else ""
+        logger.warning("ratelimit: rules file reloaded: %d limits%s", len(new.limits), removed)
+        return True

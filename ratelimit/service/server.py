@@ -2,21 +2,22 @@
 
 ratio's ``RateLimitService/RateLimit`` and Envoy's
 ``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``, gRPC health checking
-(``grpc.health.v1``) and server reflection. SIGTERM (or SIGINT) stops it gracefully: health
-turns ``NOT_SERVING``, calls keep being answered until none has come for a quarter second
-(at most 10 s), then new calls are refused, those in flight answered, and the storage
-closed. SIGHUP, or a change to the rules file seen within a second, reloads the rules
-file; a bad new file keeps the old rules and logs why.
+(``grpc.health.v1``: ``""``, each API's service name, and :data:`STORE_SERVICE` for the
+storage) and server reflection. SIGTERM (or SIGINT) stops it gracefully within
+:data:`GRACE_SECONDS` (see :meth:`Service.shutdown`): every call the service takes is
+answered, or refused ``UNAVAILABLE`` without being decided. SIGHUP, or a change to the rules
+file seen within a second, reloads the rules file; a bad new file keeps the old rules and
+logs why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,8 +25,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ratelimit.errors import ConfigurationError
+from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.limiter import RateLimit
+from ratelimit.plan import cached_plan, compile_tree
+from ratelimit.rules import Rule
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.handlers import Handlers, InvalidRequest, UnknownDomain, ratio_tree
@@ -36,21 +39,38 @@ logger = logging.getLogger("ratelimit.service")
 
 T = TypeVar("T")
 GRACE_SECONDS = 10.0
+"""From SIGTERM to the server stopped, at most."""
+WATCH_EVERY = 1.0
+"""How often the rules file is looked at."""
 DRAIN_QUIET = 0.25
+"""How long no call must come for a phase of the shutdown to end early."""
+DRAIN_MOST = 5.0
+"""How long, at most, calls are still decided after health turned ``NOT_SERVING``."""
+HOLD_MOST = 1.0
+"""How long, at most, new calls are held (not decided) before the server stops."""
+STOPPING = "the service is stopping: ask another replica (nothing was counted)"
 RATIO_SERVICE = "RateLimitService"
 ENVOY_SERVICE = "envoy.service.ratelimit.v3.RateLimitService"
+STORE_SERVICE = "ratelimit.store"
+"""The health name of the storage: ``NOT_SERVING`` while it fails (the service still answers,
+by its failure policy), ``SERVING`` when it answers."""
+STORE_EVERY = 0.5
+"""How often the storage's state is looked at, and asked again while it fails."""
+_PROBE = compile_tree(Rule(1, 1000))
 
 
 class Traffic:
-    """Calls in flight and when the last one came, for a drain before the server stops."""
+    """Calls being decided, when the last call came, and whether new calls are still
+    decided (``holding``: they wait for ``released``, then are refused ``UNAVAILABLE``)."""
 
     def __init__(self) -> None:
         self.active = 0
         self.last = 0.0
+        self.holding = False
+        self.released = asyncio.Event()
 
     def __enter__(self) -> None:
         self.active += 1
-        self.last = time.monotonic()
 
     def __exit__(self, *exc: object) -> None:
         self.active -= 1
@@ -69,7 +89,14 @@ async def _answered(
     traffic: Traffic, context: grpc.aio.ServicerContext[Any, Any], work: Awaitable[T]
 ) -> T:
     """One call's answer, counted in ``traffic``; a request the handlers refuse is aborted
-    with its status code (``abort`` raises)."""
+    with its status code (``abort`` raises). While the service stops, a new call is held
+    undecided and then refused ``UNAVAILABLE``."""
+    traffic.last = time.monotonic()
+    if traffic.holding:
+        if isinstance(work, Coroutine):
+            work.close()  # never started: nothing decided, nothing counted
+        await traffic.released.wait()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
     with traffic:
         try:
             return await work
@@ -129,7 +156,11 @@ class Service:
                 hooks=hooks,
             )
         self.handlers = Handlers(
-            self.limiter, ratio_tree(config.rules, config.algorithm), self.rules, config.timeout
+            self.limiter,
+            ratio_tree(config.rules, config.algorithm),
+            self.rules,
+            config.timeout,
+            config.max_descriptors,
         )
         # no SO_REUSEPORT (gRPC's default): a second service on a port in use is an error,
         # not a silent half of the traffic
@@ -138,7 +169,11 @@ class Service:
         self.port = 0
         self.traffic = Traffic()
         self._stop = asyncio.Event()
-        self._seen = self._mtime()
+        self._watcher = (
+            rules_file.RulesWatcher(self.rules, config.algorithm) if self.rules else None
+        )
+        self._asked = False
+        self._wake = asyncio.Event()
 
     async def start(self) -> int:
         traffic = self.traffic
@@ -164,23 +199,44 @@ class Service:
         if self.port == 0:
             raise ConfigurationError(f"cannot listen on {address}")
         await self.server.start()
-        for name in ("", RATIO_SERVICE, ENVOY_SERVICE):
+        for name in ("", RATIO_SERVICE, ENVOY_SERVICE, STORE_SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
 
-    def reload(self) -> bool:
-        """Read the rules file again; keep the old rules (and say why) when it is bad."""
-        if not self.config.rules_file:
-            return False
-        self._seen = self._mtime()
+    async def _watch_store(self) -> None:
+        """Keep ``ratelimit.store``'s health in step with the storage: ``NOT_SERVING`` from
+        a decision that failed until the storage answers again, which is asked every
+        :data:`STORE_EVERY` meanwhile (so that it recovers without traffic)."""
+        serving = True
+        while True:
+            await asyncio.sleep(STORE_EVERY)
+            if self.limiter.storage_failing:
+                await self._ask_store()
+            if serving == self.limiter.storage_failing:
+                serving = not serving
+                status = health_pb2.HealthCheckResponse
+                await self.health.set(
+                    STORE_SERVICE, status.SERVING if serving else status.NOT_SERVING
+                )
+
+    async def _ask_store(self) -> None:
+        """One question to the storage that counts nothing, within the call deadline; an
+        answer ends the outage (the failure policy logs it, once)."""
+        limiter = self.limiter
+        plan = cached_plan(
+            _PROBE, limiter.namespace, STORE_SERVICE, (), 1, limiter.algorithm, record=False
+        )
         try:
-            new = rules_file.load(self.config.rules_file, self.config.algorithm)
-        except ConfigurationError as exc:
-            logger.error("ratelimit: rules file not reloaded, the old rules stay: %s", exc)
-            return False
-        self.rules = self.handlers.rules = new
-        logger.warning("ratelimit: rules file reloaded: %d limits", len(new.limits))
-        return True
+            await asyncio.wait_for(limiter.backend.decide(plan), self.config.timeout)
+        except (BackendError, TimeoutError):
+            return
+        limiter.policy.answered()
+
+    def reload(self) -> None:
+        """SIGHUP: read the rules file again and apply it as written, once it stayed the
+        same for a moment (:class:`~ratelimit.service.rules_file.RulesWatcher`)."""
+        self._asked = True
+        self._wake.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -191,37 +247,56 @@ class Service:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
-        watcher = asyncio.create_task(self._watch())
+        watchers = [asyncio.create_task(self._watch()), asyncio.create_task(self._watch_store())]
         try:
             await self._stop.wait()
         finally:
-            watcher.cancel()
+            for watcher in watchers:
+                watcher.cancel()
             await self.shutdown()
 
     async def shutdown(self) -> None:
-        """Health turns NOT_SERVING; calls keep being answered until none has come for a
-        moment (so that those clients sent before they saw it are not cancelled); then the
-        server stops, answering what is still in flight, and the storage is closed."""
+        """Stop within :data:`GRACE_SECONDS`, answering every call taken:
+
+        1. health turns ``NOT_SERVING`` on every name, and calls are still decided until
+           none has come for :data:`DRAIN_QUIET` (those clients sent before they saw it;
+           a client that watches health sends no more), at most :data:`DRAIN_MOST`;
+        2. new calls are held, undecided, until none has come for :data:`DRAIN_QUIET` (a
+           client that waits for its answers sends no more), at most :data:`HOLD_MOST`;
+        3. the server stops taking streams (HTTP/2 GOAWAY: a client's next call goes
+           elsewhere, or fails ``UNAVAILABLE`` without reaching it), the held calls are
+           refused ``UNAVAILABLE``, and the storage is closed.
+
+        gRPC cancels a call that reached the server but no handler when the server stops:
+        holding new calls in step 2 keeps that queue empty.
+        """
+        stopped_by = time.monotonic() + GRACE_SECONDS
+        traffic = self.traffic
         await self.health.enter_graceful_shutdown()
-        await self.traffic.drained(DRAIN_QUIET, GRACE_SECONDS)
-        await self.server.stop(GRACE_SECONDS)
+        await traffic.drained(DRAIN_QUIET, DRAIN_MOST)
+        traffic.holding = True
+        await traffic.drained(DRAIN_QUIET, HOLD_MOST)
+        stopping = asyncio.create_task(
+            self.server.stop(max(stopped_by - time.monotonic(), DRAIN_QUIET))
+        )
+        await asyncio.sleep(0)  # the server has stopped taking streams: GOAWAY is queued
+        traffic.released.set()
+        await stopping
         await self.limiter.aclose()
         if self._flush_metrics is not None:
             self._flush_metrics()
 
     async def _watch(self) -> None:
-        while self.config.rules_file:
-            await asyncio.sleep(1.0)
-            if self._mtime() != self._seen:
-                self.reload()
-
-    def _mtime(self) -> float | None:
-        if not self.config.rules_file:
-            return None
-        try:
-            return os.stat(self.config.rules_file).st_mtime_ns / 1e9
-        except OSError:
-            return None
+        """Look at the rules file every second, and at once on SIGHUP."""
+        while self._watcher is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), WATCH_EVERY)
+            self._wake.clear()
+            asked, self._asked = self._asked, False
+            if asked or self._watcher.changed():
+                if not await self._watcher.reload(explicit=asked):
+                    self._asked = self._asked or asked  # still being written: look again
+                self.rules = self.handlers.rules = self._watcher.rules
 
 
 def metric_hooks(metrics: str) -> tuple[list[Any], Callable[[], object] | None]:
