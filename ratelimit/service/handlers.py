@@ -21,7 +21,7 @@ from ratelimit.decider import CallKey
 from ratelimit.decision import Decision, RuleState
 from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.limiter import RateLimit
-from ratelimit.plan import CompiledTree, compile_tree
+from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.rules import And, Node, Or, Rule, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
 from ratelimit.service.proto import ratio_pb2
@@ -122,15 +122,15 @@ class Handlers:
                 matched.append((n, limit, value, cost))
         statuses = [RLS.DescriptorStatus(code=RLS.OK) for _ in request.descriptors]
         overall = RLS.OK
-        # enforced descriptors in one decision (one per cost, when descriptors differ in
-        # hits_addend), then shadow ones in another, never refused, and counting nothing
-        # when the request was refused
-        groups: dict[tuple[bool, int], list[tuple[int, DescriptorLimit, str, int]]] = {}
+        # enforced descriptors in one atomic decision, each counting its own hits_addend,
+        # then shadow ones in another, never refused, and counting nothing when the request
+        # was refused
+        groups: dict[bool, list[tuple[int, DescriptorLimit, str, int]]] = {}
         for item in sorted(matched, key=lambda item: item[1].shadow):
-            groups.setdefault((item[1].shadow, item[3]), []).append(item)
-        for (shadow, cost), group in groups.items():
+            groups.setdefault(item[1].shadow, []).append(item)
+        for shadow, group in groups.items():
             record = overall == RLS.OK
-            decision = await self._decide_group(request.domain, group, cost, shadow, record)
+            decision = await self._decide_group(request.domain, group, shadow, record)
             if not decision.allowed and not decision.shadow:
                 overall = RLS.OVER_LIMIT
             self._statuses(group, decision, statuses)
@@ -140,17 +140,18 @@ class Handlers:
         self,
         domain: str,
         group: list[tuple[int, DescriptorLimit, str, int]],
-        cost: int,
         shadow: bool,
         record: bool,
     ) -> Decision:
-        # one leaf set per descriptor; one limit with another value in the same request
-        # counts under ``selector#n``: on that value's own counter (see cached_plan), the
-        # one a request naming it anywhere else counts on
+        # one leaf set per descriptor, each leaf counting its descriptor's hits_addend; one
+        # limit with another value in the same request counts under ``selector#n``: on that
+        # value's own counter (see cached_plan), the one a request naming it anywhere else
+        # counts on. A descriptor repeated in one request counts once, at its largest cost.
         trees: list[Node] = []
+        costs: list[int] = []
         values: dict[str, str] = {}
         names: dict[str, dict[str, str]] = {}  # per limit: value -> its selector here
-        for _, limit, value, _ in group:
+        for _, limit, value, cost in group:
             named = names.setdefault(limit.selector, {})
             selector = named.get(value)
             if selector is None:
@@ -159,13 +160,15 @@ class Handlers:
                 values[selector] = value
             own = selector == limit.selector
             trees.append(limit.tree if own else per_selector(limit.rules, selector))
+            costs += [cost] * len(compile_tree(limit.rules).rules)
         compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees))
+        per_leaf = costs[0] if len(set(costs)) == 1 else tuple(costs)
         try:
-            check_cost(compiled, cost, self.limiter.decider.algorithm)
+            check_cost(compiled, per_leaf, self.limiter.decider.algorithm)
         except ConfigurationError as exc:
-            raise InvalidRequest(f"hits_addend {cost}: {exc}") from None
+            raise InvalidRequest(f"hits_addend: {exc}") from None
         call = self._call(
-            compiled, f"envoy/{domain}", tuple(values[s] for s in compiled.selectors), cost
+            compiled, f"envoy/{domain}", tuple(values[s] for s in compiled.selectors), per_leaf
         )
         return await self._decide("envoy", call, shadow, record)
 
@@ -204,7 +207,7 @@ class Handlers:
             status.duration_until_reset.CopyFrom(_duration(tightest.reset_after))
 
     def _call(
-        self, compiled: CompiledTree, key: str, values: tuple[str | None, ...], cost: int
+        self, compiled: CompiledTree, key: str, values: tuple[str | None, ...], cost: Cost
     ) -> CallKey:
         decider = self.limiter.decider
         return CallKey(compiled, decider.namespace, key, values, cost, decider.algorithm)
