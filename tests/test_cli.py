@@ -47,6 +47,8 @@ def test_serve_takes_the_algorithm_the_readme_names(monkeypatch: pytest.MonkeyPa
     [
         ("from ratelimit.asgi import RouteLimit", "starlette", "asgi"),
         ("import ratelimit.metrics", "opentelemetry", "otel"),
+        ("import ratelimit.service.server", "grpc", "server"),
+        ("import ratelimit.service.handlers", "google.protobuf", "server"),
     ],
 )
 def test_a_missing_extra_is_named(module: str, missing: str, extra: str) -> None:

@@ -14,21 +14,24 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from google.protobuf.duration_pb2 import Duration
-
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.decider import CallKey
 from ratelimit.decision import Decision, RuleState
 from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.extras import needs_extra
 from ratelimit.limiter import RateLimit
 from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.rules import And, Node, Or, Rule, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
-from ratelimit.service.proto import ratio_pb2
-from ratelimit.service.proto.envoy import rls_pb2
-from ratelimit.service.proto.envoy.common_pb2 import RateLimitDescriptor
 from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector
 from ratelimit.settings import check_cost
+
+with needs_extra("server"):
+    from google.protobuf.duration_pb2 import Duration
+
+    from ratelimit.service.proto import ratio_pb2
+    from ratelimit.service.proto.envoy import rls_pb2
+    from ratelimit.service.proto.envoy.common_pb2 import RateLimitDescriptor
 
 PAIR = "owner_resource"
 """The selector a ratio rule without one counts under: per (owner, resource) pair."""

@@ -21,19 +21,22 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
-
 from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.extras import needs_extra
 from ratelimit.limiter import RateLimit
 from ratelimit.plan import cached_plan, compile_tree
 from ratelimit.rules import Rule
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
-from ratelimit.service.handlers import Handlers, InvalidRequest, UnknownDomain, ratio_tree
-from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
-from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
+
+with needs_extra("server"):
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection
+
+    from ratelimit.service.handlers import Handlers, InvalidRequest, UnknownDomain, ratio_tree
+    from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
+    from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
 
 logger = logging.getLogger("ratelimit.service")
 
