@@ -15,7 +15,9 @@ and prints the answers.
 - ``GET /health``: never limited.
 
 No proxy is trusted: the client is the connection's peer, whatever ``X-Forwarded-For`` says.
-Behind a proxy, pass ``trusted_proxies=["10.0.0.0/8"]`` (its addresses) to the middleware.
+Behind a proxy, pass ``trusted_proxies=["10.0.0.0/8"]`` (its addresses; ``["unix"]`` for a
+proxy in front of ``uvicorn --uds``) to the middleware, and ``forwarded_header=`` when the
+proxy sets ``Forwarded`` or ``X-Real-IP`` rather than ``X-Forwarded-For``.
 """
 
 from __future__ import annotations

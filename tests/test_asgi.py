@@ -159,13 +159,15 @@ def test_client_addresses() -> None:
 
     none = TrustedProxies()
     assert none.client(scope("10.0.0.1", (b"x-forwarded-for", b"1.2.3.4"))) == "10.0.0.1"
-    assert none.client(scope(None)) is None
+    assert none.client(scope(None)) == "unknown"  # a unix socket: one shared client
     proxies = TrustedProxies(["10.0.0.0/8"])
     xff = (b"x-forwarded-for", b"6.6.6.6, 1.2.3.4, 10.0.0.7")
     assert proxies.client(scope("10.0.0.1", xff)) == "1.2.3.4"  # rightmost not trusted
     assert proxies.client(scope("8.8.8.8", xff)) == "8.8.8.8"  # peer not a proxy
     forwarded = (b"forwarded", b'for=6.6.6.6, for="[2001:db8::1]:4711";proto=https')
-    assert proxies.client(scope("10.0.0.1", forwarded)) == "2001:db8::/64"
+    assert proxies.client(scope("10.0.0.1", forwarded)) == "10.0.0.1"  # not its header
+    rfc7239 = TrustedProxies(["10.0.0.0/8"], forwarded_header="forwarded")
+    assert rfc7239.client(scope("10.0.0.1", forwarded)) == "2001:db8::/64"
     assert TrustedProxies(ipv6_prefix=128).client(scope("2001:db8::1")) == "2001:db8::1"
     assert none.client(scope("::ffff:1.2.3.4")) == "1.2.3.4"
     assert TrustedProxies("*").client(scope("9.9.9.9", (b"x-forwarded-for", b"5.5.5.5"))) == (

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from ratelimit.asgi.headers import limit_field, policy_field, rate_limit_headers
 from ratelimit.asgi.middleware import RateLimitMiddleware
-from ratelimit.asgi.request import HTTPRequest, TrustedProxies
+from ratelimit.asgi.proxies import TrustedProxies
+from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.routes import Route
 from ratelimit.asgi.sources import (
     Source,
@@ -42,6 +43,7 @@ from ratelimit.asgi.sources import (
     query_param,
     user,
 )
+from ratelimit.asgi.values import SourceValueError
 
 if TYPE_CHECKING:
     from ratelimit.asgi.starlette import RouteLimit
@@ -61,6 +63,7 @@ __all__ = [
     "Route",
     "RouteLimit",
     "Source",
+    "SourceValueError",
     "TrustedProxies",
     "client_ip",
     "header",

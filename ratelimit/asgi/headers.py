@@ -124,11 +124,25 @@ def problem(decision: Decision) -> tuple[int, bytes]:
     return 429, json.dumps(body).encode()
 
 
+def unreadable(error: Exception) -> tuple[int, bytes]:
+    """The status and ``application/problem+json`` body of a request whose selector value
+    its source's ``type`` cannot read (:class:`~ratelimit.asgi.values.SourceValueError`):
+    422, counted nowhere."""
+    body = {
+        "type": "about:blank",
+        "title": "Unprocessable Content",
+        "status": 422,
+        "detail": f"{error}; this service limits requests by that value, so it must be valid",
+    }
+    return 422, json.dumps(body).encode()
+
+
+def problem_headers(body: bytes) -> Headers:
+    """``Content-Type`` and ``Content-Length`` of a problem response."""
+    return [(b"content-type", PROBLEM_JSON), (b"content-length", str(len(body)).encode())]
+
+
 def refusal_headers(decision: Decision, body: bytes) -> Headers:
     """``Content-Type``, ``Content-Length`` and ``Retry-After`` of a problem response, in
     that order (``[2:]`` is ``Retry-After`` alone)."""
-    return [
-        (b"content-type", PROBLEM_JSON),
-        (b"content-length", str(len(body)).encode()),
-        (b"retry-after", str(retry_after(decision)).encode()),
-    ]
+    return [*problem_headers(body), (b"retry-after", str(retry_after(decision)).encode())]

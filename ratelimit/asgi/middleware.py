@@ -1,7 +1,9 @@
 """``RateLimitMiddleware``: plain ASGI, under Starlette, FastAPI or any ASGI application.
 
 Per request: excluded paths pass untouched; otherwise the **first** route that matches the
-method and path decides (one rule tree, atomically; routes with one key share counters). A
+method and path decides (one rule tree, atomically; routes with one key share counters).
+Paths are matched as the application routes on them, without ``root_path`` (as Starlette
+does), so under ``uvicorn --root-path`` or a mount the patterns are the application's own. A
 refused request gets a 429 (or 503 when the storage failed and
 ``on_error="deny"``), a WebSocket handshake is refused before it is accepted, and every
 response the limiter decided carries the ``RateLimit-Policy`` / ``RateLimit`` headers. The
@@ -9,7 +11,8 @@ body streams through untouched: nothing is buffered.
 
 Limits decided inside the application (a :class:`~ratelimit.asgi.RouteLimit` dependency, a
 ``@rl.limit`` function the route calls) reach the same headers, and their
-``RateLimitExceeded`` becomes the same 429 when the response has not started.
+``RateLimitExceeded`` becomes the same 429 when the response has not started. A selector
+value its source's ``type`` cannot read is answered 422 with problem details, counted nowhere.
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
-from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers
-from ratelimit.asgi.request import HTTPRequest, TrustedProxies
+from ratelimit.asgi.headers import (
+    problem,
+    problem_headers,
+    rate_limit_headers,
+    refusal_headers,
+    unreadable,
+)
+from ratelimit.asgi.proxies import TrustedProxies
+from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, pattern
+from ratelimit.asgi.values import SourceValueError
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.limiter import RateLimit
 
@@ -43,12 +54,15 @@ class RateLimitMiddleware:
     ``limiter``: the :class:`~ratelimit.RateLimit` that counts. ``routes``: :class:`Route`
     limits, the first match deciding. ``exclude``: path patterns that never touch the
     limiter (health checks, metrics), checked first. ``trusted_proxies``: the addresses or
-    networks whose ``Forwarded`` / ``X-Forwarded-For`` headers name the client (default:
-    none; the client is the connection's peer); ``ipv6_prefix``: IPv6 clients counted per
-    network of that many bits (default 64). ``headers``: send ``RateLimit-Policy`` and
-    ``RateLimit`` (default on); ``legacy_headers``: also ``X-RateLimit-Limit``, ``-Remaining``
-    and ``-Reset`` (seconds). ``refused``: a function of (request, decision) returning the
-    ASGI response for a 429 (default: RFC 9457 problem details).
+    networks (``"unix"`` for a unix socket's peer, ``"*"`` for any peer) whose forwarding
+    header names the client (default: none; the client is the connection's peer);
+    ``forwarded_header``: the one header those proxies set, ``"x-forwarded-for"`` (default),
+    ``"forwarded"`` or ``"x-real-ip"``; ``ipv6_prefix``: IPv6 clients counted per network of
+    that many bits (default 64). See :class:`~ratelimit.asgi.TrustedProxies`. ``headers``:
+    send ``RateLimit-Policy`` and ``RateLimit`` (default on); ``legacy_headers``: also
+    ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` (seconds). ``refused``: a function
+    of (request, decision) returning the ASGI response for a 429 (default: RFC 9457 problem
+    details).
     """
 
     def __init__(
@@ -59,6 +73,7 @@ class RateLimitMiddleware:
         *,
         exclude: Iterable[str] = (),
         trusted_proxies: Iterable[str] = (),
+        forwarded_header: str = "x-forwarded-for",
         ipv6_prefix: int = 64,
         headers: bool = True,
         legacy_headers: bool = False,
@@ -76,14 +91,15 @@ class RateLimitMiddleware:
         if isinstance(exclude, str):
             exclude = [exclude]
         self.exclude = tuple(pattern(path, "exclude") for path in exclude)
-        self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix)
+        self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
         self.headers = bool(headers)
         self.legacy_headers = bool(legacy_headers)
         self.refused = refused
 
     def route_for(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         """The route that decides a request (the first that matches), with its path
-        parameters; ``None`` for excluded and unmatched paths."""
+        parameters; ``None`` for excluded and unmatched paths. ``path``: as the application
+        routes on it (without ``root_path``)."""
         if any(excluded.fullmatch(path) for excluded in self.exclude):
             return None
         return self._match(method, path)
@@ -100,7 +116,7 @@ class RateLimitMiddleware:
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
+        path = route_path(scope)
         if any(excluded.fullmatch(path) for excluded in self.exclude):
             await self.app(scope, receive, send)
             return
@@ -112,7 +128,11 @@ class RateLimitMiddleware:
         if found is not None:
             route, params = found
             request = HTTPRequest(scope, self.proxies, params)
-            decision = await route.limit.decide(self.limiter, request, route.key)
+            try:
+                decision = await route.limit.decide(self.limiter, request, route.key)
+            except SourceValueError as exc:
+                await _answer(scope, receive, send, *unreadable(exc))
+                return
             decisions.append(decision)
             state = scope["state"] = dict(scope.get("state") or {})
             state[STATE] = decision
@@ -136,6 +156,10 @@ class RateLimitMiddleware:
 
         try:
             await self.app(scope, receive, send_with_headers)
+        except SourceValueError as exc:  # a RouteLimit's value is unreadable
+            if started:
+                raise
+            await _answer(scope, receive, send, *unreadable(exc))
         except RateLimitExceeded as exc:  # a limit inside the application refused
             if started:
                 raise
@@ -169,13 +193,16 @@ class RateLimitMiddleware:
 
         try:
             await self.app(scope, receive_noting, send_noting)
-        except RateLimitExceeded as exc:
+        except (RateLimitExceeded, SourceValueError) as exc:
             if accepted:
                 raise
+            replay = _replaying({"type": "websocket.connect"}, receive) if connected else receive
+            if isinstance(exc, SourceValueError):
+                await _answer(scope, replay, send, *unreadable(exc))
+                return
             if all(d is not exc.decision for d in decisions):
                 decisions.append(exc.decision)
             request = request or HTTPRequest(scope, self.proxies)
-            replay = _replaying({"type": "websocket.connect"}, receive) if connected else receive
             await self._refuse(scope, replay, send, request, exc.decision, decisions)
 
     async def _refuse(
@@ -189,7 +216,9 @@ class RateLimitMiddleware:
     ) -> None:
         added = rate_limit_headers(decisions, self.legacy_headers) if self.headers else []
         if scope["type"] == "websocket":
-            await _refuse_websocket(scope, receive, send, decision, added)
+            status, body = problem(decision)
+            retry = refusal_headers(decision, body)[2:]
+            await _answer(scope, receive, send, status, body, [*retry, *added])
             return
         if self.refused is not None and not decision.degraded:
             response = self.refused(request, decision)
@@ -205,27 +234,36 @@ class RateLimitMiddleware:
             await response(scope, receive, send_with_headers)
             return
         status, body = problem(decision)
-        headers = [*refusal_headers(decision, body), *added]
+        retry = refusal_headers(decision, body)[2:]
+        await _answer(scope, receive, send, status, body, [*retry, *added])
+
+
+async def _answer(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    body: bytes,
+    added: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    """Answer with a problem: ``status``, ``body``, and ``added`` headers after the content
+    headers. A WebSocket handshake is refused before it is accepted: with that answer where
+    the server offers ASGI's ``websocket.http.response`` extension (uvicorn does), else by
+    closing with 1008 (policy violation), which the server answers with 403."""
+    headers = [*problem_headers(body), *added]
+    if scope["type"] != "websocket":
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-async def _refuse_websocket(
-    scope: Scope, receive: Receive, send: Send, decision: Decision, added: list[Any]
-) -> None:
-    """Refuse a handshake before accepting it: with the 429 itself where the server offers
-    ASGI's ``websocket.http.response`` extension (uvicorn does), else by closing with 1008
-    (policy violation), which the server answers with 403."""
+        return
     message = await receive()
     if message["type"] != "websocket.connect":
         return
     if "websocket.http.response" in scope.get("extensions", {}):
-        status, body = problem(decision)
-        headers = [*refusal_headers(decision, body), *added]
         await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
         await send({"type": "websocket.http.response.body", "body": body})
         return
-    await send({"type": "websocket.close", "code": 1008, "reason": "rate limit exceeded"})
+    reason = "invalid request" if status == 422 else "rate limit exceeded"
+    await send({"type": "websocket.close", "code": 1008, "reason": reason})
 
 
 def _replaying(first: Message, receive: Receive) -> Receive:

@@ -5,6 +5,12 @@ or any function of the request, sync or async.
 Each source is a function of an :class:`~ratelimit.asgi.request.HTTPRequest`. A value of
 ``None`` or ``""`` means the rule does not apply to that request (as everywhere in this
 package): a request without an ``X-API-Key`` header is not limited by ``apikey:10/m``.
+
+``header``, ``query_param``, ``path_param``, ``json_field`` and ``user`` take ``type=``
+(``int``, ``bool`` or any function of the value) so that every spelling of one value counts
+as one: ``json_field("account", type=int)`` counts ``7``, ``"07"`` and ``7.0`` as 7, and
+refuses ``"x"`` with 422 (see :mod:`ratelimit.asgi.values` for the rules, with and without
+a type).
 """
 
 from __future__ import annotations
@@ -15,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratelimit.asgi.request import HTTPRequest
+from ratelimit.asgi.values import Convert, as_text, converted, converter
 from ratelimit.errors import ConfigurationError
 from ratelimit.plan import CompiledTree
-from ratelimit.selectors import as_text
 
 SourceFunction = Callable[[HTTPRequest], Any]
 
@@ -25,42 +31,46 @@ SourceFunction = Callable[[HTTPRequest], Any]
 @dataclass(frozen=True, slots=True)
 class Source:
     """A named way to read a selector value from a request. ``needs_body``: reads the body,
-    which only a route dependency can (the middleware never buffers one)."""
+    which only a route dependency can (the middleware never buffers one). ``convert``: reads
+    a present value as its type (``expected`` names it in errors)."""
 
     read: SourceFunction
     what: str
     needs_body: bool = False
+    convert: Convert | None = None
+    expected: str = ""
 
     def __repr__(self) -> str:
         return self.what
 
 
 def client_ip() -> Source:
-    """The client's address (see ``trusted_proxies``). The default source of a selector
-    named ``ip``."""
+    """The client's address (see ``trusted_proxies``; ``"unknown"``, shared by every such
+    request, when it cannot be known). The default source of a selector named ``ip``."""
     return Source(lambda request: request.client_ip, "client_ip()")
 
 
-def header(name: str) -> Source:
-    """A request header, by name (any case); repeated headers joined with ``", "``."""
+def header(name: str, *, type: object = None) -> Source:
+    """A request header, by name (any case); repeated headers joined with ``", "``.
+    ``type``: see the module's documentation (for every source below too)."""
     _check_name("header", name)
     lower = name.lower()
-    return Source(lambda request: request.header(lower), f"header({name!r})")
+    return _typed(lambda request: request.header(lower), "header", repr(name), type)
 
 
-def query_param(name: str) -> Source:
+def query_param(name: str, *, type: object = None) -> Source:
     """A query-string parameter (its first value)."""
     _check_name("query_param", name)
-    return Source(lambda request: request.query.get(name), f"query_param({name!r})")
+    return _typed(lambda request: request.query.get(name), "query_param", repr(name), type)
 
 
-def path_param(name: str) -> Source:
+def path_param(name: str, *, type: object = None) -> Source:
     """A path parameter: ``{name}`` in the route's pattern, or the framework's own."""
     _check_name("path_param", name)
-    return Source(lambda request: request.path_params.get(name), f"path_param({name!r})")
+    return _typed(lambda request: request.path_params.get(name), "path_param", repr(name), type)
 
 
-def user(attribute: str | None = None) -> Source:
+def user(attribute: str | None = None, *, type: object = None) -> Source:
     """The authenticated user, ``scope["user"]`` (Starlette's ``AuthenticationMiddleware``
     sets it): its ``attribute``, else its ``identity``, ``username`` or ``display_name``,
     else its text. An unauthenticated user (``is_authenticated`` false) has no value."""
@@ -79,14 +89,16 @@ def user(attribute: str | None = None) -> Source:
                 return value
         return who
 
-    return Source(read, "user()" if attribute is None else f"user({attribute!r})")
+    return _typed(read, "user", "" if attribute is None else repr(attribute), type)
 
 
-def json_field(path: str) -> Source:
+def json_field(path: str, *, type: object = None) -> Source:
     """A field of the JSON body: ``"username"``, or ``"user.name"`` for nested objects.
-    Route dependencies only: the middleware never reads a body."""
+    Route dependencies only: the middleware never reads a body. Without ``type``, an
+    object or a list is no value; with one, it is a value the type cannot read (422)."""
     _check_name("json_field", path)
     parts = path.split(".")
+    keep_containers = type is not None
 
     async def read(request: HTTPRequest) -> Any:
         value = await request.json()
@@ -94,9 +106,22 @@ def json_field(path: str) -> Source:
             if not isinstance(value, Mapping):
                 return None
             value = value.get(part)
-        return None if isinstance(value, Mapping | list) else value
+        if isinstance(value, Mapping | list) and not keep_containers:
+            return None
+        return value
 
-    return Source(read, f"json_field({path!r})", needs_body=True)
+    return _typed(read, "json_field", repr(path), type, needs_body=True)
+
+
+def _typed(
+    read: SourceFunction, kind: str, argument: str, type_: object, needs_body: bool = False
+) -> Source:
+    """A source of ``kind`` (named with its ``argument`` text), reading ``type_`` when given."""
+    if type_ is None:
+        return Source(read, f"{kind}({argument})", needs_body)
+    convert, expected, name = converter(type_, f"{kind}({argument})")
+    what = f"{kind}({', '.join(filter(None, [argument, f'type={name}']))})"
+    return Source(read, what, needs_body, convert, expected)
 
 
 def _check_name(source: str, name: object) -> None:
@@ -158,8 +183,11 @@ async def resolve(
     """The selector values of one request, in the order of ``names``."""
     values: list[str | None] = []
     for name in names:
-        value = sources[name].read(request)
+        source = sources[name]
+        value = source.read(request)
         if inspect.isawaitable(value):
             value = await value
+        if source.convert is not None and value is not None and value != "":
+            value = converted(value, source.convert, source.what, source.expected)
         values.append(as_text(value))
     return tuple(values)

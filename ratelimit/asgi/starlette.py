@@ -15,7 +15,9 @@ The decision is returned (``decision: Decision = Depends(login_limit)``) and kep
 ``request.state.ratelimit``. With :class:`~ratelimit.asgi.RateLimitMiddleware` installed (its
 routes may be empty), the response carries the ``RateLimit`` headers and a refusal is the
 middleware's 429; without it, a refusal is raised as Starlette's ``HTTPException`` (429, or
-503 under ``on_error="deny"``) with the same headers, and admitted responses carry none.
+503 under ``on_error="deny"``) with the same headers, and admitted responses carry none. A
+selector value its source's ``type`` cannot read is a 422 the same way (the middleware's
+problem details, else an ``HTTPException``), counted nowhere.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ with needs_extra("asgi"):
     from starlette.exceptions import HTTPException
     from starlette.requests import HTTPConnection, Request
 
-from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers
+from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers, unreadable
 from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.asgi.middleware import DECISIONS, STATE
-from ratelimit.asgi.request import HTTPRequest, TrustedProxies
+from ratelimit.asgi.proxies import TrustedProxies
+from ratelimit.asgi.request import HTTPRequest, route_path
+from ratelimit.asgi.values import SourceValueError
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.limiter import RateLimit
 from ratelimit.rules import RuleLike
@@ -44,9 +48,10 @@ logger = logging.getLogger("ratelimit.asgi")
 class RouteLimit:
     """A limit for one route, checked when made. ``rules``, ``key``, ``cost`` and
     ``shadow`` as for ``RateLimit.limit`` (``key`` defaults to the method and the route's
-    path template, e.g. ``"POST /login"``); ``**sources`` as for
-    :class:`~ratelimit.asgi.Route`, body fields included; ``trusted_proxies`` and
-    ``ipv6_prefix`` as for the middleware (a selector named ``ip`` reads the client)."""
+    path template within its application, e.g. ``"POST /login"``, the same under
+    ``root_path`` or a mount); ``**sources`` as for :class:`~ratelimit.asgi.Route`, body
+    fields included; ``trusted_proxies``, ``forwarded_header`` and ``ipv6_prefix`` as for
+    the middleware (a selector named ``ip`` reads the client)."""
 
     def __init__(
         self,
@@ -57,13 +62,14 @@ class RouteLimit:
         cost: float = 1,
         shadow: bool | None = None,
         trusted_proxies: Iterable[str] = (),
+        forwarded_header: str = "x-forwarded-for",
         ipv6_prefix: int = 64,
         **sources: Any,
     ) -> None:
         self.limit = HTTPLimit(rules, key, cost, shadow, sources, f"RouteLimit({rules!r})", True)
         self.limit.check(limiter)
         self.limiter = limiter
-        self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix)
+        self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
         self._warned = False
 
     async def __call__(self, request: Request) -> Decision:
@@ -76,9 +82,15 @@ class RouteLimit:
         body = request.json if isinstance(request, Request) else None
         view = HTTPRequest(scope, self.proxies, body=body)
         key = self.limit.key or _route_key(request)
-        decision = await self.limit.decide(self.limiter, view, key)
-        setattr(request.state, STATE, decision)
         decisions = scope.get(DECISIONS)
+        try:
+            decision = await self.limit.decide(self.limiter, view, key)
+        except SourceValueError as exc:
+            if decisions is not None:
+                raise  # the middleware answers it
+            status, body_bytes = unreadable(exc)
+            raise HTTPException(status, detail=body_bytes.decode()) from exc
+        setattr(request.state, STATE, decision)
         if decisions is not None:
             decisions.append(decision)
         if decision.allowed or decision.shadow:
@@ -102,8 +114,11 @@ class RouteLimit:
 
 
 def _route_key(request: HTTPConnection) -> str:
-    """The method and the route's path template (``"POST /login"``), else the path."""
+    """The method and the route's path template (``"POST /login"``), else the path the
+    application routes on. The template is the route's own, within the application that
+    holds it (Starlette and FastAPI set ``scope["route"]``), so neither ``root_path`` nor
+    a mount's prefix enters it (a prefix with parameters would give a key per value)."""
     route = request.scope.get("route")
-    path = getattr(route, "path", None) or request.url.path
+    path = getattr(route, "path", None) or route_path(request.scope)
     method = request.scope.get("method", "WEBSOCKET")
     return f"{method} {path}"
