@@ -12,6 +12,7 @@
     ├── LockTimeoutError (also TimeoutError)      lock, waited
     ├── LimiterClosedError (also RuntimeError)    the limiter was used after aclose()
     ├── EventLoopError (also RuntimeError)        two event loops ran one limiter at once
+    ├── SourceValueError (also ValueError)        source, value: an HTTP value its type= cannot read
     └── BackendError                              the backend's own error is its __cause__
 
 ``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
@@ -127,3 +128,18 @@ class BackendError(RateLimitError):
 
     The original exception is chained as ``__cause__``.
     """
+
+
+class SourceValueError(RateLimitError, ValueError):
+    """A request's selector value that its source's ``type`` cannot read: the middleware
+    (and a ``RouteLimit`` without it) answers ``422`` with problem details. ``source``: the
+    source, as written (``"json_field('account', type=int)"``); ``value``: what the request
+    held."""
+
+    def __init__(self, source: str, value: object, expected: str) -> None:
+        self.source = source
+        self.value = value
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        super().__init__(f"{source}: {shown} is not {expected}")

@@ -43,7 +43,7 @@ from ratelimit.asgi.sources import (
     query_param,
     user,
 )
-from ratelimit.asgi.values import SourceValueError
+from ratelimit.errors import SourceValueError
 
 if TYPE_CHECKING:
     from ratelimit.asgi.starlette import RouteLimit

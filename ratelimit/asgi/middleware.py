@@ -30,8 +30,8 @@ from ratelimit.asgi.headers import (
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, pattern
-from ratelimit.asgi.values import SourceValueError
 from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit
 
 Scope = MutableMapping[str, Any]

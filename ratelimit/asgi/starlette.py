@@ -37,8 +37,8 @@ from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.asgi.middleware import DECISIONS, STATE
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
-from ratelimit.asgi.values import SourceValueError
 from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit
 from ratelimit.rules import RuleLike
 

@@ -28,24 +28,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ratelimit.errors import RateLimitError
+from ratelimit.errors import SourceValueError
 
 Convert = Callable[[Any], Any]
-
-
-class SourceValueError(RateLimitError, ValueError):
-    """A request's selector value that its source's ``type`` cannot read: the middleware
-    (and a ``RouteLimit`` without it) answers ``422`` with problem details. ``source``: the
-    source, as written (``"json_field('account', type=int)"``); ``value``: what the request
-    held."""
-
-    def __init__(self, source: str, value: object, expected: str) -> None:
-        self.source = source
-        self.value = value
-        shown = repr(value)
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
-        super().__init__(f"{source}: {shown} is not {expected}")
 
 
 def as_text(value: object) -> str | None:
