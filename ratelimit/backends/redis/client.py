@@ -8,9 +8,15 @@ from urllib.parse import urlsplit
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import parse_url
 
 from ratelimit.backends.redis.compat import CLIENTS
-from ratelimit.backends.redis.sentinel import SENTINEL_SCHEME, SentinelDiscovery, sentinel_client
+from ratelimit.backends.redis.sentinel import (
+    SENTINEL_SCHEME,
+    SentinelDiscovery,
+    SentinelURL,
+    sentinel_client,
+)
 from ratelimit.errors import ConfigurationError
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
@@ -23,6 +29,15 @@ def client_from_url(url: str, **options: Any) -> aioredis.Redis:
         return sentinel_client(url, **options)
     client: aioredis.Redis = aioredis.from_url(url, **options)
     return client
+
+
+def check_redis_url(url: str) -> None:
+    """Parse ``url`` as :func:`client_from_url` would, opening nothing: ``ValueError`` (or
+    ``ConfigurationError``) saying what is wrong."""
+    if urlsplit(url).scheme == SENTINEL_SCHEME:
+        SentinelURL(url)
+    else:
+        parse_url(url)
 
 
 async def close_client(client: Any) -> None:

@@ -57,11 +57,13 @@ class SentinelURL:
         for host in parts.netloc.rpartition("@")[2].split(","):
             name, _, port = host.partition(":")
             if not name or (port and not port.isdigit()) or int(port or 1) > 65535:
-                raise ConfigurationError(f"{url!r}: sentinels are host:port, not {host!r}")
+                raise ConfigurationError(
+                    f"a redis+sentinel:// URL's sentinels are host:port, not {host!r}"
+                )
             self.hosts.append((name, int(port or SENTINEL_PORT)))
         if not names or len(names) > 2 or (len(names) == 2 and not names[1].isdigit()):
             raise ConfigurationError(
-                f"{url!r}: a redis+sentinel:// URL names the service, and may name a database: "
+                "a redis+sentinel:// URL names the service, and may name a database: "
                 "redis+sentinel://host:26379/mymaster/0"
             )
         self.service = names[0]
