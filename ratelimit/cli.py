@@ -6,11 +6,15 @@
     ratelimit check rules.toml                          # validate a service rules file
     ratelimit peek  --storage redis://... --key search "user:5/m" user=alice
     ratelimit reset --storage redis://... --key search "user:5/m" user=alice
+    ratelimit migrate --storage postgresql://...        # prepare the store (its schema)
     ratelimit serve                                     # the gRPC service (extra: server)
 
-Exit codes: 0 fine (``peek``: the call would be admitted); 1 the rules or rules file are
-invalid, or (``peek``) the call would be refused; 2 the command line is wrong; 3 the storage
-failed or the service could not start.
+``--storage`` defaults to ``$RATELIMIT_STORAGE``, else ``memory://``.
+
+Exit codes: 0 fine (``peek``: the call would be admitted; ``migrate``: the store is
+prepared); 1 the rules or rules file are invalid, or (``peek``) the call would be refused;
+2 the command line is wrong; 3 the storage URL is malformed, the storage failed, or the
+service could not start.
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
+from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG, SLIDING_WINDOW
+from ratelimit.backends.urls import redacted, storage_url_problem
 from ratelimit.errors import BackendError, ConfigurationError, RuleSyntaxError
 from ratelimit.limiter import RateLimit
 from ratelimit.rules import And, Node, Rule, to_tree
 
 OK, REFUSED, USAGE, FAILED = 0, 1, 2, 3
 INVALID = REFUSED
+STORAGE_HELP = "a storage URL (default: $RATELIMIT_STORAGE, else memory://)"
 
 
 def explain(node: Node, depth: int = 0) -> list[str]:
@@ -104,6 +110,35 @@ def _values(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, 
     return values
 
 
+def _storage(args: argparse.Namespace) -> str | None:
+    """The storage URL ``--storage`` (or ``RATELIMIT_STORAGE``) gives, or ``None`` after
+    saying on stderr what is wrong with it, naming where it came from."""
+    url: str | None = args.storage
+    named = "--storage"
+    if url is None:
+        url = os.environ.get("RATELIMIT_STORAGE", "").strip() or "memory://"
+        named = "RATELIMIT_STORAGE"
+    problem = storage_url_problem(url)
+    if problem is None:
+        return url
+    print(f"bad storage URL: {named}={redacted(url)!r}: {problem}", file=sys.stderr)
+    return None
+
+
+async def _migrate(args: argparse.Namespace) -> int:
+    url = _storage(args)
+    if url is None:
+        return FAILED
+    try:
+        async with RateLimit.from_url(url, algorithm=SLIDING_WINDOW, on_error="raise") as rl:
+            done = await rl.setup()
+    except (BackendError, ConfigurationError) as exc:
+        print(f"storage failed: {exc}", file=sys.stderr)
+        return FAILED
+    print(f"{redacted(url)}: {done}")
+    return OK
+
+
 async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     values = _values(args.values, parser)
     try:
@@ -111,10 +146,13 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
     except RuleSyntaxError as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return INVALID
+    storage = _storage(args)
+    if storage is None:
+        return FAILED
     try:
         # on_error="raise": a storage that fails is reported (exit 3), never guessed at
         limiter = RateLimit.from_url(
-            args.storage, namespace=args.namespace, on_error="raise", algorithm=args.algorithm
+            storage, namespace=args.namespace, on_error="raise", algorithm=args.algorithm
         )
         async with limiter as rl:
             limit = rl.limit(tree, args.key, values)  # values: the selector object
@@ -180,7 +218,7 @@ def parser() -> argparse.ArgumentParser:
         prog="ratelimit",
         description="Distributed rate limiting: check rules, peek at and reset counters, serve.",
         epilog="exit codes: 0 fine or admitted; 1 invalid, or refused (peek); 2 usage; "
-        "3 storage failed or the service could not start",
+        "3 storage URL malformed, storage failed, or the service could not start",
     )
     commands = top.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="parse and explain rules, or validate a rules file")
@@ -191,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
     }
     for name, what in helps.items():
         command = commands.add_parser(name, help=what)
-        command.add_argument("--storage", default=os.environ.get("RATELIMIT_STORAGE", "memory://"))
+        command.add_argument("--storage", help=STORAGE_HELP)
         command.add_argument(
             "--namespace", default=os.environ.get("RATELIMIT_NAMESPACE", "ratelimit")
         )
@@ -204,6 +242,12 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--key", required=True, help="the limit's key")
         command.add_argument("rules", help="the limit's rules, such as 'user:5/m'")
         command.add_argument("values", nargs="*", help="selector values: name=value ...")
+    migrate = commands.add_parser(
+        "migrate",
+        help="prepare the store: on Postgres, create or update its table and functions "
+        "(for deployments that forbid DDL at run time); nothing to do on Redis or memory",
+    )
+    migrate.add_argument("--storage", help=STORAGE_HELP)
     serve = commands.add_parser(
         "serve", help="run the gRPC service (ratio's API and Envoy's RLS); RATELIMIT_* configure it"
     )
@@ -224,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(args)
     if args.command in ("peek", "reset"):
         return asyncio.run(_peek_or_reset(args, top))
+    if args.command == "migrate":
+        return asyncio.run(_migrate(args))
     return _serve(args)
 
 

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Unpack
 
 from ratelimit.backends import Backend, backend_for, backend_from_url
+from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore
 from ratelimit.background import BackgroundCounter
 from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
 from ratelimit.decider import Decider
@@ -142,6 +143,24 @@ class RateLimit:
         """Whether the storage is failing now: a decision failed (and was answered by
         ``on_error``), and the storage has not answered since."""
         return self.policy.failing
+
+    async def setup(self) -> str:
+        """Prepare the store now and return what was done, in words: on Postgres, open the
+        pool and put the table and functions in place (nothing when they are there
+        already), within the backend's ``setup_timeout``; stores that need nothing (Redis,
+        memory) do nothing. Idempotent. Calls set the store up by themselves at first use;
+        calling this at start fails early (``BackendError``) instead, and ``ratelimit
+        migrate`` does the same from the command line.
+
+        Example::
+
+            async with RateLimit.from_url(url, algorithm="sliding-window") as rl:
+                print(await rl.setup())
+        """
+        self.decider.check_open()
+        if isinstance(self.backend, SetUpStore):
+            return await self.backend.setup()
+        return NOTHING_TO_SET_UP
 
     async def aclose(self) -> None:
         """Release the storage this limiter opened (after counting what is queued, with

@@ -106,8 +106,12 @@ class Settings:
         check_timeout(self.timeout)
         for name in ("use_scripts", "auto_pipeline", "disable_locks", "background", "shadow"):
             check_flag(name, getattr(self, name))
+        locked = not self.use_scripts and not self.disable_locks  # the command engine's lock
         check_lock_settings(
-            self.lock_ttl, self.lock_polling_interval, self.lock_timeout, self.timeout
+            self.lock_ttl,
+            self.lock_polling_interval,
+            self.lock_timeout,
+            self.timeout if locked else None,
         )
         if not isinstance(self.namespace, str):
             raise TypeError(f"namespace must be text, not {type(self.namespace).__name__}")
@@ -317,7 +321,11 @@ MAX_SECONDS = 86_400.0
 def check_lock_settings(
     lock_ttl: object, lock_polling_interval: object, lock_timeout: object, timeout: object
 ) -> None:
-    """The command engine's lock settings: finite seconds in a range that can work."""
+    """The command engine's lock settings: finite seconds in a range that can work.
+    ``timeout`` is the decision deadline where that lock is taken (``lock_ttl`` must
+    outlive it), else ``None``: the script engine takes no lock, and Postgres's locks are
+    transaction-scoped (released when the statement ends or its connection closes), so
+    neither bounds ``timeout``."""
     if not is_number(lock_ttl) or not MIN_LOCK_TTL <= lock_ttl <= MAX_SECONDS:  # type: ignore[operator]
         raise ConfigurationError(
             f"lock_ttl must be seconds from {MIN_LOCK_TTL} to {MAX_SECONDS:.0f}, not "

@@ -4,7 +4,9 @@ Run as ``python -m tests.concurrency_worker URL NAMESPACE COROUTINES [ENGINE]`` 
 ``script`` (default), ``valkey`` (the script engine on valkey-py's client), ``locked`` or
 ``unlocked`` (the command engine with or without its lock), or ``postgres STORAGE_URL``
 (Postgres, URL still the Redis that coordinates the start). It says it is ready, waits for
-the go signal (a BLPOP), runs, and prints how many calls were admitted.
+the go signal (a BLPOP), runs, and prints how many calls were admitted. With
+``postgres-first STORAGE_URL ON_ERROR DEADLINE`` (:func:`first_use`) it makes a fresh
+database's first calls and prints how many were admitted and how many failed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import valkey.asyncio as aiovalkey
 
-from ratelimit import RateLimit, RateLimitExceeded
+from ratelimit import BackendError, RateLimit, RateLimitExceeded
 
 ENGINES = {
     "script": {},
@@ -67,5 +69,39 @@ async def main(
     return admitted
 
 
+async def first_use(
+    url: str, namespace: str, coroutines: int, storage: str, on_error: str, deadline: float
+) -> tuple[int, int]:
+    """``postgres-first``: a limiter with default settings but ``on_error`` and ``timeout``
+    (``deadline``), whose first calls, ``coroutines`` at once on ``<coroutines>/h``, are its
+    first use of the database: no warm-up. Returns how many were admitted and how many
+    raised ``BackendError``."""
+    rl = RateLimit.from_url(
+        storage, namespace, algorithm="sliding-window", on_error=on_error, timeout=deadline
+    )
+    limit = rl.limit(f"{coroutines}/h", key="shared")
+
+    async def one() -> tuple[int, int]:
+        try:
+            return int((await limit.decide()).allowed), 0
+        except BackendError:
+            return 0, 1
+
+    control = aioredis.Redis.from_url(url)
+    await control.incr(f"{namespace}:ready")
+    await control.blpop([f"{namespace}:go"], timeout=30)
+    results = await asyncio.gather(*(one() for _ in range(coroutines)))
+    await control.aclose()
+    await rl.aclose()
+    return sum(a for a, _ in results), sum(f for _, f in results)
+
+
 if __name__ == "__main__":
-    print(asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:])))
+    if sys.argv[4:5] == ["postgres-first"]:  # ... postgres-first DSN ON_ERROR DEADLINE
+        url, namespace, coroutines, _, dsn, on_error, deadline = sys.argv[1:8]
+        admitted, failed = asyncio.run(
+            first_use(url, namespace, int(coroutines), dsn, on_error, float(deadline))
+        )
+        print(admitted, failed)
+    else:
+        print(asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:])))

@@ -76,16 +76,24 @@ class PostgresServer:
             cwd=self._dir,
         )
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if self._process.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__(None, None, None)
-                    raise RuntimeError("postgres did not start") from None
-                time.sleep(0.05)  # the server is starting, not a window
+        while not self._accepting():  # listening comes before accepting connections
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise RuntimeError("postgres did not start")
+            time.sleep(0.05)  # the server is starting, not a window
         return self
+
+    def _accepting(self) -> bool:
+        """Whether the server accepts connections (``pg_isready``; without it, listens)."""
+        ready = self.bin / "pg_isready"
+        if ready.exists():
+            command = [str(ready), "-q", "-h", "127.0.0.1", "-p", str(self.port)]
+            return subprocess.run(command, check=False, timeout=30).returncode == 0
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            return False
+        return True
 
     def __exit__(
         self,

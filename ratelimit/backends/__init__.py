@@ -16,11 +16,9 @@ from ratelimit.backends.redis import (
     client_from_url,
     is_redis_client,
 )
+from ratelimit.backends.urls import POSTGRES_SCHEMES, REDIS_SCHEMES, check_storage_url
 from ratelimit.errors import ConfigurationError
 from ratelimit.settings import ENGINE_SETTINGS, SYNC_RATE_NEEDS_SCRIPTS, Settings
-
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
-POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
 def backend_for(storage: object, settings: Settings) -> Backend:
@@ -40,10 +38,13 @@ def backend_for(storage: object, settings: Settings) -> Backend:
 
 
 def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
-    """Open a backend from a URL: ``memory://``, ``redis://``, ``rediss://`` or ``unix://``.
+    """Open a backend from a URL: ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
+    ``redis+sentinel://`` or ``postgresql://``, checked first (:func:`check_storage_url`:
+    a malformed one is a ``ConfigurationError`` naming it).
 
     ``options`` go to ``redis.asyncio.from_url``. With ``sync_rate < 0`` (local only) no
     Redis client is opened."""
+    check_storage_url(url)
     scheme = urlsplit(url).scheme
     if scheme == "memory":
         if options:

@@ -58,3 +58,17 @@ class SlotStore(Protocol):
 def clock_us(clock: Clock) -> int:
     """Read a clock in whole microseconds."""
     return round(clock() * 1_000_000)
+
+
+NOTHING_TO_SET_UP = "nothing to set up: this store keeps no schema"
+
+
+@runtime_checkable
+class SetUpStore(Protocol):
+    """A store that must be prepared before it decides (a schema to put in place). It does
+    so at first use by itself; ``setup`` does it now (``RateLimit.setup``)."""
+
+    async def setup(self) -> str:
+        """Prepare the store, or find it prepared (idempotent); return what was done, in
+        words. ``BackendError`` when the store fails."""
+        ...

@@ -3,7 +3,8 @@ and ratio's own ``RATIO_*`` names for those who run ratio today. Every value is 
 start, and a bad one stops the service with a message naming the variable.
 
 - ``RATELIMIT_STORAGE`` (ratio: ``RATIO_STORAGE``), default ``memory://``: a URL as
-  ``RateLimit.from_url`` takes (ratio's ``inmemory://`` too);
+  ``RateLimit.from_url`` takes (ratio's ``inmemory://`` too), checked whole (a port that is
+  not a number stops the service, naming the variable);
 - ``RATELIMIT_RULES`` (``RATIO_LIMIT``), default ``100/m``: the rules of ratio's
   ``RateLimit(owner, resource)``;
 - ``RATELIMIT_RULES_FILE``: Envoy descriptors to rules (:mod:`ratelimit.service.rules_file`);
@@ -28,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
+from ratelimit.backends.urls import redacted, storage_url_problem
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
 from ratelimit.rules import to_tree
 
@@ -71,11 +73,9 @@ class ServiceConfig:
             variable, url = found
             if url.startswith("inmemory://"):
                 url = "memory://"
-            if not re.match(r"(memory|redis|rediss|unix|redis\+sentinel|postgres(ql)?)://", url):
-                raise ConfigurationError(
-                    f"{variable}={url!r}: a storage URL starts with memory://, redis://, "
-                    "rediss://, unix://, redis+sentinel:// or postgresql://"
-                )
+            problem = storage_url_problem(url)  # named here, not a traceback at start
+            if problem is not None:
+                raise ConfigurationError(f"{variable}={redacted(url)!r}: {problem}")
             values["storage"] = url
         if found := read("RATELIMIT_RULES", "RATIO_LIMIT"):
             variable, text = found

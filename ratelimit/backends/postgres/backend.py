@@ -4,10 +4,13 @@ per decision.
 A decision is one call of ``ratelimit_decide`` (``schema.sql``): it locks the call's
 identifiers (transaction-scoped advisory locks, taken in key order), reads every leaf's
 current and previous window, evaluates the rule tree and, when admitted, records the call,
-all on the database's clock, in one statement. The table and functions are created on first
-use. Expired rows are deleted every :data:`CLEANUP_EVERY` decisions, off the request path.
-The sliding log and GCRA are refused: a log per identifier would be a row rewritten on every
-hit, or a row per hit, neither bounded nor cheap.
+all on the database's clock, in one statement. Expired rows are deleted every
+:data:`CLEANUP_EVERY` decisions, off the request path.
+
+Setting up (the pool opened, the table and functions in place) is not a decision: it runs
+apart, bounded by ``setup_timeout`` (:mod:`.pool`); a table or function found gone is put
+back, once, and the call decided. :meth:`PostgresBackend.setup` does it ahead, for
+deployments that forbid DDL at run time.
 
 ``asyncpg`` comes with the ``postgres`` extra.
 """
@@ -15,14 +18,16 @@ hit, or a row per hit, neither bounded nor cheap.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratelimit.algorithms import SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.naming import identifier_key
+from ratelimit.backends.postgres.pool import SetUpPool
+from ratelimit.backends.postgres.schema import DECIDE
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.loops import LoopBinding
@@ -39,9 +44,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 logger = logging.getLogger("ratelimit")
 
-SCHEMA = resources.files("ratelimit.backends.postgres").joinpath("schema.sql").read_text()
-SCHEMA_LOCK = 7_419_001
-"""The advisory lock that serialises creating the schema across processes."""
+SETUP_TIMEOUT = 5.0
+"""Default deadline of setting the store up (the pool opened, the schema in place)."""
 SYNC_TIMEOUT = 5.0
 """Deadline of one sync (``sync_rate``), as on Redis: it is off the request path."""
 CLEANUP_EVERY = 1000
@@ -72,7 +76,9 @@ def _asyncpg() -> Any:
 class PostgresBackend:
     """Window counters in PostgreSQL. ``dsn`` is a ``postgresql://`` URL (its pool is opened
     in the running event loop at first use, of up to ``max_size`` connections); ``clock``
-    (seconds) replaces the database's clock, for tests; ``timeout`` bounds each decision.
+    (seconds) replaces the database's clock, for tests; ``timeout`` bounds each decision,
+    once the store is set up; ``setup_timeout`` bounds setting it up (see the module's
+    docstring).
 
     Example::
 
@@ -86,65 +92,115 @@ class PostgresBackend:
         clock: Clock | None = None,
         timeout: float | None = None,
         max_size: int = 20,
+        setup_timeout: float = SETUP_TIMEOUT,
     ) -> None:
         self._asyncpg = _asyncpg()
+        if type(setup_timeout) not in (int, float) or not 0 < setup_timeout < float("inf"):
+            raise ConfigurationError(
+                f"setup_timeout must be a number of seconds above 0, not {setup_timeout!r}"
+            )
         self.dsn = dsn
         self.clock = clock
         self.timeout = timeout
         self.max_size = max_size
-        self._pool: asyncpg.Pool | None = None
-        self._opening: asyncio.Task[asyncpg.Pool] | None = None
+        self.setup_timeout = setup_timeout
+        self._missing = (self._asyncpg.UndefinedTableError, self._asyncpg.UndefinedFunctionError)
+        self._pool = SetUpPool(self._asyncpg, dsn, max_size, setup_timeout)
+        self._failing = False  # the last call on a connection failed (not a SQL error)
         self._loop = LoopBinding()
         self._closed = False
         self._decisions = 0
         self._cleaning: asyncio.Task[None] | None = None
 
-    async def _connected(self) -> asyncpg.Pool:
+    async def setup(self) -> str:
+        """Open the pool and put the table and functions in place (nothing when this
+        version's are there already), within ``setup_timeout``; returns what was done.
+        Calls do it themselves at first use; calling it ahead fails early, and lets a
+        deployment run it with a role that may run DDL. ``BackendError`` when it fails."""
+        self._ready_pool()  # closed, or another loop
+        await self._pool.set_up(self.setup_timeout)
+        return self._pool.done
+
+    def _ready_pool(self) -> asyncpg.Pool | None:
+        """The pool, if the store is set up in the running loop."""
         if self._closed:
             raise LimiterClosedError("this Postgres backend")
         if self._loop.moved():  # a pool serves the loop that opened it
-            self._pool, self._opening = None, None
-        if self._pool is None:
-            if self._opening is None:
-                self._opening = asyncio.get_running_loop().create_task(self._open())
-            opening = self._opening
-            try:
-                self._pool = await asyncio.shield(opening)
-            except BaseException:
-                if opening.done() and self._opening is opening:
-                    self._opening = None  # it failed: the next call tries again
-                raise
-        return self._pool
-
-    async def _open(self) -> asyncpg.Pool:
-        pool = await self._asyncpg.create_pool(self.dsn, min_size=1, max_size=self.max_size)
-        async with pool.acquire() as connection, connection.transaction():
-            await connection.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
-            await connection.execute(SCHEMA)
+            self._pool.forget()
+        pool: asyncpg.Pool | None = self._pool.ready()
         return pool
-
-    async def create_schema(self) -> None:
-        """Create the table and functions now (they are otherwise made at first use)."""
-        await self._guarded(lambda pool: asyncio.sleep(0), "create the schema")
 
     async def _guarded(
         self,
-        work: Callable[[asyncpg.Pool], Awaitable[T]],
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
         what: str,
         sync: bool = False,
     ) -> T:
-        """Run ``work`` within the backend's ``timeout`` (a sync's: :data:`SYNC_TIMEOUT`);
-        the database's failures as ``BackendError``."""
+        """Run ``work`` on a connection within the backend's ``timeout`` (a sync's:
+        :data:`SYNC_TIMEOUT`) once the store is set up; the database's failures as
+        ``BackendError``. A table or function found missing sets the store up again, once,
+        and ``work`` runs again."""
         deadline = SYNC_TIMEOUT if sync else self.timeout
         try:
-            async with asyncio.timeout(deadline):
-                return await work(await self._connected())
-        except (LimiterClosedError, ConfigurationError):
+            pool = self._ready_pool() or await self._set_up_for(what, deadline)
+            generation = self._pool.generation
+            try:
+                return await self._on_connection(pool, work, deadline)
+            except self._missing as exc:
+                logger.warning("ratelimit: setting Postgres up again: %s", exc)
+                self._pool.lost(generation)
+                pool = self._ready_pool() or await self._set_up_for(what, None)
+                return await self._on_connection(pool, work, deadline)
+        except (LimiterClosedError, ConfigurationError, BackendError):
             raise
         except TimeoutError:
             raise BackendError(f"postgres did not answer within {deadline} s to {what}") from None
         except (OSError, self._asyncpg.PostgresError, self._asyncpg.InterfaceError) as exc:
             raise BackendError(f"postgres failed to {what}: {exc}") from exc
+
+    async def _set_up_for(self, what: str, deadline: float | None) -> asyncpg.Pool:
+        """Set up for a call (``what``): the first set-up is waited for in full; after a
+        failed one, the next is waited for within the call's ``deadline`` only."""
+        try:
+            pool: asyncpg.Pool = await self._pool.set_up(deadline if self._pool.failed else None)
+            return pool
+        except BackendError as exc:
+            raise BackendError(f"postgres failed to {what}: {exc}") from exc.__cause__
+
+    async def _on_connection(
+        self,
+        pool: asyncpg.Pool,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        deadline: float | None,
+    ) -> T:
+        """Take a connection from ``pool`` and run ``work`` on it within ``deadline``.
+
+        Taking it is not part of the deadline: waiting for a busy pool is back-pressure,
+        and opening a connection (the pool grows on demand) is setting up, bounded by
+        ``setup_timeout`` while the database answers; once a call has failed, by the
+        call's own deadline until one succeeds again. A connection whose work failed or
+        was cut short is closed, not reused (the pool opens another when needed)."""
+        wait = self.setup_timeout if not self._failing else deadline or self.setup_timeout
+        try:
+            connection = await pool.acquire(timeout=wait)
+        except BaseException as exc:
+            self._failing = not isinstance(exc, self._asyncpg.PostgresError)
+            if isinstance(exc, TimeoutError):
+                raise BackendError(f"postgres gave no connection within {wait} s") from None
+            raise
+        try:
+            async with asyncio.timeout(deadline) as budget:
+                result = await work(connection)
+        except BaseException as exc:
+            connection.terminate()  # cut short or failed: its state is unknown
+            await pool.release(connection)  # at once: it is closed
+            self._failing = not isinstance(exc, self._asyncpg.PostgresError)
+            raise
+        self._failing = False
+        with contextlib.suppress(TimeoutError):  # the decision stands; a slow release goes
+            async with asyncio.timeout_at(budget.when()):  # on alone (within ``wait``)
+                await pool.release(connection)
+        return result
 
     def _now(self) -> int | None:
         return None if self.clock is None else clock_us(self.clock)
@@ -167,9 +223,7 @@ class PostgresBackend:
             self._now(),
         )
         reply: list[float] = await self._guarded(
-            lambda pool: pool.fetchval(
-                "SELECT ratelimit_decide($1, $2, $3, $4, $5, $6, $7, $8, $9)", *args
-            ),
+            lambda db: db.fetchval(DECIDE, *args),
             f"decide key {plan.key!r}",
         )
         allowed, now, *flat = reply
@@ -190,7 +244,7 @@ class PostgresBackend:
         async def cleanup() -> None:
             try:
                 await self._guarded(
-                    lambda pool: pool.execute(
+                    lambda db: db.execute(
                         "DELETE FROM ratelimit_counters WHERE ctid = ANY(ARRAY(SELECT ctid "
                         "FROM ratelimit_counters WHERE expires_us < ratelimit_now($1) "
                         "LIMIT $2))",
@@ -208,15 +262,13 @@ class PostgresBackend:
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
         if keys:
             await self._guarded(
-                lambda pool: pool.execute(
-                    "DELETE FROM ratelimit_counters WHERE key = ANY($1)", keys
-                ),
+                lambda db: db.execute("DELETE FROM ratelimit_counters WHERE key = ANY($1)", keys),
                 f"reset key {plan.key!r}",
             )
 
     async def update_counter(self, update: CounterUpdate) -> float:
         rate: float = await self._guarded(
-            lambda pool: pool.fetchval(
+            lambda db: db.fetchval(
                 "SELECT ratelimit_update($1, $2, $3, $4, $5)",
                 identifier_key(update.identifier),
                 update.size_us,
@@ -250,7 +302,7 @@ class PostgresBackend:
         if not keys:
             return None, [{} for _ in pushes]
         reply: list[float] = await self._guarded(
-            lambda pool: pool.fetchval(
+            lambda db: db.fetchval(
                 "SELECT ratelimit_sync($1, $2, $3, $4, $5)",
                 keys,
                 sizes,
@@ -286,6 +338,5 @@ class PostgresBackend:
         self._closed = True
         if self._cleaning is not None:
             await asyncio.gather(self._cleaning, return_exceptions=True)
-        pool = self._pool
-        if pool is not None and self._loop.loop is asyncio.get_running_loop():
-            await pool.close()
+        if self._loop.loop is asyncio.get_running_loop():
+            await self._pool.aclose()

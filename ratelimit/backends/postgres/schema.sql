@@ -1,5 +1,5 @@
--- The Postgres strategy's table and functions, created on first use (or by
--- `ratelimit postgres-init`); every statement can run again safely.
+-- The Postgres strategy's table and functions, put in place by schema.py at first use (or
+-- ahead, by `ratelimit migrate` or `await rl.setup()`); every statement can run again safely.
 --
 -- ratelimit_counters holds the window counters of the sliding and fixed windows: per key
 -- (an identifier, named as on Redis: rl:{<namespace>:<key>}[:<selector>=<value>]), window

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.connection import parse_url
 
 from ratelimit.backends.redis.compat import CLIENTS
+from ratelimit.backends.redis.sentinel import (
+    SENTINEL_SCHEME,
+    SentinelDiscovery,
+    SentinelURL,
+    sentinel_client,
+)
 from ratelimit.errors import ConfigurationError
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
@@ -26,45 +31,21 @@ def client_from_url(url: str, **options: Any) -> aioredis.Redis:
     return client
 
 
-SENTINEL_SCHEME = "redis+sentinel"
-_SENTINELS: weakref.WeakKeyDictionary[aioredis.Redis, Sentinel] = weakref.WeakKeyDictionary()
-
-
-def sentinel_client(url: str, **options: Any) -> aioredis.Redis:
-    """The primary of a Sentinel-watched service, found anew after a failover:
-    ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]`` (the scheme
-    ``limits`` uses; port 26379 when left out). The password is the primary's;
-    ``sentinel_kwargs=`` (a dict) configures the connections to the sentinels; the other
-    ``options`` go to ``Sentinel.master_for``."""
-    parts = urlsplit(url)
-    names = [name for name in parts.path.split("/") if name]
-    hosts: list[tuple[str, int]] = []
-    for host in parts.netloc.rpartition("@")[2].split(","):
-        name, _, port = host.partition(":")
-        if not name or (port and not port.isdigit()):
-            raise ConfigurationError(f"{url!r}: sentinels are host:port, not {host!r}")
-        hosts.append((name, int(port or 26379)))
-    if not names or len(names) > 2 or (len(names) == 2 and not names[1].isdigit()):
-        raise ConfigurationError(
-            f"{url!r}: a redis+sentinel:// URL names the service, and may name a database: "
-            "redis+sentinel://host:26379/mymaster/0"
-        )
-    sentinel = Sentinel(hosts, sentinel_kwargs=options.pop("sentinel_kwargs", None))  # type: ignore[no-untyped-call]
-    db = int(names[1]) if len(names) == 2 else 0
-    client: aioredis.Redis = sentinel.master_for(
-        names[0], db=db, password=parts.password, **options
-    )
-    _SENTINELS[client] = sentinel
-    return client
+def check_redis_url(url: str) -> None:
+    """Parse ``url`` as :func:`client_from_url` would, opening nothing: ``ValueError`` (or
+    ``ConfigurationError``) saying what is wrong."""
+    if urlsplit(url).scheme == SENTINEL_SCHEME:
+        SentinelURL(url)
+    else:
+        parse_url(url)
 
 
 async def close_client(client: Any) -> None:
     """Close a client opened here, and the connections to its sentinels if it has some."""
     await client.aclose()
-    sentinel = _SENTINELS.pop(client, None)
-    if sentinel is not None:
-        for connection in sentinel.sentinels:
-            await connection.aclose()
+    sentinel = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    if isinstance(sentinel, SentinelDiscovery):  # made by sentinel_client, for this client
+        await sentinel.aclose()
 
 
 def is_redis_client(obj: object) -> bool:

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 from ratelimit.algorithms import US_PER_MS, not_before
-from ratelimit.backends.base import Clock, SlotStore, clock_us
+from ratelimit.backends.base import NOTHING_TO_SET_UP, Clock, SetUpStore, SlotStore, clock_us
 from ratelimit.backends.redis.script_engine import Push, Totals
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError, LimiterClosedError
@@ -234,6 +234,12 @@ class SyncedBackend:
 
     async def release_slots(self, claim: SlotClaim) -> None:
         await self._slots().release_slots(claim)
+
+    async def setup(self) -> str:
+        """Set the remote store up, if it needs it (Postgres): see ``RateLimit.setup``."""
+        if isinstance(self.remote, SetUpStore):
+            return await self.remote.setup()
+        return NOTHING_TO_SET_UP
 
     async def reset(self, plan: Plan) -> None:
         if self._closed:
