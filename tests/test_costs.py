@@ -141,3 +141,30 @@ async def test_every_backend_decides_costs_as_memory_does(
         assert g.states == w.states, f"step {step}"
     await rl.aclose()
     await ref.aclose()
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("algorithm", ["sliding-window", "fixed-window"])
+async def test_postgres_decides_costs_as_memory_does(postgres_url: str, algorithm: str) -> None:
+    from ratelimit import MemoryBackend
+    from ratelimit.backends.postgres import PostgresBackend
+
+    mine, reference = FakeClock(), FakeClock()
+    namespace = f"costs-{uuid.uuid4().hex[:8]}"
+    backend = PostgresBackend(postgres_url, clock=mine, timeout=10)
+    rl = RateLimit(backend, namespace, algorithm=algorithm)
+    ref = RateLimit(MemoryBackend(clock=reference), namespace, algorithm=algorithm)
+    both = call(rl, "a:5/h | b:2/h", ("x", "y"), (1, 2))
+    assert (await rl.decider.decide(both)).allowed
+    for _ in range(2):  # refused by b: a counts neither
+        assert not (await rl.decider.decide(both)).allowed
+    a_alone = call(rl, "a:5/h", ("x",), 1)
+    admitted = [(await rl.decider.decide(a_alone)).allowed for _ in range(5)]
+    assert admitted == [True, True, True, True, False]
+    got, want = await trace(rl, mine, 0), await trace(ref, reference, 0)
+    for step, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g == w, f"step {step}"
+        assert g.states == w.states, f"step {step}"
+    await rl.aclose()
+    await ref.aclose()

@@ -217,7 +217,7 @@ class PostgresBackend:
             [rule.count for rule in rules],
             [rule.span_ms * US_PER_MS for rule in rules],
             list(plan.compiled.program),
-            float(plan.cost),
+            [float(plan.identifier_cost(k)) for k in range(len(plan.identifiers))],
             plan.record,
             plan.algorithm == SLIDING_WINDOW,
             self._now(),

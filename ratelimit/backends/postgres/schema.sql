@@ -52,14 +52,15 @@ $$;
 -- p_counts, p_sizes   per leaf its count and window size in microseconds.
 -- p_program  the tree as a prefix program of (opcode, operand) pairs: 0 = leaf (operand:
 --            leaf index from 0), 1 = And, 2 = Or (operand: number of children).
--- p_cost     the call's cost; p_record false only decides (peek); p_sliding false: fixed.
+-- p_costs    per key, what the call counts on it; p_record false only decides (peek);
+--            p_sliding false: the fixed window.
 --
 -- Returns {allowed (1/0), now, current_1, previous_1, ..., current_L, previous_L}: now is
 -- the time decided at (the start of the newest window held, when the clock went back
 -- before it), per leaf the counts of its current and previous window before this call.
 CREATE OR REPLACE FUNCTION ratelimit_decide(
     p_keys text[], p_slots int[], p_counts bigint[], p_sizes bigint[], p_program int[],
-    p_cost double precision, p_record boolean, p_sliding boolean, p_now bigint
+    p_costs double precision[], p_record boolean, p_sliding boolean, p_now bigint
 ) RETURNS double precision[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -130,7 +131,7 @@ BEGIN
                 rate := cur + prev * (p_sizes[i] - (now_us - win * p_sizes[i]))::double precision
                     / p_sizes[i]::double precision;
             END IF;
-            limited := limited || (rate + p_cost > p_counts[i]::double precision);
+            limited := limited || (rate + p_costs[p_slots[i]] > p_counts[i]::double precision);
         ELSE
             limited := limited || false;
         END IF;
@@ -169,7 +170,8 @@ BEGIN
             IF NOT pair = ANY(written) THEN
                 written := written || pair;
                 PERFORM ratelimit_hold(p_keys[p_slots[i]], p_sizes[i], now_us / p_sizes[i],
-                                       currents[i] + p_cost, now_us + 2 * p_sizes[i]);
+                                       currents[i] + p_costs[p_slots[i]],
+                                       now_us + 2 * p_sizes[i]);
             END IF;
         END IF;
     END LOOP;
