@@ -21,6 +21,7 @@ from ratelimit import (
     MemoryBackend,
     RateLimit,
     RateLimitError,
+    RateLimitExceeded,
     RedisCommandBackend,
     RedisScriptBackend,
 )
@@ -28,6 +29,7 @@ from ratelimit.backends.redis.keys import identifier_key, lock_key
 from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.plan import Identifier
 from tests.redis_server import RedisServer
+from tests.workers import run_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,10 +62,11 @@ def test_polling_is_jittered_and_never_passes_the_timeout() -> None:
     assert lock.next_delay(remaining=0.02) == 0.02
 
 
-async def test_a_lock_it_cannot_take_raises_and_never_admits(
-    client: aioredis.Redis,
-) -> None:
-    rl = RateLimit(client, "ns", use_scripts=False, lock_timeout=0.2, lock_polling_interval=0.02)
+async def test_a_lock_it_cannot_take_raises_under_raise(client: aioredis.Redis) -> None:
+    rl = RateLimit(
+        client, "ns", use_scripts=False, lock_timeout=0.2, lock_polling_interval=0.02,
+        on_error="raise",
+    )  # fmt: skip
     await client.set("rl:{ns:busy}:lock", "someone else", px=60_000)
     ran = False
 
@@ -78,12 +81,43 @@ async def test_a_lock_it_cannot_take_raises_and_never_admits(
     assert time.monotonic() - started >= 0.2
     assert caught.value.lock == "rl:{ns:busy}:lock"
     assert caught.value.waited >= 0.2
+    assert caught.value.retry_after is not None
+    assert 55 < caught.value.retry_after <= 60  # until the holder's lock ends by its ttl
     assert isinstance(caught.value, RateLimitError)
     assert isinstance(caught.value, TimeoutError)
     assert "rl:{ns:busy}:lock" in str(caught.value)
     assert not ran
     assert not await client.exists("rl:{ns:busy}")  # nothing was counted
     assert await client.get("rl:{ns:busy}:lock") == b"someone else"
+
+
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+async def test_a_lock_it_cannot_take_refuses_and_never_admits(
+    client: aioredis.Redis, on_error: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Contention on a store that answers: admitting would pass the limit, so the call is
+    refused whatever ``on_error`` says (degraded, with the time until the holder's lock
+    ends), and it is not logged as an outage."""
+    rl = RateLimit(
+        client, "ns", use_scripts=False, lock_timeout=0.2, on_error=on_error,
+    )  # fmt: skip
+    await client.set("rl:{ns:busy}:lock", "someone else", px=60_000)
+    limit = rl.limit("10/s", key="busy")
+    decisions = [await limit.decide() for _ in range(3)]
+    for decision in decisions:
+        assert not decision.allowed
+        assert decision.degraded
+        assert 55 < decision.retry_after <= 60
+        assert decision.rule is None
+    with pytest.raises(RateLimitExceeded, match="lock stayed held past lock_timeout"):
+        async with limit:
+            raise AssertionError("the block ran")
+    assert not await client.exists("rl:{ns:busy}")  # nothing was counted
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ratelimit"]
+    assert len(warnings) == 1  # once, not once per call
+    assert "lock contention" in warnings[0]
+    assert "not an outage" in warnings[0]
+    assert "storage failed" not in warnings[0]
 
 
 async def test_release_never_deletes_a_lock_another_holder_owns(client: aioredis.Redis) -> None:
@@ -287,3 +321,22 @@ async def test_a_set_resent_by_the_client_still_finds_its_own_lock(
     async with lock.held():
         assert calls == 1  # taken at the first try: no wait for its own lock
     assert not await client.exists("rl:{ns:k}:lock")
+
+
+@pytest.mark.redis
+async def test_three_processes_on_a_locked_limit_admit_exactly_its_count(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    """3 processes x 25 callers at once on one locked ``30/h``, default settings (0.25 s
+    deadline). Waiting for the lock is not an outage: no call may be admitted by the
+    failure policy because the lock's waiters crowded out the round trips, nor refused
+    because it waited past ``lock_timeout``."""
+    outputs = await run_workers(
+        redis_client, namespace, "tests.lock_contention_worker", redis_url, namespace, "25",
+        count=3,
+    )  # fmt: skip
+    counts = [[int(n) for n in out.split()] for out in outputs]
+    admitted, refused, degraded = (sum(column) for column in zip(*counts, strict=True))
+    assert (admitted, refused, degraded) == (30, 45, 0)
+    assert await redis_client.llen(f"rl:{{{namespace}:shared}}") == 30
+    assert not await redis_client.exists(f"rl:{{{namespace}:shared}}:lock")

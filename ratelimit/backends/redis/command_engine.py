@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -55,7 +56,7 @@ from ratelimit.backends.redis.keys import (
     slots_key,
     window_fields,
 )
-from ratelimit.backends.redis.lock import RedisLock
+from ratelimit.backends.redis.lock import Blocking, RedisLock
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.loops import LoopBinding
@@ -79,9 +80,13 @@ T = TypeVar("T")
 class RedisCommandBackend:
     """Decides plans with plain Redis commands, under a Redis lock unless ``disable_locks``.
 
-    ``lock_ttl`` bounds how long a crashed holder blocks others; ``lock_polling_interval``
-    is the wait between tries (±50 % jitter); ``lock_timeout`` is how long a decision waits
-    for the lock before :class:`~ratelimit.errors.LockTimeoutError`. Waiting never admits.
+    ``lock_ttl`` bounds how long a crashed holder blocks others; waiters are woken by the
+    holder's release (see :mod:`~ratelimit.backends.redis.lock`), and poll every
+    ``lock_polling_interval`` (±50 % jitter) only where they cannot block; ``lock_timeout``
+    is how long a decision waits for the lock before
+    :class:`~ratelimit.errors.LockTimeoutError`, which the failure policy answers with a
+    refusal (or raises, under ``on_error="raise"``). Waiting never admits, and is not part
+    of the ``timeout`` of the decision's round trips.
 
     Example::
 
@@ -124,18 +129,26 @@ class RedisCommandBackend:
         self._closed = False
         self._loop = LoopBinding()
         self._gate = ConnectionGate(client)  # never more commands at once than connections
+        self._blocking = Blocking(self._gate)
+        self._locks: weakref.WeakValueDictionary[str, RedisLock] = weakref.WeakValueDictionary()
 
     def lock(self, namespace: str, key: str) -> RedisLock:
-        """The lock guarding every identifier of one (namespace, key)."""
-        return RedisLock(
-            self.client,
-            lock_key(namespace, key),
-            ttl=self.lock_ttl,
-            polling_interval=self.lock_polling_interval,
-            timeout=self.lock_timeout,
-            round_trip_timeout=self.timeout,
-            gate=self._gate,
-        )
+        """The lock guarding every identifier of one (namespace, key): one object per key
+        while this process uses it, so that its callers queue in the process."""
+        name = lock_key(namespace, key)
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = RedisLock(
+                self.client,
+                name,
+                ttl=self.lock_ttl,
+                polling_interval=self.lock_polling_interval,
+                timeout=self.lock_timeout,
+                round_trip_timeout=self.timeout,
+                gate=self._gate,
+                blocking=self._blocking,
+            )
+        return lock
 
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
@@ -474,7 +487,9 @@ class RedisCommandBackend:
         """Work in the running loop: connections an ended loop opened are opened anew."""
         if self._loop.moved():
             forget_other_loops_of(self.client)
-            self._gate = ConnectionGate(self.client)  # its semaphore served the old loop
+            self._gate = ConnectionGate(self.client)  # its futures served the old loop
+            self._blocking = Blocking(self._gate)
+            self._locks = weakref.WeakValueDictionary()
 
     async def aclose(self) -> None:
         if self._closed:
