@@ -13,10 +13,12 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
-from typing import NamedTuple
+from collections.abc import Awaitable
+from typing import Any, NamedTuple
 
 from ratelimit.backends.base import Backend
 from ratelimit.background import BackgroundCounter
@@ -61,6 +63,7 @@ class Decider:
     """
 
     __slots__ = (
+        "_unfinished",
         "algorithm",
         "backend",
         "background",
@@ -89,6 +92,21 @@ class Decider:
         self.hooks = hooks
         self.background = background
         self.closed = False
+        self._unfinished: set[asyncio.Future[Any]] = set()
+
+    def finish_later(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
+        """Run ``work`` off its caller's path (a slot given back after its caller left),
+        and finish it before the limiter closes (:meth:`finish`). Its errors are its own
+        to log."""
+        task = asyncio.ensure_future(work)
+        self._unfinished.add(task)  # kept until done: the loop holds tasks only weakly
+        task.add_done_callback(self._unfinished.discard)
+        return task
+
+    async def finish(self) -> None:
+        """Wait for the work :meth:`finish_later` runs (and any it starts meanwhile)."""
+        while self._unfinished:
+            await asyncio.gather(*self._unfinished, return_exceptions=True)
 
     def check_open(self) -> None:
         """Raise ``LimiterClosedError`` once the limiter was closed."""

@@ -41,6 +41,7 @@ from ratelimit.algorithms import (
     window_index,
 )
 from ratelimit.backends.base import Clock, clock_us
+from ratelimit.backends.redis import command_slots
 from ratelimit.backends.redis.client import RedisClient, check_transactions, close_client
 from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
@@ -53,7 +54,6 @@ from ratelimit.backends.redis.keys import (
     lock_key,
     plan_keys,
     slot_fields,
-    slots_key,
     window_fields,
 )
 from ratelimit.backends.redis.lock import Blocking, RedisLock
@@ -202,68 +202,21 @@ class RedisCommandBackend:
 
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
         return await self._guarded(
-            claim.namespace, claim.key, lambda: self._acquire_slots(claim), "take a slot"
+            claim.namespace, claim.key, lambda: command_slots.acquire(self, claim), "take a slot"
         )
-
-    async def _acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
-        """``slots.lua``'s acquire, under the lock: read every holder, then write."""
-        keys = [slots_key(i) for i in claim.identifiers]
-
-        def fill(read: Any) -> None:
-            for key in keys:
-                read.zrange(key, 0, -1, withscores=True)
-                read.pttl(key)
-
-        replies = await self._read(fill)
-        now = await self._now(replies, keys[0])
-        held = [sum(1 for _, ends in replies[2 * k] if ends > now) for k in range(len(keys))]
-        if any(n >= count for n, count in zip(held, claim.counts, strict=True)):
-            return False, tuple(held)
-        ms = math.ceil(claim.lease_us / 1000)
-        write = self.client.pipeline(transaction=True)
-        for k, key in enumerate(keys):
-            write.zremrangebyscore(key, "-inf", now)
-            write.zadd(key, {claim.token: now + claim.lease_us})
-            if int(replies[2 * k + 1]) < ms:
-                write.pexpire(key, ms)
-        await write.execute()
-        return True, tuple(held)
 
     async def renew_slots(self, claim: SlotClaim) -> bool:
         return await self._guarded(
-            claim.namespace, claim.key, lambda: self._renew_slots(claim), "renew a slot"
+            claim.namespace, claim.key, lambda: command_slots.renew(self, claim), "renew a slot"
         )
 
-    async def _renew_slots(self, claim: SlotClaim) -> bool:
-        keys = [slots_key(i) for i in claim.identifiers]
-
-        def fill(read: Any) -> None:
-            for key in keys:
-                read.zscore(key, claim.token)
-                read.pttl(key)
-
-        replies = await self._read(fill)
-        now = await self._now(replies, keys[0])
-        ms = math.ceil(claim.lease_us / 1000)
-        write = self.client.pipeline(transaction=True)
-        for k, key in enumerate(keys):
-            if replies[2 * k] is not None:
-                write.zadd(key, {claim.token: now + claim.lease_us})
-                if int(replies[2 * k + 1]) < ms:
-                    write.pexpire(key, ms)
-        await write.execute()
-        return all(replies[2 * k] is not None for k in range(len(keys)))
-
-    async def release_slots(self, claim: SlotClaim) -> None:
-        keys = [slots_key(i) for i in claim.identifiers]
-
-        async def release() -> None:
-            write = self.client.pipeline(transaction=True)
-            for key in keys:
-                write.zrem(key, claim.token)
-            await write.execute()
-
-        await self._guarded(claim.namespace, claim.key, release, "give a slot back")
+    async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
+        await self._guarded(
+            claim.namespace,
+            claim.key,
+            lambda: command_slots.release(self, claim, revoke),
+            "give a slot back",
+        )
 
     async def reset(self, plan: Plan) -> None:
         keys = plan_keys(plan)
