@@ -5,12 +5,12 @@ exception and on cancellation. A call cancelled while taking its slot lets the t
 until the store answers it, and then gives back what it took (never before: a give-back
 sent on another connection could overtake the take); a take that failed is given back
 with ``revoke``, so that it takes nothing if it reaches the store later.
-``RateLimit.aclose()`` waits for these give-backs. Each slot is leased: while the body runs, a task renews the
-lease every third of it, so a process that dies (or hangs) loses its slots after at most
-``lease`` seconds, and the others get them back without anyone cleaning up. A call that
-finds no free slot raises :class:`ConcurrencyLimitExceeded` (a ``RateLimitExceeded``), or
-with ``wait=`` queues: it asks again when a body of this process ends, and at least every
-:data:`MAX_POLL` seconds for bodies of other processes.
+``RateLimit.aclose()`` waits for these give-backs. Each slot is leased: while the body
+runs, a task renews the lease every third of it, so a process that dies (or hangs) loses
+its slots after at most ``lease`` seconds, and the others get them back without anyone
+cleaning up. A call that finds no free slot raises :class:`ConcurrencyLimitExceeded` (a
+``RateLimitExceeded``), or with ``wait=`` queues: it asks again when a body of this
+process ends, and at least every :data:`MAX_POLL` seconds for bodies of other processes.
 
 Example::
 

@@ -340,3 +340,41 @@ async def test_three_processes_on_a_locked_limit_admit_exactly_its_count(
     assert (admitted, refused, degraded) == (30, 45, 0)
     assert await redis_client.llen(f"rl:{{{namespace}:shared}}") == 30
     assert not await redis_client.exists(f"rl:{{{namespace}:shared}}:lock")
+
+
+@pytest.mark.redis
+async def test_waiters_block_on_redis_and_closing_leaves_nothing_pending(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    """20 callers of one held lock in one process: one of them waits on Redis (a BLPOP),
+    the others in the process, none polls. Cancelled, then the limiter closed: no task of
+    the lock is left pending (a task destroyed pending when the loop closes logs "Task was
+    destroyed" and redis-py's "no running event loop")."""
+    client = aioredis.Redis.from_url(redis_url)
+    rl = RateLimit(client, namespace, use_scripts=False, lock_timeout=30)
+    await redis_client.set(lock_key(namespace, "k"), "someone else", px=60_000)
+    calls = [asyncio.create_task(rl.limit("5/s", key="k").decide()) for _ in range(20)]
+    deadline = time.monotonic() + 10
+
+    async def blocked() -> list[dict[str, Any]]:
+        """The clients blocked on a BLPOP now."""
+        return [c for c in await redis_client.client_list() if "b" in c["flags"]]
+
+    async def sets() -> int:
+        return int((await redis_client.info("commandstats"))["cmdstat_set"]["calls"])
+
+    while not await blocked():  # polling the test's own server, not a window
+        assert time.monotonic() < deadline, "no caller blocked on the wake-up list"
+        await asyncio.sleep(0.01)
+    sent = await sets()
+    for _ in range(20):  # a second look, 0.2 s on: still one BLPOP, and no polling SETs
+        await asyncio.sleep(0.01)
+    assert len(await blocked()) == 1
+    assert await sets() - sent <= 1  # one more try when the 1 s BLPOP ends, at most
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    await rl.aclose()
+    await client.aclose()
+    pending = [t for t in asyncio.all_tasks() if "RedisLock" in repr(t.get_coro())]
+    assert pending == []

@@ -56,7 +56,7 @@ from ratelimit.backends.redis.keys import (
     slot_fields,
     window_fields,
 )
-from ratelimit.backends.redis.lock import Blocking, RedisLock
+from ratelimit.backends.redis.lock import SETTLE_TIMEOUT, Blocking, RedisLock, settle
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.loops import LoopBinding
@@ -131,6 +131,7 @@ class RedisCommandBackend:
         self._gate = ConnectionGate(client)  # never more commands at once than connections
         self._blocking = Blocking(self._gate)
         self._locks: weakref.WeakValueDictionary[str, RedisLock] = weakref.WeakValueDictionary()
+        self._lock_tasks: set[asyncio.Future[Any]] = set()  # what the locks run apart
 
     def lock(self, namespace: str, key: str) -> RedisLock:
         """The lock guarding every identifier of one (namespace, key): one object per key
@@ -147,6 +148,7 @@ class RedisCommandBackend:
                 round_trip_timeout=self.timeout,
                 gate=self._gate,
                 blocking=self._blocking,
+                tasks=self._lock_tasks,
             )
         return lock
 
@@ -443,6 +445,7 @@ class RedisCommandBackend:
             self._gate = ConnectionGate(self.client)  # its futures served the old loop
             self._blocking = Blocking(self._gate)
             self._locks = weakref.WeakValueDictionary()
+            self._lock_tasks = set()  # the old loop's ended with it
 
     async def aclose(self) -> None:
         if self._closed:
@@ -450,6 +453,8 @@ class RedisCommandBackend:
         self._closed = True
         if self._loop.loop is not None and self._loop.loop is not asyncio.get_running_loop():
             self._bind()
+        # give-backs of locks whose callers left finish first; nothing is left pending
+        await settle(self._lock_tasks, self._blocking, self.timeout or SETTLE_TIMEOUT)
         if self._owns_client:
             await close_client(self.client)
 

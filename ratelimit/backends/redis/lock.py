@@ -41,7 +41,7 @@ import random
 import secrets
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from ratelimit.backends.redis.client import RedisClient
 from ratelimit.backends.redis.compat import (
@@ -60,7 +60,10 @@ MIN_BLOCK = 0.01
 """Shorter waits than this are not worth a blocked connection: the caller tries again."""
 MAX_BLOCKING = 16
 """Most ``BLPOP`` s one engine has blocked at once when its pool has no limit."""
+SETTLE_TIMEOUT = 1.0
+"""How long closing the engine waits for lock give-backs when it has no ``timeout``."""
 
+T = TypeVar("T")
 Setting = tuple[str, bool, int]
 """One ``SET NX`` try: its token, whether the lock is ours, and the holder's ttl left (ms,
 ``-1`` none, ``-2`` gone)."""
@@ -75,6 +78,7 @@ class Blocking:
         self.most = MAX_BLOCKING if size is None else max(1, size // 4)
         self.blocked = 0
         self.supported = True
+        self.waits: set[asyncio.Future[Any]] = set()  # the BLPOPs under way
 
     def take(self) -> bool:
         if not self.supported or self.blocked >= self.most:
@@ -111,6 +115,7 @@ class RedisLock:
         jitter: Callable[[], float] = random.random,
         gate: ConnectionGate | None = None,
         blocking: Blocking | None = None,
+        tasks: set[asyncio.Future[Any]] | None = None,
     ) -> None:
         self.client = client
         self.name = name
@@ -122,6 +127,7 @@ class RedisLock:
         self._jitter = jitter
         self._gate = gate or ConnectionGate(None)
         self._blocking = blocking or Blocking(self._gate)
+        self._tasks = _LATE if tasks is None else tasks  # what runs apart: see settle()
         self._most_block = min(MAX_BLOCK, _read_timeout(client) / 2)
         self._line = asyncio.Lock()  # this process's callers, first come first served
         self._queued = 0  # callers of this process waiting behind the first
@@ -195,7 +201,7 @@ class RedisLock:
         that left started one, else a new one."""
         attempt = self._setting
         if attempt is None:
-            attempt = asyncio.get_running_loop().create_task(self._set(secrets.token_hex(16)))
+            attempt = self._spawn(self._set(secrets.token_hex(16)))
             self._setting = attempt
             attempt.add_done_callback(self._set_done)
         token, taken, ttl_left = await self._heed(attempt, self.round_trip_timeout)
@@ -216,7 +222,8 @@ class RedisLock:
             if block < MIN_BLOCK or not self._blocking.take():
                 await asyncio.sleep(self.next_delay(left))  # poll
                 return
-            waking = asyncio.get_running_loop().create_task(self._blpop(round(block, 3)))
+            waking = self._spawn(self._blpop(round(block, 3)))
+            self._blocking.waits.add(waking)
             self._waking = waking
             waking.add_done_callback(self._wake_done)
         try:
@@ -253,6 +260,7 @@ class RedisLock:
         if self._waking is waking:
             self._waking = None
         self._blocking.give()
+        self._blocking.waits.discard(waking)
         if self._heeding is not waking:
             self._left_behind(waking)
 
@@ -264,9 +272,9 @@ class RedisLock:
         outcome = work.result()
         if isinstance(outcome, bool):  # a BLPOP's
             if outcome:
-                _in_background(self._pass_on())
+                self._spawn(self._pass_on())
         elif outcome[1]:
-            _in_background(self._delete(outcome[0]))
+            self._spawn(self._delete(outcome[0]))
 
     async def _set(self, token: str) -> Setting:
         async with self._gate.slot():
@@ -288,6 +296,15 @@ class RedisLock:
         async with self._gate.slot(), asyncio.timeout(limit):
             popped = await self.client.blpop([self.wake_name], timeout=block)
         return popped is not None
+
+    def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``work`` apart from its caller, kept (and awaited by :func:`settle`) until
+        done."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_consume)
+        return task
 
     def _holder_left(self) -> float | None:
         """Seconds until the holder seen last loses the lock by its ttl (``None``: not
@@ -354,14 +371,13 @@ class _Held:
         lock, token = self._lock, self._token
         assert token is not None
         giving_back = asyncio.wait_for(lock.release(token), lock.round_trip_timeout)
-        release = asyncio.ensure_future(giving_back)
+        release = lock._spawn(giving_back)
         try:
             await asyncio.shield(release)  # a cancelled caller still gives the lock back
         except ServerOrTimeout:
             pass  # the lock expires after its ttl; the block's own outcome stands
         except asyncio.CancelledError:
-            release.add_done_callback(_consume)
-            raise
+            raise  # it goes on in the background
 
 
 def _read_timeout(client: object) -> float:
@@ -374,14 +390,21 @@ def _read_timeout(client: object) -> float:
 
 
 _LATE: set[asyncio.Future[Any]] = set()
-"""Give-backs of locks and wake-ups whose caller left: kept referenced until they finish."""
+"""What locks made without a ``tasks`` set run apart from their callers."""
 
 
-def _in_background(work: Coroutine[Any, Any, Any]) -> None:
-    task = asyncio.ensure_future(work)
-    _LATE.add(task)
-    task.add_done_callback(_LATE.discard)
-    task.add_done_callback(_consume)
+async def settle(tasks: set[asyncio.Future[Any]], blocking: Blocking, seconds: float) -> None:
+    """Let what locks run apart from their callers (``tasks``: give-backs, tries whose
+    caller left) finish for up to ``seconds``, cancelling the ``BLPOP`` s at once and the
+    rest after, so that nothing is left pending when the event loop closes."""
+    for wait in list(blocking.waits):
+        wait.cancel()
+    if tasks:
+        await asyncio.wait(list(tasks), timeout=seconds)
+    left = list(tasks)
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
