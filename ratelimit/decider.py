@@ -49,6 +49,9 @@ shadow_logger = logging.getLogger("ratelimit.shadow")
 
 _clock = time.perf_counter
 
+FINISH_WITHIN = 10.0
+"""How long closing a limiter waits for the slot give-backs still under way (seconds)."""
+
 new_call_key = tuple.__new__
 """``new_call_key(CallKey, (compiled, namespace, ...))``: a :class:`CallKey` built in C, at a
 third of the cost of its Python ``__new__``, for the hot path."""
@@ -103,10 +106,19 @@ class Decider:
         task.add_done_callback(self._unfinished.discard)
         return task
 
-    async def finish(self) -> None:
-        """Wait for the work :meth:`finish_later` runs (and any it starts meanwhile)."""
+    async def finish(self, seconds: float = FINISH_WITHIN) -> None:
+        """Wait for the work :meth:`finish_later` runs (and any it starts meanwhile) for up
+        to ``seconds``; cancel what is left (a slot not given back then ends with its
+        lease), so that nothing is left pending when the event loop closes."""
+        deadline = asyncio.get_running_loop().time() + seconds
         while self._unfinished:
-            await asyncio.gather(*self._unfinished, return_exceptions=True)
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                for task in self._unfinished:
+                    task.cancel()
+                await asyncio.gather(*self._unfinished, return_exceptions=True)
+                return
+            await asyncio.wait(list(self._unfinished), timeout=left)
 
     def check_open(self) -> None:
         """Raise ``LimiterClosedError`` once the limiter was closed."""

@@ -25,6 +25,7 @@ from ratelimit import (
     RedisCommandBackend,
     RedisScriptBackend,
 )
+from ratelimit.backends.redis.connections import ConnectionGate
 from ratelimit.backends.redis.keys import identifier_key, lock_key
 from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.plan import Identifier
@@ -118,6 +119,33 @@ async def test_a_lock_it_cannot_take_refuses_and_never_admits(
     assert "lock contention" in warnings[0]
     assert "not an outage" in warnings[0]
     assert "storage failed" not in warnings[0]
+
+
+async def test_a_release_goes_ahead_of_takes_waiting_for_a_connection() -> None:
+    """The engine's gate lets no more commands out than the pool has connections; a lock's
+    release (``first=True``) must not queue behind the takes that wait for it."""
+    client = aioredis.Redis(max_connections=2)  # a pool of 2; nothing is connected
+    gate = ConnectionGate(client)
+    order: list[str] = []
+
+    async def use(name: str, first: bool) -> None:
+        async with gate.slot(first=first):
+            order.append(name)
+            await asyncio.sleep(0)
+
+    async with gate.slot(), gate.slot():  # both connections busy
+        waiting = [asyncio.create_task(use(f"take {n}", False)) for n in range(3)]
+        await asyncio.sleep(0)  # they queue, in order
+        waiting.append(asyncio.create_task(use("release", True)))
+        await asyncio.sleep(0)
+        cancelled = asyncio.create_task(use("left", False))
+        await asyncio.sleep(0)
+        cancelled.cancel()  # a waiter that leaves takes no slot with it
+    await asyncio.gather(*waiting)
+    assert order == ["release", "take 0", "take 1", "take 2"]
+    async with asyncio.timeout(5), gate.slot(), gate.slot():  # every slot came back
+        pass
+    await client.aclose()
 
 
 async def test_release_never_deletes_a_lock_another_holder_owns(client: aioredis.Redis) -> None:
