@@ -25,7 +25,10 @@ async def main(url: str, namespace: str, callers: int) -> str:
     client = aioredis.Redis.from_url(url, max_connections=callers)
     rl = RateLimit(client, namespace, use_scripts=False)
     limit = rl.limit(RULE, key="shared")
-    await rl.limit("1000/h", key="warm-up").decide()  # connections open before the go
+    await rl.limit("1000/h", key="warm-up").decide()
+    # Connections open before the go, as in a running application: a waiter blocks one, so
+    # a holder, its release and the next try need their own (opening one takes round trips).
+    await asyncio.gather(*(client.ping() for _ in range(5)))
     control = aioredis.Redis.from_url(url)
     await control.incr(f"{namespace}:ready")
     await control.blpop([f"{namespace}:go"], timeout=30)
