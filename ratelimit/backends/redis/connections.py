@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
 from typing import Any
 
 from ratelimit.backends.redis.compat import ConnectionError, MaxConnectionsError
@@ -47,6 +48,14 @@ def pool_exhausted(exc: BaseException) -> bool:
 def pool_of(client: Any) -> Any | None:
     """The connection pool of a plain ``redis.asyncio.Redis`` (``None`` for a cluster)."""
     return getattr(client, "connection_pool", None)
+
+
+def read_timeout(client: Any) -> float:
+    """The client's ``socket_timeout`` (how long a read may wait), or ``inf``."""
+    pool = pool_of(client)
+    options = getattr(pool, "connection_kwargs", None) or getattr(client, "connection_kwargs", {})
+    timeout = options.get("socket_timeout") if isinstance(options, dict) else None
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else math.inf
 
 
 def closed_by_server(connection: Any) -> bool:

@@ -3,34 +3,28 @@
 **Taking it**: ``SET name token NX PX ttl`` (a failed ``SET`` reads the holder's token: a
 ``SET`` that redis-py resent after a dropped connection finds the lock its first send took).
 
-**Waiting for it, without polling**: every release pushes a wake-up onto a list beside the
-lock (``<name>:wake``, so the same hash tag and cluster slot), in the same ``MULTI`` as its
-``DEL``; a caller that found the lock held blocks on that list (``BLPOP``) and tries again
-when woken, or when the holder's ttl ends (a holder that died pushes nothing), whichever
-comes first, and at least every :data:`MAX_BLOCK` seconds. Redis wakes blocked clients
-first come, first served. The list keeps at most one wake-up and expires with the lock.
+**Waiting without polling**: every release pushes a wake-up onto a list beside the lock
+(``<name>:wake``: same hash tag, same cluster slot; at most one wake-up, expiring with the
+lock) in the ``MULTI`` of its ``DEL``. A caller that finds the lock held blocks on it
+(``BLPOP``) until woken, until the holder's ttl ends (a dead holder pushes nothing), or for
+:data:`MAX_BLOCK`, then tries again. Redis wakes blocked clients first come, first served.
 
-**One process, one contender**: the callers of one lock in one process queue behind one
-another, in order, in the process (an ``asyncio.Lock``); only the first of them talks to
-Redis, so a process has at most one ``SET`` and one ``BLPOP`` in flight per lock however
-many callers wait, and at most ``Blocking.most`` ``BLPOP`` s at once over every lock (each
-holds a connection). When a process gives the lock back while more of its callers queue,
-the next one waits for a wake-up before it tries, so that the other processes' waiters
-get their turn instead of losing every race to it.
+**One contender per process**: the callers of one lock in one process queue in order (an
+``asyncio.Lock``); only the first talks to Redis: at most one ``SET`` and one ``BLPOP`` in
+flight per lock and process, and at most ``Blocking.most`` ``BLPOP`` s (each holds a
+connection) per engine. A process that gives the lock back while more of its callers
+queue lets the next one wait for a wake-up first, so other processes get their turn. A
+``SET`` or ``BLPOP`` whose caller left goes on for the next in line; with nobody left, a
+lock it took is given back and a wake-up it popped is pushed back. Where blocking is not
+possible (no ``BLPOP`` on the server or proxy, too many locks waited on), the first caller
+polls every ``polling_interval`` ±50 %.
 
-A ``SET`` or ``BLPOP`` whose caller left (cancelled, or out of time) goes on: the next
-caller in line takes over its outcome; when nobody is left, a lock it took is given back
-and a wake-up it popped is pushed back for others. Where blocking is not possible (a
-server or proxy that refuses ``BLPOP``, or too many locks waited on at once), the first
-caller polls every ``polling_interval`` seconds ±50 % instead.
+**Giving it back**: compare-and-delete under ``WATCH`` (``GET`` the token, ``DEL`` in
+``MULTI`` only if still ours: a lock that expired and was taken by another is never
+deleted), ahead of takes waiting for a connection (``ConnectionGate``).
 
-**Giving it back**: compare-and-delete under ``WATCH``: ``GET`` the token, and ``DEL`` in
-``MULTI`` only if it is still ours, so a lock that expired and was taken by someone else is
-never deleted. Releases go ahead of takes waiting for a connection (``ConnectionGate``).
-
-Waiting (in the process and on Redis) counts against ``timeout``, which ends with
-:class:`~ratelimit.errors.LockTimeoutError`; each round trip has ``round_trip_timeout``.
-A holder that dies blocks others for at most ``ttl``.
+Waiting counts against ``timeout`` (then :class:`~ratelimit.errors.LockTimeoutError`), each
+round trip against ``round_trip_timeout``. A dead holder blocks others for at most ``ttl``.
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ from ratelimit.backends.redis.compat import (
     ServerOrTimeout,
     WatchError,
 )
-from ratelimit.backends.redis.connections import ConnectionGate, pool_of
+from ratelimit.backends.redis.connections import ConnectionGate, read_timeout
 from ratelimit.errors import LockTimeoutError
 
 MAX_BLOCK = 1.0
@@ -128,7 +122,7 @@ class RedisLock:
         self._gate = gate or ConnectionGate(None)
         self._blocking = blocking or Blocking(self._gate)
         self._tasks = _LATE if tasks is None else tasks  # what runs apart: see settle()
-        self._most_block = min(MAX_BLOCK, _read_timeout(client) / 2)
+        self._most_block = min(MAX_BLOCK, read_timeout(client) / 2)
         self._line = asyncio.Lock()  # this process's callers, first come first served
         self._queued = 0  # callers of this process waiting behind the first
         self._owner: str | None = None  # the token of this process's holder
@@ -378,15 +372,6 @@ class _Held:
             pass  # the lock expires after its ttl; the block's own outcome stands
         except asyncio.CancelledError:
             raise  # it goes on in the background
-
-
-def _read_timeout(client: object) -> float:
-    """Twice the longest a ``BLPOP`` may block on ``client``: its ``socket_timeout``
-    (a read that waits longer fails), or ``inf``."""
-    pool = pool_of(client)
-    options = getattr(pool, "connection_kwargs", None) or getattr(client, "connection_kwargs", {})
-    timeout = options.get("socket_timeout") if isinstance(options, dict) else None
-    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else math.inf
 
 
 _LATE: set[asyncio.Future[Any]] = set()
