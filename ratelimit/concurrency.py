@@ -1,12 +1,16 @@
 """``rl.concurrency("user:5")``: at most N bodies at once per identifier, across processes.
 
 A call takes a slot on entry and gives it back when its body ends: on return, on an
-exception and on cancellation. Each slot is leased: while the body runs, a task renews the
-lease every third of it, so a process that dies (or hangs) loses its slots after at most
-``lease`` seconds, and the others get them back without anyone cleaning up. A call that
-finds no free slot raises :class:`ConcurrencyLimitExceeded` (a ``RateLimitExceeded``), or
-with ``wait=`` queues: it asks again when a body of this process ends, and at least every
-:data:`MAX_POLL` seconds for bodies of other processes.
+exception and on cancellation. A call cancelled while taking its slot lets the take run
+until the store answers it, and then gives back what it took (never before: a give-back
+sent on another connection could overtake the take); a take that failed is given back
+with ``revoke``, so that it takes nothing if it reaches the store later.
+``RateLimit.aclose()`` waits for these give-backs. Each slot is leased: while the body
+runs, a task renews the lease every third of it, so a process that dies (or hangs) loses
+its slots after at most ``lease`` seconds, and the others get them back without anyone
+cleaning up. A call that finds no free slot raises :class:`ConcurrencyLimitExceeded` (a
+``RateLimitExceeded``), or with ``wait=`` queues: it asks again when a body of this
+process ends, and at least every :data:`MAX_POLL` seconds for bodies of other processes.
 
 Example::
 
@@ -31,7 +35,12 @@ from typing import Any, ParamSpec, TypeVar, overload
 from ratelimit.backends.base import SlotStore
 from ratelimit.decider import Decider
 from ratelimit.decision import Decision, RateLimitExceeded, make_decision
-from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
+from ratelimit.errors import (
+    BackendError,
+    ConfigurationError,
+    LimiterClosedError,
+    LockTimeoutError,
+)
 from ratelimit.selectors import CallSite, SelectorSources, resolve
 from ratelimit.slots import SlotClaim, SlotLimit, claim_for, parse_slots
 from ratelimit.waiting import wait_seconds
@@ -114,7 +123,6 @@ class Concurrency:
         self._wait = wait_seconds(wait)
         self._held: dict[asyncio.Task[Any] | None, list[Held]] = {}
         self._released: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
-        self._pending: set[asyncio.Task[None]] = set()
 
     # --- async with ---
 
@@ -205,24 +213,31 @@ class Concurrency:
         return Held(claim, renewal), decision
 
     async def _try(self, claim: SlotClaim) -> tuple[Decision, SlotLimit | None]:
-        """One attempt, under the failure policy; hooks see its decision."""
+        """One attempt, under the failure policy; hooks see its decision.
+
+        The take runs until the store answers it, even when this caller is cancelled
+        meanwhile; only then is what it took given back. A give-back sent before that could
+        reach the store first (on another connection) and leave the take holding a slot
+        that nobody gives back. A take that failed (its answer lost) may still reach the
+        store later: its give-back revokes the claim, so that such a take takes nothing."""
         decider = self._decider
+        taking = decider.finish_later(self._store.acquire_slots(claim))
+        full = None
         try:
-            taken, held = await self._store.acquire_slots(claim)
-        except (BackendError, asyncio.CancelledError) as exc:
-            # The script may have run before the failure or the cancellation reached us:
-            # give back what it may have taken, so that no slot waits for its lease.
-            self._background(self._release(claim))
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+            taken, held = await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            taking.add_done_callback(functools.partial(self._taken_after_leaving, claim))
+            raise
+        except BackendError as exc:
+            self._give_back_later(claim, revoke=True)
             decision = decider.policy.failed(exc, claim.key)
-            full = None
+        except LockTimeoutError as exc:  # the command engine's lock stayed held: nothing taken
+            decision = decider.policy.lock_timed_out(exc, claim.key)
         else:
             decider.policy.answered()
             left = [count - n for n, count in zip(held, claim.counts, strict=True)]
             if taken:
                 decision = make_decision(True, 0.0, None, min(left) - 1, claim.key)
-                full = None
             else:
                 decision = make_decision(False, MAX_POLL, None, 0, claim.key)
                 full = self._limit_of(claim, left.index(min(left)))
@@ -230,10 +245,20 @@ class Concurrency:
             decider.hooks(decision, 0.0)
         return decision, full
 
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._pending.add(task)  # kept until done: the loop holds tasks only weakly
-        task.add_done_callback(self._pending.discard)
+    def _taken_after_leaving(self, claim: SlotClaim, taking: asyncio.Future[Any]) -> None:
+        """The take of a caller that was cancelled ended: give back what it took."""
+        if taking.cancelled():
+            self._give_back_later(claim, revoke=True)  # the loop is ending: unknown
+            return
+        error = taking.exception()
+        if error is None:
+            if taking.result()[0]:
+                self._give_back_later(claim)
+        elif isinstance(error, BackendError):
+            self._give_back_later(claim, revoke=True)
+
+    def _give_back_later(self, claim: SlotClaim, revoke: bool = False) -> None:
+        self._decider.finish_later(self._release(claim, revoke))
 
     def _limit_of(self, claim: SlotClaim, index: int) -> SlotLimit:
         identifier, count = claim.identifiers[index], claim.counts[index]
@@ -256,7 +281,7 @@ class Concurrency:
                 kept = await self._store.renew_slots(claim)
             except LimiterClosedError:
                 return  # closed under a running body: nothing left to renew on
-            except BackendError as exc:
+            except (BackendError, LockTimeoutError) as exc:
                 logger.warning(
                     "ratelimit: a concurrency slot of key %r was not renewed (tried again in "
                     "%.1f s; it is lost if the lease of %.1f s runs out): %s",
@@ -277,12 +302,13 @@ class Concurrency:
 
     async def _exit(self, held: Held) -> None:
         """Give the slots back, whatever ended the body; a cancellation arriving meanwhile
-        does not stop it (the lease would otherwise keep the slot until it ends)."""
+        does not stop it (the lease would otherwise keep the slot until it ends), and
+        closing the limiter waits for it."""
         if held.renewal is not None:
             held.renewal.cancel()
         if held.claim is None:
             return
-        release = asyncio.ensure_future(self._release(held.claim))
+        release = self._decider.finish_later(self._release(held.claim))
         try:
             await asyncio.shield(release)
         finally:
@@ -290,12 +316,12 @@ class Concurrency:
                 self._released[1].set()
                 self._released = None
 
-    async def _release(self, claim: SlotClaim) -> None:
+    async def _release(self, claim: SlotClaim, revoke: bool = False) -> None:
         try:
-            await self._store.release_slots(claim)
+            await self._store.release_slots(claim, revoke=revoke)
         except LimiterClosedError:
             return  # closed under a running body: its slots end with their lease
-        except BackendError as exc:
+        except (BackendError, LockTimeoutError) as exc:
             logger.warning(
                 "ratelimit: a concurrency slot of key %r was not given back; it frees when its "
                 "lease of %.1f s runs out: %s",

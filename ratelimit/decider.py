@@ -13,10 +13,12 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
-from typing import NamedTuple
+from collections.abc import Awaitable
+from typing import Any, NamedTuple
 
 from ratelimit.backends.base import Backend
 from ratelimit.background import BackgroundCounter
@@ -47,6 +49,9 @@ shadow_logger = logging.getLogger("ratelimit.shadow")
 
 _clock = time.perf_counter
 
+FINISH_WITHIN = 10.0
+"""How long closing a limiter waits for the slot give-backs still under way (seconds)."""
+
 new_call_key = tuple.__new__
 """``new_call_key(CallKey, (compiled, namespace, ...))``: a :class:`CallKey` built in C, at a
 third of the cost of its Python ``__new__``, for the hot path."""
@@ -61,6 +66,7 @@ class Decider:
     """
 
     __slots__ = (
+        "_unfinished",
         "algorithm",
         "backend",
         "background",
@@ -89,6 +95,30 @@ class Decider:
         self.hooks = hooks
         self.background = background
         self.closed = False
+        self._unfinished: set[asyncio.Future[Any]] = set()
+
+    def finish_later(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
+        """Run ``work`` off its caller's path (a slot given back after its caller left),
+        and finish it before the limiter closes (:meth:`finish`). Its errors are its own
+        to log."""
+        task = asyncio.ensure_future(work)
+        self._unfinished.add(task)  # kept until done: the loop holds tasks only weakly
+        task.add_done_callback(self._unfinished.discard)
+        return task
+
+    async def finish(self, seconds: float = FINISH_WITHIN) -> None:
+        """Wait for the work :meth:`finish_later` runs (and any it starts meanwhile) for up
+        to ``seconds``; cancel what is left (a slot not given back then ends with its
+        lease), so that nothing is left pending when the event loop closes."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        while self._unfinished:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                for task in self._unfinished:
+                    task.cancel()
+                await asyncio.gather(*self._unfinished, return_exceptions=True)
+                return
+            await asyncio.wait(list(self._unfinished), timeout=left)
 
     def check_open(self) -> None:
         """Raise ``LimiterClosedError`` once the limiter was closed."""

@@ -48,7 +48,9 @@ class Decision:
     - ``key``: the limit's key.
     - ``degraded``: the storage failed and the failure policy (``on_error``) decided
       instead. The hit may still have been counted, if the storage did its part before
-      the failure reached the caller (see the README, "When Redis fails").
+      the failure reached the caller (see the README, "When Redis fails"). Also set on
+      the refusal of a call whose command-engine lock stayed held past ``lock_timeout``
+      (nothing counted; refused whatever ``on_error`` says, except ``"raise"``).
     - ``shadow``: a refusal in shadow mode: ``allowed`` is ``False`` (what the rules, or
       ``on_error``, decided; nothing was recorded), but the front ends let the call
       through instead of refusing it. Hooks and logs see it, so a new limit can be
@@ -136,7 +138,8 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
         if decision.degraded:
             what = (
                 f"call refused for key {decision.key!r}: the rate-limit storage failed and "
-                "on_error='deny' refuses calls until it answers"
+                "on_error='deny' refuses calls until it answers (or the command engine's "
+                "lock stayed held past lock_timeout, which refuses under any on_error)"
             )
         elif decision.rule is None:  # a backend of one's own may refuse without a rule
             what = f"rate limit exceeded for key {decision.key!r}"

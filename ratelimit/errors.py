@@ -9,7 +9,7 @@
     ├── ConfigurationError (also ValueError)      a setting that cannot work, such as a cost
     ├── UnknownKeyError (also LookupError)        key
     ├── SelectorNotFoundError (also LookupError)  selector, looked_in
-    ├── LockTimeoutError (also TimeoutError)      lock, waited
+    ├── LockTimeoutError (also TimeoutError)      lock, waited, retry_after
     ├── LimiterClosedError (also RuntimeError)    the limiter was used after aclose()
     ├── EventLoopError (also RuntimeError)        two event loops ran one limiter at once
     ├── SourceValueError (also ValueError)        source, value: an HTTP value its type= cannot read
@@ -88,13 +88,19 @@ class SelectorNotFoundError(RateLimitError, LookupError):
 class LockTimeoutError(RateLimitError, TimeoutError):
     """The command engine could not take its Redis lock within ``lock_timeout``.
 
-    The call was neither admitted nor counted. ``lock`` is the lock's Redis key and
-    ``waited`` the seconds spent trying.
+    The call was neither admitted nor counted. ``lock`` is the lock's Redis key,
+    ``waited`` the seconds spent trying, ``retry_after`` the seconds until the holder seen
+    last loses the lock by its ``lock_ttl`` (``None`` when not known).
+
+    Under ``on_error="raise"`` it reaches the caller; otherwise the failure policy turns it
+    into a refusal (``Decision(allowed=False, degraded=True)``): lock contention never
+    admits a call. It is not a storage outage.
     """
 
-    def __init__(self, lock: str, waited: float) -> None:
+    def __init__(self, lock: str, waited: float, retry_after: float | None = None) -> None:
         self.lock = lock
         self.waited = waited
+        self.retry_after = retry_after
         super().__init__(
             f"could not take lock {lock!r} within {waited:.3f} s; the call was not admitted "
             "(raise lock_timeout, or lower contention on this key)"

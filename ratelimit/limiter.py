@@ -164,13 +164,15 @@ class RateLimit:
 
     async def aclose(self) -> None:
         """Release the storage this limiter opened (after counting what is queued, with
-        ``background``, and a last sync, with ``sync_rate``). Using the limiter afterwards
-        raises ``LimiterClosedError``; closing it again does nothing."""
+        ``background``, a last sync, with ``sync_rate``, and giving back the concurrency
+        slots of calls that left while taking them). Using the limiter afterwards raises
+        ``LimiterClosedError``; closing it again does nothing."""
         if self.decider.closed:
             return
         self.decider.closed = True
         if self.background is not None:
             await self.background.aclose()
+        await self.decider.finish()
         await self.backend.aclose()
 
     async def __aenter__(self) -> RateLimit:

@@ -5,11 +5,18 @@ refuses it (``retry_after`` of :data:`DENY_RETRY_AFTER`); ``raise`` raises the
 ``BackendError``; the decision says ``degraded=True``. Its hit may or may not have been
 counted: a script that reached Redis before the connection dropped or the deadline passed
 may have run there (which only refuses later calls sooner). Only ``BackendError``
-(Redis unreachable, timed out, or answering with an error) is a failure: waiting for the
-command engine's lock (``LockTimeoutError``) is contention and always raises.
+(Redis unreachable, timed out, or answering with an error) is a failure.
+
+The command engine's lock held past ``lock_timeout`` (``LockTimeoutError``) is contention
+on a store that answers, not a failure: admitting would let calls past the limit, so it
+is refused whatever ``on_error`` says (``allowed=False, degraded=True``, ``retry_after``
+the seconds until the holder's lock ends by its ttl, else :data:`DENY_RETRY_AFTER`), or
+raised under ``"raise"``. Nothing was counted.
 
 Outages are logged on the ``ratelimit`` logger without flooding it: one warning when one
-starts, one per minute while it lasts, and one when the storage answers again.
+starts, one per minute while it lasts, and one when the storage answers again. Lock
+timeouts are logged apart, as contention, never as an outage: one warning at the first,
+then at most one a minute with how many calls were refused since.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import time
 
 from ratelimit.backends import Backend
 from ratelimit.decision import Decision
-from ratelimit.errors import BackendError
+from ratelimit.errors import BackendError, LockTimeoutError
 from ratelimit.plan import Plan
 from ratelimit.settings import check_on_error
 
@@ -39,12 +46,16 @@ class FailurePolicy:
         self._last_summary = 0.0
         self._degraded = 0
         self._degraded_since_summary = 0
+        self._lock_logged_at: float | None = None
+        self._lock_timeouts_since_log = 0
 
     async def decide(self, backend: Backend, plan: Plan) -> Decision:
         try:
             decision = await backend.decide(plan)
         except BackendError as exc:
             return self.failed(exc, plan.key)
+        except LockTimeoutError as exc:
+            return self.lock_timed_out(exc, plan.key)
         if self._outage_started is not None:
             self._recovered()
         return decision
@@ -64,6 +75,26 @@ class FailurePolicy:
             key,
             degraded=True,
         )
+
+    def lock_timed_out(self, exc: LockTimeoutError, key: str) -> Decision:
+        """The decision for a call of ``key`` whose lock stayed held past ``lock_timeout``:
+        a refusal (``degraded=True``) under ``"allow"`` and ``"deny"`` alike, ``exc``
+        raised under ``"raise"``. Not an outage."""
+        if self.on_error == "raise":
+            raise exc
+        now = time.monotonic()
+        self._lock_timeouts_since_log += 1
+        if self._lock_logged_at is None or now - self._lock_logged_at >= SUMMARY_EVERY:
+            logger.warning(
+                "ratelimit: %s; refusing such calls (lock contention on a storage that "
+                "answers, not an outage); %d refused since the last such warning",
+                exc,
+                self._lock_timeouts_since_log,
+            )
+            self._lock_logged_at = now
+            self._lock_timeouts_since_log = 0
+        wait = exc.retry_after if exc.retry_after else DENY_RETRY_AFTER
+        return Decision(False, wait, None, 0, key, degraded=True)
 
     def answered(self) -> None:
         """The storage answered: an outage, if one was under way, is over."""

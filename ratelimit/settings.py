@@ -68,10 +68,12 @@ class Settings:
       ``auto_pipeline`` (default ``True``) sends the scripts of decisions made in the same
       event-loop turn together, each still atomic with its own reply or error.
     - ``use_scripts=False``: plain commands under a Redis lock per (namespace, key), held
-      at most ``lock_ttl`` seconds if its holder dies, retried every
-      ``lock_polling_interval`` seconds (with jitter), given up after ``lock_timeout``
-      seconds with ``LockTimeoutError``; ``disable_locks=True`` drops that lock (faster,
-      with a bounded overshoot under concurrency).
+      at most ``lock_ttl`` seconds if its holder dies. Waiters are woken by each release
+      (a blocking pop), and poll every ``lock_polling_interval`` seconds (with jitter) only
+      where they cannot block. After ``lock_timeout`` seconds of waiting the call is
+      refused (``degraded=True``) whatever ``on_error`` says, or ``LockTimeoutError`` is
+      raised under ``on_error="raise"``; never admitted. ``disable_locks=True`` drops that
+      lock (faster, with a bounded overshoot under concurrency).
     - ``shadow``: every limit of this limiter in shadow mode (``limit(shadow=...)``
       chooses per limit): calls are decided and counted as usual, but a refused call is
       let through, its decision marked ``shadow=True`` for hooks and logged on the

@@ -102,3 +102,25 @@ def test_a_cluster_limiter_in_event_loop_after_event_loop(
         await client.aclose()
 
     asyncio.run(close())
+
+
+async def test_the_lock_waits_and_wakes_within_one_slot(cluster_url: str, namespace: str) -> None:
+    """Two limiters (as two processes) contend for one key's lock: the waiters block on the
+    wake-up list beside the lock, each release wakes one in the transaction of its delete
+    (lock and list share the hash tag: no CROSSSLOT), and the limit counts exactly."""
+    if redis_py_version() < CLUSTER_TRANSACTIONS:
+        pytest.skip("use_scripts=False on a cluster needs redis-py 6.2")
+    clients = [AsyncRedisCluster.from_url(cluster_url) for _ in range(2)]
+    limiters = [
+        RateLimit(client, namespace, use_scripts=False, denial_cache=0, on_error="raise")
+        for client in clients
+    ]
+    decisions = await asyncio.gather(
+        *(rl.limit("20/m", key="hot").decide() for rl in limiters for _ in range(25))
+    )
+    assert sum(d.allowed for d in decisions) == 20
+    assert not any(d.degraded for d in decisions)
+    assert await clients[0].exists(f"rl:{{{namespace}:hot}}:lock:wake")  # releases woke
+    assert not await clients[0].exists(f"rl:{{{namespace}:hot}}:lock")
+    for client in clients:
+        await client.aclose()

@@ -68,6 +68,22 @@ async def test_slots_are_taken_renewed_and_given_back(
     await store.release_slots(claim("zz"))  # a token that holds nothing: nothing happens
 
 
+async def test_a_take_that_arrives_after_its_revoking_give_back_takes_nothing(
+    make_backend: Callable[..., Any], namespace: str
+) -> None:
+    """A give-back with ``revoke`` (its take failed or its caller left before the answer)
+    may reach the store before the take itself: that take then takes nothing."""
+    store = make_backend(FakeClock())
+    claim = functools.partial(claim_in, namespace=namespace)
+    await store.release_slots(claim("late"), revoke=True)  # overtook its own take
+    assert await store.acquire_slots(claim("late")) == (False, (0,))
+    assert await store.acquire_slots(claim("other")) == (True, (0,))
+    await store.release_slots(claim("other"), revoke=True)  # after its take: given back
+    assert await store.acquire_slots(claim("next")) == (True, (0,))
+    await store.release_slots(claim("next"))  # a plain give-back revokes nothing
+    assert await store.acquire_slots(claim("next")) == (True, (0,))
+
+
 async def test_a_claim_on_several_identifiers_takes_all_or_none(
     make_backend: Callable[..., Any], namespace: str
 ) -> None:
@@ -252,7 +268,7 @@ async def test_no_selector_value_no_limit_and_a_failing_store_follows_on_error()
         async def renew_slots(self, claim: SlotClaim) -> bool:
             raise BackendError("storage down")
 
-        async def release_slots(self, claim: SlotClaim) -> None:
+        async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
             raise BackendError("storage down")
 
     from ratelimit import BackendError
@@ -313,6 +329,30 @@ async def test_four_processes_never_run_a_sixth_body(
     assert refused > 0
     assert waited == 200  # the second round: every call waited for its slot and ran
     assert not await redis_client.exists(f"rl:{{{namespace}:shared}}:c")  # all given back
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("engine", ["script", "locked"])
+async def test_a_cancellation_storm_leaves_no_slot_held(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
+) -> None:
+    """4 processes x 20 callers (10 on the locked engine) x 30 calls on
+    ``concurrency("5", wait=2)``, every other call cancelled 0 to 10 ms in (while it takes
+    its slot, waits for one, or runs). Once every process has closed its limiter and
+    exited, no slot may be held: a give-back that reached Redis before its own take (on
+    another connection) left that take holding a slot for the whole lease (30 s)."""
+    callers = 20 if engine == "script" else 10  # every try of the locked one takes the lock
+    outputs = await run_workers(
+        redis_client, namespace, "tests.slots_worker", redis_url, namespace, str(callers),
+        f"storm-{engine}",
+    )  # fmt: skip
+    counts = [[int(n) for n in out.split()] for out in outputs]
+    ran, cancelled, refused = (sum(column) for column in zip(*counts, strict=True))
+    assert ran + cancelled + refused == 4 * callers * 30
+    assert ran > 0
+    assert cancelled > 0
+    held = await redis_client.zrange(f"rl:{{{namespace}:storm}}:c", 0, -1, withscores=True)
+    assert held == [], f"{len(held)} slots still held after every process exited"
 
 
 @pytest.mark.redis

@@ -21,13 +21,16 @@ from ratelimit import (
     MemoryBackend,
     RateLimit,
     RateLimitError,
+    RateLimitExceeded,
     RedisCommandBackend,
     RedisScriptBackend,
 )
+from ratelimit.backends.redis.connections import ConnectionGate
 from ratelimit.backends.redis.keys import identifier_key, lock_key
 from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.plan import Identifier
 from tests.redis_server import RedisServer
+from tests.workers import run_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,10 +63,11 @@ def test_polling_is_jittered_and_never_passes_the_timeout() -> None:
     assert lock.next_delay(remaining=0.02) == 0.02
 
 
-async def test_a_lock_it_cannot_take_raises_and_never_admits(
-    client: aioredis.Redis,
-) -> None:
-    rl = RateLimit(client, "ns", use_scripts=False, lock_timeout=0.2, lock_polling_interval=0.02)
+async def test_a_lock_it_cannot_take_raises_under_raise(client: aioredis.Redis) -> None:
+    rl = RateLimit(
+        client, "ns", use_scripts=False, lock_timeout=0.2, lock_polling_interval=0.02,
+        on_error="raise",
+    )  # fmt: skip
     await client.set("rl:{ns:busy}:lock", "someone else", px=60_000)
     ran = False
 
@@ -78,12 +82,70 @@ async def test_a_lock_it_cannot_take_raises_and_never_admits(
     assert time.monotonic() - started >= 0.2
     assert caught.value.lock == "rl:{ns:busy}:lock"
     assert caught.value.waited >= 0.2
+    assert caught.value.retry_after is not None
+    assert 55 < caught.value.retry_after <= 60  # until the holder's lock ends by its ttl
     assert isinstance(caught.value, RateLimitError)
     assert isinstance(caught.value, TimeoutError)
     assert "rl:{ns:busy}:lock" in str(caught.value)
     assert not ran
     assert not await client.exists("rl:{ns:busy}")  # nothing was counted
     assert await client.get("rl:{ns:busy}:lock") == b"someone else"
+
+
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+async def test_a_lock_it_cannot_take_refuses_and_never_admits(
+    client: aioredis.Redis, on_error: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Contention on a store that answers: admitting would pass the limit, so the call is
+    refused whatever ``on_error`` says (degraded, with the time until the holder's lock
+    ends), and it is not logged as an outage."""
+    rl = RateLimit(
+        client, "ns", use_scripts=False, lock_timeout=0.2, on_error=on_error,
+    )  # fmt: skip
+    await client.set("rl:{ns:busy}:lock", "someone else", px=60_000)
+    limit = rl.limit("10/s", key="busy")
+    decisions = [await limit.decide() for _ in range(3)]
+    for decision in decisions:
+        assert not decision.allowed
+        assert decision.degraded
+        assert 55 < decision.retry_after <= 60
+        assert decision.rule is None
+    with pytest.raises(RateLimitExceeded, match="lock stayed held past lock_timeout"):
+        async with limit:
+            raise AssertionError("the block ran")
+    assert not await client.exists("rl:{ns:busy}")  # nothing was counted
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ratelimit"]
+    assert len(warnings) == 1  # once, not once per call
+    assert "lock contention" in warnings[0]
+    assert "not an outage" in warnings[0]
+    assert "storage failed" not in warnings[0]
+
+
+async def test_a_release_goes_ahead_of_takes_waiting_for_a_connection() -> None:
+    """The engine's gate lets no more commands out than the pool has connections; a lock's
+    release (``first=True``) must not queue behind the takes that wait for it."""
+    client = aioredis.Redis(max_connections=2)  # a pool of 2; nothing is connected
+    gate = ConnectionGate(client)
+    order: list[str] = []
+
+    async def use(name: str, first: bool) -> None:
+        async with gate.slot(first=first):
+            order.append(name)
+            await asyncio.sleep(0)
+
+    async with gate.slot(), gate.slot():  # both connections busy
+        waiting = [asyncio.create_task(use(f"take {n}", False)) for n in range(3)]
+        await asyncio.sleep(0)  # they queue, in order
+        waiting.append(asyncio.create_task(use("release", True)))
+        await asyncio.sleep(0)
+        cancelled = asyncio.create_task(use("left", False))
+        await asyncio.sleep(0)
+        cancelled.cancel()  # a waiter that leaves takes no slot with it
+    await asyncio.gather(*waiting)
+    assert order == ["release", "take 0", "take 1", "take 2"]
+    async with asyncio.timeout(5), gate.slot(), gate.slot():  # every slot came back
+        pass
+    await client.aclose()
 
 
 async def test_release_never_deletes_a_lock_another_holder_owns(client: aioredis.Redis) -> None:
@@ -287,3 +349,60 @@ async def test_a_set_resent_by_the_client_still_finds_its_own_lock(
     async with lock.held():
         assert calls == 1  # taken at the first try: no wait for its own lock
     assert not await client.exists("rl:{ns:k}:lock")
+
+
+@pytest.mark.redis
+async def test_three_processes_on_a_locked_limit_admit_exactly_its_count(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    """3 processes x 25 callers at once on one locked ``30/h``, default settings (0.25 s
+    deadline). Waiting for the lock is not an outage: no call may be admitted by the
+    failure policy because the lock's waiters crowded out the round trips, nor refused
+    because it waited past ``lock_timeout``."""
+    outputs = await run_workers(
+        redis_client, namespace, "tests.lock_contention_worker", redis_url, namespace, "25",
+        count=3,
+    )  # fmt: skip
+    counts = [[int(n) for n in out.split()] for out in outputs]
+    admitted, refused, degraded = (sum(column) for column in zip(*counts, strict=True))
+    assert (admitted, refused, degraded) == (30, 45, 0)
+    assert await redis_client.llen(f"rl:{{{namespace}:shared}}") == 30
+    assert not await redis_client.exists(f"rl:{{{namespace}:shared}}:lock")
+
+
+@pytest.mark.redis
+async def test_waiters_block_on_redis_and_closing_leaves_nothing_pending(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    """20 callers of one held lock in one process: one of them waits on Redis (a BLPOP),
+    the others in the process, none polls. Cancelled, then the limiter closed: no task of
+    the lock is left pending (a task destroyed pending when the loop closes logs "Task was
+    destroyed" and redis-py's "no running event loop")."""
+    client = aioredis.Redis.from_url(redis_url)
+    rl = RateLimit(client, namespace, use_scripts=False, lock_timeout=30)
+    await redis_client.set(lock_key(namespace, "k"), "someone else", px=60_000)
+    calls = [asyncio.create_task(rl.limit("5/s", key="k").decide()) for _ in range(20)]
+    deadline = time.monotonic() + 10
+
+    async def blocked() -> list[dict[str, Any]]:
+        """The clients blocked on a BLPOP now."""
+        return [c for c in await redis_client.client_list() if "b" in c["flags"]]
+
+    async def sets() -> int:
+        return int((await redis_client.info("commandstats"))["cmdstat_set"]["calls"])
+
+    while not await blocked():  # polling the test's own server, not a window
+        assert time.monotonic() < deadline, "no caller blocked on the wake-up list"
+        await asyncio.sleep(0.01)
+    sent = await sets()
+    for _ in range(20):  # a second look, 0.2 s on: still one BLPOP, and no polling SETs
+        await asyncio.sleep(0.01)
+    assert len(await blocked()) == 1
+    assert await sets() - sent <= 1  # one more try when the 1 s BLPOP ends, at most
+    for call in calls:
+        call.cancel()
+    await asyncio.gather(*calls, return_exceptions=True)
+    await rl.aclose()
+    await client.aclose()
+    pending = [t for t in asyncio.all_tasks() if "RedisLock" in repr(t.get_coro())]
+    assert pending == []

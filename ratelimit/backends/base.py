@@ -50,8 +50,12 @@ class SlotStore(Protocol):
         (its lease ended and another holder came)."""
         ...
 
-    async def release_slots(self, claim: SlotClaim) -> None:
-        """Give ``claim``'s slots back (nothing happens for slots no longer held)."""
+    async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
+        """Give ``claim``'s slots back (nothing happens for slots no longer held).
+
+        ``revoke``: the claim's take may still reach the store (it failed or its caller
+        left before the answer, and a give-back on another connection may overtake it);
+        for one lease, a take of ``claim`` that arrives takes nothing."""
         ...
 
 

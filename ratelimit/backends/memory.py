@@ -121,6 +121,7 @@ class MemoryBackend:
         self._windows: dict[Identifier, _Windows] = {}
         self._arrivals: dict[Identifier, _Arrivals] = {}
         self._slots: dict[Identifier, dict[str, int]] = {}  # holders' tokens: lease ends (us)
+        self._revoked: dict[tuple[str, str, str], int] = {}  # claims given back: until (us)
         self._lock = threading.Lock()
         self._sweep_every = max(1, sweep_every)
         self._since_sweep = 0
@@ -268,7 +269,9 @@ class MemoryBackend:
                 for token in [t for t, ends in holders.items() if ends <= now]:
                     del holders[token]
                 held.append(len(holders))
-            if any(n >= count for n, count in zip(held, claim.counts, strict=True)):
+            if self._revoked.get((claim.namespace, claim.key, claim.token), 0) > now or any(
+                n >= count for n, count in zip(held, claim.counts, strict=True)
+            ):
                 return False, tuple(held)
             for identifier in claim.identifiers:
                 self._slots.setdefault(identifier, {})[claim.token] = now + claim.lease_us
@@ -287,9 +290,12 @@ class MemoryBackend:
                     kept = False
             return kept
 
-    async def release_slots(self, claim: SlotClaim) -> None:
+    async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
         self._check_open()
         with self._lock:
+            if revoke:
+                until = clock_us(self._clock) + claim.lease_us
+                self._revoked[(claim.namespace, claim.key, claim.token)] = until
             for identifier in claim.identifiers:
                 holders = self._slots.get(identifier)
                 if holders is not None:
@@ -344,6 +350,8 @@ class MemoryBackend:
         ended = [i for i, holders in self._slots.items() if max(holders.values(), default=0) <= now]
         for identifier in ended:  # every holder's lease ended: a crashed process's slots
             del self._slots[identifier]
+        for claim in [c for c, until in self._revoked.items() if until <= now]:
+            del self._revoked[claim]
 
     async def aclose(self) -> None:
         self._closed = True
@@ -352,3 +360,4 @@ class MemoryBackend:
             self._windows.clear()
             self._arrivals.clear()
             self._slots.clear()
+            self._revoked.clear()

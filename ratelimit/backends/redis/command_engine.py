@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ from ratelimit.algorithms import (
     window_index,
 )
 from ratelimit.backends.base import Clock, clock_us
+from ratelimit.backends.redis import command_slots
 from ratelimit.backends.redis.client import RedisClient, check_transactions, close_client
 from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
@@ -52,10 +54,9 @@ from ratelimit.backends.redis.keys import (
     lock_key,
     plan_keys,
     slot_fields,
-    slots_key,
     window_fields,
 )
-from ratelimit.backends.redis.lock import RedisLock
+from ratelimit.backends.redis.lock import SETTLE_TIMEOUT, Blocking, RedisLock, settle
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.loops import LoopBinding
@@ -79,9 +80,13 @@ T = TypeVar("T")
 class RedisCommandBackend:
     """Decides plans with plain Redis commands, under a Redis lock unless ``disable_locks``.
 
-    ``lock_ttl`` bounds how long a crashed holder blocks others; ``lock_polling_interval``
-    is the wait between tries (±50 % jitter); ``lock_timeout`` is how long a decision waits
-    for the lock before :class:`~ratelimit.errors.LockTimeoutError`. Waiting never admits.
+    ``lock_ttl`` bounds how long a crashed holder blocks others; waiters are woken by the
+    holder's release (see :mod:`~ratelimit.backends.redis.lock`), and poll every
+    ``lock_polling_interval`` (±50 % jitter) only where they cannot block; ``lock_timeout``
+    is how long a decision waits for the lock before
+    :class:`~ratelimit.errors.LockTimeoutError`, which the failure policy answers with a
+    refusal (or raises, under ``on_error="raise"``). Waiting never admits, and is not part
+    of the ``timeout`` of the decision's round trips.
 
     Example::
 
@@ -124,18 +129,28 @@ class RedisCommandBackend:
         self._closed = False
         self._loop = LoopBinding()
         self._gate = ConnectionGate(client)  # never more commands at once than connections
+        self._blocking = Blocking(self._gate)
+        self._locks: weakref.WeakValueDictionary[str, RedisLock] = weakref.WeakValueDictionary()
+        self._lock_tasks: set[asyncio.Future[Any]] = set()  # what the locks run apart
 
     def lock(self, namespace: str, key: str) -> RedisLock:
-        """The lock guarding every identifier of one (namespace, key)."""
-        return RedisLock(
-            self.client,
-            lock_key(namespace, key),
-            ttl=self.lock_ttl,
-            polling_interval=self.lock_polling_interval,
-            timeout=self.lock_timeout,
-            round_trip_timeout=self.timeout,
-            gate=self._gate,
-        )
+        """The lock guarding every identifier of one (namespace, key): one object per key
+        while this process uses it, so that its callers queue in the process."""
+        name = lock_key(namespace, key)
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = RedisLock(
+                self.client,
+                name,
+                ttl=self.lock_ttl,
+                polling_interval=self.lock_polling_interval,
+                timeout=self.lock_timeout,
+                round_trip_timeout=self.timeout,
+                gate=self._gate,
+                blocking=self._blocking,
+                tasks=self._lock_tasks,
+            )
+        return lock
 
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
@@ -189,68 +204,21 @@ class RedisCommandBackend:
 
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
         return await self._guarded(
-            claim.namespace, claim.key, lambda: self._acquire_slots(claim), "take a slot"
+            claim.namespace, claim.key, lambda: command_slots.acquire(self, claim), "take a slot"
         )
-
-    async def _acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
-        """``slots.lua``'s acquire, under the lock: read every holder, then write."""
-        keys = [slots_key(i) for i in claim.identifiers]
-
-        def fill(read: Any) -> None:
-            for key in keys:
-                read.zrange(key, 0, -1, withscores=True)
-                read.pttl(key)
-
-        replies = await self._read(fill)
-        now = await self._now(replies, keys[0])
-        held = [sum(1 for _, ends in replies[2 * k] if ends > now) for k in range(len(keys))]
-        if any(n >= count for n, count in zip(held, claim.counts, strict=True)):
-            return False, tuple(held)
-        ms = math.ceil(claim.lease_us / 1000)
-        write = self.client.pipeline(transaction=True)
-        for k, key in enumerate(keys):
-            write.zremrangebyscore(key, "-inf", now)
-            write.zadd(key, {claim.token: now + claim.lease_us})
-            if int(replies[2 * k + 1]) < ms:
-                write.pexpire(key, ms)
-        await write.execute()
-        return True, tuple(held)
 
     async def renew_slots(self, claim: SlotClaim) -> bool:
         return await self._guarded(
-            claim.namespace, claim.key, lambda: self._renew_slots(claim), "renew a slot"
+            claim.namespace, claim.key, lambda: command_slots.renew(self, claim), "renew a slot"
         )
 
-    async def _renew_slots(self, claim: SlotClaim) -> bool:
-        keys = [slots_key(i) for i in claim.identifiers]
-
-        def fill(read: Any) -> None:
-            for key in keys:
-                read.zscore(key, claim.token)
-                read.pttl(key)
-
-        replies = await self._read(fill)
-        now = await self._now(replies, keys[0])
-        ms = math.ceil(claim.lease_us / 1000)
-        write = self.client.pipeline(transaction=True)
-        for k, key in enumerate(keys):
-            if replies[2 * k] is not None:
-                write.zadd(key, {claim.token: now + claim.lease_us})
-                if int(replies[2 * k + 1]) < ms:
-                    write.pexpire(key, ms)
-        await write.execute()
-        return all(replies[2 * k] is not None for k in range(len(keys)))
-
-    async def release_slots(self, claim: SlotClaim) -> None:
-        keys = [slots_key(i) for i in claim.identifiers]
-
-        async def release() -> None:
-            write = self.client.pipeline(transaction=True)
-            for key in keys:
-                write.zrem(key, claim.token)
-            await write.execute()
-
-        await self._guarded(claim.namespace, claim.key, release, "give a slot back")
+    async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
+        await self._guarded(
+            claim.namespace,
+            claim.key,
+            lambda: command_slots.release(self, claim, revoke),
+            "give a slot back",
+        )
 
     async def reset(self, plan: Plan) -> None:
         keys = plan_keys(plan)
@@ -474,7 +442,10 @@ class RedisCommandBackend:
         """Work in the running loop: connections an ended loop opened are opened anew."""
         if self._loop.moved():
             forget_other_loops_of(self.client)
-            self._gate = ConnectionGate(self.client)  # its semaphore served the old loop
+            self._gate = ConnectionGate(self.client)  # its futures served the old loop
+            self._blocking = Blocking(self._gate)
+            self._locks = weakref.WeakValueDictionary()
+            self._lock_tasks = set()  # the old loop's ended with it
 
     async def aclose(self) -> None:
         if self._closed:
@@ -482,6 +453,8 @@ class RedisCommandBackend:
         self._closed = True
         if self._loop.loop is not None and self._loop.loop is not asyncio.get_running_loop():
             self._bind()
+        # give-backs of locks whose callers left finish first; nothing is left pending
+        await settle(self._lock_tasks, self._blocking, self.timeout or SETTLE_TIMEOUT)
         if self._owns_client:
             await close_client(self.client)
 

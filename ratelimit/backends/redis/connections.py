@@ -20,7 +20,9 @@ which redis-py has kept from 4.2 to 8; each falls back to doing nothing when the
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import math
 from typing import Any
 
 from ratelimit.backends.redis.compat import ConnectionError, MaxConnectionsError
@@ -46,6 +48,14 @@ def pool_exhausted(exc: BaseException) -> bool:
 def pool_of(client: Any) -> Any | None:
     """The connection pool of a plain ``redis.asyncio.Redis`` (``None`` for a cluster)."""
     return getattr(client, "connection_pool", None)
+
+
+def read_timeout(client: Any) -> float:
+    """The client's ``socket_timeout`` (how long a read may wait), or ``inf``."""
+    pool = pool_of(client)
+    options = getattr(pool, "connection_kwargs", None) or getattr(client, "connection_kwargs", {})
+    timeout = options.get("socket_timeout") if isinstance(options, dict) else None
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else math.inf
 
 
 def closed_by_server(connection: Any) -> bool:
@@ -138,6 +148,10 @@ class ConnectionGate:
     connections: callers past that wait for a slot (back-pressure) instead of failing with
     "Too many connections". No bound for a pool without a limit, or for a cluster.
 
+    ``slot(first=True)`` goes ahead of every ``slot()`` waiting: what frees a resource
+    others wait for (the command engine's lock release) never queues behind those waiting
+    to take it. Each kind is served first come, first served.
+
     Example::
 
         gate = ConnectionGate(client)
@@ -148,12 +162,54 @@ class ConnectionGate:
     def __init__(self, client: Any) -> None:
         pool = pool_of(client)
         most = getattr(pool, "max_connections", None)
-        size = most if isinstance(most, int) and 0 < most < 1 << 20 else None
-        # A semaphore serves one event loop: its owner makes a new gate in a new loop.
-        self._slots: contextlib.AbstractAsyncContextManager[object] = (
-            contextlib.nullcontext() if size is None else asyncio.Semaphore(size)
-        )
+        # A gate serves one event loop (its futures): its owner makes a new one in a new loop.
+        self.size: int | None = most if isinstance(most, int) and 0 < most < 1 << 20 else None
+        self._free = self.size or 0
+        self._first: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._others: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    def slot(self) -> contextlib.AbstractAsyncContextManager[object]:
-        """Hold one connection's worth of the pool for the block."""
-        return self._slots
+    def slot(self, *, first: bool = False) -> contextlib.AbstractAsyncContextManager[object]:
+        """Hold one connection's worth of the pool for the block (``first``: ahead of the
+        others waiting)."""
+        if self.size is None:
+            return contextlib.nullcontext()
+        return _Slot(self, first)
+
+    async def _take(self, first: bool) -> None:
+        if self._free > 0 and not self._first and (first or not self._others):
+            self._free -= 1
+            return
+        queue = self._first if first else self._others
+        granted = asyncio.get_running_loop().create_future()
+        queue.append(granted)
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self._give()  # handed a slot while being cancelled: pass it on
+            else:
+                queue.remove(granted)
+            raise
+
+    def _give(self) -> None:
+        for queue in (self._first, self._others):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)  # the slot passes straight to it
+                    return
+        self._free += 1
+
+
+class _Slot:
+    __slots__ = ("_first", "_gate")
+
+    def __init__(self, gate: ConnectionGate, first: bool) -> None:
+        self._gate = gate
+        self._first = first
+
+    async def __aenter__(self) -> None:
+        await self._gate._take(self._first)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._gate._give()

@@ -6,6 +6,9 @@ names of identifiers themselves come from :mod:`ratelimit.backends.naming`.
     rl:{<namespace>:<key>}                      a rule without a selector
     rl:{<namespace>:<key>}:<selector>=<value>   a rule with a selector
     rl:{<namespace>:<key>}:lock                 the command engine's lock
+    rl:{<namespace>:<key>}:lock:wake            its wake-ups (a list of at most one)
+    rl:{<namespace>:<key>}:revoked:<token>      a concurrency claim given back before its
+                                                take was answered (a take of it is refused)
     rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash: window_fields)
     rl:{<namespace>:<key>}[:<selector>=<value>]:n   the largest count kept on that log
     rl:{<namespace>:<key>}[:<selector>=<value>]:g:<count>/<span_ms>[/<burst>]
@@ -68,6 +71,13 @@ def slots_key(identifier: Identifier) -> str:
     """The sorted set of one identifier's concurrency slots: holders' tokens scored by
     when their lease ends."""
     return f"{identifier_key(identifier)}:c"
+
+
+def revoked_key(namespace: str, key: str, token: str) -> str:
+    """The mark of a concurrency claim given back while its take may still be on its way
+    (``release_slots(..., revoke=True)``): a take of ``token`` refuses while it lasts. The
+    token is the claim's own hex (a claim's keys share one hash tag: the tag's)."""
+    return f"{tag(namespace, key)}:revoked:{token}"
 
 
 def lock_key(namespace: str, key: str) -> str:

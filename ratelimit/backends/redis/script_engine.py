@@ -27,6 +27,7 @@ from ratelimit.backends.redis.keys import (
     identifier_key,
     kept_key,
     plan_keys,
+    revoked_key,
     slots_key,
 )
 from ratelimit.backends.redis.pipeline import (
@@ -146,8 +147,8 @@ class RedisScriptBackend:
     async def renew_slots(self, claim: SlotClaim) -> bool:
         return (await self._slots(claim, b"renew"))[0]
 
-    async def release_slots(self, claim: SlotClaim) -> None:
-        await self._slots(claim, b"release")
+    async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
+        await self._slots(claim, b"revoke" if revoke else b"release")
 
     async def _slots(self, claim: SlotClaim, op: bytes) -> tuple[bool, tuple[int, ...]]:
         """One ``slots.lua`` call, through the pipeline as decisions go."""
@@ -157,6 +158,7 @@ class RedisScriptBackend:
         counts = " ".join(map(str, claim.counts)).encode()
         args = (now, op, claim.token.encode(), str(claim.lease_us).encode(), counts)
         keys = [slots_key(i) for i in claim.identifiers]
+        keys.append(revoked_key(claim.namespace, claim.key, claim.token))
         reply = await self._pipeline.call(
             Command(SLOTS_SCRIPT, keys, args, pack_args(args)), claim.key
         )

@@ -232,8 +232,8 @@ class SyncedBackend:
     async def renew_slots(self, claim: SlotClaim) -> bool:
         return await self._slots().renew_slots(claim)
 
-    async def release_slots(self, claim: SlotClaim) -> None:
-        await self._slots().release_slots(claim)
+    async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
+        await self._slots().release_slots(claim, revoke=revoke)
 
     async def setup(self) -> str:
         """Set the remote store up, if it needs it (Postgres): see ``RateLimit.setup``."""

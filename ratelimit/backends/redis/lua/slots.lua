@@ -1,10 +1,12 @@
 -- slots.lua: concurrency slots (rl.concurrency): take, renew or give back a slot on every
 -- identifier of one claim, atomically.
 --
--- KEYS[k]   one sorted set per identifier: its holders' tokens, scored by when their lease
---           ends (microseconds).
+-- KEYS[k]   (k < #KEYS) one sorted set per identifier: its holders' tokens, scored by when
+--           their lease ends (microseconds).
+-- KEYS[#KEYS] the claim's revocation mark: "revoke" sets it for one lease, and an acquire of
+--           the token takes nothing while it lasts (a give-back that overtook its own take).
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
--- ARGV[2]   "acquire", "renew" or "release".
+-- ARGV[2]   "acquire", "renew", "release" or "revoke".
 -- ARGV[3]   the holder's token.
 -- ARGV[4]   the lease in microseconds.
 -- ARGV[5]   per key, space-separated: how many may hold a slot on it at once.
@@ -13,27 +15,31 @@
 --           dropped, held_k is how many live holders key k had; a slot is taken on every key
 --           when each has one free (done 1), else on none (done 0). renew: every slot the
 --           token still holds gets its lease from now; done 0 when one was lost (its lease
---           ended and an acquire dropped it). release: the token's slots are given back.
+--           ended and an acquire dropped it). release: the token's slots are given back;
+--           revoke: the same, and the mark is set (an acquire of the token then returns
+--           done 0, whatever is free).
 --           A key expires when its last lease would end (never sooner than it would).
 --
 -- Runs after _now.lua, which script_engine.py joins in front of it.
 
 local op, token, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local result = {1, string.format('%.0f', now)}
+local n, revoked = #KEYS - 1, KEYS[#KEYS]
+local ms = math.ceil(lease / 1000)
 
-if op == 'release' then
-  for k = 1, #KEYS do redis.call('ZREM', KEYS[k], token) end
+if op == 'release' or op == 'revoke' then
+  for k = 1, n do redis.call('ZREM', KEYS[k], token) end
+  if op == 'revoke' then redis.call('SET', revoked, '1', 'PX', ms) end
   return result
 end
 
 local ends = string.format('%.0f', now + lease)
-local ms = math.ceil(lease / 1000)
 local function keep(key)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
 end
 
 if op == 'renew' then
-  for k = 1, #KEYS do
+  for k = 1, n do
     if redis.call('ZSCORE', KEYS[k], token) then
       redis.call('ZADD', KEYS[k], ends, token)
       keep(KEYS[k])
@@ -45,9 +51,9 @@ if op == 'renew' then
 end
 
 local counts = {}
-for n in string.gmatch(ARGV[5], '%d+') do counts[#counts + 1] = tonumber(n) end
-local free = true
-for k = 1, #KEYS do
+for c in string.gmatch(ARGV[5], '%d+') do counts[#counts + 1] = tonumber(c) end
+local free = redis.call('EXISTS', revoked) == 0
+for k = 1, n do
   redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', string.format('%.0f', now))
   local held = redis.call('ZCARD', KEYS[k])
   result[#result + 1] = held
@@ -57,7 +63,7 @@ if not free then
   result[1] = 0
   return result
 end
-for k = 1, #KEYS do
+for k = 1, n do
   redis.call('ZADD', KEYS[k], ends, token)
   keep(KEYS[k])
 end
