@@ -101,15 +101,16 @@ def violated(decision: Decision) -> list[str]:
 
 def problem(decision: Decision) -> tuple[int, bytes]:
     """The status and ``application/problem+json`` body of a refusal: 429 naming the
-    violated policies, or 503 when the storage failed and ``on_error="deny"`` refused."""
+    violated policies, or 503 when the limiter could not decide: the storage failed under
+    ``on_error="deny"``, or the command engine's lock stayed held past ``lock_timeout``."""
     wait = retry_after(decision)
     if decision.degraded:
         body = {
             "type": "about:blank",
             "title": "Service Unavailable",
             "status": 503,
-            "detail": "the rate limiter's storage is not answering and this service refuses "
-            f"requests until it does; retry after {wait} s",
+            "detail": "the rate limiter could not decide (its storage is failing, or busy) "
+            f"and this service refuses requests until it can; retry after {wait} s",
         }
         return 503, json.dumps(body).encode()
     policies = violated(decision)
