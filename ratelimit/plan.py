@@ -1,36 +1,19 @@
-"""Plans: what a backend must decide for one call, and how counts become a :class:`Decision`.
+"""Plans: what a backend must decide for one call.
 
 A rule tree is compiled once (:class:`CompiledTree`): its leaves in order and a prefix
 program of opcodes that storage scripts evaluate. Each call then gets a :class:`Plan`: the
-identifier each leaf counts on, after its selector was resolved. Backends count hits per leaf
-and hand them to :func:`evaluate`, the one place that turns counts into a decision, so every
-backend computes ``retry_after``, ``remaining`` and the binding rule the same way.
+identifier each leaf counts on, after its selector was resolved, and what the call counts
+on each. Backends count hits per leaf and hand them to
+:func:`~ratelimit.evaluation.evaluate`, the one place that turns counts into a decision.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ratelimit.algorithms import (
-    GCRA,
-    SLIDING_LOG,
-    SLIDING_WINDOW,
-    US_PER_MS,
-    Outcome,
-    counter_outcome,
-    counter_rate,
-    counter_wait,
-    gcra_burst,
-    gcra_next,
-    gcra_outcome,
-    gcra_reset,
-    log_outcome,
-)
-from ratelimit.decision import Decision, RuleState, make_decision
+from ratelimit.algorithms import GCRA, SLIDING_LOG, US_PER_MS, counter_rate, gcra_burst
 from ratelimit.rules import And, Node, Rule
 
 # Prefix program opcodes, each followed by one operand.
@@ -366,134 +349,3 @@ def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
             count, span = limits[i]
             limits[i] = (max(count, rule.count), max(span, rule.span_ms))
     return limits
-
-
-def _leaf(plan: Plan, i: int, now_us: int, counts: Sequence[tuple[float, float]]) -> Outcome:
-    """The outcome of leaf ``i`` under the plan's algorithm, as the tree compares them.
-
-    When the plan's identifiers count different costs (:attr:`Plan.costs`), what is left is
-    shifted by ``plan.cost - cost``, so that comparing leaves (the tree's binding rule) and
-    subtracting ``plan.cost`` (:func:`decided`) both read what is left after the leaf's own
-    cost."""
-    if plan.leaf_identifiers[i] < 0:
-        return (False, 0, None, None)
-    if not plan.costs:
-        return _outcome(plan, i, plan.cost, now_us, counts)
-    cost = plan.leaf_cost(i)
-    outcome = _outcome(plan, i, cost, now_us, counts)
-    limited, retry_us, left, binding = outcome
-    if limited or left is None:
-        return outcome
-    return (limited, retry_us, left - cost + plan.cost, binding)
-
-
-def _outcome(
-    plan: Plan, i: int, cost: float, now_us: int, counts: Sequence[tuple[float, float]]
-) -> Outcome:
-    """Leaf ``i``'s outcome for a call of ``cost`` under the plan's algorithm."""
-    rule = plan.compiled.rules[i]
-    if plan.algorithm == SLIDING_LOG:
-        return log_outcome(rule, i, cost, counts[i], now_us)
-    if plan.algorithm == GCRA:
-        tat_us, remainder = counts[i]
-        return gcra_outcome(rule, i, cost, (int(tat_us), int(remainder)), now_us)
-    sliding = plan.algorithm == SLIDING_WINDOW
-    return counter_outcome(rule, i, cost, counts[i], now_us, sliding)
-
-
-def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> Decision:
-    """Turn per-leaf counts into the decision for the whole tree.
-
-    ``counts[i]`` is what storage counted for leaf ``i``, read by the plan's algorithm: for
-    the sliding log (hits among the newest ``plan.depth(rule)``, the last of them when all
-    are inside the window); for the window counters (current count, previous count); for
-    GCRA (the rule's arrival time: whole microseconds and remainder in ``1/count`` of one,
-    ``(0, 0)`` when none is stored).
-    """
-    rules = plan.compiled.rules
-    if len(rules) == 1:  # the common single rule: no tree to walk
-        return decided(plan, _leaf(plan, 0, now_us, counts), now_us, counts)
-
-    def node(pos: int) -> tuple[Outcome, int]:
-        op, operand = plan.compiled.program[pos], plan.compiled.program[pos + 1]
-        pos += 2
-        if op == OP_LEAF:
-            return _leaf(plan, operand, now_us, counts), pos
-        children: list[Outcome] = []
-        for _ in range(operand):
-            child, pos = node(pos)
-            children.append(child)
-        limited = [c for c in children if c[0]]
-        if op == OP_OR and limited:
-            return max(limited, key=lambda c: c[1]), pos
-        if op == OP_AND and len(limited) == len(children):
-            return min(limited, key=lambda c: c[1]), pos
-        open_children = [c for c in children if not c[0]]
-        bounded = [c for c in open_children if c[2] is not None]
-        if not bounded or (op == OP_AND and len(bounded) < len(open_children)):
-            return (False, 0, None, None), pos
-        pick = min if op == OP_OR else max
-        return pick(bounded, key=lambda c: c[2]), pos  # type: ignore[arg-type, return-value]
-
-    return decided(plan, node(0)[0], now_us, counts)
-
-
-def decided(
-    plan: Plan, outcome: Outcome, now_us: int, counts: Sequence[tuple[float, float]]
-) -> Decision:
-    """The decision of the whole tree from its root's outcome, its per-rule states computed
-    from the same counts when first read (``counts`` must not change afterwards)."""
-    limited, retry_us, remaining, binding = outcome
-    rule = plan.compiled.rules[binding] if binding is not None else None
-    states = _partial(rule_states, plan, now_us, counts, not limited)
-    if limited:
-        return make_decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key, states)
-    left = None if remaining is None else math.floor(remaining - plan.cost)
-    return make_decision(True, 0.0, rule, left, plan.key, states)
-
-
-_partial = functools.partial
-
-
-def rule_states(
-    plan: Plan, now_us: int, counts: Sequence[tuple[float, float]], allowed: bool
-) -> tuple[RuleState, ...]:
-    """Per rule that applied: what it has left after the decision (after the call's cost
-    when ``allowed``) and for how long (see :class:`~ratelimit.decision.RuleState`)."""
-    states = []
-    for i, rule in enumerate(plan.compiled.rules):
-        if plan.leaf_identifiers[i] < 0:
-            continue
-        cost = plan.leaf_cost(i)
-        used = cost if allowed else 0
-        limited, retry_us, left, _ = _outcome(plan, i, cost, now_us, counts)
-        if limited:
-            states.append(RuleState(rule, i, True, 0, max(retry_us, 0) / 1_000_000))
-            continue
-        assert left is not None  # an applied rule that admits has a count
-        remaining = max(math.floor(left - used), 0)
-        span_us = rule.span_ms * US_PER_MS
-        reset_us: float
-        if plan.algorithm == GCRA:  # until the bucket holds one more, or full: the span
-            tat = (int(counts[i][0]), int(counts[i][1]))
-            if used:
-                tat = gcra_next(rule, used, tat, now_us)
-            full = remaining >= gcra_burst(rule)
-            reset_us = span_us if full else gcra_reset(rule, tat, now_us, remaining)
-        elif remaining >= rule.count:  # nothing counted: the whole span ahead
-            reset_us = span_us
-        elif plan.algorithm == SLIDING_LOG:  # until the oldest hit inside leaves
-            hits, oldest = counts[i]
-            reset_us = (oldest if hits else now_us) + span_us - now_us
-        else:  # until one more hit fits
-            current, previous = counts[i]
-            elapsed = now_us - now_us // span_us * span_us
-            room = rule.count - remaining - 1
-            sliding = plan.algorithm == SLIDING_WINDOW
-            after = counter_rate(current + used, previous, now_us, span_us, sliding)
-            if after <= room:  # float rounding left `remaining` one short: it is there now
-                reset_us = 0.0
-            else:
-                reset_us = counter_wait(current + used, previous, elapsed, span_us, room, sliding)
-        states.append(RuleState(rule, i, False, remaining, max(reset_us, 0) / 1_000_000))
-    return tuple(states)

@@ -28,13 +28,12 @@ from ratelimit.algorithms import (
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
+from ratelimit.evaluation import decided, evaluate
 from ratelimit.plan import (
     CounterUpdate,
     Identifier,
     Plan,
     counter_update_rate,
-    decided,
-    evaluate,
     gcra_field,
     limits_per_identifier,
 )

@@ -30,8 +30,9 @@ from ratelimit.backends.postgres.pool import SetUpPool
 from ratelimit.backends.postgres.schema import DECIDE
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
+from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
-from ratelimit.plan import CounterUpdate, Identifier, Plan, evaluate
+from ratelimit.plan import CounterUpdate, Identifier, Plan
 
 Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
 """One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""

@@ -59,13 +59,13 @@ from ratelimit.backends.redis.keys import (
 from ratelimit.backends.redis.lock import SETTLE_TIMEOUT, Blocking, RedisLock, settle
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
+from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import (
     CounterUpdate,
     Plan,
     arrival_slots,
     counter_update_rate,
-    evaluate,
     limits_per_identifier,
 )
 from ratelimit.slots import SlotClaim

@@ -40,13 +40,13 @@ from ratelimit.backends.redis.pipeline import (
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
+from ratelimit.evaluation import evaluate
 from ratelimit.plan import (
     CompiledTree,
     CounterUpdate,
     Identifier,
     Plan,
     arrival_slots,
-    evaluate,
 )
 from ratelimit.slots import SlotClaim
 

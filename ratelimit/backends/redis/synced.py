@@ -28,13 +28,13 @@ from ratelimit.backends.base import NOTHING_TO_SET_UP, Clock, SetUpStore, SlotSt
 from ratelimit.backends.redis.script_engine import Push, Totals
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError, LimiterClosedError
+from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import (
     CounterUpdate,
     Identifier,
     Plan,
     counter_update_rate,
-    evaluate,
     window_name,
 )
 from ratelimit.slots import SlotClaim
