@@ -97,14 +97,15 @@ def test_repeated_lines_are_one_chain_in_order() -> None:
     assert rfc7239.client(scope("10.0.0.1", *lines)) == "1.2.3.4"
 
 
-def test_forwarded_quoted_strings_separate_nothing() -> None:
+def test_forwarded_commas_always_separate_and_quotes_come_off() -> None:
+    """No node holds a comma or a semicolon, so each one separates, quoted or not: what a
+    client writes inside quotes adds entries to the left of its proxy's, never hides it."""
     rfc7239 = TrustedProxies(["10.0.0.0/8"], forwarded_header="forwarded")
     written = (b"forwarded", b'for="9.9.9.9, for=8.8.8.8;by=\\"x\\"";proto=http, For=1.2.3.4')
-    assert rfc7239.chain(scope("10.0.0.1", written)) == [
-        '9.9.9.9, for=8.8.8.8;by="x"',
-        "1.2.3.4",
-    ]
+    assert rfc7239.chain(scope("10.0.0.1", written)) == ["9.9.9.9", "8.8.8.8", "1.2.3.4"]
     assert rfc7239.client(scope("10.0.0.1", written)) == "1.2.3.4"
+    bracketed = (b"forwarded", b'for="[2001:db8::1]:4711"')
+    assert rfc7239.chain(scope("10.0.0.1", bracketed)) == ["2001:db8::1"]
     assert rfc7239.client(scope("10.0.0.1", (b"forwarded", b"for=unknown"))) == "unknown"
 
 
@@ -343,3 +344,82 @@ def test_a_type_that_cannot_read_is_refused_when_made() -> None:
     assert repr(json_field("a.b", type=int)) == "json_field('a.b', type=int)"
     error = SourceValueError("json_field('a', type=int)", "x" * 100, "an integer")
     assert len(str(error)) < 120
+
+
+# --- found by review: values a client can spell twice, and quotes it can leave open ---
+
+
+async def test_a_header_sent_twice_is_refused_not_counted_apart() -> None:
+    """``X-API-Key: K`` and a second line ``X-API-Key: r<i>``: frameworks read one of them
+    (Starlette the first, others the last or both joined), so counting the joined text gave
+    every request a counter of its own. It is refused with 422, counted nowhere."""
+    app = app_with([Route("/search", "apikey:3/h", apikey=header("X-API-Key"))])
+    async with client(app) as http:
+        twice = [
+            await http.get("/search", headers=[("X-API-Key", "K"), ("X-API-Key", f"r{i}")])
+            for i in range(10)
+        ]
+        once = [await http.get("/search", headers={"X-API-Key": "K"}) for _ in range(4)]
+    assert statuses(twice) == [422] * 10
+    assert "sent 2 times" in twice[0].json()["detail"]
+    assert statuses(once) == [200, 200, 200, 429]  # K's counter untouched by the 422s
+
+
+async def test_a_query_parameter_sent_twice_is_refused_not_counted_apart() -> None:
+    """``?org=<i>&org=7``: Starlette and FastAPI read the last value, others the first; the
+    limiter counted the first, so the endpoint served ``7`` through every refusal."""
+    app = app_with([Route("/org", "org:3/h", org=query_param("org", type=int))])
+    async with client(app) as http:
+        twice = [await http.get(f"/org?org={100 + i}&org=7") for i in range(10)]
+        once = [await http.get("/org?org=7") for _ in range(4)]
+    assert statuses(twice) == [422] * 10
+    assert statuses(once) == [200, 200, 200, 429]
+
+
+@pytest.mark.parametrize("opened", ['for="x{i}', 'for="a\\{i}', 'for=1.1.1.1;ext="{i}'])
+async def test_a_quote_a_client_leaves_open_hides_no_proxy_entry(opened: str) -> None:
+    """A client's ``Forwarded`` with a quote left open, on the line the proxy appends its
+    own entry to: the proxy's entry still names the client."""
+    app = app_with(
+        [Route("/ip", "ip:3/h")], trusted_proxies=["127.0.0.1"], forwarded_header="forwarded"
+    )
+    async with client(app, peer="127.0.0.1") as http:
+        answers = [
+            await http.get("/ip", headers={"Forwarded": opened.format(i=i) + ", for=198.51.100.7"})
+            for i in range(10)
+        ]
+    assert statuses(answers) == [200, 200, 200] + [429] * 7
+
+
+def test_a_trusted_proxy_connecting_over_ipv6_as_mapped_ipv4_is_trusted() -> None:
+    proxies = TrustedProxies(["127.0.0.1"])
+    xff = (b"x-forwarded-for", b"203.0.113.5")
+    assert proxies.client(scope("::ffff:127.0.0.1", xff)) == "203.0.113.5"
+    chain = (b"x-forwarded-for", b"1.2.3.4, ::ffff:127.0.0.1")  # an inner hop, mapped
+    assert proxies.client(scope("127.0.0.1", chain)) == "1.2.3.4"
+
+
+@pytest.mark.parametrize("route", ["route", "endpoint only", "neither"])
+async def test_a_route_limits_key_never_follows_the_path_asked_for(route: str) -> None:
+    """Starlette versions before ``scope["route"]`` give only ``scope["endpoint"]``; the
+    key falls back to the endpoint, then to the rules, never to the path (a client varies
+    ``/items/0`` ... ``/items/9`` at will)."""
+    limit = RouteLimit(RateLimit(MemoryBackend()), "ip:3/h")
+
+    async def items(request: Request) -> PlainTextResponse:
+        if route != "route":
+            request.scope.pop("route", None)
+        if route == "neither":
+            request.scope.pop("endpoint", None)
+        await limit.check(request)
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[StarletteRoute("/items/{item}", items)])
+    async with client(app) as http:
+        answers = []
+        for i in range(10):
+            try:
+                answers.append((await http.get(f"/items/{i}")).status_code)
+            except Exception as exc:  # HTTPException without the middleware
+                answers.append(getattr(exc, "status_code", 500))
+    assert answers == [200, 200, 200] + [429] * 7

@@ -149,3 +149,39 @@ def test_a_rules_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     path.write_bytes(b'[[limit]]\ndomain = "\xff"\n')
     with pytest.raises(ConfigurationError, match=r"rules file .*rules.toml: not UTF-8 text"):
         rules_file.load(path)
+
+
+EDGE = """\
+[[limit]]
+domain = "edge"
+descriptor = ["remote_address"]
+rule = "100/m"
+
+[[limit]]
+domain = "edge"
+descriptor = ["path=/login", "remote_address"]
+rule = "2/m"
+"""
+
+
+async def test_a_file_that_lost_one_limit_of_a_domain_is_kept_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A writer that paused after its first table (longer than the settle time) leaves a
+    valid file with the domain but without its second limit, whose descriptors would then
+    be answered OK: that file is not applied; SIGHUP applies it."""
+    path = tmp_path / "rules.toml"
+    path.write_text(EDGE)
+    watcher = rules_file.RulesWatcher(rules_file.load(path))
+    path.write_text(EDGE[: EDGE.index("\n\n[[limit]]") + 1])  # the first table only
+    assert watcher.changed()
+    assert await watcher.reload()  # looked at, and kept out
+    assert len(watcher.rules.limits) == 2
+    assert "lacks domain 'edge' [path=/login, remote_address] (line 6)" in caplog.text
+    path.write_text(EDGE.replace('rule = "2/m"', 'rule = "3/m"'))  # the writer goes on
+    assert await watcher.reload()
+    assert [str(limit.rules) for limit in watcher.rules.limits] == ["100/m", "3/m"]
+    path.write_text(EDGE[: EDGE.index("\n\n[[limit]]") + 1])
+    assert await watcher.reload(explicit=True)  # SIGHUP: as written
+    assert len(watcher.rules.limits) == 1
+    assert "1 limits removed" in caplog.text

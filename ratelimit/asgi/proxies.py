@@ -111,10 +111,14 @@ class TrustedProxies:
 
     def _listed(self, address: str) -> bool:
         """An address in the chain is a trusted proxy: one of the networks (``"*"`` does
-        not vouch for what a header says), or a unix socket's placeholder (``unix:``)."""
+        not vouch for what a header says), or a unix socket's placeholder (``unix:``). An
+        IPv4 address written as IPv6 (``::ffff:127.0.0.1``, a dual-stack listener's peer)
+        is the IPv4 address."""
         if self._unix and (address == UNIX or address.startswith("unix:")):
             return True
         parsed = _address(address)
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+            parsed = parsed.ipv4_mapped
         return parsed is not None and any(parsed in network for network in self._networks)
 
     def client(self, scope: Mapping[str, Any]) -> str:
@@ -182,41 +186,28 @@ def _listed(text: str) -> list[str]:
 
 
 def _forwarded_for(text: str) -> list[str]:
-    """RFC 7239 ``Forwarded``: the ``for=`` of each element, quoted strings honoured (a
-    comma or semicolon inside quotes separates nothing)."""
+    """RFC 7239 ``Forwarded``: the ``for=`` of each element. Every comma ends an element and
+    every semicolon a pair, quotes or not: no node (an address, ``unknown``, ``_hidden``,
+    with a port) holds either, and a quote a client leaves open must not swallow the entry a
+    proxy appends after it on the same line (the proxy's entry is always after the last
+    comma it adds). Quotes around a node, and escapes inside them, are removed."""
     hops = []
-    for element in _split(text, ","):
-        for pair in _split(element, ";"):
+    for element in text.split(","):
+        for pair in element.split(";"):
             name, _, raw = pair.partition("=")
             if name.strip().lower() == "for":
                 hops.append(_host(_unquoted(raw.strip())))
     return hops
 
 
-def _split(text: str, separator: str) -> list[str]:
-    if '"' not in text:
-        return text.split(separator)
-    parts, start, quoted, escaped = [], 0, False, False
-    for at, char in enumerate(text):
-        if escaped:
-            escaped = False
-        elif quoted and char == "\\":
-            escaped = True
-        elif char == '"':
-            quoted = not quoted
-        elif char == separator and not quoted:
-            parts.append(text[start:at])
-            start = at + 1
-    parts.append(text[start:])
-    return parts
-
-
 _ESCAPE = re.compile(r"\\(.)")
 
 
 def _unquoted(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] == '"':
-        return _ESCAPE.sub(r"\1", value[1:-1])
+    """A node without its quotes (and their escapes); one left open loses its opening."""
+    if value.startswith('"'):
+        value = value[1:-1] if len(value) >= 2 and value.endswith('"') else value[1:]
+        return _ESCAPE.sub(r"\1", value)
     return value
 
 

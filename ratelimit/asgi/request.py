@@ -82,6 +82,20 @@ class HTTPRequest:
         client: str = self._client
         return client
 
+    def header_values(self, name: str) -> list[str]:
+        """Every line of one header, by lower-case name, in order."""
+        wanted = name.encode("latin-1")
+        return [
+            value.decode("latin-1")
+            for key, value in self.scope.get("headers", ())
+            if key.lower() == wanted
+        ]
+
+    def query_values(self, name: str) -> list[str]:
+        """Every value of one query-string parameter, in order."""
+        raw = self.scope.get("query_string", b"").decode("latin-1")
+        return [value for key, value in parse_qsl(raw, keep_blank_values=True) if key == name]
+
     def header(self, name: str) -> str | None:
         """One header by lower-case name (repeated ones joined with ``", "``)."""
         if self._headers is not None:

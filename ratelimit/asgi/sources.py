@@ -22,7 +22,7 @@ from typing import Any
 
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.values import Convert, as_text, converted, converter
-from ratelimit.errors import ConfigurationError
+from ratelimit.errors import ConfigurationError, SourceValueError
 from ratelimit.plan import CompiledTree
 
 SourceFunction = Callable[[HTTPRequest], Any]
@@ -51,17 +51,33 @@ def client_ip() -> Source:
 
 
 def header(name: str, *, type: object = None) -> Source:
-    """A request header, by name (any case); repeated headers joined with ``", "``.
-    ``type``: see the module's documentation (for every source below too)."""
+    """A request header, by name (any case). Sent more than once, it is refused (422,
+    :class:`~ratelimit.errors.SourceValueError`): frameworks read one line of several
+    (Starlette the first, others the last, or all joined), so counting any one of them
+    could count what the endpoint does not use. ``type``: see the module's documentation
+    (for every source below too)."""
     _check_name("header", name)
-    lower = name.lower()
-    return _typed(lambda request: request.header(lower), "header", repr(name), type)
+    lower, what = name.lower(), f"header({name!r})"
+    return _typed(
+        lambda request: _once(request.header_values(lower), what), "header", repr(name), type
+    )
+
+
+def _once(values: list[str], what: str) -> str | None:
+    """The one value a request sent, ``None`` for none; more than one is refused."""
+    if len(values) > 1:
+        raise SourceValueError(what, ", ".join(values), f"one value (sent {len(values)} times)")
+    return values[0] if values else None
 
 
 def query_param(name: str, *, type: object = None) -> Source:
-    """A query-string parameter (its first value)."""
+    """A query-string parameter. Given more than once (``?org=1&org=7``), it is refused
+    (422): Starlette and FastAPI read the last value, other frameworks the first."""
     _check_name("query_param", name)
-    return _typed(lambda request: request.query.get(name), "query_param", repr(name), type)
+    what = f"query_param({name!r})"
+    return _typed(
+        lambda request: _once(request.query_values(name), what), "query_param", repr(name), type
+    )
 
 
 def path_param(name: str, *, type: object = None) -> Source:

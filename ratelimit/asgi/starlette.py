@@ -36,7 +36,7 @@ from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers,
 from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.asgi.middleware import DECISIONS, STATE
 from ratelimit.asgi.proxies import TrustedProxies
-from ratelimit.asgi.request import HTTPRequest, route_path
+from ratelimit.asgi.request import HTTPRequest
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit
@@ -81,7 +81,7 @@ class RouteLimit:
         scope = request.scope
         body = request.json if isinstance(request, Request) else None
         view = HTTPRequest(scope, self.proxies, body=body)
-        key = self.limit.key or _route_key(request)
+        key = self.limit.key or _route_key(request, self.limit.compiled.tree)
         decisions = scope.get(DECISIONS)
         try:
             decision = await self.limit.decide(self.limiter, view, key)
@@ -113,12 +113,20 @@ class RouteLimit:
         )
 
 
-def _route_key(request: HTTPConnection) -> str:
-    """The method and the route's path template (``"POST /login"``), else the path the
-    application routes on. The template is the route's own, within the application that
-    holds it (Starlette and FastAPI set ``scope["route"]``), so neither ``root_path`` nor
-    a mount's prefix enters it (a prefix with parameters would give a key per value)."""
-    route = request.scope.get("route")
-    path = getattr(route, "path", None) or route_path(request.scope)
-    method = request.scope.get("method", "WEBSOCKET")
-    return f"{method} {path}"
+def _route_key(request: HTTPConnection, rules: object) -> str:
+    """The method and what names the route, never the path a client asked for (which it
+    can vary at will: ``/items/1``, ``/items/2``): the route's path template
+    (``"POST /login"``; Starlette and FastAPI set ``scope["route"]``, within the
+    application that holds it, so neither ``root_path`` nor a mount's prefix enters it),
+    else its endpoint's qualified name (Starlette versions that set only
+    ``scope["endpoint"]``), else the rules themselves."""
+    scope = request.scope
+    method = scope.get("method", "WEBSOCKET")
+    path = getattr(scope.get("route"), "path", None)
+    if path:
+        return f"{method} {path}"
+    endpoint = scope.get("endpoint")
+    name = getattr(endpoint, "__qualname__", None)
+    if name:
+        return f"{method} {getattr(endpoint, '__module__', '')}.{name}"
+    return f"{method} {rules}"

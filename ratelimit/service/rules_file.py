@@ -233,11 +233,13 @@ class RulesWatcher:
     - a file is applied only once it parsed whole and read the same twice (its bytes,
       size, modification time and inode), :data:`SETTLE` apart; else it is looked at
       again later;
-    - a reload asked by a change of the file never removes a domain: when the new file has
-      no limit left for a domain that had some (as an empty or half-written file), the old
-      rules stay, all of them, and a warning names the domains;
+    - a reload asked by a change of the file never removes a limit: when the new file
+      lacks a limit (a domain and descriptor) the rules in force have (as an empty or
+      half-written file does: a writer that paused after its first tables), the old rules
+      stay, all of them, and a warning names what is missing; changed rules of a limit
+      that stays, and new limits, are applied;
     - a reload the operator asks for (``explicit``: SIGHUP) applies the file as written,
-      removed domains included; so does a restart.
+      removed limits and domains included; so does a restart.
     """
 
     def __init__(self, rules: RulesFile, algorithm: str = SLIDING_LOG) -> None:
@@ -268,16 +270,27 @@ class RulesWatcher:
             logger.error("ratelimit: rules file not reloaded, the old rules stay: %s", exc)
             return True
         dropped = ", ".join(repr(domain) for domain in sorted(self.rules.domains - new.domains))
-        if dropped and not explicit:
+        kept = {(limit.domain, limit.pattern) for limit in new.limits}
+        missing = [
+            limit for limit in self.rules.limits if (limit.domain, limit.pattern) not in kept
+        ]
+        if missing and not explicit:
+            what = (
+                f"has no limit left for domain {dropped}, which had some"
+                if dropped
+                else "lacks "
+                + ", ".join(f"domain {m.domain!r} [{m.text}] (line {m.line})" for m in missing)
+            )
             logger.warning(
-                "ratelimit: rules file not reloaded, the old rules stay: %s has no limit left "
-                "for domain %s, which had some (as a file caught mid-rewrite looks); to remove "
-                "a domain, send SIGHUP once the file is written, or restart",
+                "ratelimit: rules file not reloaded, the old rules stay: %s %s (as a file "
+                "caught mid-rewrite looks); to remove limits, send SIGHUP once the file is "
+                "written, or restart",
                 path,
-                dropped,
+                what,
             )
             return True
         self.rules = new
-        removed = f"; domain {dropped} removed" if dropped else ""
+        removed = f"; {len(missing)} limits removed" if missing else ""
+        removed += f"; domain {dropped} removed" if dropped else ""
         logger.warning("ratelimit: rules file reloaded: %d limits%s", len(new.limits), removed)
         return True
