@@ -395,3 +395,44 @@ def test_a_killed_holders_slots_come_back_after_the_lease(redis_url: str) -> Non
             holder.stdout.close()
     assert refused
     assert waited < 20  # the lease is 1 s: its slots came back, not the 30 s wait's end
+
+
+@pytest.mark.redis
+async def test_slots_take_the_lock_even_with_disable_locks(redis_url: str) -> None:
+    """``disable_locks=True`` trades a bounded overshoot of rate limits for speed; slots
+    are a hard cap, so their read-then-write still runs under the lock. 40 concurrent takes
+    of ``concurrency("5")`` hold at most 5 at once."""
+    client = aioredis.Redis.from_url(redis_url)
+    rl = RateLimit(client, f"nolock-{uuid.uuid4().hex[:8]}", use_scripts=False, disable_locks=True)
+    entered, refused, peak, running = 0, 0, 0, 0
+    release, settled = asyncio.Event(), asyncio.Event()
+
+    def settle() -> None:
+        if entered + refused == 40:
+            settled.set()
+
+    @rl.concurrency("5")
+    async def body() -> None:
+        nonlocal entered, running, peak
+        entered += 1
+        running += 1
+        peak = max(peak, running)
+        settle()
+        await release.wait()
+        running -= 1
+
+    async def one() -> None:
+        nonlocal refused
+        try:
+            await body()
+        except ConcurrencyLimitExceeded:
+            refused += 1
+            settle()
+
+    tasks = [asyncio.create_task(one()) for _ in range(40)]
+    await asyncio.wait_for(settled.wait(), 60)
+    release.set()
+    await asyncio.gather(*tasks)
+    assert (entered, refused, peak) == (5, 35, 5)
+    await rl.aclose()
+    await client.aclose()

@@ -170,8 +170,10 @@ class RedisCommandBackend:
         work: Callable[[], Awaitable[T]],
         what: str,
         refuse_only: Callable[[], Awaitable[T]] | None = None,
+        always_lock: bool = False,
     ) -> T:
-        """Run ``work`` under the lock of (namespace, key) unless ``disable_locks``, with
+        """Run ``work`` under the lock of (namespace, key) unless ``disable_locks`` (and
+        not ``always_lock``: concurrency slots are a hard cap, never overshot), with
         Redis errors raised as ``BackendError``.
 
         Each step is sent once; redis-py's own retry (the client's ``retry=``) may resend a
@@ -186,15 +188,17 @@ class RedisCommandBackend:
         # A LockTimeoutError is contention, not an outage: mapped() lets it through.
         with mapped(f"to {what}", self.timeout):
             try:
-                return await self._once(namespace, key, work)
+                return await self._once(namespace, key, work, always_lock)
             except OutOfMemoryError:
                 if refuse_only is None:
                     raise
                 async with self._gate.slot(), asyncio.timeout(self.timeout):
                     return await refuse_only()
 
-    async def _once(self, namespace: str, key: str, work: Callable[[], Awaitable[T]]) -> T:
-        if self.disable_locks:
+    async def _once(
+        self, namespace: str, key: str, work: Callable[[], Awaitable[T]], locked: bool = False
+    ) -> T:
+        if self.disable_locks and not locked:
             async with self._gate.slot():  # waiting for a connection is not an outage
                 async with asyncio.timeout(self.timeout):
                     return await work()
@@ -204,12 +208,20 @@ class RedisCommandBackend:
 
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
         return await self._guarded(
-            claim.namespace, claim.key, lambda: command_slots.acquire(self, claim), "take a slot"
+            claim.namespace,
+            claim.key,
+            lambda: command_slots.acquire(self, claim),
+            "take a slot",
+            always_lock=True,
         )
 
     async def renew_slots(self, claim: SlotClaim) -> bool:
         return await self._guarded(
-            claim.namespace, claim.key, lambda: command_slots.renew(self, claim), "renew a slot"
+            claim.namespace,
+            claim.key,
+            lambda: command_slots.renew(self, claim),
+            "renew a slot",
+            always_lock=True,
         )
 
     async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
@@ -218,6 +230,7 @@ class RedisCommandBackend:
             claim.key,
             lambda: command_slots.release(self, claim, revoke),
             "give a slot back",
+            always_lock=True,
         )
 
     async def reset(self, plan: Plan) -> None:
