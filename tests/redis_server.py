@@ -322,10 +322,34 @@ class SentinelSet:
                 replica.close()
             for sentinel in self.sentinels:
                 sentinel.start()
+            for sentinel in self.sentinels:
+                self._wait_until_watching(sentinel)
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def _wait_until_watching(self, sentinel: RedisServer) -> None:
+        """Until ``sentinel`` sees the primary up (flags ``master`` alone: connected, not
+        subjectively down); on a loaded machine its first pings can take longer than
+        ``down-after-milliseconds``, and until then it answers that no primary is up."""
+        import redis
+
+        client = redis.Redis(port=sentinel.port)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    state = client.sentinel_master(self.SERVICE)
+                    if isinstance(state, dict) and state.get("flags") == "master":
+                        return
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the sentinel did not see the primary up")
+                time.sleep(0.05)  # waiting for the sentinel to start, not for a window
+        finally:
+            client.close()
 
     def __exit__(self, *exc: object) -> None:
         for server in (*self.sentinels, self.replica, self.primary):
