@@ -99,3 +99,18 @@ class ServiceProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def rules_env(
+    folder: Path, rules: str, storage: str | None = None, namespace: str | None = None
+) -> dict[str, str]:
+    """The ``RATELIMIT_*`` environment of a service deciding by ``rules`` (a rules file's
+    text, written into ``folder``), on ``storage`` (default: memory) under ``namespace``."""
+    path = folder / "rules.toml"
+    path.write_text(rules)
+    env = {"RATELIMIT_RULES_FILE": str(path)}
+    if storage is not None:
+        env["RATELIMIT_STORAGE"] = storage
+    if namespace is not None:
+        env["RATELIMIT_NAMESPACE"] = namespace
+    return env

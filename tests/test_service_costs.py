@@ -12,7 +12,7 @@ import pytest
 
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
-from tests.service_process import ServiceProcess
+from tests.service_process import ServiceProcess, rules_env
 
 pytestmark = pytest.mark.timeout(120)
 RLS = rls_pb2.RateLimitResponse
@@ -45,13 +45,9 @@ def service(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServiceProcess]:
     store, algorithm = request.param
-    rules = tmp_path_factory.mktemp("costs") / "rules.toml"
-    rules.write_text(RULES)
-    env = {"RATELIMIT_RULES_FILE": str(rules), "RATELIMIT_ALGORITHM": algorithm}
-    if store == "redis":
-        env["RATELIMIT_STORAGE"] = request.getfixturevalue("redis_url")
-        env["RATELIMIT_NAMESPACE"] = f"costs-{algorithm}"
-    with ServiceProcess(env) as running:
+    storage = request.getfixturevalue("redis_url") if store == "redis" else None
+    env = rules_env(tmp_path_factory.mktemp("costs"), RULES, storage, f"costs-{algorithm}")
+    with ServiceProcess({**env, "RATELIMIT_ALGORITHM": algorithm}) as running:
         yield running
 
 

@@ -26,7 +26,7 @@ from ratelimit.service.handlers import Handlers, ratio_tree
 from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
 from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
 from tests.redis_server import RedisServer
-from tests.service_process import ServiceProcess
+from tests.service_process import ServiceProcess, rules_env
 
 pytestmark = pytest.mark.timeout(120)
 RLS = rls_pb2.RateLimitResponse
@@ -63,13 +63,10 @@ def fresh(prefix: str) -> str:
 def service(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServiceProcess]:
-    rules = tmp_path_factory.mktemp("edges") / "rules.toml"
-    rules.write_text(RULES)
-    env = {"RATELIMIT_RULES": "1/h", "RATELIMIT_RULES_FILE": str(rules)}
-    if request.param == "redis":
-        env["RATELIMIT_STORAGE"] = request.getfixturevalue("redis_url")
-        env["RATELIMIT_NAMESPACE"] = fresh("edges")
-    with ServiceProcess(env) as running:
+    redis = request.param == "redis"
+    storage = request.getfixturevalue("redis_url") if redis else None
+    env = rules_env(tmp_path_factory.mktemp("edges"), RULES, storage, fresh("edges"))
+    with ServiceProcess({**env, "RATELIMIT_RULES": "1/h"}) as running:
         yield running
 
 
