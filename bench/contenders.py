@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from ratelimit import RateLimit
 from ratelimit.backends import RedisScriptBackend
 from ratelimit.backends.redis.keys import identifier_key, kept_key
-from ratelimit.backends.redis.script_engine import SLIDING_LOG_LUA, tree_wire
+from ratelimit.backends.redis.scripts import SLIDING_LOG_LUA, tree_wire
 from ratelimit.plan import Identifier, compile_tree
 from ratelimit.rules import Rule
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, NamedTuple
 
+from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Backend
 from ratelimit.background import BackgroundCounter
 from ratelimit.decision import Decision, make_decision
@@ -41,7 +42,8 @@ class CallKey(NamedTuple):
     """Selector values, in the order of ``compiled.selectors``."""
     cost: Cost
     """What the call counts: one number, or one per leaf (:data:`~ratelimit.plan.Cost`)."""
-    algorithm: str
+    algorithm: Algorithm | str
+    """The algorithm, or its name."""
 
 
 shadow_logger = logging.getLogger("ratelimit.shadow")
@@ -80,7 +82,7 @@ class Decider:
     def __init__(
         self,
         namespace: str,
-        algorithm: str,
+        algorithm: Algorithm,
         backend: Backend,
         policy: FailurePolicy,
         denials: DenialCache,

@@ -13,21 +13,7 @@ import functools
 import math
 from collections.abc import Sequence
 
-from ratelimit.algorithms import (
-    GCRA,
-    SLIDING_LOG,
-    SLIDING_WINDOW,
-    US_PER_MS,
-    Outcome,
-    counter_outcome,
-    counter_rate,
-    counter_wait,
-    gcra_burst,
-    gcra_next,
-    gcra_outcome,
-    gcra_reset,
-    log_outcome,
-)
+from ratelimit.algorithms import Outcome
 from ratelimit.decision import Decision, RuleState, make_decision
 from ratelimit.plan import OP_AND, OP_LEAF, OP_OR, Plan
 
@@ -55,14 +41,7 @@ def _outcome(
     plan: Plan, i: int, cost: float, now_us: int, counts: Sequence[tuple[float, float]]
 ) -> Outcome:
     """Leaf ``i``'s outcome for a call of ``cost`` under the plan's algorithm."""
-    rule = plan.compiled.rules[i]
-    if plan.algorithm == SLIDING_LOG:
-        return log_outcome(rule, i, cost, counts[i], now_us)
-    if plan.algorithm == GCRA:
-        tat_us, remainder = counts[i]
-        return gcra_outcome(rule, i, cost, (int(tat_us), int(remainder)), now_us)
-    sliding = plan.algorithm == SLIDING_WINDOW
-    return counter_outcome(rule, i, cost, counts[i], now_us, sliding)
+    return plan.algorithm.outcome(plan.compiled.rules[i], i, cost, counts[i], now_us)
 
 
 def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> Decision:
@@ -136,28 +115,6 @@ def rule_states(
             continue
         assert left is not None  # an applied rule that admits has a count
         remaining = max(math.floor(left - used), 0)
-        span_us = rule.span_ms * US_PER_MS
-        reset_us: float
-        if plan.algorithm == GCRA:  # until the bucket holds one more, or full: the span
-            tat = (int(counts[i][0]), int(counts[i][1]))
-            if used:
-                tat = gcra_next(rule, used, tat, now_us)
-            full = remaining >= gcra_burst(rule)
-            reset_us = span_us if full else gcra_reset(rule, tat, now_us, remaining)
-        elif remaining >= rule.count:  # nothing counted: the whole span ahead
-            reset_us = span_us
-        elif plan.algorithm == SLIDING_LOG:  # until the oldest hit inside leaves
-            hits, oldest = counts[i]
-            reset_us = (oldest if hits else now_us) + span_us - now_us
-        else:  # until one more hit fits
-            current, previous = counts[i]
-            elapsed = now_us - now_us // span_us * span_us
-            room = rule.count - remaining - 1
-            sliding = plan.algorithm == SLIDING_WINDOW
-            after = counter_rate(current + used, previous, now_us, span_us, sliding)
-            if after <= room:  # float rounding left `remaining` one short: it is there now
-                reset_us = 0.0
-            else:
-                reset_us = counter_wait(current + used, previous, elapsed, span_us, room, sliding)
+        reset_us = plan.algorithm.reset_us(rule, counts[i], now_us, used, remaining)
         states.append(RuleState(rule, i, False, remaining, max(reset_us, 0) / 1_000_000))
     return tuple(states)

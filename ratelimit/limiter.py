@@ -18,8 +18,9 @@ from dataclasses import fields
 from types import TracebackType
 from typing import Any, Unpack
 
+from ratelimit.algorithms import named
 from ratelimit.backends import Backend, backend_for, backend_from_url
-from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore
+from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore, check_supported
 from ratelimit.background import BackgroundCounter
 from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
 from ratelimit.decider import Decider
@@ -74,6 +75,8 @@ class RateLimit:
         settings = self.settings
         self.namespace = settings.namespace
         self.algorithm = settings.algorithm
+        algorithm = named(settings.algorithm)
+        check_supported(backend, algorithm)
         self.policy = FailurePolicy(settings.on_error)
         self.backend = backend
         self.denials = DenialCache(
@@ -89,7 +92,7 @@ class RateLimit:
         )
         self.decider = Decider(
             settings.namespace,
-            settings.algorithm,
+            algorithm,
             self.backend,
             self.policy,
             self.denials,

@@ -10,10 +10,11 @@ on each. Backends count hits per leaf and hand them to
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
-from ratelimit.algorithms import GCRA, SLIDING_LOG, US_PER_MS, counter_rate, gcra_burst
+from ratelimit.algorithms import BY_NAME, SLIDING_LOG, US_PER_MS, Algorithm, named
 from ratelimit.rules import And, Node, Rule
 
 # Prefix program opcodes, each followed by one operand.
@@ -90,7 +91,7 @@ class Plan:
     sliding log), on every identifier alike; or, when ``costs`` is not empty, ``costs[k]``
     is what identifier ``k`` counts (a call whose rules count different amounts, such as
     the service's descriptors with their own ``hits_addend``, decided in one step).
-    ``algorithm`` is one of :data:`~ratelimit.algorithms.ALGORITHMS`.
+    ``algorithm`` decides (:class:`~ratelimit.algorithms.Algorithm`).
     """
 
     compiled: CompiledTree
@@ -99,12 +100,9 @@ class Plan:
     identifiers: tuple[Identifier, ...]
     leaf_identifiers: tuple[int, ...]
     cost: float = 1
-    algorithm: str = SLIDING_LOG
+    algorithm: Algorithm = BY_NAME[SLIDING_LOG]
     windows: tuple[tuple[int, ...], ...] = ()
     """Window counters: per identifier, the window sizes (us) of the rules counting on it."""
-    window_names: tuple[tuple[str, ...], ...] = ()
-    """Window counters: a name per (identifier, window size) in ``windows``, for stores in
-    this process (text, so that its hash is computed once)."""
     leaf_windows: tuple[int, ...] = ()
     """Window counters: per leaf, the position of its size in its identifier's ``windows``."""
     record: bool = True
@@ -133,16 +131,11 @@ class Plan:
 
 
 _new = object.__new__
+_SET = {field.name: Plan.__dict__[field.name].__set__ for field in fields(Plan)}
 (
     _COMPILED, _NAMESPACE, _KEY, _IDENTIFIERS, _LEAF_IDENTIFIERS, _COST, _ALGORITHM, _WINDOWS,
-    _WINDOW_NAMES, _LEAF_WINDOWS, _RECORD, _COSTS,
-) = (
-    Plan.__dict__[name].__set__
-    for name in (
-        "compiled", "namespace", "key", "identifiers", "leaf_identifiers", "cost", "algorithm",
-        "windows", "window_names", "leaf_windows", "record", "costs",
-    )
-)  # fmt: skip
+    _LEAF_WINDOWS, _RECORD, _COSTS,
+) = _SET.values()  # fmt: skip
 
 
 def _plan(
@@ -152,16 +145,17 @@ def _plan(
     identifiers: tuple[Identifier, ...],
     leaf_identifiers: tuple[int, ...],
     cost: float,
-    algorithm: str,
+    algorithm: Algorithm,
     windows: tuple[tuple[int, ...], ...],
-    window_names: tuple[tuple[str, ...], ...],
     leaf_windows: tuple[int, ...],
     record: bool,
     costs: tuple[float, ...] = (),
 ) -> Plan:
     """``Plan(...)`` at a fraction of the frozen ``__init__``'s cost (it sets each field
     through ``object.__setattr__``): the slots are set directly. The result is the same
-    immutable ``Plan``; this is the plan cache's miss path."""
+    immutable ``Plan``; this is the plan cache's miss path. Its parameters are the
+    dataclass's fields, in order: checked when this module loads, so a field added to
+    ``Plan`` and not here fails at import, not at its first read."""
     plan = _new(Plan)
     _COMPILED(plan, compiled)
     _NAMESPACE(plan, namespace)
@@ -171,11 +165,14 @@ def _plan(
     _COST(plan, cost)
     _ALGORITHM(plan, algorithm)
     _WINDOWS(plan, windows)
-    _WINDOW_NAMES(plan, window_names)
     _LEAF_WINDOWS(plan, leaf_windows)
     _RECORD(plan, record)
     _COSTS(plan, costs)
     return plan
+
+
+if list(inspect.signature(_plan).parameters) != list(_SET):  # pragma: no cover - a Plan edit
+    raise ImportError(f"plan._plan must set Plan's fields in order: {list(_SET)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,60 +187,10 @@ class CounterUpdate:
     weight: float | None
 
 
-def counter_update_rate(
-    update: CounterUpdate, current: float, previous: float, now_us: int
-) -> float:
-    """The rate after ``update``, from the window counts before it (storage scripts do the
-    same)."""
-    current += update.value
-    if update.weight is None:
-        return counter_rate(current, previous, now_us, update.size_us, sliding=True)
-    return current + previous * update.weight
-
-
-@functools.lru_cache(maxsize=4096)
-def gcra_field(rule: Rule) -> str:
-    """The name of one rule's arrival time among its identifier's: ``count/span_ms``, and
-    ``/burst`` for a burst other than the count. Rules of one shape on one identifier share
-    it, whatever their selector's name."""
-    burst = gcra_burst(rule)
-    shape = f"{rule.count}/{rule.span_ms}"
-    return shape if burst == rule.count else f"{shape}/{burst}"
-
-
-@functools.lru_cache(maxsize=4096)
-def arrival_slots(
-    compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
-) -> tuple[tuple[tuple[int, Rule], ...], tuple[int, ...]]:
-    """GCRA: the arrival times one plan reads, each (identifier index, a rule of that shape),
-    in order; and per leaf the position of its own among them (``-1`` when its selector
-    did not resolve). Leaves of one shape on one identifier share an arrival time."""
-    stored: dict[tuple[int, str], int] = {}
-    times: list[tuple[int, Rule]] = []
-    slots = []
-    for rule, i in zip(compiled.rules, leaf_identifiers, strict=True):
-        if i < 0:
-            slots.append(-1)
-            continue
-        position = stored.setdefault((i, gcra_field(rule)), len(times))
-        if position == len(times):
-            times.append((i, rule))
-        slots.append(position)
-    return tuple(times), tuple(slots)
-
-
 Cost = float | tuple[float, ...]
 """What one call counts: a number, on every rule; or a tuple of one number per leaf of the
 compiled tree (in ``compiled.rules`` order). Leaves counting on one identifier count once,
 at the largest of their costs."""
-
-
-def window_name(identifier: Identifier, size_us: int) -> str:
-    """The name of one (identifier, window size) in stores of this process."""
-    return f"{identifier!r}/{size_us}"
-
-
-_NO_WINDOWS = (SLIDING_LOG, GCRA)
 
 
 def _counted(selector: str | None) -> str | None:
@@ -258,7 +205,7 @@ def cached_plan(
     key: str,
     values: tuple[str | None, ...],
     cost: Cost,
-    algorithm: str,
+    algorithm: Algorithm | str,
     record: bool = True,
 ) -> Plan:
     """The plan for selector ``values`` given in the order of ``compiled.selectors``; the
@@ -266,20 +213,22 @@ def cached_plan(
     of its own and counts on the identifier of ``name`` with that value.
 
     ``cost``: what the call counts on every rule, or a tuple of one cost per leaf (see
-    :data:`Cost`)."""
+    :data:`Cost`). ``algorithm``: the :class:`~ratelimit.algorithms.Algorithm` (or its
+    name)."""
+    if type(algorithm) is str:
+        algorithm = named(algorithm)
+    assert isinstance(algorithm, Algorithm)
     if isinstance(cost, tuple):
         if len(compiled.rules) > 1 and min(cost) != max(cost):
             return _plan_with_costs(compiled, namespace, key, values, cost, algorithm, record)
         cost = max(cost)
-    if algorithm in _NO_WINDOWS and len(compiled.rules) == 1:  # the common case, quickly
+    if not algorithm.windowed and len(compiled.rules) == 1:  # the common case, quickly
         selector = _counted(compiled.rules[0].selector)
         if selector is not None and not values[0]:
-            return _plan(compiled, namespace, key, (), (-1,), cost, algorithm, (), (), (), record)
+            return _plan(compiled, namespace, key, (), (-1,), cost, algorithm, (), (), record)
         identifier = Identifier(namespace, key, selector, None if selector is None else values[0])
         identifiers = (identifier,)
-        return _plan(
-            compiled, namespace, key, identifiers, (0,), cost, algorithm, (), (), (), record
-        )
+        return _plan(compiled, namespace, key, identifiers, (0,), cost, algorithm, (), (), record)
     value_of = dict(zip(compiled.selectors, values, strict=True))
     index: dict[Identifier, int] = {}
     leaf_identifiers: list[int] = []
@@ -293,27 +242,23 @@ def cached_plan(
                 continue
             identifier = Identifier(namespace, key, _counted(rule.selector), value)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
-    if algorithm in _NO_WINDOWS:
+    if not algorithm.windowed:
         return _plan(
             compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm,
-            (), (), (), record,
+            (), (), record,
         )  # fmt: skip
     sizes: list[dict[int, None]] = [{} for _ in index]
     for rule, i in zip(compiled.rules, leaf_identifiers, strict=True):
         if i >= 0:
             sizes[i][rule.span_ms * US_PER_MS] = None
     windows = tuple(tuple(s) for s in sizes)
-    names = tuple(
-        tuple(window_name(identifier, size) for size in sizes_of)
-        for identifier, sizes_of in zip(index, windows, strict=True)
-    )
     leaf_windows = tuple(
         windows[i].index(rule.span_ms * US_PER_MS) if i >= 0 else -1
         for rule, i in zip(compiled.rules, leaf_identifiers, strict=True)
     )
     return _plan(
         compiled, namespace, key, tuple(index), tuple(leaf_identifiers), cost, algorithm,
-        windows, names, leaf_windows, record,
+        windows, leaf_windows, record,
     )  # fmt: skip
 
 
@@ -323,7 +268,7 @@ def _plan_with_costs(
     key: str,
     values: tuple[str | None, ...],
     per_leaf: tuple[float, ...],
-    algorithm: str,
+    algorithm: Algorithm,
     record: bool,
 ) -> Plan:
     """:func:`cached_plan` for leaves of different costs: each identifier counts the largest
@@ -337,15 +282,5 @@ def _plan_with_costs(
         return base
     return _plan(
         compiled, namespace, key, base.identifiers, base.leaf_identifiers, base.cost, algorithm,
-        base.windows, base.window_names, base.leaf_windows, record, tuple(costs),
+        base.windows, base.leaf_windows, record, tuple(costs),
     )  # fmt: skip
-
-
-def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
-    """Per identifier: (largest count, largest span in ms) of the rules counting on it."""
-    limits = [(0, 0)] * len(plan.identifiers)
-    for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
-        if i >= 0:
-            count, span = limits[i]
-            limits[i] = (max(count, rule.count), max(span, rule.span_ms))
-    return limits

@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
-from ratelimit.algorithms import ALGORITHMS, GCRA, SLIDING_LOG, gcra_burst
+from ratelimit.algorithms import SLIDING_LOG, Algorithm, named
 from ratelimit.errors import ConfigurationError
 from ratelimit.hooks import Hook
 from ratelimit.plan import CompiledTree, Cost, CounterUpdate, Identifier, compile_tree
-from ratelimit.rules import MAX_SPAN_MS, Rule
+from ratelimit.rules import MAX_SPAN_MS
 
 ON_ERROR = ("allow", "deny", "raise")
 """What a decision does when its storage fails: admit, refuse, or raise ``BackendError``."""
@@ -117,10 +117,7 @@ class Settings:
         )
         if not isinstance(self.namespace, str):
             raise TypeError(f"namespace must be text, not {type(self.namespace).__name__}")
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigurationError(
-                f"unknown algorithm {self.algorithm!r}: use one of {', '.join(ALGORITHMS)}"
-            )
+        named(self.algorithm)  # an unknown name fails here
         check_denial_cache(self.denial_cache)
         if self.clock is not None and not callable(self.clock):
             raise TypeError(
@@ -170,16 +167,16 @@ def check_on_error(on_error: object) -> None:
         raise ConfigurationError(f"on_error must be one of {', '.join(ON_ERROR)}, not {on_error!r}")
 
 
-def check_sync_rate(sync_rate: object, algorithm: str, use_scripts: bool) -> None:
+def check_sync_rate(sync_rate: object, algorithm: Algorithm | str, use_scripts: bool) -> None:
     if not is_number(sync_rate):
         raise ConfigurationError(f"sync_rate must be a number of seconds, not {sync_rate!r}")
     if sync_rate and not use_scripts:
         raise ConfigurationError(SYNC_RATE_NEEDS_SCRIPTS)
-    if sync_rate > 0 and algorithm in (SLIDING_LOG, GCRA):  # type: ignore[operator]
-        what = "a sliding log" if algorithm == SLIDING_LOG else "a GCRA arrival time"
+    chosen = named(algorithm)
+    if sync_rate > 0 and not chosen.syncable:  # type: ignore[operator]
         raise ConfigurationError(
             "sync_rate > 0 syncs window counters: use algorithm='sliding-window' or "
-            f"'fixed-window' ({what} cannot be merged from diffs)"
+            f"'fixed-window' ({chosen.stores} cannot be merged from diffs)"
         )
 
 
@@ -198,28 +195,17 @@ def is_number(value: object) -> bool:
     return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
-def check_cost_type(cost: object, algorithm: str) -> None:
-    if algorithm in (SLIDING_LOG, GCRA):
-        if type(cost) is not int or cost < 1:
-            raise ConfigurationError(
-                f"cost must be a whole number of hits, 1 or more, not {cost!r} "
-                "(fractions need algorithm='sliding-window' or 'fixed-window')"
-            )
-    elif type(cost) not in (int, float) or not 0 < cost < math.inf:  # type: ignore[operator]
-        raise ConfigurationError(f"cost must be a number of hits above 0, not {cost!r}")
+def check_cost_type(cost: object, algorithm: Algorithm | str) -> None:
+    """A cost ``algorithm`` can count (:meth:`~ratelimit.algorithms.Algorithm.check_cost_type`)."""
+    named(algorithm).check_cost_type(cost)
 
 
-MAX_LOG_COUNT = 100_000
-"""Most hits a sliding-log rule may count: its list holds one timestamp per hit."""
-MAX_LOG_COST = 1_000
-"""Most hits one call may record on a sliding log: each is a timestamp written to Redis.
-Both bounds keep one decision under about a millisecond of Redis time."""
-
-
-def check_cost(compiled: CompiledTree, cost: Cost, algorithm: str) -> None:
-    """A call of ``cost`` can be admitted by every rule, within the sliding log's bounds;
-    a rule's ``burst`` only under GCRA. ``cost``: one number, or one per rule (leaf) of
-    ``compiled``, each checked against its own rule."""
+def check_cost(compiled: CompiledTree, cost: Cost, algorithm: Algorithm | str) -> None:
+    """A call of ``cost`` can be admitted by every rule of ``compiled`` under ``algorithm``,
+    within its bounds (:meth:`~ratelimit.algorithms.Algorithm.check_rule` and
+    :meth:`~ratelimit.algorithms.Algorithm.check_cost`). ``cost``: one number, or one per
+    rule (leaf) of ``compiled``, each checked against its own rule."""
+    chosen = named(algorithm)
     if isinstance(cost, tuple):
         if len(cost) != len(compiled.rules):
             raise ConfigurationError(
@@ -227,60 +213,12 @@ def check_cost(compiled: CompiledTree, cost: Cost, algorithm: str) -> None:
                 f"({len(compiled.rules)}), not {len(cost)}"
             )
         for leaf_cost, rule in zip(cost, compiled.rules, strict=True):
-            check_cost_type(leaf_cost, algorithm)
-            check_cost(compile_tree(rule), leaf_cost, algorithm)
+            chosen.check_cost_type(leaf_cost)
+            check_cost(compile_tree(rule), leaf_cost, chosen)
         return
     for rule in compiled.rules:
-        if rule.burst is not None and algorithm != GCRA:
-            raise ConfigurationError(
-                f"rule '{rule}' names a burst, which only algorithm='gcra' has (this limiter "
-                f"uses {algorithm!r}); drop 'burst {rule.burst}' or use algorithm='gcra'"
-            )
-        if algorithm == GCRA:
-            check_gcra_rule(rule, cost)
-        if cost > rule.count and algorithm != GCRA:
-            raise ConfigurationError(
-                f"cost {cost} is above the count of rule '{rule}': such a call could never "
-                "be admitted"
-            )
-        if algorithm == SLIDING_LOG and rule.count > MAX_LOG_COUNT:
-            raise ConfigurationError(
-                f"rule '{rule}' counts {rule.count} hits: the sliding log keeps a timestamp per "
-                f"hit and takes rules of at most {MAX_LOG_COUNT} (so that no decision holds "
-                "Redis up for more than about a millisecond); use algorithm='sliding-window' "
-                "or 'fixed-window' for larger counts"
-            )
-    if algorithm == SLIDING_LOG and cost > MAX_LOG_COST:
-        raise ConfigurationError(
-            f"cost {cost} is too large for the sliding log, which writes a timestamp per hit: "
-            f"it takes a cost of at most {MAX_LOG_COST} per call (so that no decision holds "
-            "Redis up for more than about a millisecond); use algorithm='sliding-window' or "
-            "'fixed-window' for larger costs"
-        )
-
-
-EXACT = 2**53
-"""The scripts' numbers are doubles: whole numbers up to here are exact."""
-
-
-def check_gcra_rule(rule: Rule, cost: float) -> None:
-    """A GCRA rule its scripts decide exactly, that can admit a call of ``cost``."""
-    burst = gcra_burst(rule)
-    if cost > burst:
-        raise ConfigurationError(
-            f"cost {cost} is above the burst of rule '{rule}' ({burst} at once): such a call "
-            "could never be admitted"
-        )
-    if burst * rule.span_ms > MAX_SPAN_MS * rule.count:
-        raise ConfigurationError(
-            f"rule '{rule}': a burst of {burst} takes longer than 3650 days to refill at "
-            f"{rule.count} per span; use a smaller burst"
-        )
-    if burst * rule.count >= EXACT:
-        raise ConfigurationError(
-            f"rule '{rule}': GCRA keeps time in 1/count of a microsecond, and burst times "
-            f"count ({burst} x {rule.count}) must stay under 2**53 to stay exact"
-        )
+        chosen.check_rule(rule, cost)
+    chosen.check_cost(cost)
 
 
 def check_timeout(timeout: object) -> None:

@@ -140,3 +140,45 @@ def test_the_only_import_loop_is_rules_and_grammar() -> None:
         if a != b and a in reach[b] and (b in graph[a] or a in graph[b])
     }
     assert loops == {frozenset({"ratelimit.rules", "ratelimit.grammar"})}
+
+
+ALGORITHM_NAMES = {"sliding-log", "sliding-window", "fixed-window", "gcra"}
+ALGORITHM_CONSTANTS = {"SLIDING_LOG", "SLIDING_WINDOW", "FIXED_WINDOW", "GCRA", "ALGORITHMS"}
+
+
+def _names_an_algorithm(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in ALGORITHM_NAMES
+    if isinstance(node, ast.Name):
+        return node.id in ALGORITHM_CONSTANTS or "algorithm" in node.id.lower()
+    if isinstance(node, ast.Attribute):
+        return "algorithm" in node.attr.lower() or _names_an_algorithm(node.value)
+    if isinstance(node, ast.Tuple):
+        return any(_names_an_algorithm(element) for element in node.elts)
+    return False
+
+
+def test_the_algorithm_is_asked_not_named_outside_its_modules() -> None:
+    """Issue 22: every layer asks the algorithm object; a backend says what it supports in
+    a table. Comparing an algorithm's name (``plan.algorithm == GCRA``, ``algorithm in
+    (...)``) outside ``ratelimit/algorithms/`` stays within five places."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        relative = str(path.relative_to(PACKAGE))
+        if relative.startswith("algorithms/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                _names_an_algorithm(operand) for operand in (node.left, *node.comparators)
+            ):
+                found.append(f"{relative}:{node.lineno}")
+    assert len(found) <= 5, found
+
+
+def test_no_module_is_over_400_lines() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > 400
+    }
+    assert not long, long

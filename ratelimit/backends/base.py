@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from ratelimit.algorithms import Algorithm
 from ratelimit.decision import Decision
+from ratelimit.errors import ConfigurationError
 from ratelimit.plan import CounterUpdate, Plan
 from ratelimit.slots import SlotClaim
 
@@ -76,3 +78,14 @@ class SetUpStore(Protocol):
         """Prepare the store, or find it prepared (idempotent); return what was done, in
         words. ``BackendError`` when the store fails."""
         ...
+
+
+def check_supported(backend: object, algorithm: Algorithm) -> None:
+    """``backend`` decides ``algorithm``, by its ``algorithms`` (the names of those it
+    decides; a backend that does not say is trusted), or ``ConfigurationError``."""
+    supported = getattr(backend, "algorithms", None)
+    if supported is not None and algorithm.name not in supported:
+        raise ConfigurationError(
+            f"this storage ({type(backend).__name__}) does not decide "
+            f"algorithm={algorithm.name!r}; it decides {', '.join(map(repr, sorted(supported)))}"
+        )

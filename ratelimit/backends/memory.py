@@ -11,12 +11,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from ratelimit import windows
 from ratelimit.algorithms import (
+    FIXED_WINDOW,
     GCRA,
     SLIDING_LOG,
+    SLIDING_WINDOW,
     US_PER_MS,
     Arrival,
     gcra_next,
@@ -26,17 +29,11 @@ from ratelimit.algorithms import (
     window_index,
 )
 from ratelimit.backends.base import Clock, clock_us
+from ratelimit.backends.layout import counter_update_rate, gcra_field, limits_per_identifier
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import decided, evaluate
-from ratelimit.plan import (
-    CounterUpdate,
-    Identifier,
-    Plan,
-    counter_update_rate,
-    gcra_field,
-    limits_per_identifier,
-)
+from ratelimit.plan import CounterUpdate, Identifier, Plan
 from ratelimit.slots import SlotClaim
 
 
@@ -166,10 +163,10 @@ class MemoryBackend:
         self._since_sweep += 1
         if self._since_sweep >= self._sweep_every:
             self._sweep(now)
-        if plan.algorithm == GCRA:
-            return self._decide_arrivals(plan, now)
-        if plan.algorithm != SLIDING_LOG:
-            return self._decide_windows(plan, now)
+        return self._DECIDE[plan.algorithm.name](self, plan, now)
+
+    def _decide_log(self, plan: Plan, now: int) -> Decision:
+        """Sliding log: one rule by the shortcut, a tree by the general path."""
         if len(plan.leaf_identifiers) == 1 and plan.identifiers:
             return self._decide_one(plan, now)
         return self._decide_logs(plan, now)
@@ -314,6 +311,15 @@ class MemoryBackend:
                 self._logs.pop(identifier, None)
                 self._windows.pop(identifier, None)
                 self._arrivals.pop(identifier, None)
+
+    _DECIDE: ClassVar[dict[str, Callable[[MemoryBackend, Plan, int], Decision]]] = {
+        SLIDING_LOG: _decide_log,
+        SLIDING_WINDOW: _decide_windows,
+        FIXED_WINDOW: _decide_windows,
+        GCRA: _decide_arrivals,
+    }
+    algorithms: ClassVar[frozenset[str]] = frozenset(_DECIDE)
+    """The algorithms this backend decides: each one's code, by name, in ``_DECIDE``."""
 
     async def update_counter(self, update: CounterUpdate) -> float:
         if self._closed:

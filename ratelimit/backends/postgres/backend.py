@@ -23,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ratelimit.algorithms import SLIDING_WINDOW, US_PER_MS
+from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres.pool import SetUpPool
@@ -51,7 +51,9 @@ SYNC_TIMEOUT = 5.0
 """Deadline of one sync (``sync_rate``), as on Redis: it is off the request path."""
 CLEANUP_EVERY = 1000
 CLEANUP_ROWS = 10_000
-ALGORITHMS = ("sliding-window", "fixed-window")
+WEIGHS_PREVIOUS = {SLIDING_WINDOW: True, FIXED_WINDOW: False}
+"""The algorithms Postgres decides, by name: whether ``ratelimit_decide`` weighs the previous
+window in (its ``p_sliding``)."""
 NEEDS_WINDOWS = (
     "Postgres keeps window counters: use algorithm='sliding-window' or 'fixed-window' "
     "(a sliding log would rewrite a row of every hit's time on each call; GCRA is not "
@@ -60,7 +62,8 @@ NEEDS_WINDOWS = (
 
 
 def check_algorithm(algorithm: str) -> None:
-    if algorithm not in ALGORITHMS:
+    """``algorithm`` (a name) is one Postgres decides, or ``ConfigurationError``."""
+    if algorithm not in WEIGHS_PREVIOUS:
         raise ConfigurationError(f"{NEEDS_WINDOWS}, not {algorithm!r}")
 
 
@@ -206,8 +209,13 @@ class PostgresBackend:
     def _now(self) -> int | None:
         return None if self.clock is None else clock_us(self.clock)
 
+    algorithms = frozenset(WEIGHS_PREVIOUS)
+    """The algorithms this backend decides: the window counters."""
+
     async def decide(self, plan: Plan) -> Decision:
-        check_algorithm(plan.algorithm)
+        sliding = WEIGHS_PREVIOUS.get(plan.algorithm.name)
+        if sliding is None:
+            check_algorithm(plan.algorithm.name)
         if not plan.identifiers:
             return evaluate(plan, 0, [(0.0, 0.0)] * len(plan.compiled.rules))
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
@@ -220,7 +228,7 @@ class PostgresBackend:
             list(plan.compiled.program),
             [float(plan.identifier_cost(k)) for k in range(len(plan.identifiers))],
             plan.record,
-            plan.algorithm == SLIDING_WINDOW,
+            sliding,
             self._now(),
         )
         reply: list[float] = await self._guarded(

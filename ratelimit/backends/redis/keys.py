@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import functools
 
+from ratelimit.backends.layout import arrival_slots, gcra_field
 from ratelimit.backends.naming import MAX_PART as MAX_PART
 from ratelimit.backends.naming import encode_part as encode_part
 from ratelimit.backends.naming import identifier_key as identifier_key
 from ratelimit.backends.naming import tag as tag
-from ratelimit.plan import Identifier, Plan, arrival_slots, gcra_field
+from ratelimit.plan import Identifier, Plan
 from ratelimit.rules import Rule
 from ratelimit.windows import slot_of
 
@@ -49,13 +50,13 @@ def kept_key(identifier: Identifier) -> str:
 
 def arrival_key(identifier: Identifier, rule: Rule) -> str:
     """One identifier's GCRA arrival time under rules of ``rule``'s shape
-    (:func:`~ratelimit.plan.gcra_field`): a string, ``us`` or ``us:remainder``."""
+    (:func:`~ratelimit.backends.layout.gcra_field`): a string, ``us`` or ``us:remainder``."""
     return f"{identifier_key(identifier)}:g:{gcra_field(rule)}"
 
 
 def arrival_keys(plan: Plan) -> list[str]:
     """The arrival-time keys a GCRA plan reads, in the order of
-    :func:`~ratelimit.plan.arrival_slots`."""
+    :func:`~ratelimit.backends.layout.arrival_slots`."""
     times, _ = arrival_slots(plan.compiled, plan.leaf_identifiers)
     return [arrival_key(plan.identifiers[i], rule) for i, rule in times]
 

@@ -1,31 +1,32 @@
 """The Redis backend's script engine: one EVALSHA per decision, atomic, on the server's clock.
 
-The whole plan (every rule of the tree and every identifier) goes to ``sliding_log.lua`` in
-one round trip; Redis runs it alone, so counting and recording cannot interleave with
-another decision, and no lock is needed. The time comes from Redis ``TIME`` (microseconds),
-so application servers need no clock agreement, unless a clock is injected (tests).
+The whole plan (every rule of the tree and every identifier) goes to its algorithm's script
+(``sliding_log.lua``, ``window_counters.lua`` or ``gcra.lua``; see
+:mod:`~ratelimit.backends.redis.scripts`) in one round trip; Redis runs it alone, so
+counting and recording cannot interleave with another decision, and no lock is needed. The
+script answers with what it counted, which :func:`~ratelimit.evaluation.evaluate` turns into
+the decision (and checks against the script's own verdict). Decisions made in the same
+event-loop turn go out together (:mod:`~ratelimit.backends.redis.pipeline`), each still
+atomic. Concurrency slots (``slots.lua``), the counter API (``counter_update.lua``) and
+``sync_rate``'s syncs (``counter_sync.lua``) go the same way. The time comes from Redis
+``TIME`` (microseconds), so application servers need no clock agreement, unless a clock is
+injected (tests).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 from collections.abc import Sequence
-from importlib import resources
 
 from redis.commands.core import AsyncScript
 
-from ratelimit.algorithms import GCRA, SLIDING_LOG, SLIDING_WINDOW, US_PER_MS, gcra_burst
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.redis import fast_pipeline
 from ratelimit.backends.redis.client import RedisClient, close_client, redis_py_version
 from ratelimit.backends.redis.errors import backend_error, mapped
 from ratelimit.backends.redis.keys import (
-    arrival_keys,
     counter_key,
-    identifier_key,
-    kept_key,
     plan_keys,
     revoked_key,
     slots_key,
@@ -38,42 +39,23 @@ from ratelimit.backends.redis.pipeline import (
     Pipeline,
 )
 from ratelimit.backends.redis.resp import Command, Script, pack_args
+from ratelimit.backends.redis.scripts import BY_ALGORITHM, command_of, lua, plan_command
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.plan import (
-    CompiledTree,
     CounterUpdate,
     Identifier,
     Plan,
-    arrival_slots,
 )
 from ratelimit.slots import SlotClaim
 
-_LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
-
-
-def _script(*parts: str) -> str:
-    """A script from its files: Redis scripts cannot import, so shared parts are joined."""
-    return "\n".join(_LUA.joinpath(part).read_text() for part in parts)
-
-
-SLIDING_LOG_LUA = _script("_now.lua", "_tree.lua", "sliding_log.lua")
-WINDOW_COUNTERS_LUA = _script("_now.lua", "_tree.lua", "_windows.lua", "window_counters.lua")
-GCRA_LUA = _script("_now.lua", "_tree.lua", "gcra.lua")
-SLOTS_LUA = _script("_now.lua", "slots.lua")
-COUNTER_UPDATE_LUA = _script("_now.lua", "_windows.lua", "counter_update.lua")
-COUNTER_SYNC_LUA = _script("_now.lua", "_windows.lua", "counter_sync.lua")
-SLIDING_LOG_SCRIPT = Script(SLIDING_LOG_LUA)
-WINDOW_COUNTERS_SCRIPT = Script(WINDOW_COUNTERS_LUA)
-GCRA_SCRIPT = Script(GCRA_LUA)
-SLOTS_SCRIPT = Script(SLOTS_LUA)
-COUNTER_SYNC_SCRIPT = Script(COUNTER_SYNC_LUA)
+SLOTS_SCRIPT = Script(lua("_now.lua", "slots.lua"))
+COUNTER_UPDATE_LUA = lua("_now.lua", "_windows.lua", "counter_update.lua")
+COUNTER_SYNC_SCRIPT = Script(lua("_now.lua", "_windows.lua", "counter_sync.lua"))
 FAST_PATH_VARIABLE = "RATELIMIT_REDIS_FAST_PATH"
 """Set to ``0`` to keep the script engine on redis-py's public API (an escape hatch)."""
 OFF = ("0", "false", "no", "off")
-PLANS = 8192
-"""Commands kept, one per plan: as many as the plan cache holds."""
 SYNC_TIMEOUT = 5.0
 """Deadline of one sync: it carries every live key's diffs at once, off the request path."""
 
@@ -131,7 +113,7 @@ class RedisScriptBackend:
         command = command_of(plan) if self.clock is None else plan_command(plan, self.clock)
         reply = await self._pipeline.call(command, plan.key)
         allowed, now, *flat = reply
-        if plan.algorithm in (SLIDING_LOG, GCRA):
+        if BY_ALGORITHM[plan.algorithm.name].whole:
             numbers: list[float] = [int(n) for n in flat]
         else:
             numbers = [float(n) for n in flat]
@@ -139,6 +121,10 @@ class RedisScriptBackend:
         if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
+
+    algorithms = frozenset(BY_ALGORITHM)
+    """The algorithms this backend decides: those with a script in
+    :data:`~ratelimit.backends.redis.scripts.BY_ALGORITHM`."""
 
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
         done, held = await self._slots(claim, b"acquire")
@@ -227,48 +213,6 @@ class RedisScriptBackend:
             await close_client(self.client)
 
 
-@functools.lru_cache(maxsize=1024)
-def tree_wire(compiled: CompiledTree) -> bytes:
-    """A compiled tree as the scripts read it (``_tree.lua``), one line of ASCII numbers:
-    the leaf count, then ``count span_us`` per leaf, then the prefix program."""
-    numbers = [len(compiled.rules)]
-    for rule in compiled.rules:
-        numbers += (rule.count, rule.span_ms * US_PER_MS)
-    return " ".join(map(str, [*numbers, *compiled.program])).encode()
-
-
-@functools.lru_cache(maxsize=1024)
-def _args(
-    compiled: CompiledTree,
-    leaf_identifiers: tuple[int, ...],
-    cost: float,
-    record: bool,
-    algorithm: str,
-    costs: tuple[float, ...] = (),
-) -> tuple[tuple[bytes, ...], bytes]:
-    """The script's ARGV after the time, plain and packed. They depend on the rules and
-    flags, not on the selector values, so every call of a decorated function shares them.
-    ``costs``: per identifier, when they differ (:attr:`Plan.costs`)."""
-    if algorithm == GCRA:
-        times, slots = arrival_slots(compiled, leaf_identifiers)
-        per_key = [costs[i] for i, _ in times] if costs else []
-    else:
-        slots, per_key = leaf_identifiers, list(costs)
-    # repr: the shortest text that reads back as the same float
-    cost_text = " ".join(map(repr, per_key)) if per_key else repr(cost)
-    args = [
-        tree_wire(compiled),
-        " ".join(str(i + 1) for i in slots).encode(),  # per leaf its key's KEYS index
-        cost_text.encode(),  # one cost, or one per key
-        b"1" if record else b"0",
-    ]
-    if algorithm == GCRA:
-        args.append(" ".join(str(gcra_burst(rule)) for rule in compiled.rules).encode())
-    elif algorithm != SLIDING_LOG:
-        args.append(b"1" if algorithm == SLIDING_WINDOW else b"0")
-    return tuple(args), pack_args(args)
-
-
 def pipeline_for(
     client: RedisClient,
     timeout: float | None,
@@ -297,29 +241,3 @@ def pipeline_for(
             in_flight=in_flight,
         )
     return ClientPipeline(client, timeout, batch=batch, in_flight=in_flight)
-
-
-def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
-    """The plan's ``EVALSHA``: its script, keys and arguments; the time read from ``clock``
-    when one is injected (tests), else left to the script (Redis ``TIME``)."""
-    if plan.algorithm == SLIDING_LOG:
-        script = SLIDING_LOG_SCRIPT
-        keys = [identifier_key(i) for i in plan.identifiers]
-        keys += [kept_key(i) for i in plan.identifiers]
-    elif plan.algorithm == GCRA:
-        script, keys = GCRA_SCRIPT, arrival_keys(plan)
-    else:
-        script, keys = WINDOW_COUNTERS_SCRIPT, [counter_key(i) for i in plan.identifiers]
-    now = b"" if clock is None else str(clock_us(clock)).encode()
-    args, packed = _args(
-        plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, plan.algorithm, plan.costs
-    )
-    return Command(script, keys, (now, *args), pack_args((now,)) + packed)
-
-
-command_of = functools.lru_cache(maxsize=PLANS)(plan_command)
-"""The plan's command on Redis's clock, kept per plan (plans hash by identity and are shared
-through the plan cache, so every call of a decorated function finds its bytes packed). One
-cache for the process, as the plan cache is: a backend keeps no cache of its own, whose
-cycle through the backend would keep thousands of commands alive until the garbage
-collector's slowest pass."""

@@ -23,20 +23,15 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
-from ratelimit.algorithms import US_PER_MS, not_before
+from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS, not_before
 from ratelimit.backends.base import NOTHING_TO_SET_UP, Clock, SetUpStore, SlotStore, clock_us
+from ratelimit.backends.layout import counter_update_rate, window_name, window_names
 from ratelimit.backends.redis.script_engine import Push, Totals
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
-from ratelimit.plan import (
-    CounterUpdate,
-    Identifier,
-    Plan,
-    counter_update_rate,
-    window_name,
-)
+from ratelimit.plan import CounterUpdate, Identifier, Plan
 from ratelimit.slots import SlotClaim
 
 logger = logging.getLogger("ratelimit")
@@ -126,7 +121,7 @@ class SyncedBackend:
         self.clock = clock
         self._sleep = sleep  # how the sync task waits between syncs (tests step it)
         self._offset_us = 0
-        self._locals: dict[str, _Local] = {}  # by Plan.window_names
+        self._locals: dict[str, _Local] = {}  # by layout.window_names
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         self._loop = LoopBinding()
@@ -158,6 +153,9 @@ class SyncedBackend:
                         local.landed(dict(local.in_flight), None)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
+    algorithms = frozenset({SLIDING_WINDOW, FIXED_WINDOW})
+    """The algorithms this backend decides: the window counters, whose counts merge."""
+
     async def decide(self, plan: Plan) -> Decision:
         if self._loop.loop is not asyncio.get_running_loop():
             self._start()
@@ -172,7 +170,7 @@ class SyncedBackend:
     def _decide_tree(self, plan: Plan, now: int) -> Decision:
         """Every leaf's local counters, then the hit added to each when admitted."""
         known = self._locals
-        entries = [[known.get(name) for name in names] for names in plan.window_names]
+        entries = [[known.get(name) for name in names] for names in window_names(plan)]
         for found in entries:  # a window newer than now: the clock stepped back
             for local in found:
                 if local is not None:
@@ -188,7 +186,7 @@ class SyncedBackend:
             index = now // (rule.span_ms * US_PER_MS)
             counts.append((local.count(index), local.count(index - 1)))
         decision = evaluate(plan, now, counts)
-        for i, (names, found) in enumerate(zip(plan.window_names, entries, strict=True)):
+        for i, (names, found) in enumerate(zip(window_names(plan), entries, strict=True)):
             for w, local in enumerate(found):
                 if local is None:
                     local = known[names[w]] = _Local(plan.identifiers[i], plan.windows[i][w])
@@ -200,7 +198,7 @@ class SyncedBackend:
     def _decide_one(self, plan: Plan, now: int) -> Decision:
         """:meth:`_decide_tree` for the common single rule with a value: one counter, no
         tree (1.2x the decisions per second; ``bench/fast_paths.py`` measures it)."""
-        name = plan.window_names[0][0]
+        name = window_names(plan)[0][0]
         local = self._locals.get(name)
         size = plan.windows[0][0]
         if local is not None:  # a window newer than now: the clock stepped back
@@ -245,7 +243,7 @@ class SyncedBackend:
         if self._closed:
             raise LimiterClosedError("this synced backend")
         with self._lock:
-            for names in plan.window_names:
+            for names in window_names(plan):
                 for name in names:
                     self._locals.pop(name, None)
         await self.remote.reset(plan)

@@ -1,0 +1,103 @@
+"""What every algorithm is to the layers around it: :class:`Algorithm`.
+
+An algorithm is chosen once, when the limiter is made (``Settings.algorithm`` names it,
+:func:`~ratelimit.algorithms.named` gives the object), and travels with every plan
+(:attr:`~ratelimit.plan.Plan.algorithm`). Every layer asks the object, never its name:
+
+- the limiter checks costs and rules with :meth:`Algorithm.check_cost_type`,
+  :meth:`Algorithm.check_rule` and :meth:`Algorithm.check_cost`;
+- plans list window sizes only where :attr:`Algorithm.windowed`;
+- :mod:`ratelimit.evaluation` turns what storage counted into an :data:`Outcome` with
+  :meth:`Algorithm.outcome`, and into per-rule states with :meth:`Algorithm.reset_us`;
+- each backend keeps a table from :attr:`Algorithm.name` to its own code for it (its
+  ``algorithms``), which says what it supports.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from ratelimit.errors import ConfigurationError
+from ratelimit.rules import Rule
+
+US_PER_MS = 1000
+
+Outcome = tuple[bool, int, float | None, int | None]
+"""One rule's outcome: limited, retry after (us), what is left before this call (``None``: no
+limit applies), binding leaf index (``None``: no rule applies)."""
+
+Counted = tuple[float, float]
+"""What storage counted for one leaf, two numbers whose meaning is the algorithm's."""
+
+
+class Algorithm:
+    """One algorithm: what it stores per identifier, how a count becomes an
+    :data:`Outcome`, what it accepts as cost, and its checks. Instances are shared and
+    compared by identity; ``str()`` is the name ``Settings.algorithm`` takes.
+
+    Subclasses set the class attributes and implement :meth:`outcome` and
+    :meth:`reset_us`; the checks have defaults every algorithm shares.
+    """
+
+    __slots__ = ("name",)
+
+    stores: ClassVar[str] = ""
+    """What it keeps per identifier, in words, for error messages ("a sliding log")."""
+    windowed: ClassVar[bool] = False
+    """Whether it counts per window size: plans then list each identifier's sizes."""
+    whole_costs: ClassVar[bool] = True
+    """Whether a call's cost must be a whole number of hits."""
+    syncable: ClassVar[bool] = False
+    """Whether its counts merge from diffs (``sync_rate > 0``: local counters synced later)."""
+    bursts: ClassVar[bool] = False
+    """Whether a rule may name a ``burst``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<algorithm {self.name!r}>"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def outcome(self, rule: Rule, leaf: int, cost: float, counted: Counted, now_us: int) -> Outcome:
+        """Leaf ``leaf``'s outcome for a call of ``cost``, from what storage counted."""
+        raise NotImplementedError
+
+    def reset_us(
+        self, rule: Rule, counted: Counted, now_us: int, used: float, remaining: int
+    ) -> float:
+        """Microseconds until a rule that admits, with ``remaining`` left after the call
+        (which counted ``used``: its cost when admitted, else 0), has one more to give; the
+        whole span when nothing is counted."""
+        raise NotImplementedError
+
+    def check_cost_type(self, cost: object) -> None:
+        """A cost this algorithm can count: a whole number of hits, 1 or more, where
+        :attr:`whole_costs`; else any finite number above 0."""
+        if self.whole_costs:
+            if type(cost) is not int or cost < 1:
+                raise ConfigurationError(
+                    f"cost must be a whole number of hits, 1 or more, not {cost!r} "
+                    "(fractions need algorithm='sliding-window' or 'fixed-window')"
+                )
+        elif type(cost) not in (int, float) or not 0 < cost < math.inf:  # type: ignore[operator]
+            raise ConfigurationError(f"cost must be a number of hits above 0, not {cost!r}")
+
+    def check_rule(self, rule: Rule, cost: float) -> None:
+        """``rule`` can be kept, and can admit a call of ``cost``."""
+        if rule.burst is not None and not self.bursts:
+            raise ConfigurationError(
+                f"rule '{rule}' names a burst, which only algorithm='gcra' has (this limiter "
+                f"uses {self.name!r}); drop 'burst {rule.burst}' or use algorithm='gcra'"
+            )
+        if cost > rule.count:
+            raise ConfigurationError(
+                f"cost {cost} is above the count of rule '{rule}': such a call could never "
+                "be admitted"
+            )
+
+    def check_cost(self, cost: float) -> None:
+        """A cost one call may count, whatever its rules (after :meth:`check_rule`)."""

@@ -1,0 +1,114 @@
+"""``gcra`` (the generic cell rate algorithm: a token bucket kept as one number): per
+identifier and rule the theoretical arrival time. ``N/span`` sustains N per span with bursts
+of up to N (or the rule's ``burst``) at once. O(1) memory per identifier; exact.
+
+Stores: ``backends/memory.py``, ``backends/redis/lua/gcra.lua`` and the command engine (one
+string per identifier and rule shape, see ``backends/layout.py``). Postgres does not keep
+arrival times.
+"""
+
+from __future__ import annotations
+
+from ratelimit.algorithms.base import US_PER_MS, Algorithm, Counted, Outcome
+from ratelimit.errors import ConfigurationError
+from ratelimit.rules import MAX_SPAN_MS, Rule
+
+GCRA = "gcra"
+
+EXACT = 2**53
+"""The scripts' numbers are doubles: whole numbers up to here are exact."""
+
+Arrival = tuple[int, int]
+"""A GCRA arrival time, exactly: whole microseconds and a remainder in ``1/count`` of a
+microsecond (``0 <= remainder < count``); ``(0, 0)`` when nothing is stored. Exact, where a
+float at today's 1.7e15 microseconds rounds to a quarter of one and would refuse the third
+call of a ``3/s`` burst."""
+
+
+def gcra_burst(rule: Rule) -> int:
+    """How many hits a GCRA rule admits at once: its ``burst``, else its ``count``."""
+    return rule.count if rule.burst is None else rule.burst
+
+
+def gcra_outcome(rule: Rule, leaf: int, cost: float, tat: Arrival, now_us: int) -> Outcome:
+    """A call of ``cost`` is admitted when the arrival time it pushes forward stays within
+    ``burst`` intervals of now; the caller then stores :func:`gcra_next`. ``count/span``
+    emits one hit every ``span / count``.
+
+    Python's integers keep every quantity exact, in ``1/count`` of a microsecond;
+    ``gcra.lua`` reaches the same answers with (microseconds, remainder) pairs.
+    """
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    now = now_us * count
+    start = max(tat[0] * count + tat[1], now)
+    ahead = start + int(cost) * span - now  # how far the arrival time would run ahead
+    tolerance = gcra_burst(rule) * span
+    if ahead > tolerance:
+        return (True, -((tolerance - ahead) // count), 0, leaf)  # ceil: whole microseconds
+    return (False, 0, (tolerance - (start - now)) // span, leaf)
+
+
+def gcra_next(rule: Rule, cost: float, tat: Arrival, now_us: int) -> Arrival:
+    """The arrival time to store after admitting a call of ``cost``: pushed ``cost``
+    intervals on, but never more than the burst's tolerance ahead of now (an ``And`` tree
+    admitting through another branch leaves this rule's bucket empty, not in debt)."""
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    now = now_us * count
+    pushed = max(tat[0] * count + tat[1], now) + int(cost) * span
+    us, remainder = divmod(min(pushed, now + gcra_burst(rule) * span), count)
+    return us, remainder
+
+
+def gcra_reset(rule: Rule, tat: Arrival, now_us: int, remaining: int) -> float:
+    """Microseconds until a GCRA rule with arrival time ``tat`` has ``remaining + 1`` hits
+    to give (its bucket refills one hit per interval)."""
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    now = now_us * count
+    room = gcra_burst(rule) * span - (max(tat[0] * count + tat[1], now) - now)
+    return ((remaining + 1) * span - room) / count
+
+
+def check_gcra_rule(rule: Rule, cost: float) -> None:
+    """A GCRA rule its scripts decide exactly, that can admit a call of ``cost``."""
+    burst = gcra_burst(rule)
+    if cost > burst:
+        raise ConfigurationError(
+            f"cost {cost} is above the burst of rule '{rule}' ({burst} at once): such a call "
+            "could never be admitted"
+        )
+    if burst * rule.span_ms > MAX_SPAN_MS * rule.count:
+        raise ConfigurationError(
+            f"rule '{rule}': a burst of {burst} takes longer than 3650 days to refill at "
+            f"{rule.count} per span; use a smaller burst"
+        )
+    if burst * rule.count >= EXACT:
+        raise ConfigurationError(
+            f"rule '{rule}': GCRA keeps time in 1/count of a microsecond, and burst times "
+            f"count ({burst} x {rule.count}) must stay under 2**53 to stay exact"
+        )
+
+
+class Gcra(Algorithm):
+    """GCRA. Storage counts, per leaf, its rule's arrival time (:data:`Arrival`)."""
+
+    __slots__ = ()
+    stores = "a GCRA arrival time"
+    bursts = True
+
+    def outcome(self, rule: Rule, leaf: int, cost: float, counted: Counted, now_us: int) -> Outcome:
+        tat_us, remainder = counted
+        return gcra_outcome(rule, leaf, cost, (int(tat_us), int(remainder)), now_us)
+
+    def reset_us(
+        self, rule: Rule, counted: Counted, now_us: int, used: float, remaining: int
+    ) -> float:
+        # until the bucket holds one more, or, full, the span
+        if remaining >= gcra_burst(rule):
+            return rule.span_ms * US_PER_MS
+        tat = (int(counted[0]), int(counted[1]))
+        if used:
+            tat = gcra_next(rule, used, tat, now_us)
+        return gcra_reset(rule, tat, now_us, remaining)
+
+    def check_rule(self, rule: Rule, cost: float) -> None:
+        check_gcra_rule(rule, cost)  # the burst bounds the cost, not the count

@@ -1,0 +1,84 @@
+"""What a plan reads and writes in a store, named the same way by every store that keeps it:
+GCRA arrival-time fields, window-counter names in this process, and the span and depth each
+identifier's stored hits must cover. (How a store names an identifier is
+:mod:`~ratelimit.backends.naming`; the window slots' layout is :mod:`ratelimit.windows`.)
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ratelimit.algorithms import counter_rate, gcra_burst
+from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan
+from ratelimit.rules import Rule
+
+PLANS = 8192
+"""Per-plan layouts kept: as many as the plan cache holds."""
+
+
+@functools.lru_cache(maxsize=4096)
+def gcra_field(rule: Rule) -> str:
+    """The name of one rule's arrival time among its identifier's: ``count/span_ms``, and
+    ``/burst`` for a burst other than the count. Rules of one shape on one identifier share
+    it, whatever their selector's name."""
+    burst = gcra_burst(rule)
+    shape = f"{rule.count}/{rule.span_ms}"
+    return shape if burst == rule.count else f"{shape}/{burst}"
+
+
+@functools.lru_cache(maxsize=4096)
+def arrival_slots(
+    compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
+) -> tuple[tuple[tuple[int, Rule], ...], tuple[int, ...]]:
+    """GCRA: the arrival times one plan reads, each (identifier index, a rule of that shape),
+    in order; and per leaf the position of its own among them (``-1`` when its selector
+    did not resolve). Leaves of one shape on one identifier share an arrival time."""
+    stored: dict[tuple[int, str], int] = {}
+    times: list[tuple[int, Rule]] = []
+    slots = []
+    for rule, i in zip(compiled.rules, leaf_identifiers, strict=True):
+        if i < 0:
+            slots.append(-1)
+            continue
+        position = stored.setdefault((i, gcra_field(rule)), len(times))
+        if position == len(times):
+            times.append((i, rule))
+        slots.append(position)
+    return tuple(times), tuple(slots)
+
+
+def window_name(identifier: Identifier, size_us: int) -> str:
+    """The name of one (identifier, window size) in stores of this process."""
+    return f"{identifier!r}/{size_us}"
+
+
+@functools.lru_cache(maxsize=PLANS)
+def window_names(plan: Plan) -> tuple[tuple[str, ...], ...]:
+    """Window counters: a :func:`window_name` per (identifier, size) in ``plan.windows``,
+    kept per plan (plans hash by identity and are shared), so its text and hash are
+    computed once."""
+    return tuple(
+        tuple(window_name(identifier, size) for size in sizes)
+        for identifier, sizes in zip(plan.identifiers, plan.windows, strict=True)
+    )
+
+
+def limits_per_identifier(plan: Plan) -> list[tuple[int, int]]:
+    """Per identifier: (largest count, largest span in ms) of the rules counting on it."""
+    limits = [(0, 0)] * len(plan.identifiers)
+    for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
+        if i >= 0:
+            count, span = limits[i]
+            limits[i] = (max(count, rule.count), max(span, rule.span_ms))
+    return limits
+
+
+def counter_update_rate(
+    update: CounterUpdate, current: float, previous: float, now_us: int
+) -> float:
+    """The counter API: the rate after ``update``, from the window counts before it
+    (storage scripts do the same)."""
+    current += update.value
+    if update.weight is None:
+        return counter_rate(current, previous, now_us, update.size_us, sliding=True)
+    return current + previous * update.weight

@@ -1,0 +1,157 @@
+"""The decision scripts of the script engine, and what each algorithm sends them.
+
+Redis scripts cannot import, so each is its shared parts (``_now.lua``, ``_tree.lua``,
+``_windows.lua``) joined to its own file. :data:`BY_ALGORITHM` is the script engine's
+table of what it supports: per algorithm, its script, the keys a plan reads, how leaves map
+to those keys, and the ARGV the script reads after the common ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from importlib import resources
+from typing import NamedTuple
+
+from ratelimit.algorithms import (
+    FIXED_WINDOW,
+    GCRA,
+    SLIDING_LOG,
+    SLIDING_WINDOW,
+    US_PER_MS,
+    gcra_burst,
+)
+from ratelimit.backends.base import Clock, clock_us
+from ratelimit.backends.layout import arrival_slots
+from ratelimit.backends.redis.keys import arrival_keys, counter_key, identifier_key, kept_key
+from ratelimit.backends.redis.resp import Command, Script, pack_args
+from ratelimit.plan import CompiledTree, Plan
+
+_LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
+PLANS = 8192
+"""Commands kept, one per plan: as many as the plan cache holds."""
+
+
+def lua(*parts: str) -> str:
+    """A script from its files: Redis scripts cannot import, so shared parts are joined."""
+    return "\n".join(_LUA.joinpath(part).read_text() for part in parts)
+
+
+SLIDING_LOG_LUA = lua("_now.lua", "_tree.lua", "sliding_log.lua")
+WINDOW_COUNTERS_LUA = lua("_now.lua", "_tree.lua", "_windows.lua", "window_counters.lua")
+GCRA_LUA = lua("_now.lua", "_tree.lua", "gcra.lua")
+
+Slots = Callable[[CompiledTree, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None]]
+"""Per leaf the position of its key in KEYS (``-1``: none), and per key the identifier it
+belongs to (``None``: key ``k`` is identifier ``k``'s)."""
+
+
+class Scripted(NamedTuple):
+    """One algorithm on the script engine."""
+
+    script: Script
+    keys: Callable[[Plan], list[str]]
+    """The keys a plan's script reads and writes."""
+    slots: Slots
+    extra: Callable[[CompiledTree], tuple[bytes, ...]]
+    """What the script reads after the common ARGV (tree, slots, costs, record)."""
+    whole: bool
+    """Whether the script's counts are whole numbers (else floats)."""
+
+
+def _per_identifier(
+    compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
+) -> tuple[tuple[int, ...], None]:
+    return leaf_identifiers, None
+
+
+def _per_arrival(
+    compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    times, slots = arrival_slots(compiled, leaf_identifiers)
+    return slots, tuple(i for i, _ in times)
+
+
+def _log_keys(plan: Plan) -> list[str]:
+    return [identifier_key(i) for i in plan.identifiers] + [kept_key(i) for i in plan.identifiers]
+
+
+def _counter_keys(plan: Plan) -> list[str]:
+    return [counter_key(i) for i in plan.identifiers]
+
+
+def _bursts(compiled: CompiledTree) -> tuple[bytes, ...]:
+    return (" ".join(str(gcra_burst(rule)) for rule in compiled.rules).encode(),)
+
+
+BY_ALGORITHM: dict[str, Scripted] = {
+    SLIDING_LOG: Scripted(Script(SLIDING_LOG_LUA), _log_keys, _per_identifier, lambda _: (), True),
+    SLIDING_WINDOW: Scripted(
+        Script(WINDOW_COUNTERS_LUA), _counter_keys, _per_identifier, lambda _: (b"1",), False
+    ),
+    FIXED_WINDOW: Scripted(
+        Script(WINDOW_COUNTERS_LUA), _counter_keys, _per_identifier, lambda _: (b"0",), False
+    ),
+    GCRA: Scripted(Script(GCRA_LUA), arrival_keys, _per_arrival, _bursts, True),
+}
+"""The algorithms the script engine decides, by name."""
+
+
+@functools.lru_cache(maxsize=1024)
+def tree_wire(compiled: CompiledTree) -> bytes:
+    """A compiled tree as the scripts read it (``_tree.lua``), one line of ASCII numbers:
+    the leaf count, then ``count span_us`` per leaf, then the prefix program."""
+    numbers = [len(compiled.rules)]
+    for rule in compiled.rules:
+        numbers += (rule.count, rule.span_ms * US_PER_MS)
+    return " ".join(map(str, [*numbers, *compiled.program])).encode()
+
+
+@functools.lru_cache(maxsize=1024)
+def _args(
+    compiled: CompiledTree,
+    leaf_identifiers: tuple[int, ...],
+    cost: float,
+    record: bool,
+    algorithm: str,
+    costs: tuple[float, ...] = (),
+) -> tuple[tuple[bytes, ...], bytes]:
+    """The script's ARGV after the time, plain and packed. They depend on the rules and
+    flags, not on the selector values, so every call of a decorated function shares them.
+    ``costs``: per identifier, when they differ (:attr:`Plan.costs`)."""
+    scripted = BY_ALGORITHM[algorithm]
+    slots, key_identifiers = scripted.slots(compiled, leaf_identifiers)
+    if not costs:
+        per_key: list[float] = []
+    else:
+        per_key = list(costs) if key_identifiers is None else [costs[i] for i in key_identifiers]
+    # repr: the shortest text that reads back as the same float
+    cost_text = " ".join(map(repr, per_key)) if per_key else repr(cost)
+    args = [
+        tree_wire(compiled),
+        " ".join(str(i + 1) for i in slots).encode(),  # per leaf its key's KEYS index
+        cost_text.encode(),  # one cost, or one per key
+        b"1" if record else b"0",
+        *scripted.extra(compiled),
+    ]
+    return tuple(args), pack_args(args)
+
+
+def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
+    """The plan's ``EVALSHA``: its script, keys and arguments; the time read from ``clock``
+    when one is injected (tests), else left to the script (Redis ``TIME``)."""
+    name = plan.algorithm.name
+    scripted = BY_ALGORITHM[name]
+    now = b"" if clock is None else str(clock_us(clock)).encode()
+    args, packed = _args(
+        plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, name, plan.costs
+    )
+    return Command(scripted.script, scripted.keys(plan), (now, *args), pack_args((now,)) + packed)
+
+
+command_of = functools.lru_cache(maxsize=PLANS)(plan_command)
+"""The plan's command on Redis's clock, kept per plan (plans hash by identity and are shared
+through the plan cache, so every call of a decorated function finds its bytes packed). One
+cache for the process, as the plan cache is: a backend keeps no cache of its own, whose
+cycle through the backend would keep thousands of commands alive until the garbage
+collector's slowest pass."""
