@@ -182,3 +182,20 @@ def test_no_module_is_over_400_lines() -> None:
         if (n := len(path.read_text().splitlines())) > 400
     }
     assert not long, long
+
+
+def test_the_twins_named_in_the_algorithms_docstring_exist() -> None:
+    """The list of code that must agree names files and tests that are there."""
+    import re
+
+    import ratelimit.algorithms
+
+    doc = ratelimit.algorithms.__doc__ or ""
+    root = PACKAGE.parent
+    for name in set(re.findall(r"``([\w/]+\.(?:py|lua|sql))(?:::(\w+))?``", doc)):
+        path, test = name
+        candidates = [root / path, PACKAGE / path, PACKAGE / "backends/redis/lua" / path]
+        found = next((c for c in candidates if c.exists()), None)
+        assert found is not None, path
+        if test:
+            assert f"def {test}(" in found.read_text(), name

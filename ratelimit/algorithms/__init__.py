@@ -17,6 +17,29 @@ point operations in the same order, so every backend decides alike
 A new algorithm is one module here with an :class:`Algorithm` subclass, one line in
 :data:`BY_NAME`, its Lua and SQL where stores keep it, and a line in the table of each
 backend that supports it (see README, "Architecture").
+
+Twins: code written more than once, in other languages or for other stores, that must agree.
+Change one, change them all; the named tests hold each set together.
+
+1. The And/Or tree (binding rule, retry_after, remaining): ``ratelimit/evaluation.py``
+   (``evaluate``), ``backends/redis/lua/_tree.lua``, and ``ratelimit_decide`` in
+   ``backends/postgres/schema.sql``. Held by ``tests/test_differential.py`` (every engine,
+   hypothesis trees), ``tests/test_postgres.py::test_postgres_decides_as_memory_does``, and
+   the backends' own check that the store's verdict equals the evaluator's.
+2. One rule's outcome per algorithm: this package (Python), ``sliding_log.lua``,
+   ``window_counters.lua``, ``gcra.lua`` and the SQL window arithmetic. Held by the same
+   tests, and for GCRA by ``tests/test_gcra.py`` (an exact-fraction reference).
+3. Window-counter reads and writes (two slots per size, the clock that steps back): the
+   memory backend (``backends/memory.py`` with ``ratelimit/windows.py``), the command engine
+   (``backends/redis/command_decisions.py``), ``window_counters.lua`` with ``_windows.lua``,
+   ``backends/postgres/schema.sql``, and the counter API and ``sync_rate`` (``counter_update.lua``,
+   ``counter_sync.lua``, ``backends/redis/synced.py``). Held by ``tests/test_differential.py``
+   (stores alike), ``tests/test_windows.py`` (the fields ``backends/redis/keys.py`` names),
+   ``tests/test_counter_api.py`` and ``tests/test_sync.py``.
+4. Sliding-log and GCRA storage: the memory backend, the command engine and their scripts.
+   Held by ``tests/test_differential.py`` (stores alike).
+5. Concurrency slots: ``slots.lua``, ``backends/redis/command_slots.py`` and the memory
+   backend. Held by ``tests/test_concurrency.py`` (every backend kind).
 """
 
 from __future__ import annotations
