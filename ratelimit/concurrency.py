@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
-from ratelimit.backends.base import SlotStore
 from ratelimit.decider import Decider
 from ratelimit.decision import Decision, RateLimitExceeded, make_decision
 from ratelimit.errors import (
@@ -99,13 +98,7 @@ class Concurrency:
         wait: float | bool = False,
     ) -> None:
         self.limits = parse_slots(limits)
-        if not isinstance(decider.backend, SlotStore) or not getattr(
-            decider.backend, "holds_slots", True
-        ):
-            raise ConfigurationError(
-                f"this storage ({type(decider.backend).__name__}) holds no concurrency slots: "
-                "use memory:// or Redis"
-            )
+        decider.slot_store()  # a storage without slots fails here, when made
         if type(lease) not in (int, float) or not MIN_LEASE <= lease <= 86_400:
             raise ConfigurationError(
                 f"lease must be seconds from {MIN_LEASE} to 86400, not {lease!r} (how long a "
@@ -115,7 +108,6 @@ class Concurrency:
             raise TypeError(f"key must be text, not {type(key).__name__}")
         named = {limit.selector for limit in self.limits} - {None}
         self._decider = decider
-        self._store: SlotStore = decider.backend
         self._key = key
         self._names = tuple(sorted(n for n in named if n is not None))
         self._sources = SelectorSources(selectors, selector)
@@ -213,49 +205,10 @@ class Concurrency:
         return Held(claim, renewal), decision
 
     async def _try(self, claim: SlotClaim) -> tuple[Decision, SlotLimit | None]:
-        """One attempt, under the failure policy; hooks see its decision.
-
-        The take runs until the store answers it, even when this caller is cancelled
-        meanwhile; only then is what it took given back. A give-back sent before that could
-        reach the store first (on another connection) and leave the take holding a slot
-        that nobody gives back. A take that failed (its answer lost) may still reach the
-        store later: its give-back revokes the claim, so that such a take takes nothing."""
-        decider = self._decider
-        taking = decider.finish_later(self._store.acquire_slots(claim))
-        full = None
-        try:
-            taken, held = await asyncio.shield(taking)
-        except asyncio.CancelledError:
-            taking.add_done_callback(functools.partial(self._taken_after_leaving, claim))
-            raise
-        except BackendError as exc:
-            self._give_back_later(claim, revoke=True)
-            decision = decider.policy.failed(exc, claim.key)
-        except LockTimeoutError as exc:  # the command engine's lock stayed held: nothing taken
-            decision = decider.policy.lock_timed_out(exc, claim.key)
-        else:
-            decider.policy.answered()
-            left = [count - n for n, count in zip(held, claim.counts, strict=True)]
-            if taken:
-                decision = make_decision(True, 0.0, None, min(left) - 1, claim.key)
-            else:
-                decision = make_decision(False, MAX_POLL, None, 0, claim.key)
-                full = self._limit_of(claim, left.index(min(left)))
-        if decider.hooks:
-            decider.hooks(decision, 0.0)
-        return decision, full
-
-    def _taken_after_leaving(self, claim: SlotClaim, taking: asyncio.Future[Any]) -> None:
-        """The take of a caller that was cancelled ended: give back what it took."""
-        if taking.cancelled():
-            self._give_back_later(claim, revoke=True)  # the loop is ending: unknown
-            return
-        error = taking.exception()
-        if error is None:
-            if taking.result()[0]:
-                self._give_back_later(claim)
-        elif isinstance(error, BackendError):
-            self._give_back_later(claim, revoke=True)
+        """One attempt, through the pipeline (:meth:`Decider.take_slots`: the failure policy
+        and hooks); when refused, the limit that was full."""
+        decision, fullest = await self._decider.take_slots(claim, self._give_back_later)
+        return decision, None if fullest is None else self._limit_of(claim, fullest)
 
     def _give_back_later(self, claim: SlotClaim, revoke: bool = False) -> None:
         self._decider.finish_later(self._release(claim, revoke))
@@ -278,7 +231,7 @@ class Concurrency:
         while True:
             await asyncio.sleep(self.lease / 3)
             try:
-                kept = await self._store.renew_slots(claim)
+                kept = await self._decider.renew_slots(claim)
             except LimiterClosedError:
                 return  # closed under a running body: nothing left to renew on
             except (BackendError, LockTimeoutError) as exc:
@@ -318,7 +271,7 @@ class Concurrency:
 
     async def _release(self, claim: SlotClaim, revoke: bool = False) -> None:
         try:
-            await self._store.release_slots(claim, revoke=revoke)
+            await self._decider.release_slots(claim, revoke)
         except LimiterClosedError:
             return  # closed under a running body: its slots end with their lease
         except (BackendError, LockTimeoutError) as exc:

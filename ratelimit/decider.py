@@ -1,34 +1,45 @@
-"""The decision pipeline every front end calls: denial cache, background counting, failure
-policy, backend, hooks.
+"""The decision pipeline: denial cache, background counting, failure policy, backend, hooks.
 
-A front end (the decorator and ``async with`` of :mod:`ratelimit.limit`; the HTTP middleware
-and the rate-limit service to come) names a call with a :class:`CallKey` and asks
-:meth:`Decider.decide`. It never reaches into a backend, the denial cache or the queue.
+Every decision goes through one :class:`Decider`, the one a :class:`~ratelimit.RateLimit`
+makes for itself. The decorator and ``async with`` of :mod:`ratelimit.limit` name a call with
+a :class:`CallKey` and ask :meth:`Decider.decide` (the hot path); the HTTP middleware, the
+rate-limit service and your own front ends ask :meth:`RateLimit.decide
+<ratelimit.RateLimit.decide>`, which does the same. Concurrency slots take, renew and give
+back through :meth:`Decider.take_slots` and its siblings, under the same failure policy and
+hooks. Nothing outside reaches into a backend, the denial cache or the queue.
 
 Example::
 
     tree = compile_tree(to_tree("user:5/s"))
-    decision = await rl.decider.decide(CallKey(tree, "shop", "search", ("vova",), 1, "sliding-log"))
+    decision = await rl.decide(tree, "search", ("vova",))
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import Backend
+from ratelimit.backends.base import Backend, SlotStore
 from ratelimit.background import BackgroundCounter
 from ratelimit.decision import Decision, make_decision
 from ratelimit.denials import DenialCache
-from ratelimit.errors import LimiterClosedError
+from ratelimit.errors import (
+    BackendError,
+    ConfigurationError,
+    LimiterClosedError,
+    LockTimeoutError,
+)
 from ratelimit.hooks import Hooks
-from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan
+from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan, compile_tree
 from ratelimit.policy import FailurePolicy
+from ratelimit.rules import Rule
+from ratelimit.slots import SlotClaim
 
 
 class CallKey(NamedTuple):
@@ -45,6 +56,13 @@ class CallKey(NamedTuple):
     algorithm: Algorithm | str
     """The algorithm, or its name."""
 
+
+SLOT_RETRY = 0.25
+"""``retry_after`` of a call refused for want of a slot: when it looks again (at most)."""
+
+_PING = compile_tree(Rule(1, 1000))
+PING_KEY = "ratelimit.store"
+"""The key :meth:`Decider.ping` asks about (recording nothing)."""
 
 shadow_logger = logging.getLogger("ratelimit.shadow")
 """Where shadow refusals are logged (INFO), one line each: filter or silence it by name."""
@@ -64,7 +82,7 @@ class Decider:
     with background counting a call is admitted at once and counted later; otherwise the
     backend decides, under the failure policy. Every decision reaches the hooks.
 
-    After :meth:`close`, every call raises ``LimiterClosedError``.
+    Once ``closed`` (``RateLimit.aclose`` sets it), every call raises ``LimiterClosedError``.
     """
 
     __slots__ = (
@@ -127,11 +145,20 @@ class Decider:
         if self.closed:
             raise LimiterClosedError()
 
-    async def decide(self, call: CallKey, record: bool = True, shadow: bool = False) -> Decision:
+    async def decide(
+        self,
+        call: CallKey,
+        record: bool = True,
+        shadow: bool = False,
+        within: float | None = None,
+    ) -> Decision:
         """Decide ``call``; with ``record=False`` only say what would be decided. With
         ``shadow``, a refusal comes back marked ``shadow=True`` (and is logged): the front
         end lets the call through. Nothing else changes: a refused call records nothing,
-        and the refusal is remembered in the denial cache as any other."""
+        and the refusal is remembered in the denial cache as any other. ``within``: seconds
+        the whole decision may take, past which the failure policy answers."""
+        if within is not None:
+            return await self._decide_within(call, record, shadow, within)
         if self.closed:
             raise LimiterClosedError()
         started = _clock() if self.hooks.timed else 0.0
@@ -154,6 +181,90 @@ class Decider:
             self.hooks(decision, _clock() - started if started else 0.0)
         return decision
 
+    async def _decide_within(
+        self, call: CallKey, record: bool, shadow: bool, within: float
+    ) -> Decision:
+        started = _clock()
+        try:
+            return await asyncio.wait_for(self.decide(call, record, shadow), within)
+        except TimeoutError:  # the hooks never saw it: they see the policy's answer
+            late = BackendError(f"the decision of key {call.key!r} took over {within:g} s")
+            decision = self.policy.failed(late, call.key)
+            if self.hooks:
+                self.hooks(decision, _clock() - started)
+            return decision
+
+    async def ping(self, within: float | None) -> None:
+        """Ask the backend a question that counts nothing, past the denial cache and the
+        policy: ``BackendError`` when it fails or does not answer within ``within``
+        seconds (a lock held past it included); an answer ends an outage."""
+        self.check_open()
+        plan = cached_plan(_PING, self.namespace, PING_KEY, (), 1, self.algorithm, False)
+        try:
+            await asyncio.wait_for(self.backend.decide(plan), within)
+        except TimeoutError:
+            raise BackendError(f"the storage did not answer within {within:g} s") from None
+        self.policy.answered()
+
+    # --- concurrency slots: the same policy and hooks, their own store calls ---
+
+    def slot_store(self) -> SlotStore:
+        """The backend, which holds concurrency slots; ``ConfigurationError`` if it holds
+        none (Postgres, ``sync_rate``, a backend object without slots)."""
+        backend = self.backend
+        if not isinstance(backend, SlotStore) or not getattr(backend, "holds_slots", True):
+            raise ConfigurationError(
+                f"this storage ({type(backend).__name__}) holds no concurrency slots: "
+                "use memory:// or Redis"
+            )
+        return backend
+
+    async def take_slots(
+        self, claim: SlotClaim, give_back: Callable[[SlotClaim, bool], None]
+    ) -> tuple[Decision, int | None]:
+        """Take ``claim``'s slots under the failure policy; hooks see the decision. Returns
+        it and, when refused for want of a slot, the index of the fullest identifier.
+
+        The take runs until the store answers it, even when the caller is cancelled
+        meanwhile; only then is what it took given back (``give_back(claim, revoke)``). A
+        give-back sent before that could reach the store first (on another connection) and
+        leave the take holding a slot that nobody gives back. A take that failed (its answer
+        lost) may still reach the store later: its give-back revokes the claim, so that
+        such a take takes nothing."""
+        taking = self.finish_later(self.slot_store().acquire_slots(claim))
+        fullest = None
+        try:
+            taken, held = await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            taking.add_done_callback(functools.partial(_taken_after_leaving, give_back, claim))
+            raise
+        except BackendError as exc:
+            give_back(claim, True)
+            decision = self.policy.failed(exc, claim.key)
+        except LockTimeoutError as exc:  # the command engine's lock stayed held: nothing taken
+            decision = self.policy.lock_timed_out(exc, claim.key)
+        else:
+            self.policy.answered()
+            left = [count - n for n, count in zip(held, claim.counts, strict=True)]
+            if taken:
+                decision = make_decision(True, 0.0, None, min(left) - 1, claim.key)
+            else:
+                decision = make_decision(False, SLOT_RETRY, None, 0, claim.key)
+                fullest = left.index(min(left))
+        if self.hooks:
+            self.hooks(decision, 0.0)
+        return decision, fullest
+
+    async def renew_slots(self, claim: SlotClaim) -> bool:
+        """Renew ``claim``'s lease; ``False`` when it ran out first. Raises as the store
+        does (``BackendError``, ``LockTimeoutError``, ``LimiterClosedError``)."""
+        return await self.slot_store().renew_slots(claim)
+
+    async def release_slots(self, claim: SlotClaim, revoke: bool = False) -> None:
+        """Give ``claim``'s slots back (``revoke``: and make a take arriving later take
+        nothing). Raises as the store does."""
+        await self.slot_store().release_slots(claim, revoke=revoke)
+
     async def reset(self, call: CallKey) -> None:
         """Forget the hits counted for ``call``'s identifiers, and refusals of its key."""
         self.check_open()
@@ -168,3 +279,18 @@ class Decider:
         if update.value < 0:
             self.denials.forget(update.identifier.namespace, update.identifier.key)
         return rate
+
+
+def _taken_after_leaving(
+    give_back: Callable[[SlotClaim, bool], None], claim: SlotClaim, taking: asyncio.Future[Any]
+) -> None:
+    """The take of a caller that was cancelled ended: give back what it took."""
+    if taking.cancelled():
+        give_back(claim, True)  # the loop is ending: unknown
+        return
+    error = taking.exception()
+    if error is None:
+        if taking.result()[0]:
+            give_back(claim, False)
+    elif isinstance(error, BackendError):
+        give_back(claim, True)

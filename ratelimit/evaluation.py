@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ratelimit.algorithms import Outcome
 from ratelimit.decision import Decision, RuleState, make_decision
-from ratelimit.plan import OP_AND, OP_LEAF, OP_OR, Plan
+from ratelimit.plan import OP_AND, OP_LEAF, OP_OR, CompiledTree, Plan
 
 
 def _leaf(plan: Plan, i: int, now_us: int, counts: Sequence[tuple[float, float]]) -> Outcome:
@@ -118,3 +118,23 @@ def rule_states(
         reset_us = plan.algorithm.reset_us(rule, counts[i], now_us, used, remaining)
         states.append(RuleState(rule, i, False, remaining, max(reset_us, 0) / 1_000_000))
     return tuple(states)
+
+
+def tree_limited(compiled: CompiledTree, limited: Callable[[int], bool]) -> bool:
+    """Whether ``compiled`` refuses when the leaves for which ``limited(i)`` is true refuse
+    and the others admit: the And/Or walk of :func:`evaluate` on flags alone (an ``Or``
+    refuses when a child does, an ``And`` when all do). For a part of a decided tree, such
+    as one descriptor's rules among a request's."""
+
+    def node(pos: int) -> tuple[bool, int]:
+        op, operand = compiled.program[pos], compiled.program[pos + 1]
+        pos += 2
+        if op == OP_LEAF:
+            return limited(operand), pos
+        children = []
+        for _ in range(operand):
+            child, pos = node(pos)
+            children.append(child)
+        return (any(children) if op == OP_OR else all(children)), pos
+
+    return node(0)[0]

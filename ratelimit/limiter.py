@@ -23,14 +23,22 @@ from ratelimit.backends import Backend, backend_for, backend_from_url
 from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore, check_supported
 from ratelimit.background import BackgroundCounter
 from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
-from ratelimit.decider import Decider
+from ratelimit.decider import CallKey, Decider, new_call_key
+from ratelimit.decision import Decision
 from ratelimit.denials import DenialCache
 from ratelimit.hooks import Hook, Hooks
 from ratelimit.limit import Limit
+from ratelimit.plan import CompiledTree, Cost
 from ratelimit.policy import FailurePolicy
 from ratelimit.registry import Registry
 from ratelimit.rules import RuleLike
-from ratelimit.settings import Settings, SettingsKeywords, counter_update
+from ratelimit.settings import (
+    Settings,
+    SettingsKeywords,
+    check_cost,
+    check_cost_type,
+    counter_update,
+)
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 _KEYWORD_SETTINGS = tuple(name for name in SETTING_NAMES if name != "namespace")
@@ -77,29 +85,27 @@ class RateLimit:
         self.algorithm = settings.algorithm
         algorithm = named(settings.algorithm)
         check_supported(backend, algorithm)
-        self.policy = FailurePolicy(settings.on_error)
-        self.backend = backend
-        self.denials = DenialCache(
-            settings.denial_cache, clock=getattr(self.backend, "clock", None)
-        )
-        self.hooks = Hooks(settings.hooks)
-        self.background = (
+        self._backend = backend
+        self._policy = FailurePolicy(settings.on_error)
+        self._denials = DenialCache(settings.denial_cache, clock=getattr(backend, "clock", None))
+        self._hooks = Hooks(settings.hooks)
+        self._background = (
             BackgroundCounter(
-                lambda plan: self.policy.decide(self.backend, plan), self.denials.remember
+                lambda plan: self._policy.decide(backend, plan), self._denials.remember
             )
             if settings.background
             else None
         )
-        self.decider = Decider(
+        self._decider = Decider(
             settings.namespace,
             algorithm,
-            self.backend,
-            self.policy,
-            self.denials,
-            self.hooks,
-            self.background,
+            backend,
+            self._policy,
+            self._denials,
+            self._hooks,
+            self._background,
         )
-        self.registry = Registry()
+        self._registry = Registry()
 
     @classmethod
     def from_url(
@@ -142,10 +148,94 @@ class RateLimit:
         return limiter
 
     @property
+    def storage(self) -> Backend:
+        """The backend this limiter decides with: the one given, or the one
+        :meth:`from_url` opened (a :class:`~ratelimit.MemoryBackend`,
+        :class:`~ratelimit.RedisScriptBackend`, ...), for its own inspectors."""
+        return self._backend
+
+    @property
     def storage_failing(self) -> bool:
         """Whether the storage is failing now: a decision failed (and was answered by
         ``on_error``), and the storage has not answered since."""
-        return self.policy.failing
+        return self._policy.failing
+
+    @property
+    def cached_refusals(self) -> int:
+        """How many refusals the denial cache remembers now (expired ones until read)."""
+        return len(self._denials)
+
+    @property
+    def queued(self) -> int:
+        """With ``background``: calls admitted and not counted yet (0 without)."""
+        return 0 if self._background is None else len(self._background)
+
+    async def flush(self) -> None:
+        """With ``background``: count every queued call now (nothing to do without)."""
+        if self._background is not None:
+            await self._background.flush()
+
+    def check(self, compiled: CompiledTree, cost: Cost = 1) -> None:
+        """Raise ``ConfigurationError`` unless every rule of ``compiled`` can admit a call of
+        ``cost`` under this limiter's algorithm (one number, or one per rule: see
+        :data:`~ratelimit.plan.Cost`). Front ends call it when a limit is made, so that a
+        bad cost fails then, not at the first call.
+
+        Example::
+
+            rl.check(compile_tree(to_tree("user:5/s")), cost=2)
+        """
+        algorithm = self._decider.algorithm
+        if not isinstance(cost, tuple):
+            check_cost_type(cost, algorithm)
+        check_cost(compiled, cost, algorithm)
+
+    async def decide(
+        self,
+        compiled: CompiledTree,
+        key: str,
+        values: tuple[str | None, ...] = (),
+        *,
+        cost: Cost = 1,
+        shadow: bool | None = None,
+        record: bool = True,
+        within: float | None = None,
+    ) -> Decision:
+        """Decide one call of ``key`` under ``compiled``: the one door into the decision
+        pipeline (denial cache, background counting, failure policy, storage, hooks) for
+        front ends of your own. ``values``: the selector values, in the order of
+        ``compiled.selectors`` (``None`` or ``""``: that rule does not apply). ``cost``: as
+        :meth:`check` takes it (check it first: this does not). ``shadow``: ``None`` for
+        the limiter's setting. ``record=False`` only says what would be decided.
+        ``within``: seconds the whole decision may take; past them, the failure policy
+        (``on_error``) answers, as for any storage failure, and hooks see that answer.
+
+        Example::
+
+            tree = compile_tree(to_tree("user:5/s"))
+            decision = await rl.decide(tree, "search", ("vova",))
+        """
+        call = new_call_key(
+            CallKey, (compiled, self.namespace, key, values, cost, self._decider.algorithm)
+        )
+        if shadow is None:
+            shadow = self.settings.shadow
+        return await self._decider.decide(call, record, shadow, within)
+
+    async def ping(self, within: float | None = None) -> None:
+        """Ask the storage one question that counts nothing, within ``within`` seconds,
+        past the denial cache and the failure policy: ``BackendError`` when it does not
+        answer. An answer ends an outage the failure policy saw (``storage_failing``
+        turns false). What a health check calls.
+
+        Example::
+
+            try:
+                await rl.ping(within=0.5)
+            except BackendError:
+                ...  # report the storage down
+        """
+        await self._decider.ping(within)
 
     async def setup(self) -> str:
         """Prepare the store now and return what was done, in words: on Postgres, open the
@@ -160,9 +250,9 @@ class RateLimit:
             async with RateLimit.from_url(url, algorithm="sliding-window") as rl:
                 print(await rl.setup())
         """
-        self.decider.check_open()
-        if isinstance(self.backend, SetUpStore):
-            return await self.backend.setup()
+        self._decider.check_open()
+        if isinstance(self._backend, SetUpStore):
+            return await self._backend.setup()
         return NOTHING_TO_SET_UP
 
     async def aclose(self) -> None:
@@ -170,13 +260,13 @@ class RateLimit:
         ``background``, a last sync, with ``sync_rate``, and giving back the concurrency
         slots of calls that left while taking them). Using the limiter afterwards raises
         ``LimiterClosedError``; closing it again does nothing."""
-        if self.decider.closed:
+        if self._decider.closed:
             return
-        self.decider.closed = True
-        if self.background is not None:
-            await self.background.aclose()
-        await self.decider.finish()
-        await self.backend.aclose()
+        self._decider.closed = True
+        if self._background is not None:
+            await self._background.aclose()
+        await self._decider.finish()
+        await self._backend.aclose()
 
     async def __aenter__(self) -> RateLimit:
         return self
@@ -217,8 +307,8 @@ class RateLimit:
         ``**selectors``: selector values as literals, callables or async callables.
         """
         return Limit(
-            self.decider,
-            self.registry,
+            self._decider,
+            self._registry,
             rules,
             key,
             selector,
@@ -250,7 +340,7 @@ class RateLimit:
         ``**selectors`` as in :meth:`limit`. Slots and rates are separate counters: stack
         ``@rl.concurrency(...)`` over ``@rl.limit(...)`` for both.
         """
-        return Concurrency(self.decider, limits, key, selector, selectors, lease, wait)
+        return Concurrency(self._decider, limits, key, selector, selectors, lease, wait)
 
     async def increment(
         self, key: str, window_size: float, value: float = 1, weight: float | None = None
@@ -263,7 +353,7 @@ class RateLimit:
         ``value`` may be fractional or negative (a refund). ``weight`` is the previous
         window's weight (default ``(size - elapsed) / size``; ``0`` gives a fixed window).
         """
-        return await self.decider.update_counter(
+        return await self._decider.update_counter(
             counter_update(self.namespace, key, window_size, value, weight)
         )
 
@@ -271,7 +361,7 @@ class RateLimit:
         self, key: str, window_size: float, weight: float | None = None
     ) -> float:
         """Kong's ``sliding_window``: the rate :meth:`increment` would return, adding nothing."""
-        return await self.decider.update_counter(
+        return await self._decider.update_counter(
             counter_update(self.namespace, key, window_size, 0, weight)
         )
 

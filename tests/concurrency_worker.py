@@ -65,7 +65,7 @@ async def main(
     await control.aclose()
     await rl.aclose()
     if engine != "postgres":
-        await rl.backend.client.aclose()  # type: ignore[attr-defined]  # passed in: ours to close
+        await rl.storage.client.aclose()  # type: ignore[attr-defined]  # passed in: ours to close
     return admitted
 
 

@@ -218,15 +218,22 @@ def test_a_dead_holders_slot_frees_after_its_lease() -> None:
     async def main() -> tuple[bool, bool]:
         loop = asyncio.get_running_loop()
         backend = MemoryBackend(clock=loop.time)
-        rl = RateLimit(backend)
+        rl = RateLimit(backend, "slots")  # the claim's namespace
         dead = claim_in("dead", count=1, lease=2.0)  # taken, never renewed nor given back
         assert (await backend.acquire_slots(dead))[0]
         slots = rl.concurrency("user:1", key="k", user="u", lease=2.0)
-        rl.decider.namespace = "slots"  # the claim's namespace
+
+        async def enters() -> bool:
+            try:
+                async with slots:
+                    return True
+            except ConcurrencyLimitExceeded:
+                return False
+
         await asyncio.sleep(1.9)
-        before = (await slots._try(await slots._claim("k", None)))[0].allowed
+        before = await enters()
         await asyncio.sleep(0.2)
-        after = (await slots._try(await slots._claim("k", None)))[0].allowed
+        after = await enters()
         return before, after
 
     assert run_virtual(main) == (False, True)
@@ -305,7 +312,7 @@ async def test_slots_and_rates_stack_on_one_function() -> None:
     with pytest.raises(RateLimitExceeded) as refused:
         await export()  # the rate refuses; the slot it held for the call came back
     assert not isinstance(refused.value, ConcurrencyLimitExceeded)
-    assert (await rl.backend.acquire_slots(claim_in("x", 1)))[0]  # type: ignore[attr-defined]
+    assert (await rl.storage.acquire_slots(claim_in("x", 1)))[0]  # type: ignore[attr-defined]
 
 
 # --- several OS processes on a real Redis ---

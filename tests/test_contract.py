@@ -148,7 +148,7 @@ async def test_keys_and_namespaces_keep_counters_apart(
     make_rl: Callable[..., RateLimit], clock: FakeClock, namespace: str
 ) -> None:
     one = make_rl(clock)
-    other_namespace = RateLimit(one.backend, namespace + "-other")
+    other_namespace = RateLimit(one.storage, namespace + "-other")
     assert await admitted(one, "1/m", 2) == 1
     assert (await one.limit("1/m", key="other").decide()).allowed
     assert (await other_namespace.limit("1/m", key="k").decide()).allowed
@@ -261,7 +261,7 @@ async def test_a_rolling_deploy_does_not_cut_the_old_rules_history(
     make_rl: Callable[..., RateLimit], clock: FakeClock
 ) -> None:
     old = make_rl(clock)
-    new = RateLimit(old.backend, old.namespace)  # two deployments on one store and key
+    new = RateLimit(old.storage, old.namespace)  # two deployments on one store and key
     assert await admitted(old, "user:100/h", 100, user="u") == 100
     clock.advance(1)
     assert await admitted(new, "user:5/s", 5, user="u") == 5

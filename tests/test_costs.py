@@ -11,9 +11,8 @@ import pytest
 
 from ratelimit import RateLimit
 from ratelimit.algorithms import ALGORITHMS
-from ratelimit.decider import CallKey
 from ratelimit.decision import Decision
-from ratelimit.plan import Cost, cached_plan, compile_tree
+from ratelimit.plan import CompiledTree, Cost, cached_plan, compile_tree
 from ratelimit.rules import to_tree
 from ratelimit.settings import check_cost
 from tests.conftest import BackendFactory, FakeClock
@@ -21,10 +20,18 @@ from tests.conftest import BackendFactory, FakeClock
 ALGORITHM = pytest.mark.parametrize("algorithm", ALGORITHMS)
 
 
-def call(rl: RateLimit, rules: str, values: tuple[str | None, ...], cost: Cost) -> CallKey:
+Call = tuple[CompiledTree, tuple[str | None, ...], Cost]
+
+
+def call(rl: RateLimit, rules: str, values: tuple[str | None, ...], cost: Cost) -> Call:
     compiled = compile_tree(to_tree(rules))
-    check_cost(compiled, cost, rl.algorithm)
-    return CallKey(compiled, rl.namespace, "costs", values, cost, rl.algorithm)
+    rl.check(compiled, cost)
+    return compiled, values, cost
+
+
+async def decide(rl: RateLimit, call: Call) -> Decision:
+    compiled, values, cost = call
+    return await rl.decide(compiled, "costs", values, cost=cost)
 
 
 @ALGORITHM
@@ -33,17 +40,17 @@ async def test_a_refused_call_counts_on_no_rule_whatever_its_costs(
 ) -> None:
     rl = RateLimit(make_backend(clock), f"costs-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
     both = call(rl, "a:5/h | b:2/h", ("x", "y"), (1, 2))  # a counts 1, b counts 2
-    first = await rl.decider.decide(both)
+    first = await decide(rl, both)
     assert first.allowed
     assert [(s.rule.selector, s.remaining) for s in first.states] == [("a", 4), ("b", 0)]
     for _ in range(3):  # refused by b each time: a must not count them
-        refused = await rl.decider.decide(both)
+        refused = await decide(rl, both)
         assert not refused.allowed
         assert refused.rule is not None
         assert refused.rule.selector == "b"
         assert [(s.rule.selector, s.remaining) for s in refused.states] == [("a", 4), ("b", 0)]
     a_alone = call(rl, "a:5/h", ("x",), 1)
-    admitted = [(await rl.decider.decide(a_alone)).allowed for _ in range(5)]
+    admitted = [(await decide(rl, a_alone)).allowed for _ in range(5)]
     assert admitted == [True, True, True, True, False]  # 4 left: one counted, not four
     await rl.aclose()
 
@@ -54,7 +61,7 @@ async def test_rules_on_one_identifier_count_the_largest_cost_once(
 ) -> None:
     rl = RateLimit(make_backend(clock), f"costs-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
     tree = "a:10/h | a:20/2h | b:10/h"
-    decision = await rl.decider.decide(call(rl, tree, ("x", "y"), (3, 1, 2)))
+    decision = await decide(rl, call(rl, tree, ("x", "y"), (3, 1, 2)))
     assert decision.allowed
     remaining = [(str(s.rule), s.remaining) for s in decision.states]
     assert remaining == [("a:10/h", 7), ("a:20/2h", 17), ("b:10/h", 8)]
@@ -68,8 +75,8 @@ async def test_the_binding_rule_is_the_one_with_least_left_after_its_cost(
     rl = RateLimit(make_backend(clock), f"costs-{uuid.uuid4().hex[:8]}")
     # a has 3 left before the call and 2 after; b has 5 before and 0 after
     for _ in range(2):
-        await rl.decider.decide(call(rl, "a:5/h", ("x",), 1))
-    decision = await rl.decider.decide(call(rl, "a:5/h | b:5/h", ("x", "y"), (1, 5)))
+        await decide(rl, call(rl, "a:5/h", ("x",), 1))
+    decision = await decide(rl, call(rl, "a:5/h | b:5/h", ("x", "y"), (1, 5)))
     assert decision.allowed
     assert decision.remaining == 0
     assert decision.rule is not None
@@ -120,7 +127,7 @@ async def trace(rl: RateLimit, clock: FakeClock, seed: int) -> list[Decision]:
         leaves = len(compile_tree(to_tree(rules)).rules)
         costs = tuple(rng.choice([1, 2, 3]) for _ in range(leaves))
         values = (rng.choice(["u1", "u2", None]), rng.choice(["v1", "v2"]))
-        decisions.append(await rl.decider.decide(call(rl, rules, values, costs)))
+        decisions.append(await decide(rl, call(rl, rules, values, costs)))
     return decisions
 
 
@@ -156,11 +163,11 @@ async def test_postgres_decides_costs_as_memory_does(postgres_url: str, algorith
     rl = RateLimit(backend, namespace, algorithm=algorithm)
     ref = RateLimit(MemoryBackend(clock=reference), namespace, algorithm=algorithm)
     both = call(rl, "a:5/h | b:2/h", ("x", "y"), (1, 2))
-    assert (await rl.decider.decide(both)).allowed
+    assert (await decide(rl, both)).allowed
     for _ in range(2):  # refused by b: a counts neither
-        assert not (await rl.decider.decide(both)).allowed
+        assert not (await decide(rl, both)).allowed
     a_alone = call(rl, "a:5/h", ("x",), 1)
-    admitted = [(await rl.decider.decide(a_alone)).allowed for _ in range(5)]
+    admitted = [(await decide(rl, a_alone)).allowed for _ in range(5)]
     assert admitted == [True, True, True, True, False]
     got, want = await trace(rl, mine, 0), await trace(ref, reference, 0)
     for step, (g, w) in enumerate(zip(got, want, strict=True)):

@@ -51,13 +51,13 @@ async def test_the_cache_is_bounded_and_can_be_turned_off(clock: FakeClock) -> N
         limit = rl.limit("user:1/m", key="k", user=user)
         await limit.decide()
         await limit.decide()  # refused, remembered
-    assert len(rl.denials) == 2  # "a" went first
+    assert rl.cached_refusals == 2  # "a" went first
     off = Counting(clock=clock)
     rl_off = RateLimit(off, "d", denial_cache=0)
     for _ in range(5):
         await rl_off.limit("1/m", key="k").decide()
     assert off.asked == 5
-    assert len(rl_off.denials) == 0
+    assert rl_off.cached_refusals == 0
 
 
 async def test_degraded_refusals_are_not_remembered(clock: FakeClock) -> None:
@@ -71,16 +71,16 @@ async def test_degraded_refusals_are_not_remembered(clock: FakeClock) -> None:
     decision = await rl.limit("1/m", key="k").decide()
     assert decision.degraded
     assert not decision.allowed
-    assert len(rl.denials) == 0
+    assert rl.cached_refusals == 0
 
 
 async def test_a_refund_lifts_the_refusals_of_its_key(clock: FakeClock) -> None:
     rl = RateLimit(MemoryBackend(clock=clock), "d", algorithm="sliding-window")
     limit = rl.limit("2/m", key="jobs")
     assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
-    assert len(rl.denials) == 1
+    assert rl.cached_refusals == 1
     await rl.increment("jobs", 60, -1)  # a failed job gives its call back
-    assert len(rl.denials) == 0
+    assert rl.cached_refusals == 0
     assert (await limit.decide()).allowed
 
 

@@ -199,3 +199,21 @@ def test_the_twins_named_in_the_algorithms_docstring_exist() -> None:
         assert found is not None, path
         if test:
             assert f"def {test}(" in found.read_text(), name
+
+
+def test_front_ends_read_no_parts_of_the_limiter() -> None:
+    """Issue 22: the HTTP edge, the service, the CLI, limits and concurrency slots go
+    through the limiter's public door (``decide``, ``check``, ``ping``) or the Decider they
+    are handed, never through its parts."""
+    import re
+
+    parts = re.compile(r"\.(decider|policy|hooks|backend|settings|denials|background)\b")
+    front = [*PACKAGE.glob("asgi/*.py"), *PACKAGE.glob("service/*.py")]
+    front += [PACKAGE / name for name in ("concurrency.py", "limit.py", "cli.py")]
+    found = [
+        f"{path.name}:{n}"
+        for path in front
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if parts.search(line.split("#")[0]) and not line.startswith(("from ", "import "))
+    ]
+    assert not found, found

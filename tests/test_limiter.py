@@ -302,15 +302,15 @@ async def test_rule_lists_mean_or(rl: RateLimit) -> None:
 
 async def test_from_url_and_closing() -> None:
     async with RateLimit.from_url("memory://", namespace="x") as rl:
-        assert isinstance(rl.backend, MemoryBackend)
+        assert isinstance(rl.storage, MemoryBackend)
         assert rl.namespace == "x"
         assert (await rl.limit("1/s", key="a").decide()).allowed
     redis_rl = RateLimit.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
-    assert isinstance(redis_rl.backend, RedisScriptBackend)
+    assert isinstance(redis_rl.storage, RedisScriptBackend)
     await redis_rl.aclose()
     for url in ("rediss://localhost:6380/0", "unix:///tmp/redis.sock"):
         other = RateLimit.from_url(url)
-        assert isinstance(other.backend, RedisScriptBackend)
+        assert isinstance(other.storage, RedisScriptBackend)
         await other.aclose()
 
 

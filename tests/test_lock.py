@@ -219,8 +219,8 @@ async def test_disable_locks_takes_no_lock(client: aioredis.Redis) -> None:
 
 def test_disable_locks_with_scripts_changes_nothing() -> None:
     client = fakeredis.FakeAsyncRedis()
-    assert isinstance(RateLimit(client, disable_locks=True).backend, RedisScriptBackend)
-    assert isinstance(RateLimit(client, use_scripts=False).backend, RedisCommandBackend)
+    assert isinstance(RateLimit(client, disable_locks=True).storage, RedisScriptBackend)
+    assert isinstance(RateLimit(client, use_scripts=False).storage, RedisCommandBackend)
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ async def test_a_clock_stepping_back_never_admits_more(postgres_url: str) -> Non
 
 async def test_the_schema_is_made_at_first_use_and_expired_rows_go(postgres_url: str) -> None:
     _, postgres, _, clock = limiters(postgres_url, "sliding-window")
-    backend = postgres.backend
+    backend = postgres.storage
     assert isinstance(backend, PostgresBackend)
     try:
         await postgres.limit("user:10/s", user="gone").decide()
@@ -188,12 +188,12 @@ async def test_sync_rate_pushes_diffs_and_reads_totals(postgres_url: str) -> Non
     one, two = synced(), synced()
     try:
         for rl in (one, two):
-            assert isinstance(rl.backend, SyncedBackend)
+            assert isinstance(rl.storage, SyncedBackend)
         limit_one, limit_two = one.limit("5/m", key="k"), two.limit("5/m", key="k")
         assert sum([(await limit_one.decide()).allowed for _ in range(5)]) == 5
         assert sum([(await limit_two.decide()).allowed for _ in range(5)]) == 5  # unseen yet
         for rl in (one, two, one):
-            await rl.backend.sync()  # type: ignore[attr-defined]
+            await rl.storage.sync()  # type: ignore[attr-defined]
         assert not (await limit_one.decide()).allowed
         assert not (await limit_two.decide()).allowed
         assert await one.sliding_window("k", 60) == 10.0
@@ -208,7 +208,7 @@ async def test_a_failed_sync_keeps_its_diffs() -> None:
     rl = RateLimit.from_url(
         "postgresql://nobody@127.0.0.1:1/none", algorithm="fixed-window", sync_rate=60, timeout=5
     )
-    backend = rl.backend
+    backend = rl.storage
     assert isinstance(backend, SyncedBackend)
     assert (await rl.limit("5/m", key="k").decide()).allowed
     with pytest.raises(BackendError):

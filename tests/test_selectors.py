@@ -209,7 +209,7 @@ async def test_a_failing_selector_callable_propagates_and_records_nothing(
     with pytest.raises(KeyError, match="no session"):
         await work()
     assert calls == 0
-    assert len(rl.backend) == 0  # type: ignore[arg-type]
+    assert len(rl.storage) == 0  # type: ignore[arg-type]
 
 
 def _pos_only(user: str = "default", other: str = "", /, **rest: object) -> None: ...

@@ -117,7 +117,7 @@ async def test_a_dead_first_sentinel_is_skipped(failure: str) -> None:
                 assert not any(d.degraded for d in burst)
                 # the sentinel that answered is asked first from now on, and a new
                 # connection (which asks the sentinels) finds the primary
-                pool = rl.backend.client.connection_pool  # type: ignore[attr-defined]
+                pool = rl.storage.client.connection_pool  # type: ignore[attr-defined]
                 asked_first = pool.sentinel_manager.sentinels[0].connection_pool
                 assert asked_first.connection_kwargs["port"] == servers.sentinels[1].port
                 await pool.disconnect()
@@ -139,7 +139,7 @@ async def test_the_primary_found_last_serves_while_no_sentinel_answers() -> None
             limit = rl.limit("3/h", key="exact")
             assert not (await limit.decide()).degraded
             servers.sentinel.stop()  # SIGKILL
-            pool = rl.backend.client.connection_pool  # type: ignore[attr-defined]
+            pool = rl.storage.client.connection_pool  # type: ignore[attr-defined]
             await pool.disconnect()
             connection = await pool.get_connection()  # a new connection asks the sentinels
             assert connection.port == servers.primary.port

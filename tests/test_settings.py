@@ -66,8 +66,8 @@ async def test_from_url_sends_settings_to_settings_and_the_rest_to_redis() -> No
     )
     assert rl.settings.timeout == 1.0
     assert rl.settings.algorithm == "fixed-window"
-    assert isinstance(rl.backend, RedisScriptBackend)
-    pool = rl.backend.client.connection_pool  # type: ignore[union-attr]
+    assert isinstance(rl.storage, RedisScriptBackend)
+    pool = rl.storage.client.connection_pool  # type: ignore[union-attr]
     assert pool.max_connections == 3
     assert "timeout" not in pool.connection_kwargs
     await rl.aclose()
@@ -76,13 +76,13 @@ async def test_from_url_sends_settings_to_settings_and_the_rest_to_redis() -> No
 async def test_the_backend_is_chosen_before_one_is_built() -> None:
     client = fakeredis.FakeAsyncRedis()
     local = RateLimit(client, sync_rate=-1, algorithm="sliding-window")
-    assert type(local.backend) is MemoryBackend
+    assert type(local.storage) is MemoryBackend
     assert not hasattr(local, "_unused")
     synced = RateLimit(client, sync_rate=1.0, algorithm="sliding-window")
-    assert isinstance(synced.backend, SyncedBackend)
+    assert isinstance(synced.storage, SyncedBackend)
     # local only by URL: no Redis client is opened at all
     by_url = RateLimit.from_url("redis://127.0.0.1:1/0", sync_rate=-1, algorithm="fixed-window")
-    assert type(by_url.backend) is MemoryBackend
+    assert type(by_url.storage) is MemoryBackend
     for limiter in (local, synced, by_url):
         await limiter.aclose()
     await client.aclose()

@@ -38,7 +38,7 @@ async def test_a_shadow_limit_lets_refused_calls_through_and_reports_them(
     assert caplog.text.count("shadow mode let through a call of key") == 2
     assert "refused by rule 'user:3/m'" in caplog.text
     # counted as usual: only the three admitted hits were recorded
-    assert [len(hits) for hits in rl.backend.logs().values()] == [3]  # type: ignore[attr-defined]
+    assert [len(hits) for hits in rl.storage.logs().values()] == [3]  # type: ignore[attr-defined]
 
 
 async def test_shadow_applies_to_async_with_decide_and_waiting() -> None:

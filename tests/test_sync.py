@@ -38,8 +38,8 @@ def counts(fields: dict[Any, Any]) -> list[float]:
 
 
 def backend_of(rl: RateLimit) -> SyncedBackend:
-    assert isinstance(rl.backend, SyncedBackend)
-    return rl.backend
+    assert isinstance(rl.storage, SyncedBackend)
+    return rl.storage
 
 
 async def admitted(rl: RateLimit, n: int, rules: str = "5/m") -> int:
@@ -191,7 +191,7 @@ async def test_a_failed_sync_raises_and_keeps_its_diffs(
 async def test_negative_sync_rate_is_local_only() -> None:
     nowhere = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
     rl = RateLimit(nowhere, "ns", algorithm="sliding-window", sync_rate=-1)
-    assert isinstance(rl.backend, MemoryBackend)
+    assert isinstance(rl.storage, MemoryBackend)
     assert await admitted(rl, 7) == 5  # no Redis was asked: it is not even there
     log_rl = RateLimit(nowhere, "ns", sync_rate=-1)  # the log works locally too
     assert await admitted(log_rl, 7) == 5

@@ -7,12 +7,10 @@ from typing import Any
 
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.sources import Source, resolve, sources_for
-from ratelimit.decider import CallKey
 from ratelimit.decision import Decision
 from ratelimit.limiter import RateLimit
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import RuleLike, to_tree
-from ratelimit.settings import check_cost, check_cost_type
 
 
 class HTTPLimit:
@@ -45,9 +43,7 @@ class HTTPLimit:
         """The limiter's algorithm can admit a request of this cost under these rules."""
         if not isinstance(limiter, RateLimit):
             raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
-        algorithm = limiter.decider.algorithm
-        check_cost_type(self.cost, algorithm)
-        check_cost(self.compiled, self.cost, algorithm)
+        limiter.check(self.compiled, self.cost)
 
     async def decide(self, limiter: RateLimit, request: HTTPRequest, key: str) -> Decision:
         """One request's decision under ``key`` (the limiter's shadow setting unless this
@@ -56,7 +52,4 @@ class HTTPLimit:
         values = (
             await resolve(compiled.selectors, self.sources, request) if compiled.selectors else ()
         )
-        decider = limiter.decider
-        call = CallKey(compiled, decider.namespace, key, values, self.cost, decider.algorithm)
-        shadow = limiter.settings.shadow if self.shadow is None else self.shadow
-        return await decider.decide(call, True, shadow)
+        return await limiter.decide(compiled, key, values, cost=self.cost, shadow=self.shadow)

@@ -9,19 +9,18 @@ gRPC servicers in :mod:`ratelimit.service.server` only translate errors):
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ratelimit.algorithms import SLIDING_LOG
-from ratelimit.decider import CallKey
 from ratelimit.decision import Decision, RuleState
-from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.errors import ConfigurationError
+from ratelimit.evaluation import tree_limited
 from ratelimit.extras import needs_extra
 from ratelimit.limiter import RateLimit
-from ratelimit.plan import CompiledTree, Cost, compile_tree
-from ratelimit.rules import And, Node, Or, Rule, map_rules, to_tree
+from ratelimit.plan import CompiledTree, compile_tree
+from ratelimit.rules import Node, Or, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
 from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector
 from ratelimit.settings import check_cost
@@ -86,8 +85,13 @@ class Handlers:
         values = {"owner": request.owner, "resource": request.resource}
         values[PAIR] = joined((request.owner, request.resource))
         compiled = self.ratio
-        call = self._call(compiled, RATIO_KEY, tuple(values[s] for s in compiled.selectors), 1)
-        decision = await self._decide("ratio", call, False, True)
+        decision = await self.limiter.decide(
+            compiled,
+            RATIO_KEY,
+            tuple(values[s] for s in compiled.selectors),
+            shadow=False,
+            within=self.timeout,
+        )
         over = not decision.allowed and not decision.shadow
         code = ratio_pb2.RateLimitResponse.OVER_LIMIT if over else ratio_pb2.RateLimitResponse.OK
         return ratio_pb2.RateLimitResponse(
@@ -167,13 +171,18 @@ class Handlers:
         compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees))
         per_leaf = costs[0] if len(set(costs)) == 1 else tuple(costs)
         try:
-            check_cost(compiled, per_leaf, self.limiter.decider.algorithm)
+            self.limiter.check(compiled, per_leaf)
         except ConfigurationError as exc:
             raise InvalidRequest(f"hits_addend: {exc}") from None
-        call = self._call(
-            compiled, f"envoy/{domain}", tuple(values[s] for s in compiled.selectors), per_leaf
+        return await self.limiter.decide(
+            compiled,
+            f"envoy/{domain}",
+            tuple(values[s] for s in compiled.selectors),
+            cost=per_leaf,
+            shadow=shadow,
+            record=record,
+            within=self.timeout,
         )
-        return await self._decide("envoy", call, shadow, record)
 
     def _statuses(
         self,
@@ -195,7 +204,8 @@ class Handlers:
             if not mine:  # nothing counted (fail-open): the policy's answer
                 status.code = RLS.OK if decision.allowed or decision.shadow else RLS.OVER_LIMIT
                 continue
-            limited = _limited(limit.rules, {s.leaf - start: s for s in mine})
+            refusing = {s.leaf - start for s in mine if s.limited}
+            limited = tree_limited(compile_tree(limit.rules), refusing.__contains__)
             status.code = RLS.OVER_LIMIT if limited and not decision.shadow else RLS.OK
             tightest = min(mine, key=lambda s: (s.remaining, -s.reset_after))
             rule = compile_tree(limit.rules).rules[tightest.leaf - start]
@@ -208,28 +218,6 @@ class Handlers:
             )
             status.limit_remaining = tightest.remaining
             status.duration_until_reset.CopyFrom(_duration(tightest.reset_after))
-
-    def _call(
-        self, compiled: CompiledTree, key: str, values: tuple[str | None, ...], cost: Cost
-    ) -> CallKey:
-        decider = self.limiter.decider
-        return CallKey(compiled, decider.namespace, key, values, cost, decider.algorithm)
-
-    async def _decide(self, api: str, call: CallKey, shadow: bool, record: bool) -> Decision:
-        """One decision within the call's deadline; past it, the failure policy answers, as
-        for any storage failure (and logs the outage once, not per call)."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            return await asyncio.wait_for(
-                self.limiter.decider.decide(call, record, shadow), self.timeout
-            )
-        except TimeoutError:  # the pipeline's hooks never saw it: they see it here
-            late = BackendError(f"the {api} decision took over {self.timeout:g} s")
-            decision = self.limiter.policy.failed(late, call.key)
-            if self.limiter.hooks:
-                self.limiter.hooks(decision, loop.time() - started)
-            return decision
 
 
 def escaped(field: str) -> str:
@@ -244,20 +232,6 @@ def escaped(field: str) -> str:
 def joined(fields: Iterable[str]) -> str:
     """One selector value of several fields: distinct fields give distinct values."""
     return "\x1f".join(escaped(field) for field in fields)
-
-
-def _limited(node: Node, by_leaf: dict[int, RuleState]) -> bool:
-    """Whether a descriptor's own rules refuse, from its leaves' states."""
-    counter = iter(range(len(compile_tree(node).rules)))
-
-    def walk(n: Node) -> bool:
-        if isinstance(n, Rule):
-            state = by_leaf.get(next(counter))
-            return state is not None and state.limited
-        results = [walk(child) for child in n.children]
-        return all(results) if isinstance(n, And) else any(results)
-
-    return walk(node)
 
 
 def _cost(addend: int, descriptor: RateLimitDescriptor, n: int) -> int:

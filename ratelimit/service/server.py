@@ -21,11 +21,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.errors import BackendError, ConfigurationError, LockTimeoutError
 from ratelimit.extras import needs_extra
 from ratelimit.limiter import RateLimit
-from ratelimit.plan import cached_plan, compile_tree
-from ratelimit.rules import Rule
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
 
@@ -59,7 +57,6 @@ STORE_SERVICE = "ratelimit.store"
 by its failure policy), ``SERVING`` when it answers."""
 STORE_EVERY = 0.5
 """How often the storage's state is looked at, and asked again while it fails."""
-_PROBE = compile_tree(Rule(1, 1000))
 
 
 class Traffic:
@@ -225,15 +222,8 @@ class Service:
     async def _ask_store(self) -> None:
         """One question to the storage that counts nothing, within the call deadline; an
         answer ends the outage (the failure policy logs it, once)."""
-        limiter = self.limiter
-        plan = cached_plan(
-            _PROBE, limiter.namespace, STORE_SERVICE, (), 1, limiter.algorithm, record=False
-        )
-        try:
-            await asyncio.wait_for(limiter.backend.decide(plan), self.config.timeout)
-        except (BackendError, TimeoutError):
-            return
-        limiter.policy.answered()
+        with contextlib.suppress(BackendError, LockTimeoutError):
+            await self.limiter.ping(within=self.config.timeout)
 
     def reload(self) -> None:
         """SIGHUP: read the rules file again and apply it as written, once it stayed the
