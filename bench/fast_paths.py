@@ -21,7 +21,7 @@ import fakeredis
 
 from ratelimit import MemoryBackend, RateLimit
 from ratelimit.backends import RedisScriptBackend
-from ratelimit.backends.redis import SyncedBackend
+from ratelimit.backends.synced import SyncedBackend
 from ratelimit.decision import Decision
 from ratelimit.plan import Plan
 

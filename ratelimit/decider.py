@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import Backend, SlotStore
+from ratelimit.backends.base import Backend, SlotStore, holds_slots
 from ratelimit.background import BackgroundCounter
 from ratelimit.decision import Decision, make_decision
 from ratelimit.denials import DenialCache
@@ -83,6 +83,8 @@ class Decider:
     backend decides, under the failure policy. Every decision reaches the hooks.
 
     Once ``closed`` (``RateLimit.aclose`` sets it), every call raises ``LimiterClosedError``.
+    ``closed`` is the limiter's one record of being closed; a backend keeps its own only
+    because it can be used, and closed, without a limiter.
     """
 
     __slots__ = (
@@ -212,7 +214,7 @@ class Decider:
         """The backend, which holds concurrency slots; ``ConfigurationError`` if it holds
         none (Postgres, ``sync_rate``, a backend object without slots)."""
         backend = self.backend
-        if not isinstance(backend, SlotStore) or not getattr(backend, "holds_slots", True):
+        if not holds_slots(backend):
             raise ConfigurationError(
                 f"this storage ({type(backend).__name__}) holds no concurrency slots: "
                 "use memory:// or Redis"

@@ -4,6 +4,7 @@
 
     RateLimitError
     ├── RateLimitExceeded (also RuntimeError)    retry_after, rule, key, decision
+    │   └── ConcurrencyLimitExceeded              limit: the full slot limit
     ├── RuleSyntaxError (also ValueError)         text, column
     ├── RuleConflictError (also ValueError)       key
     ├── ConfigurationError (also ValueError)      a setting that cannot work, such as a cost
@@ -17,9 +18,10 @@
 
 ``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
 ``async with``); ``Limit.decide()`` returns a :class:`~ratelimit.Decision` instead. It is
-defined in :mod:`ratelimit.decision`, beside the ``Decision`` it carries, so that this module
-imports nothing of the package (every module may raise these without an import loop); import
-it from ``ratelimit``.
+defined in :mod:`ratelimit.decision`, beside the ``Decision`` it carries, and
+``ConcurrencyLimitExceeded`` (a call that found no free concurrency slot) in
+:mod:`ratelimit.concurrency`, so that this module imports nothing of the package (every
+module may raise these without an import loop); import both from ``ratelimit``.
 """
 
 from __future__ import annotations

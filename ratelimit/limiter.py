@@ -20,7 +20,7 @@ from typing import Any, Unpack
 
 from ratelimit.algorithms import named
 from ratelimit.backends import Backend, backend_for, backend_from_url
-from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore, check_supported
+from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore, check_supported, clock_of
 from ratelimit.background import BackgroundCounter
 from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
 from ratelimit.decider import CallKey, Decider, new_call_key
@@ -87,7 +87,7 @@ class RateLimit:
         check_supported(backend, algorithm)
         self._backend = backend
         self._policy = FailurePolicy(settings.on_error)
-        self._denials = DenialCache(settings.denial_cache, clock=getattr(backend, "clock", None))
+        self._denials = DenialCache(settings.denial_cache, clock=clock_of(backend))
         self._hooks = Hooks(settings.hooks)
         self._background = (
             BackgroundCounter(
@@ -132,7 +132,7 @@ class RateLimit:
         **options: Any,
     ) -> RateLimit:
         """Open storage by URL: ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
-        ``redis+sentinel://`` or ``postgresql://``.
+        ``redis+sentinel://`` or ``postgresql://`` (:data:`~ratelimit.backends.urls.SCHEMES`).
 
         The keywords named here are :class:`~ratelimit.Settings`, as for :class:`RateLimit`
         (typed, so a type checker catches ``denial_cache="10"``); the other ``options`` go

@@ -9,7 +9,7 @@ import pytest
 from ratelimit import MemoryBackend, RateLimit, RedisCommandBackend, RedisScriptBackend
 from ratelimit.algorithms import ALGORITHMS, BY_NAME, Algorithm, named
 from ratelimit.backends.postgres.backend import PostgresBackend
-from ratelimit.backends.redis.synced import SyncedBackend
+from ratelimit.backends.synced import SyncedBackend
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
 from ratelimit.plan import CounterUpdate, Plan

@@ -217,3 +217,35 @@ def test_front_ends_read_no_parts_of_the_limiter() -> None:
         if parts.search(line.split("#")[0]) and not line.startswith(("from ", "import "))
     ]
     assert not found, found
+
+
+def test_the_exception_tree_drawn_in_errors_is_the_one_there_is() -> None:
+    """Every exception the package exports is drawn in ``errors.py``'s tree, under its
+    package base, and with the builtin it also is."""
+    import ratelimit
+    import ratelimit.asgi
+    import ratelimit.errors
+
+    drawn = {}
+    for line in (ratelimit.errors.__doc__ or "").splitlines():
+        stripped = line.strip(" │├└─")
+        if stripped and stripped[0].isupper() and len(line) - len(line.lstrip(" │├└─")) >= 4:
+            name = stripped.split()[0]
+            drawn[name] = (len(line) - len(stripped), stripped)
+    exported = {
+        name: cls
+        for module in (ratelimit, ratelimit.asgi)
+        for name in module.__all__
+        if isinstance(cls := getattr(module, name), type) and issubclass(cls, Exception)
+    }
+    assert set(exported) <= set(drawn), set(exported) - set(drawn)
+    for name, cls in exported.items():
+        depth, text = drawn[name]
+        parents = [b for b in cls.__bases__ if b.__module__.startswith("ratelimit")]
+        if name != "RateLimitError":
+            (parent,) = parents
+            assert drawn[parent.__name__][0] < depth, name  # drawn under its base
+        for builtin in (
+            b for b in cls.__bases__ if b.__module__ == "builtins" and b is not Exception
+        ):
+            assert f"also {builtin.__name__}" in text, name

@@ -25,6 +25,7 @@ from ratelimit import (
     RedisCommandBackend,
     RedisScriptBackend,
 )
+from ratelimit.backends.redis import command_decisions
 from ratelimit.backends.redis.connections import ConnectionGate
 from ratelimit.backends.redis.keys import identifier_key, lock_key
 from ratelimit.backends.redis.lock import RedisLock
@@ -161,17 +162,19 @@ async def test_release_never_deletes_a_lock_another_holder_owns(client: aioredis
     assert not await client.exists("l")
 
 
-async def test_each_decision_takes_and_returns_the_lock(client: aioredis.Redis) -> None:
+async def test_each_decision_takes_and_returns_the_lock(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     backend = RedisCommandBackend(client, lock_ttl=5)
     rl = RateLimit(backend, "ns")
     taken: list[int] = []
-    original = backend._decide
+    original = command_decisions.BY_ALGORITHM["sliding-log"]
 
-    async def watching(plan: object) -> object:
+    async def watching(engine: Any, plan: Any, may_write: bool) -> Any:
         taken.append(await client.pttl("rl:{ns:k}:lock"))
-        return await original(plan)  # type: ignore[arg-type]
+        return await original(engine, plan, may_write)
 
-    backend._decide = watching  # type: ignore[assignment, method-assign]
+    monkeypatch.setitem(command_decisions.BY_ALGORITHM, "sliding-log", watching)
     for _ in range(3):
         assert (await rl.limit("5/s", key="k").decide()).allowed
     assert len(taken) == 3
@@ -187,17 +190,19 @@ async def test_a_failing_decision_still_returns_the_lock(client: aioredis.Redis)
     assert not await client.exists("rl:{ns:k}:lock")
 
 
-async def test_a_cancelled_decision_still_returns_the_lock(client: aioredis.Redis) -> None:
+async def test_a_cancelled_decision_still_returns_the_lock(
+    client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     backend = RedisCommandBackend(client)
     rl = RateLimit(backend, "ns")
     entered = asyncio.Event()
 
-    async def stuck(plan: object) -> object:
+    async def stuck(engine: Any, plan: Any, may_write: bool) -> Any:
         entered.set()
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
-    backend._decide = stuck  # type: ignore[assignment, method-assign]
+    monkeypatch.setitem(command_decisions.BY_ALGORITHM, "sliding-log", stuck)
     task = asyncio.ensure_future(rl.limit("5/s", key="k").decide())
     await entered.wait()
     assert await client.exists("rl:{ns:k}:lock")

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
 from ratelimit.backends.postgres import PostgresBackend
-from ratelimit.backends.redis import SyncedBackend
+from ratelimit.backends.synced import SyncedBackend
 from tests.conftest import FakeClock
 from tests.postgres_server import PostgresServer
 from tests.redis_server import free_port
@@ -111,9 +111,7 @@ async def test_the_schema_is_made_at_first_use_and_expired_rows_go(postgres_url:
             pattern = f"%{postgres.namespace}%gone%"
             assert await connection.fetchval(query, pattern) == 1
             clock.advance(3)  # past two windows of a second
-            backend._cleanup()
-            assert backend._cleaning is not None
-            await backend._cleaning
+            await backend.cleanup()
             assert await connection.fetchval(query, pattern) == 0
         finally:
             await connection.close()

@@ -10,31 +10,25 @@ from ratelimit import ConfigurationError, RateLimit
 from ratelimit.backends import RedisCommandBackend, RedisScriptBackend
 from ratelimit.backends.redis import client as client_module
 from ratelimit.backends.redis import fast_pipeline
-from ratelimit.backends.redis.fast_pipeline import ConnectionPipeline
-from ratelimit.backends.redis.pipeline import ClientPipeline
-
-
-def _pipeline(backend: RedisScriptBackend) -> object:
-    return backend._pipeline
 
 
 async def test_the_fast_path_runs_only_where_it_was_tested(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     client = aioredis.Redis()
-    assert isinstance(_pipeline(RedisScriptBackend(client)), ConnectionPipeline)
+    assert RedisScriptBackend(client).fast_path
     public = RedisScriptBackend(client, fast_path=False)
-    assert isinstance(_pipeline(public), ClientPipeline)
+    assert not public.fast_path
     # an untested redis-py release (newer or older) gets the public path
     for version in ((9, 0), (5, 2)):
         monkeypatch.setattr(fast_pipeline, "redis_py_version", lambda v=version: v)
-        assert isinstance(_pipeline(RedisScriptBackend(client)), ClientPipeline)
+        assert not RedisScriptBackend(client).fast_path
         with pytest.raises(ConfigurationError, match="fast_path=True needs"):
             RedisScriptBackend(client, fast_path=True)
     monkeypatch.undo()
     # so does a client it cannot drive: one of a single connection
     single = aioredis.Redis(single_connection_client=True)
-    assert isinstance(_pipeline(RedisScriptBackend(single)), ClientPipeline)
+    assert not RedisScriptBackend(single).fast_path
     await client.aclose()
     await single.aclose()
 
@@ -57,12 +51,10 @@ async def test_a_script_engine_is_freed_without_the_garbage_collector() -> None:
     import gc
     import weakref
 
-    from ratelimit.backends.redis.fast_pipeline import ConnectionPipeline
-
     client = aioredis.Redis()
     for fast_path in (None, False):
         backend = RedisScriptBackend(client, fast_path=fast_path)
-        assert isinstance(backend._pipeline, ConnectionPipeline) == (fast_path is None)
+        assert backend.fast_path == (fast_path is None)
         gone = weakref.ref(backend)
         gc.disable()
         try:

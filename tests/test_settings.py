@@ -10,7 +10,7 @@ import pytest
 
 from ratelimit import ConfigurationError, MemoryBackend, RateLimit, Settings
 from ratelimit.backends import RedisScriptBackend
-from ratelimit.backends.redis import SyncedBackend
+from ratelimit.backends.synced import SyncedBackend
 from ratelimit.settings import SettingsKeywords
 
 

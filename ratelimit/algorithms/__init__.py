@@ -33,7 +33,7 @@ Change one, change them all; the named tests hold each set together.
    memory backend (``backends/memory.py`` with ``ratelimit/windows.py``), the command engine
    (``backends/redis/command_decisions.py``), ``window_counters.lua`` with ``_windows.lua``,
    ``backends/postgres/schema.sql``, and the counter API and ``sync_rate`` (``counter_update.lua``,
-   ``counter_sync.lua``, ``backends/redis/synced.py``). Held by ``tests/test_differential.py``
+   ``counter_sync.lua``, ``backends/synced.py``). Held by ``tests/test_differential.py``
    (stores alike), ``tests/test_windows.py`` (the fields ``backends/redis/keys.py`` names),
    ``tests/test_counter_api.py`` and ``tests/test_sync.py``.
 4. Sliding-log and GCRA storage: the memory backend, the command engine and their scripts.

@@ -1,5 +1,8 @@
-"""Storage backends: the in-process memory backend, the Redis engines (script, commands)
-and, with the ``postgres`` extra, window counters in PostgreSQL."""
+"""Storage backends, and the one chosen for what ``RateLimit`` was given: the in-process
+memory backend (``memory://``), the Redis engines, script and commands (``redis://``,
+``rediss://``, ``unix://``, ``redis+sentinel://``), the synced counters of ``sync_rate``,
+and, with the ``postgres`` extra, window counters in PostgreSQL (``postgresql://``). The
+schemes are listed once, in :mod:`ratelimit.backends.urls`."""
 
 from __future__ import annotations
 
@@ -12,11 +15,17 @@ from ratelimit.backends.redis import (
     RedisClient,
     RedisCommandBackend,
     RedisScriptBackend,
-    SyncedBackend,
     client_from_url,
     is_redis_client,
 )
-from ratelimit.backends.urls import POSTGRES_SCHEMES, REDIS_SCHEMES, check_storage_url
+from ratelimit.backends.synced import SyncedBackend
+from ratelimit.backends.urls import (
+    MEMORY_SCHEMES,
+    POSTGRES_SCHEMES,
+    REDIS_SCHEMES,
+    USE,
+    check_storage_url,
+)
 from ratelimit.errors import ConfigurationError
 from ratelimit.settings import ENGINE_SETTINGS, SYNC_RATE_NEEDS_SCRIPTS, Settings
 
@@ -38,15 +47,15 @@ def backend_for(storage: object, settings: Settings) -> Backend:
 
 
 def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
-    """Open a backend from a URL: ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
-    ``redis+sentinel://`` or ``postgresql://``, checked first (:func:`check_storage_url`:
-    a malformed one is a ``ConfigurationError`` naming it).
+    """Open a backend from a URL of one of :data:`~ratelimit.backends.urls.SCHEMES`,
+    checked first (:func:`check_storage_url`: a malformed one is a ``ConfigurationError``
+    naming it).
 
     ``options`` go to ``redis.asyncio.from_url``. With ``sync_rate < 0`` (local only) no
     Redis client is opened."""
     check_storage_url(url)
     scheme = urlsplit(url).scheme
-    if scheme == "memory":
+    if scheme in MEMORY_SCHEMES:
         if options:
             raise TypeError(f"memory:// takes no options, not {', '.join(sorted(options))}")
         _check_no_engine_settings(settings, "memory://")
@@ -57,10 +66,7 @@ def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
         return _redis_backend(client_from_url(url, **options), settings, owns_client=True)
     if scheme in POSTGRES_SCHEMES:
         return _postgres_backend(url, settings, **options)
-    raise ConfigurationError(
-        f"unsupported storage URL {url!r}: use memory://, redis://, rediss://, unix://, "
-        "redis+sentinel:// or postgresql://"
-    )
+    raise ConfigurationError(f"unsupported storage URL {url!r}: {USE}")
 
 
 def _postgres_backend(url: str, settings: Settings, **options: Any) -> Backend:

@@ -1,14 +1,29 @@
-"""What a backend is: an object that decides plans. A ``Protocol``, not a registry."""
+"""What a backend is: an object that decides plans. A ``Protocol``, not a registry.
+
+Besides :class:`Backend`'s methods, a backend may say what it can do, in attributes the core
+reads through the functions here (each with the default for a backend of yours that does not
+say; every backend of this package says):
+
+- ``algorithms``: the names of the algorithms it decides (:func:`check_supported`; default:
+  any);
+- ``clock``: the clock it decides on, when one was injected (:func:`clock_of`; default
+  ``None``: the store's own), which the denial cache then follows;
+- ``holds_slots``: whether it holds concurrency slots (:func:`holds_slots`; default: whether
+  it has :class:`SlotStore`'s methods);
+- ``sync_counters`` (:class:`CounterSync`): a store ``sync_rate`` can sync local counters
+  with;
+- ``setup`` (:class:`SetUpStore`): a store with a schema to put in place.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeGuard, runtime_checkable
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import CounterUpdate, Plan
+from ratelimit.plan import CounterUpdate, Identifier, Plan
 from ratelimit.slots import SlotClaim
 
 Clock = Callable[[], float]
@@ -61,6 +76,35 @@ class SlotStore(Protocol):
         ...
 
 
+Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
+"""One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
+Totals = dict[int, dict[int, float]]
+"""One identifier's totals from ``sync_counters``: per window size, per window index, count."""
+
+
+@runtime_checkable
+class CounterSync(Protocol):
+    """Where ``sync_rate > 0`` syncs local window counters (the Redis script engine,
+    Postgres): :class:`~ratelimit.backends.synced.SyncedBackend` decides in-process and
+    calls these."""
+
+    async def sync_counters(
+        self, pushes: Sequence[Push]
+    ) -> tuple[int | None, list[Totals | Exception]]:
+        """Push local diffs and fetch totals for many identifiers in one round trip.
+        Returns the store's time (us; ``None`` if no push succeeded) and, per push, its
+        totals or the error of its push (its diffs were then not applied)."""
+        ...
+
+    async def reset(self, plan: Plan) -> None:
+        """Forget every count of ``plan``'s identifiers."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store opened."""
+        ...
+
+
 def clock_us(clock: Clock) -> int:
     """Read a clock in whole microseconds."""
     return round(clock() * 1_000_000)
@@ -78,6 +122,18 @@ class SetUpStore(Protocol):
         """Prepare the store, or find it prepared (idempotent); return what was done, in
         words. ``BackendError`` when the store fails."""
         ...
+
+
+def clock_of(backend: object) -> Clock | None:
+    """The clock ``backend`` decides on when one was injected, else ``None``."""
+    clock: Clock | None = getattr(backend, "clock", None)
+    return clock
+
+
+def holds_slots(backend: object) -> TypeGuard[SlotStore]:
+    """Whether ``backend`` holds concurrency slots: it has :class:`SlotStore`'s methods and
+    does not say otherwise (``holds_slots = False``, as a synced Postgres store does)."""
+    return isinstance(backend, SlotStore) and bool(getattr(backend, "holds_slots", True))
 
 
 def check_supported(backend: object, algorithm: Algorithm) -> None:

@@ -13,9 +13,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ratelimit.errors import ConfigurationError
 
+MEMORY_SCHEMES = ("memory",)
+"""The in-process :class:`~ratelimit.MemoryBackend`."""
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+"""The Redis engines, over a redis-py client (``redis+sentinel``: found through Sentinel)."""
 POSTGRES_SCHEMES = ("postgresql", "postgres")
-SCHEMES = ("memory", *REDIS_SCHEMES, *POSTGRES_SCHEMES)
+"""Window counters in PostgreSQL (``postgres`` as libpq also takes it)."""
+SCHEMES = (*MEMORY_SCHEMES, *REDIS_SCHEMES, *POSTGRES_SCHEMES)
+"""Every scheme ``RateLimit.from_url`` opens: the one list, which messages are built from."""
+_SHOWN = [f"{scheme}://" for scheme in SCHEMES if scheme != "postgres"]
 
 
 def redacted(url: str) -> str:
@@ -31,7 +37,7 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{name}:****@{hosts}"))
 
 
-USE = "use memory://, redis://, rediss://, unix://, redis+sentinel:// or postgresql://"
+USE = f"use {', '.join(_SHOWN[:-1])} or {_SHOWN[-1]}"
 UNSUPPORTED = f"unsupported storage: {USE}"
 
 

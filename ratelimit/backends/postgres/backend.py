@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS
-from ratelimit.backends.base import Clock, clock_us
+from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres.pool import SetUpPool
 from ratelimit.backends.postgres.schema import DECIDE
@@ -32,12 +32,8 @@ from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
-from ratelimit.plan import CounterUpdate, Identifier, Plan
-
-Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
-"""One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
-Totals = dict[int, dict[int, float]]
-"""One identifier's totals from ``sync_counters``: per window size, per window index, count."""
+from ratelimit.plan import CounterUpdate, Plan
+from ratelimit.settings import check_timeout
 
 if TYPE_CHECKING:
     import asyncpg
@@ -105,6 +101,7 @@ class PostgresBackend:
             )
         self.dsn = dsn
         self.clock = clock
+        check_timeout(timeout)  # as Settings checks it
         self.timeout = timeout
         self.max_size = max_size
         self.setup_timeout = setup_timeout
@@ -266,6 +263,13 @@ class PostgresBackend:
                 logger.warning("ratelimit: expired Postgres counters not deleted: %s", exc)
 
         self._cleaning = asyncio.get_running_loop().create_task(cleanup())
+
+    async def cleanup(self) -> None:
+        """Delete a batch of expired rows now (decisions do it every
+        ``CLEANUP_EVERY`` calls, off the request path); waits for one under way."""
+        self._cleanup()
+        if self._cleaning is not None:
+            await self._cleaning
 
     async def reset(self, plan: Plan) -> None:
         keys = [identifier_key(identifier) for identifier in plan.identifiers]

@@ -15,13 +15,11 @@
 from ratelimit.backends.redis.client import RedisClient, client_from_url, is_redis_client
 from ratelimit.backends.redis.command_engine import RedisCommandBackend
 from ratelimit.backends.redis.script_engine import RedisScriptBackend
-from ratelimit.backends.redis.synced import SyncedBackend
 
 __all__ = [
     "RedisClient",
     "RedisCommandBackend",
     "RedisScriptBackend",
-    "SyncedBackend",
     "client_from_url",
     "is_redis_client",
 ]

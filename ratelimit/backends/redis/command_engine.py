@@ -46,10 +46,11 @@ from ratelimit.backends.redis.keys import (
 )
 from ratelimit.backends.redis.lock import SETTLE_TIMEOUT, Blocking, RedisLock, settle
 from ratelimit.decision import Decision
-from ratelimit.errors import ConfigurationError, LimiterClosedError
+from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Plan
+from ratelimit.settings import check_lock_settings, check_timeout
 from ratelimit.slots import SlotClaim
 
 T = TypeVar("T")
@@ -83,18 +84,11 @@ class RedisCommandBackend:
         owns_client: bool = False,
         timeout: float | None = None,
     ) -> None:
-        for name, value in (
-            ("lock_ttl", lock_ttl),
-            ("lock_polling_interval", lock_polling_interval),
-        ):
-            if not value > 0:
-                raise ConfigurationError(
-                    f"{name} must be a positive number of seconds, not {value!r}"
-                )
-        if not lock_timeout >= 0:
-            raise ConfigurationError(
-                f"lock_timeout must be 0 or more seconds, not {lock_timeout!r}"
-            )
+        # the same checks as Settings: a backend made by hand meets the same bounds
+        check_lock_settings(
+            lock_ttl, lock_polling_interval, lock_timeout, None if disable_locks else timeout
+        )
+        check_timeout(timeout)
         check_transactions(client)
         self.client = client
         self.clock = clock

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from redis.commands.core import AsyncScript
 
-from ratelimit.backends.base import Clock, clock_us
+from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.redis import fast_pipeline
 from ratelimit.backends.redis.client import RedisClient, close_client, redis_py_version
 from ratelimit.backends.redis.errors import backend_error, mapped
@@ -45,9 +45,9 @@ from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedErro
 from ratelimit.evaluation import evaluate
 from ratelimit.plan import (
     CounterUpdate,
-    Identifier,
     Plan,
 )
+from ratelimit.settings import check_timeout
 from ratelimit.slots import SlotClaim
 
 SLOTS_SCRIPT = Script(lua("_now.lua", "slots.lua"))
@@ -58,11 +58,6 @@ FAST_PATH_VARIABLE = "RATELIMIT_REDIS_FAST_PATH"
 OFF = ("0", "false", "no", "off")
 SYNC_TIMEOUT = 5.0
 """Deadline of one sync: it carries every live key's diffs at once, off the request path."""
-
-Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
-"""One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
-Totals = dict[int, dict[int, float]]
-"""One identifier's totals from ``sync_counters``: per window size, per window index, count."""
 
 
 class RedisScriptBackend:
@@ -91,6 +86,7 @@ class RedisScriptBackend:
         auto_pipeline: bool = True,
         fast_path: bool | None = None,
     ) -> None:
+        check_timeout(timeout)  # as Settings checks it
         self.client = client
         self.clock = clock
         self.timeout = timeout
@@ -121,6 +117,12 @@ class RedisScriptBackend:
         if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether batches go out on borrowed connections (the fast path), not through
+        redis-py's public ``pipeline()``."""
+        return isinstance(self._pipeline, fast_pipeline.ConnectionPipeline)
 
     algorithms = frozenset(BY_ALGORITHM)
     """The algorithms this backend decides: those with a script in

@@ -1,4 +1,5 @@
-"""``sync_rate > 0`` (Kong's local counters): decide in-process, sync with Redis in the background.
+"""``sync_rate > 0`` (Kong's local counters): decide in-process, sync with the store (Redis or
+Postgres) in the background.
 
 Decisions run on local window counters: the totals fetched at the last sync plus this
 process's own hits since. A background task in the running loop wakes every ``sync_rate``
@@ -20,13 +21,20 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable
 
 from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS, not_before
-from ratelimit.backends.base import NOTHING_TO_SET_UP, Clock, SetUpStore, SlotStore, clock_us
+from ratelimit.backends.base import (
+    NOTHING_TO_SET_UP,
+    Clock,
+    CounterSync,
+    Push,
+    SetUpStore,
+    SlotStore,
+    Totals,
+    clock_us,
+)
 from ratelimit.backends.layout import counter_update_rate, window_name, window_names
-from ratelimit.backends.redis.script_engine import Push, Totals
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
@@ -86,16 +94,8 @@ class _Local:
             self.synced = synced
 
 
-class Remote(Protocol):
-    """Where local counters are synced: the Redis script engine, or Postgres."""
-
-    async def sync_counters(
-        self, pushes: Sequence[Push]
-    ) -> tuple[int | None, list[Totals | Exception]]: ...
-
-    async def reset(self, plan: Plan) -> None: ...
-
-    async def aclose(self) -> None: ...
+Remote = CounterSync
+"""Where local counters are synced (kept under its older name)."""
 
 
 class SyncedBackend:
@@ -212,6 +212,11 @@ class SyncedBackend:
         if decision.allowed and plan.record:
             local.add(index, plan.cost)
         return decision
+
+    @property
+    def syncing(self) -> bool:
+        """Whether a sync task is running (from the first decision until :meth:`aclose`)."""
+        return self._task is not None and not self._task.done()
 
     @property
     def holds_slots(self) -> bool:
