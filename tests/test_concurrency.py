@@ -27,6 +27,7 @@ from ratelimit import (
     RuleSyntaxError,
 )
 from ratelimit.backends.base import SlotStore
+from ratelimit.concurrency import Concurrency
 from ratelimit.plan import Identifier
 from ratelimit.slots import SlotClaim, SlotLimit, parse_slots
 from tests.conftest import FailingBackend, FakeClock, run_virtual
@@ -41,6 +42,15 @@ def claim_in(
 ) -> SlotClaim:
     identifier = Identifier(namespace, "k", "user", value)
     return SlotClaim(namespace, "k", (identifier,), (count,), token, round(lease * 1_000_000))
+
+
+async def enters(slots: Concurrency) -> bool:
+    """Whether a call gets a slot now (given back at once)."""
+    try:
+        async with slots:
+            return True
+    except ConcurrencyLimitExceeded:
+        return False
 
 
 # --- the store's three operations, on every backend ---
@@ -203,20 +213,13 @@ def test_a_body_longer_than_its_lease_keeps_its_slot() -> None:
 
         task = asyncio.create_task(long_body())
 
-        async def enters() -> bool:
-            try:
-                async with slots:
-                    return True
-            except ConcurrencyLimitExceeded:
-                return False
-
         seen = []
         for _ in range(9):
             await asyncio.sleep(1.0)
-            seen.append(await enters())
+            seen.append(await enters(slots))
         await done.wait()
         await task
-        seen.append(await enters())
+        seen.append(await enters(slots))
         return seen
 
     assert run_virtual(main) == [False] * 9 + [True]
@@ -231,17 +234,10 @@ def test_a_dead_holders_slot_frees_after_its_lease() -> None:
         assert (await backend.acquire_slots(dead))[0]
         slots = rl.concurrency("user:1", key="k", user="u", lease=2.0)
 
-        async def enters() -> bool:
-            try:
-                async with slots:
-                    return True
-            except ConcurrencyLimitExceeded:
-                return False
-
         await asyncio.sleep(1.9)
-        before = await enters()
+        before = await enters(slots)
         await asyncio.sleep(0.2)
-        after = await enters()
+        after = await enters(slots)
         return before, after
 
     assert run_virtual(main) == (False, True)

@@ -1,8 +1,9 @@
 """What a backend is: an object that decides plans. A ``Protocol``, not a registry.
 
 Besides :class:`Backend`'s methods, a backend may say what it can do, in attributes the core
-reads through the functions here (each with the default for a backend of yours that does not
-say; every backend of this package says):
+reads through the functions here (each with the default for a backend that does not say;
+the backends of this package declare ``algorithms`` and ``clock``, and the synced one
+``holds_slots``):
 
 - ``algorithms``: the names of the algorithms it decides (:func:`check_supported`; default:
   any);
