@@ -168,6 +168,16 @@ BACKENDS = [
 BackendFactory = Callable[..., Backend]
 
 
+def supporting(backend: Any, algorithm: str) -> Any:
+    """``backend``, or the test skipped when the backend does not decide ``algorithm`` (its
+    ``algorithms``): a test parametrized over backends and algorithms runs each algorithm
+    on the stores that offer it. Every store offers the four of today; a new algorithm
+    need not reach every store."""
+    if algorithm not in getattr(backend, "algorithms", (algorithm,)):
+        pytest.skip(f"{type(backend).__name__} does not decide {algorithm}")
+    return backend
+
+
 @pytest.fixture(params=BACKENDS)
 async def make_backend(
     request: pytest.FixtureRequest,

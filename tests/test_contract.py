@@ -12,7 +12,7 @@ import pytest
 
 from ratelimit import And, Or, RateLimit, RateLimitExceeded, Rule
 from ratelimit.decision import Decision
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, supporting
 
 
 async def decide(
@@ -272,7 +272,9 @@ async def test_a_rolling_deploy_does_not_cut_the_old_rules_history(
 async def test_a_clock_stepping_back_never_admits_more_on_window_counters(
     make_backend: Callable[..., Any], namespace: str, clock: FakeClock, algorithm: str
 ) -> None:
-    rl = RateLimit(make_backend(clock), namespace, algorithm=algorithm, denial_cache=0)
+    rl = RateLimit(
+        supporting(make_backend(clock), algorithm), namespace, algorithm=algorithm, denial_cache=0
+    )
     limit = rl.limit("5/h", key="back")
     assert [(await limit.decide()).allowed for _ in range(6)] == [True] * 5 + [False]
     clock.advance(-3600)  # an hour back: the window of an hour ago looks empty

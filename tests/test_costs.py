@@ -15,7 +15,7 @@ from ratelimit.decision import Decision
 from ratelimit.plan import CompiledTree, Cost, cached_plan, compile_tree
 from ratelimit.rules import to_tree
 from ratelimit.settings import check_cost
-from tests.conftest import BackendFactory, FakeClock
+from tests.conftest import BackendFactory, FakeClock, supporting
 
 ALGORITHM = pytest.mark.parametrize("algorithm", ALGORITHMS)
 
@@ -38,7 +38,11 @@ async def decide(rl: RateLimit, call: Call) -> Decision:
 async def test_a_refused_call_counts_on_no_rule_whatever_its_costs(
     make_backend: BackendFactory, algorithm: str, clock: FakeClock
 ) -> None:
-    rl = RateLimit(make_backend(clock), f"costs-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
+    rl = RateLimit(
+        supporting(make_backend(clock), algorithm),
+        f"costs-{uuid.uuid4().hex[:8]}",
+        algorithm=algorithm,
+    )
     both = call(rl, "a:5/h | b:2/h", ("x", "y"), (1, 2))  # a counts 1, b counts 2
     first = await decide(rl, both)
     assert first.allowed
@@ -59,7 +63,11 @@ async def test_a_refused_call_counts_on_no_rule_whatever_its_costs(
 async def test_rules_on_one_identifier_count_the_largest_cost_once(
     make_backend: BackendFactory, algorithm: str, clock: FakeClock
 ) -> None:
-    rl = RateLimit(make_backend(clock), f"costs-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
+    rl = RateLimit(
+        supporting(make_backend(clock), algorithm),
+        f"costs-{uuid.uuid4().hex[:8]}",
+        algorithm=algorithm,
+    )
     tree = "a:10/h | a:20/2h | b:10/h"
     decision = await decide(rl, call(rl, tree, ("x", "y"), (3, 1, 2)))
     assert decision.allowed
@@ -139,7 +147,11 @@ async def test_every_backend_decides_costs_as_memory_does(
     from ratelimit import MemoryBackend
 
     mine, reference = FakeClock(), FakeClock()
-    rl = RateLimit(make_backend(mine), f"costs-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
+    rl = RateLimit(
+        supporting(make_backend(mine), algorithm),
+        f"costs-{uuid.uuid4().hex[:8]}",
+        algorithm=algorithm,
+    )
     ref = RateLimit(MemoryBackend(clock=reference), "costs", algorithm=algorithm)
     got, want = await trace(rl, mine, seed), await trace(ref, reference, seed)
     assert 0 < sum(d.allowed for d in want) < len(want)

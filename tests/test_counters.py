@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import ConfigurationError, MemoryBackend, RateLimit, Rule
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, supporting
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ async def test_remaining_and_binding_rule(sliding: RateLimit) -> None:
 async def test_fractional_costs(
     make_backend: Callable[..., object], clock: FakeClock, namespace: str, algorithm: str
 ) -> None:
-    rl = RateLimit(make_backend(clock), namespace, algorithm=algorithm)
+    rl = RateLimit(supporting(make_backend(clock), algorithm), namespace, algorithm=algorithm)
     assert await admitted(rl, "2/s", 5, cost=0.5) == 4
     assert await admitted(rl, "2/s", 1, cost=0.1) == 0
     assert await admitted(rl, "3/h", 20, cost=0.1) == 20  # 0.1 * 20 = 2.0000000000000004 < 3

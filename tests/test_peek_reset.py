@@ -7,14 +7,14 @@ from collections.abc import Callable
 import pytest
 
 from ratelimit import RateLimit
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, supporting
 
 
 @pytest.mark.parametrize("algorithm", ["sliding-log", "sliding-window", "fixed-window"])
 async def test_peek_records_nothing(
     make_backend: Callable[..., object], clock: FakeClock, namespace: str, algorithm: str
 ) -> None:
-    rl = RateLimit(make_backend(clock), namespace, algorithm=algorithm)
+    rl = RateLimit(supporting(make_backend(clock), algorithm), namespace, algorithm=algorithm)
     limit = rl.limit("user:3/m", key="k", user="u")
     assert (await limit.decide()).allowed
     assert (await limit.decide()).allowed
@@ -32,7 +32,7 @@ async def test_peek_records_nothing(
 async def test_reset_forgets_one_identifier(
     make_backend: Callable[..., object], clock: FakeClock, namespace: str, algorithm: str
 ) -> None:
-    rl = RateLimit(make_backend(clock), namespace, algorithm=algorithm)
+    rl = RateLimit(supporting(make_backend(clock), algorithm), namespace, algorithm=algorithm)
     vova = rl.limit("user:2/m", key="k", user="vova")
     dima = rl.limit("user:2/m", key="k", user="dima")
     for limit in (vova, dima):
