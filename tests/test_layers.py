@@ -5,6 +5,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from ratelimit import algorithms
+from ratelimit.algorithms import BY_NAME
+
 PACKAGE = Path(__file__).resolve().parent.parent / "ratelimit"
 
 
@@ -142,8 +145,12 @@ def test_the_only_import_loop_is_rules_and_grammar() -> None:
     assert loops == {frozenset({"ratelimit.rules", "ratelimit.grammar"})}
 
 
-ALGORITHM_NAMES = {"sliding-log", "sliding-window", "fixed-window", "gcra"}
-ALGORITHM_CONSTANTS = {"SLIDING_LOG", "SLIDING_WINDOW", "FIXED_WINDOW", "GCRA", "ALGORITHMS"}
+ALGORITHM_NAMES = set(BY_NAME)  # every algorithm's name, and the constants that hold one
+ALGORITHM_CONSTANTS = {
+    name
+    for name in algorithms.__all__
+    if isinstance(getattr(algorithms, name), str) and getattr(algorithms, name) in BY_NAME
+} | {"ALGORITHMS", "BY_NAME"}
 
 
 def _names_an_algorithm(node: ast.expr) -> bool:

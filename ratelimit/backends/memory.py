@@ -116,6 +116,13 @@ class MemoryBackend:
         self._logs: dict[Identifier, _Log] = {}
         self._windows: dict[Identifier, _Windows] = {}
         self._arrivals: dict[Identifier, _Arrivals] = {}
+        self._stores: tuple[dict[Identifier, Any], ...] = (
+            self._logs,
+            self._windows,
+            self._arrivals,
+        )
+        """Every algorithm's store, each entry with its ``expires_us``: what ``len``,
+        :meth:`reset`, the sweep and :meth:`aclose` walk (a new algorithm adds its own)."""
         self._slots: dict[Identifier, dict[str, int]] = {}  # holders' tokens: lease ends (us)
         self._revoked: dict[tuple[str, str, str], int] = {}  # claims given back: until (us)
         self._lock = threading.Lock()
@@ -125,7 +132,7 @@ class MemoryBackend:
 
     def __len__(self) -> int:
         """How many identifiers hold logs or counters (expired ones until the next sweep)."""
-        return len(self._logs) + len(self._windows) + len(self._arrivals)
+        return sum(map(len, self._stores))
 
     def logs(self) -> dict[Identifier, tuple[int, ...]]:
         """Every sliding log held (expired ones until the next sweep): its hits' times in
@@ -308,9 +315,8 @@ class MemoryBackend:
             raise LimiterClosedError("this memory backend")
         with self._lock:
             for identifier in plan.identifiers:
-                self._logs.pop(identifier, None)
-                self._windows.pop(identifier, None)
-                self._arrivals.pop(identifier, None)
+                for store in self._stores:
+                    store.pop(identifier, None)
 
     _DECIDE: ClassVar[dict[str, Callable[[MemoryBackend, Plan, int], Decision]]] = {
         SLIDING_LOG: _decide_log,
@@ -347,8 +353,7 @@ class MemoryBackend:
 
     def _sweep(self, now: int) -> None:
         self._since_sweep = 0
-        tables: tuple[dict[Identifier, Any], ...] = (self._logs, self._windows, self._arrivals)
-        for table in tables:
+        for table in self._stores:
             expired = [i for i, entry in table.items() if entry.expires_us <= now]
             for identifier in expired:
                 del table[identifier]
@@ -361,8 +366,7 @@ class MemoryBackend:
     async def aclose(self) -> None:
         self._closed = True
         with self._lock:
-            self._logs.clear()
-            self._windows.clear()
-            self._arrivals.clear()
+            for store in self._stores:
+                store.clear()
             self._slots.clear()
             self._revoked.clear()
