@@ -34,6 +34,7 @@ from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import decided, evaluate
 from ratelimit.plan import CounterUpdate, Identifier, Plan
+from ratelimit.settings import check_clock
 from ratelimit.slots import SlotClaim
 
 
@@ -111,6 +112,7 @@ class MemoryBackend:
     """
 
     def __init__(self, *, clock: Clock | None = None, sweep_every: int = 1024) -> None:
+        check_clock(clock)  # as Settings checks it
         self.clock = clock  # the injected clock, if any
         self._clock: Clock = clock or time.monotonic
         self._logs: dict[Identifier, _Log] = {}

@@ -40,6 +40,7 @@ from ratelimit.errors import ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Identifier, Plan
+from ratelimit.settings import check_clock, check_sync_seconds
 from ratelimit.slots import SlotClaim
 
 logger = logging.getLogger("ratelimit")
@@ -114,8 +115,10 @@ class SyncedBackend:
         clock: Clock | None = None,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
-        if not sync_rate > 0:
+        check_sync_seconds(sync_rate)  # the checks Settings makes of the same settings
+        if not sync_rate > 0:  # 0 and below are Settings' other modes, not this backend
             raise ConfigurationError(f"sync_rate must be above 0 here, not {sync_rate!r}")
+        check_clock(clock)
         self.remote = remote
         self.sync_rate = sync_rate
         self.clock = clock

@@ -33,7 +33,7 @@ from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedErro
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Plan
-from ratelimit.settings import check_timeout
+from ratelimit.settings import check_clock, check_seconds, check_timeout
 
 if TYPE_CHECKING:
     import asyncpg
@@ -95,13 +95,12 @@ class PostgresBackend:
         setup_timeout: float = SETUP_TIMEOUT,
     ) -> None:
         self._asyncpg = _asyncpg()
-        if type(setup_timeout) not in (int, float) or not 0 < setup_timeout < float("inf"):
-            raise ConfigurationError(
-                f"setup_timeout must be a number of seconds above 0, not {setup_timeout!r}"
-            )
+        # the checks Settings makes of the same settings (setup_timeout is this store's own)
+        check_seconds("setup_timeout", setup_timeout)
+        check_clock(clock)
+        check_timeout(timeout)
         self.dsn = dsn
         self.clock = clock
-        check_timeout(timeout)  # as Settings checks it
         self.timeout = timeout
         self.max_size = max_size
         self.setup_timeout = setup_timeout

@@ -50,7 +50,7 @@ from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Plan
-from ratelimit.settings import check_lock_settings, check_timeout
+from ratelimit.settings import check_clock, check_flag, check_lock_settings, check_timeout
 from ratelimit.slots import SlotClaim
 
 T = TypeVar("T")
@@ -84,11 +84,13 @@ class RedisCommandBackend:
         owns_client: bool = False,
         timeout: float | None = None,
     ) -> None:
-        # the same checks as Settings: a backend made by hand meets the same bounds
+        # the checks Settings makes of the same settings: a backend made by hand meets them
+        check_flag("disable_locks", disable_locks)
         check_lock_settings(
             lock_ttl, lock_polling_interval, lock_timeout, None if disable_locks else timeout
         )
         check_timeout(timeout)
+        check_clock(clock)
         check_transactions(client)
         self.client = client
         self.clock = clock

@@ -47,7 +47,7 @@ from ratelimit.plan import (
     CounterUpdate,
     Plan,
 )
-from ratelimit.settings import check_timeout
+from ratelimit.settings import check_clock, check_flag, check_timeout
 from ratelimit.slots import SlotClaim
 
 SLOTS_SCRIPT = Script(lua("_now.lua", "slots.lua"))
@@ -86,7 +86,9 @@ class RedisScriptBackend:
         auto_pipeline: bool = True,
         fast_path: bool | None = None,
     ) -> None:
-        check_timeout(timeout)  # as Settings checks it
+        check_timeout(timeout)  # the checks Settings makes of the same settings
+        check_clock(clock)
+        check_flag("auto_pipeline", auto_pipeline)
         self.client = client
         self.clock = clock
         self.timeout = timeout
