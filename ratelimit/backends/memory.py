@@ -322,6 +322,10 @@ class MemoryBackend:
     }
     algorithms: ClassVar[frozenset[str]] = frozenset(_DECIDE)
     """The algorithms this backend decides: each one's code, by name, in ``_DECIDE``."""
+    holds_slots: ClassVar[bool] = True
+    """It holds concurrency slots, in this process."""
+    schemes: ClassVar[tuple[str, ...]] = ("memory",)
+    """The storage URLs that open it (``memory://``, for ``RateLimit.from_url``)."""
 
     async def update_counter(self, update: CounterUpdate) -> float:
         if self._closed:

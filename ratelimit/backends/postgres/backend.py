@@ -28,6 +28,7 @@ from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres.pool import SetUpPool
 from ratelimit.backends.postgres.schema import DECIDE
+from ratelimit.backends.postgres.url import SCHEMES
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
@@ -207,6 +208,11 @@ class PostgresBackend:
 
     algorithms = frozenset(WEIGHS_PREVIOUS)
     """The algorithms this backend decides: the window counters."""
+    holds_slots = False
+    """It holds no concurrency slots (``rl.concurrency`` needs memory:// or Redis)."""
+    schemes = SCHEMES
+    """The storage URLs that open it (:data:`.url.SCHEMES`, declared apart so that a URL
+    is checked without loading this module)."""
 
     async def decide(self, plan: Plan) -> Decision:
         sliding = WEIGHS_PREVIOUS.get(plan.algorithm.name)

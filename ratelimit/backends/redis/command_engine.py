@@ -33,7 +33,12 @@ from ratelimit.algorithms import not_before, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import counter_update_rate
 from ratelimit.backends.redis import command_decisions, command_slots
-from ratelimit.backends.redis.client import RedisClient, check_transactions, close_client
+from ratelimit.backends.redis.client import (
+    SCHEMES,
+    RedisClient,
+    check_transactions,
+    close_client,
+)
 from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
 from ratelimit.backends.redis.errors import mapped
@@ -282,6 +287,10 @@ class RedisCommandBackend:
 
     algorithms = frozenset(command_decisions.BY_ALGORITHM)
     """The algorithms this backend decides (:data:`command_decisions.BY_ALGORITHM`)."""
+    holds_slots = True
+    """It holds concurrency slots (:mod:`~ratelimit.backends.redis.command_slots`)."""
+    schemes = SCHEMES
+    """The storage URLs that open a client it drives (:data:`.client.SCHEMES`)."""
 
     def _bind(self) -> None:
         """Work in the running loop: connections an ended loop opened are opened anew."""
