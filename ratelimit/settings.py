@@ -48,10 +48,11 @@ class Settings:
       ``"fixed-window"``, or ``"gcra"`` (a token bucket: one arrival time per identifier
       and rule, exact; ``N/span`` sustains N per span with bursts of N, or of the rule's
       ``burst``).
-    - ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis
-      on every decision; ``> 0`` decides in-process on local counters synced with Redis
-      every ``sync_rate`` seconds in the background (each process may admit up to a limit
-      per interval before it sees the others); ``< 0`` is local only, no Redis at all.
+    - ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks the
+      store on every decision; ``> 0`` decides in-process on local counters synced with
+      the store (Redis or Postgres) every ``sync_rate`` seconds in the background (each
+      process may admit up to a limit per interval before it sees the others); ``< 0`` is
+      local only, no store at all.
     - ``on_error``: what a decision does when Redis fails or misses its deadline:
       ``"allow"`` (default, fail-open), ``"deny"`` or ``"raise"`` (``BackendError``); such
       decisions say ``degraded=True``.
