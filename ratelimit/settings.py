@@ -48,10 +48,11 @@ class Settings:
       ``"fixed-window"``, or ``"gcra"`` (a token bucket: one arrival time per identifier
       and rule, exact; ``N/span`` sustains N per span with bursts of N, or of the rule's
       ``burst``).
-    - ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks Redis
-      on every decision; ``> 0`` decides in-process on local counters synced with Redis
-      every ``sync_rate`` seconds in the background (each process may admit up to a limit
-      per interval before it sees the others); ``< 0`` is local only, no Redis at all.
+    - ``sync_rate`` (Kong's three modes, window counters only): ``0`` (default) asks the
+      store on every decision; ``> 0`` decides in-process on local counters synced with
+      the store (Redis or Postgres) every ``sync_rate`` seconds in the background (each
+      process may admit up to a limit per interval before it sees the others); ``< 0`` is
+      local only, no store at all.
     - ``on_error``: what a decision does when Redis fails or misses its deadline:
       ``"allow"`` (default, fail-open), ``"deny"`` or ``"raise"`` (``BackendError``); such
       decisions say ``degraded=True``.
@@ -119,10 +120,7 @@ class Settings:
             raise TypeError(f"namespace must be text, not {type(self.namespace).__name__}")
         named(self.algorithm)  # an unknown name fails here
         check_denial_cache(self.denial_cache)
-        if self.clock is not None and not callable(self.clock):
-            raise TypeError(
-                f"clock must be a callable returning seconds, or None, not {self.clock!r}"
-            )
+        check_clock(self.clock)
         for hook in self.hooks:
             if not callable(hook):
                 raise TypeError(f"a hook must be callable, not {type(hook).__name__}")
@@ -168,8 +166,7 @@ def check_on_error(on_error: object) -> None:
 
 
 def check_sync_rate(sync_rate: object, algorithm: Algorithm | str, use_scripts: bool) -> None:
-    if not is_number(sync_rate):
-        raise ConfigurationError(f"sync_rate must be a number of seconds, not {sync_rate!r}")
+    check_sync_seconds(sync_rate)
     if sync_rate and not use_scripts:
         raise ConfigurationError(SYNC_RATE_NEEDS_SCRIPTS)
     chosen = named(algorithm)
@@ -178,6 +175,19 @@ def check_sync_rate(sync_rate: object, algorithm: Algorithm | str, use_scripts: 
             "sync_rate > 0 syncs window counters: use algorithm='sliding-window' or "
             f"'fixed-window' ({chosen.stores} cannot be merged from diffs)"
         )
+
+
+def check_sync_seconds(sync_rate: object) -> None:
+    """``sync_rate`` is a finite number of seconds (what its sign means is
+    :func:`check_sync_rate`'s, and the synced backend's, to say)."""
+    if not is_number(sync_rate):
+        raise ConfigurationError(f"sync_rate must be a number of seconds, not {sync_rate!r}")
+
+
+def check_clock(clock: object) -> None:
+    """``clock`` is ``None`` (the store's own) or a callable returning seconds."""
+    if clock is not None and not callable(clock):
+        raise TypeError(f"clock must be a callable returning seconds, or None, not {clock!r}")
 
 
 def check_denial_cache(denial_cache: object) -> None:
@@ -222,9 +232,18 @@ def check_cost(compiled: CompiledTree, cost: Cost, algorithm: Algorithm | str) -
 
 
 def check_timeout(timeout: object) -> None:
-    if timeout is not None and (not is_number(timeout) or not timeout > 0):  # type: ignore[operator]
+    """A decision's deadline: seconds above 0 (:func:`check_seconds`), or ``None``."""
+    if timeout is not None:
+        check_seconds("timeout", timeout, or_none=True)
+
+
+def check_seconds(name: str, seconds: object, *, or_none: bool = False) -> None:
+    """``seconds`` is a finite number above 0, or ``ConfigurationError`` naming ``name``
+    (and saying ``None`` would do too, where ``or_none``)."""
+    if not is_number(seconds) or not seconds > 0:  # type: ignore[operator]
+        also = ", or None" if or_none else ""
         raise ConfigurationError(
-            f"timeout must be a number of seconds above 0, or None, not {timeout!r}"
+            f"{name} must be a number of seconds above 0{also}, not {seconds!r}"
         )
 
 

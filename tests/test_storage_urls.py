@@ -1,6 +1,8 @@
 """A malformed storage URL (issue 21, item 17): a ``ConfigurationError`` naming it when the
 limiter is made, and exit 3 naming ``--storage`` or ``RATELIMIT_STORAGE`` from the command
-line and the service, never a traceback."""
+line and the service, never a traceback. Each store declares its schemes (issue 22, item 5):
+every scheme declared opens that store, and the messages name them; so does what else it
+can do, which the core reads with a default for a backend object that does not say."""
 
 from __future__ import annotations
 
@@ -10,8 +12,14 @@ import sys
 
 import pytest
 
-from ratelimit import ConfigurationError, RateLimit
-from ratelimit.backends.urls import check_storage_url, redacted
+from ratelimit import ConfigurationError, MemoryBackend, RateLimit
+from ratelimit.algorithms import GCRA, named
+from ratelimit.backends.base import check_supported, clock_of, holds_slots
+from ratelimit.backends.postgres import PostgresBackend
+from ratelimit.backends.postgres.url import NAMED
+from ratelimit.backends.redis import RedisCommandBackend, RedisScriptBackend
+from ratelimit.backends.synced import SyncedBackend
+from ratelimit.backends.urls import SCHEMES, check_storage_url, redacted
 from tests.workers import ROOT
 
 MALFORMED = [
@@ -109,3 +117,79 @@ def test_a_long_timeout_is_refused_only_where_the_lock_needs_a_longer_ttl() -> N
         ConfigurationError, match=r"lock_ttl \(10.0 s\) must be longer than timeout"
     ):
         RateLimit.from_url("redis://127.0.0.1:1/0", use_scripts=False, timeout=15)
+
+
+Store = type[MemoryBackend] | type[RedisScriptBackend] | type[PostgresBackend]
+URL_OF: dict[Store, str] = {
+    MemoryBackend: "{}://",
+    RedisScriptBackend: "{}://127.0.0.1:1/0",
+    PostgresBackend: "{}://app@127.0.0.1:1/app",
+}
+
+
+async def test_every_scheme_a_store_declares_opens_that_store() -> None:
+    declared = {scheme: store for store in URL_OF for scheme in store.schemes}
+    assert set(declared) == set(SCHEMES)
+    assert RedisCommandBackend.schemes == RedisScriptBackend.schemes  # one client, two engines
+    for scheme in SCHEMES:
+        store = declared[scheme]
+        url = URL_OF[store].format(scheme)
+        if scheme == "unix":
+            url = "unix:///tmp/ratelimit-nowhere.sock"
+        elif scheme == "redis+sentinel":
+            url = "redis+sentinel://127.0.0.1:1/mymaster"
+        algorithm = "sliding-window" if store is PostgresBackend else "sliding-log"
+        rl = RateLimit.from_url(url, algorithm=algorithm)  # opens a client, connects nowhere
+        try:
+            assert type(rl.storage) is store, scheme
+        finally:
+            await rl.aclose()
+
+
+def test_an_unknown_scheme_is_told_every_scheme_named() -> None:
+    with pytest.raises(ConfigurationError, match="unsupported storage URL") as refused:
+        check_storage_url("mongodb://h/db")
+    named = [*MemoryBackend.schemes, *RedisScriptBackend.schemes, *NAMED]
+    assert str(refused.value).endswith(
+        f"use {', '.join(f'{s}://' for s in named[:-1])} or {named[-1]}://"
+    )
+    assert "postgresql://" in str(refused.value)
+    assert "redis+sentinel://" in str(refused.value)
+
+
+async def test_each_store_declares_what_it_can_do() -> None:
+    """Every backend of this package says which algorithms it decides, its clock and
+    whether it holds concurrency slots, as plain attributes; a backend object of a user's
+    that says none of it is read with the defaults (any algorithm, the store's clock, slots
+    only with the slot methods)."""
+
+    def clock() -> float:
+        return 1.0
+
+    memory = MemoryBackend(clock=clock)
+    postgres = PostgresBackend("postgresql://app@127.0.0.1:1/app", clock=clock)
+    synced = SyncedBackend(postgres, 1.0, clock=clock)
+    for backend in (memory, postgres, synced):
+        assert backend.clock is clock
+        assert clock_of(backend) is clock
+        assert backend.algorithms
+        assert backend.algorithms <= {"sliding-log", "sliding-window", "fixed-window", "gcra"}
+    assert memory.holds_slots
+    assert holds_slots(memory)
+    assert RedisScriptBackend.holds_slots
+    assert RedisCommandBackend.holds_slots
+    assert not postgres.holds_slots
+    assert not holds_slots(postgres)
+    assert not synced.holds_slots
+    assert not holds_slots(synced)
+    with pytest.raises(ConfigurationError, match="does not decide algorithm='gcra'"):
+        check_supported(postgres, named(GCRA))
+
+    class Yours:
+        async def decide(self, plan: object) -> object: ...
+
+    assert clock_of(Yours()) is None
+    assert not holds_slots(Yours())
+    check_supported(Yours(), named(GCRA))  # trusted
+    await synced.aclose()
+    await memory.aclose()

@@ -1,8 +1,10 @@
 """Storage backends, and the one chosen for what ``RateLimit`` was given: the in-process
 memory backend (``memory://``), the Redis engines, script and commands (``redis://``,
 ``rediss://``, ``unix://``, ``redis+sentinel://``), the synced counters of ``sync_rate``,
-and, with the ``postgres`` extra, window counters in PostgreSQL (``postgresql://``). The
-schemes are listed once, in :mod:`ratelimit.backends.urls`."""
+and, with the ``postgres`` extra, window counters in PostgreSQL (``postgresql://``, also
+``postgres://``). Each store declares its schemes once (``MemoryBackend.schemes``,
+``redis.client.SCHEMES``, ``postgres.url.SCHEMES``); :mod:`ratelimit.backends.urls`
+checks URLs by them, and :func:`backend_from_url` opens by them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from urllib.parse import urlsplit
 
 from ratelimit.backends.base import Backend, Clock
 from ratelimit.backends.memory import MemoryBackend
+from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
 from ratelimit.backends.redis import (
     RedisClient,
     RedisCommandBackend,
@@ -19,13 +22,7 @@ from ratelimit.backends.redis import (
     is_redis_client,
 )
 from ratelimit.backends.synced import SyncedBackend
-from ratelimit.backends.urls import (
-    MEMORY_SCHEMES,
-    POSTGRES_SCHEMES,
-    REDIS_SCHEMES,
-    USE,
-    check_storage_url,
-)
+from ratelimit.backends.urls import USE, check_storage_url
 from ratelimit.errors import ConfigurationError
 from ratelimit.settings import ENGINE_SETTINGS, SYNC_RATE_NEEDS_SCRIPTS, Settings
 
@@ -49,18 +46,20 @@ def backend_for(storage: object, settings: Settings) -> Backend:
 def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
     """Open a backend from a URL of one of :data:`~ratelimit.backends.urls.SCHEMES`,
     checked first (:func:`check_storage_url`: a malformed one is a ``ConfigurationError``
-    naming it).
+    naming it), by the scheme each store declares.
 
-    ``options`` go to ``redis.asyncio.from_url``. With ``sync_rate < 0`` (local only) no
-    Redis client is opened."""
+    ``options`` go to the store's client: ``redis.asyncio.from_url`` (for
+    ``redis+sentinel://``, ``Sentinel.master_for``) or :class:`PostgresBackend`
+    (``max_size``); ``memory://`` takes none. With ``sync_rate < 0`` (local only) no client
+    is opened."""
     check_storage_url(url)
     scheme = urlsplit(url).scheme
-    if scheme in MEMORY_SCHEMES:
+    if scheme in MemoryBackend.schemes:
         if options:
             raise TypeError(f"memory:// takes no options, not {', '.join(sorted(options))}")
         _check_no_engine_settings(settings, "memory://")
         return MemoryBackend(clock=settings.clock)
-    if scheme in REDIS_SCHEMES:
+    if scheme in RedisScriptBackend.schemes:  # the command engine's too: redis.client's
         if settings.sync_rate < 0:
             return MemoryBackend(clock=settings.clock)
         return _redis_backend(client_from_url(url, **options), settings, owns_client=True)

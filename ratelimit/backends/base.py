@@ -1,19 +1,7 @@
-"""What a backend is: an object that decides plans. A ``Protocol``, not a registry.
-
-Besides :class:`Backend`'s methods, a backend may say what it can do, in attributes the core
-reads through the functions here (each with the default for a backend that does not say;
-the backends of this package declare ``algorithms`` and ``clock``, and the synced one
-``holds_slots``):
-
-- ``algorithms``: the names of the algorithms it decides (:func:`check_supported`; default:
-  any);
-- ``clock``: the clock it decides on, when one was injected (:func:`clock_of`; default
-  ``None``: the store's own), which the denial cache then follows;
-- ``holds_slots``: whether it holds concurrency slots (:func:`holds_slots`; default: whether
-  it has :class:`SlotStore`'s methods);
-- ``sync_counters`` (:class:`CounterSync`): a store ``sync_rate`` can sync local counters
-  with;
-- ``setup`` (:class:`SetUpStore`): a store with a schema to put in place.
+"""What a backend is: an object that decides plans (:class:`Backend`, a ``Protocol``, not a
+registry), what else it may say it can do (its capabilities, listed on :class:`Backend`),
+and the functions the core reads those through, each with the default for a backend that
+does not say.
 """
 
 from __future__ import annotations
@@ -33,7 +21,29 @@ Clock = Callable[[], float]
 
 @runtime_checkable
 class Backend(Protocol):
-    """Decides a plan atomically: counts, evaluates the tree, records the hit if allowed."""
+    """Decides a plan atomically: counts, evaluates the tree, records the hit if allowed.
+
+    Besides these methods, a backend may declare its capabilities. Every backend of this
+    package declares ``algorithms``, ``clock`` and ``holds_slots``; a backend of yours that
+    lacks one gets the default named here, through the function the core reads it with:
+
+    - ``algorithms``: the names of the algorithms it decides (:func:`check_supported`;
+      default: any);
+    - ``clock``: the clock it decides on, when one was injected (:func:`clock_of`; default
+      ``None``: the store's own), which the denial cache then follows;
+    - ``holds_slots``: whether it holds concurrency slots (:func:`holds_slots`; default:
+      whether it has :class:`SlotStore`'s methods, which it needs in any case);
+    - ``sync_counters`` (:class:`CounterSync`): a store ``sync_rate`` can sync local
+      counters with (the Redis script engine, Postgres);
+    - ``setup`` (:class:`SetUpStore`): a store to prepare before it decides (Postgres).
+
+    A backend keeps its own record of being closed, because it may be used, and closed,
+    without a limiter: after :meth:`aclose`, a call of a backend of this package that
+    would reach its store raises ``LimiterClosedError``, and closing it again does
+    nothing. ``RateLimit`` keeps its own as well (``Decider.closed``), since it answers
+    some calls (a refusal in the denial cache) without asking its backend, and a backend
+    of yours may not keep one.
+    """
 
     async def decide(self, plan: Plan) -> Decision:
         """Decide one call; record its hit on every identifier only if it is allowed."""
@@ -48,7 +58,7 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None:
-        """Release what the backend opened."""
+        """Release what the backend opened; idempotent."""
         ...
 
 
@@ -133,7 +143,7 @@ def clock_of(backend: object) -> Clock | None:
 
 def holds_slots(backend: object) -> TypeGuard[SlotStore]:
     """Whether ``backend`` holds concurrency slots: it has :class:`SlotStore`'s methods and
-    does not say otherwise (``holds_slots = False``, as a synced Postgres store does)."""
+    does not say otherwise (``holds_slots`` false, as a synced Postgres store says)."""
     return isinstance(backend, SlotStore) and bool(getattr(backend, "holds_slots", True))
 
 

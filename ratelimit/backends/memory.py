@@ -34,6 +34,7 @@ from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import decided, evaluate
 from ratelimit.plan import CounterUpdate, Identifier, Plan
+from ratelimit.settings import check_clock
 from ratelimit.slots import SlotClaim
 
 
@@ -111,6 +112,7 @@ class MemoryBackend:
     """
 
     def __init__(self, *, clock: Clock | None = None, sweep_every: int = 1024) -> None:
+        check_clock(clock)  # as Settings checks it
         self.clock = clock  # the injected clock, if any
         self._clock: Clock = clock or time.monotonic
         self._logs: dict[Identifier, _Log] = {}
@@ -326,6 +328,10 @@ class MemoryBackend:
     }
     algorithms: ClassVar[frozenset[str]] = frozenset(_DECIDE)
     """The algorithms this backend decides: each one's code, by name, in ``_DECIDE``."""
+    holds_slots: ClassVar[bool] = True
+    """It holds concurrency slots, in this process."""
+    schemes: ClassVar[tuple[str, ...]] = ("memory",)
+    """The storage URLs that open it (``memory://``, for ``RateLimit.from_url``)."""
 
     async def update_counter(self, update: CounterUpdate) -> float:
         if self._closed:

@@ -1,14 +1,19 @@
-"""``sync_rate > 0`` (Kong's local counters): decide in-process, sync with the store (Redis or
-Postgres) in the background.
+"""``sync_rate > 0`` (Kong's local counters): decide in-process, sync with the store in the
+background.
+
+The store is any :class:`~ratelimit.backends.base.CounterSync`: the Redis script engine
+(``counter_sync.lua``, one pipelined round trip) or Postgres (``ratelimit_sync``, one
+statement). This module imports neither client.
 
 Decisions run on local window counters: the totals fetched at the last sync plus this
 process's own hits since. A background task in the running loop wakes every ``sync_rate``
-seconds and, in one pipelined round trip whatever the number of keys, pushes the local diffs
-to Redis and fetches fresh totals (``counter_sync.lua``). A failed sync is logged, keeps its
-diffs, and is retried at the next tick. Decisions between syncs do not see other processes'
-hits: each process can admit up to a whole limit per sync interval on its own, which is the
-price of not asking Redis on every call. Time is the local clock corrected by the offset to
-Redis's ``TIME`` measured at each sync, so windows stay aligned across processes.
+seconds and, in one round trip whatever the number of keys, pushes the local diffs to the
+store and fetches fresh totals. A failed sync is logged, keeps its diffs, and is retried at
+the next tick. Decisions between syncs do not see other processes' hits: each process can
+admit up to a whole limit per sync interval on its own, which is the price of not asking
+the store on every call. Time is the local clock corrected by the offset to the store's
+clock (Redis's ``TIME``, the database's ``clock_timestamp()``) measured at each sync, so
+windows stay aligned across processes.
 
 The sync task runs in the loop of the latest decision: when one loop ends and another
 decides, a new task starts there, and what the old one had not synced is synced by it.
@@ -40,6 +45,7 @@ from ratelimit.errors import ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Identifier, Plan
+from ratelimit.settings import check_clock, check_sync_seconds
 from ratelimit.slots import SlotClaim
 
 logger = logging.getLogger("ratelimit")
@@ -94,28 +100,28 @@ class _Local:
             self.synced = synced
 
 
-Remote = CounterSync
-"""Where local counters are synced (kept under its older name)."""
-
-
 class SyncedBackend:
-    """Local window counters synced with Redis every ``sync_rate`` seconds.
+    """Local window counters synced with ``remote`` every ``sync_rate`` seconds.
 
-    Built by ``RateLimit(client, algorithm="sliding-window", sync_rate=1.0)``. Call
-    :meth:`sync` to sync now; :meth:`aclose` stops the task after a last sync. ``clock``
-    (seconds) replaces Redis's time and ``sleep`` the wait between syncs, for tests.
+    Built by ``RateLimit(client, algorithm="sliding-window", sync_rate=1.0)`` (and by
+    ``RateLimit.from_url("postgresql://...", ...)`` with ``sync_rate``). Call :meth:`sync`
+    to sync now; :meth:`aclose` stops the task after a last sync and closes ``remote``.
+    ``clock`` (seconds) replaces the store's time and ``sleep`` the wait between syncs, for
+    tests. Concurrency slots and ``setup`` go to ``remote``, where it has them.
     """
 
     def __init__(
         self,
-        remote: Remote,
+        remote: CounterSync,
         sync_rate: float,
         *,
         clock: Clock | None = None,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
-        if not sync_rate > 0:
+        check_sync_seconds(sync_rate)  # the checks Settings makes of the same settings
+        if not sync_rate > 0:  # 0 and below are Settings' other modes, not this backend
             raise ConfigurationError(f"sync_rate must be above 0 here, not {sync_rate!r}")
+        check_clock(clock)
         self.remote = remote
         self.sync_rate = sync_rate
         self.clock = clock
@@ -128,8 +134,8 @@ class SyncedBackend:
         self._closed = False
 
     def unsynced(self) -> float:
-        """Hits counted here that Redis has not confirmed yet: waiting for the next sync, or
-        sent by one whose reply has not landed."""
+        """Hits counted here that the store has not confirmed yet: waiting for the next sync,
+        or sent by one whose reply has not landed."""
         with self._lock:
             return sum(
                 sum(local.diff.values()) + sum(local.in_flight.values())
@@ -275,7 +281,7 @@ class SyncedBackend:
         """Push every local diff and fetch fresh totals, in one round trip. On failure the
         diffs stay for the next sync and the error (a ``BackendError``) is raised.
 
-        The diffs sent keep counting locally until the reply lands (Redis's totals then
+        The diffs sent keep counting locally until the reply lands (the store's totals then
         include them), so hits made while a sync is in flight are never out of sight."""
         with self._lock:
             now = self._now()

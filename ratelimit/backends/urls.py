@@ -1,6 +1,14 @@
 """Storage URLs: which schemes there are, checking one before anything is opened, and
 showing one without its password.
 
+Each store declares its schemes and checks its own URLs: ``MemoryBackend.schemes``, the
+Redis engines' :data:`~ratelimit.backends.redis.client.SCHEMES` (with
+:func:`~ratelimit.backends.redis.client.check_redis_url`) and Postgres's
+:data:`~ratelimit.backends.postgres.url.SCHEMES` (with
+:func:`~ratelimit.backends.postgres.url.check_postgres_url`). :data:`SCHEMES`, the messages
+here and the dispatch of ``RateLimit.from_url`` (``backends.backend_from_url``) are built
+from those declarations.
+
 A malformed URL (``redis://h:notaport/0``) is a ``ConfigurationError`` when the limiter is
 made (``RateLimit.from_url``), naming the URL and what is wrong, never a traceback from a
 client library at the first call; the command line and the service check the URL the same
@@ -11,17 +19,18 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
+from ratelimit.backends.memory import MemoryBackend
+from ratelimit.backends.postgres.url import NAMED as POSTGRES_NAMED
+from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
+from ratelimit.backends.postgres.url import check_postgres_url
+from ratelimit.backends.redis.client import SCHEMES as REDIS_SCHEMES
+from ratelimit.backends.redis.client import check_redis_url
 from ratelimit.errors import ConfigurationError
 
-MEMORY_SCHEMES = ("memory",)
-"""The in-process :class:`~ratelimit.MemoryBackend`."""
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
-"""The Redis engines, over a redis-py client (``redis+sentinel``: found through Sentinel)."""
-POSTGRES_SCHEMES = ("postgresql", "postgres")
-"""Window counters in PostgreSQL (``postgres`` as libpq also takes it)."""
+MEMORY_SCHEMES = MemoryBackend.schemes
 SCHEMES = (*MEMORY_SCHEMES, *REDIS_SCHEMES, *POSTGRES_SCHEMES)
-"""Every scheme ``RateLimit.from_url`` opens: the one list, which messages are built from."""
-_SHOWN = [f"{scheme}://" for scheme in SCHEMES if scheme != "postgres"]
+"""Every scheme ``RateLimit.from_url`` opens, as the stores declare them."""
+_SHOWN = [f"{scheme}://" for scheme in (*MEMORY_SCHEMES, *REDIS_SCHEMES, *POSTGRES_NAMED)]
 
 
 def redacted(url: str) -> str:
@@ -62,23 +71,9 @@ def storage_url_problem(url: str) -> str | None:
         if scheme not in SCHEMES:
             return UNSUPPORTED
         if scheme in REDIS_SCHEMES:
-            from ratelimit.backends.redis.client import check_redis_url
-
             check_redis_url(url)
         elif scheme in POSTGRES_SCHEMES:
-            _check_hosts(urlsplit(url).netloc)
+            check_postgres_url(url)
     except (ValueError, ConfigurationError) as exc:  # ValueError: "Invalid IPv6 URL" too
         return str(exc)
     return None
-
-
-def _check_hosts(netloc: str) -> None:
-    """Each ``host[:port]`` of a (possibly multi-host) ``postgresql://`` URL."""
-    hosts = netloc.rpartition("@")[2]
-    if not hosts:
-        return  # the default host, or ?host= in the query
-    for host in hosts.split(","):
-        port = host.rpartition("]")[2] if host.startswith("[") else host
-        _, colon, digits = port.rpartition(":") if ":" in port else ("", "", "")
-        if not host or (colon and not (digits.isdigit() and int(digits) <= 65535)):
-            raise ValueError(f"hosts are host[:port] with a port from 0 to 65535, not {host!r}")

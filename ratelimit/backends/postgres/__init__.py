@@ -1,5 +1,28 @@
-"""The Postgres strategy: window counters in a PostgreSQL table (``postgresql://``)."""
+"""The Postgres strategy: window counters in a PostgreSQL table (``postgresql://``).
 
-from ratelimit.backends.postgres.backend import PostgresBackend, check_algorithm
+Importing this package loads only :mod:`.url` (the schemes, checking a URL), so that every
+storage URL can be checked without loading the store; :class:`PostgresBackend` and
+:func:`check_algorithm` (:mod:`.backend`) load when first asked for here.
+"""
 
-__all__ = ["PostgresBackend", "check_algorithm"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ratelimit.backends.postgres.url import SCHEMES, check_postgres_url
+
+if TYPE_CHECKING:
+    from ratelimit.backends.postgres.backend import PostgresBackend, check_algorithm
+
+_FROM_BACKEND = ("PostgresBackend", "check_algorithm")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_BACKEND:
+        from ratelimit.backends.postgres import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["SCHEMES", "PostgresBackend", "check_algorithm", "check_postgres_url"]

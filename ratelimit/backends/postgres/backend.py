@@ -28,12 +28,13 @@ from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres.pool import SetUpPool
 from ratelimit.backends.postgres.schema import DECIDE
+from ratelimit.backends.postgres.url import SCHEMES
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Plan
-from ratelimit.settings import check_timeout
+from ratelimit.settings import check_clock, check_seconds, check_timeout
 
 if TYPE_CHECKING:
     import asyncpg
@@ -95,13 +96,12 @@ class PostgresBackend:
         setup_timeout: float = SETUP_TIMEOUT,
     ) -> None:
         self._asyncpg = _asyncpg()
-        if type(setup_timeout) not in (int, float) or not 0 < setup_timeout < float("inf"):
-            raise ConfigurationError(
-                f"setup_timeout must be a number of seconds above 0, not {setup_timeout!r}"
-            )
+        # the checks Settings makes of the same settings (setup_timeout is this store's own)
+        check_seconds("setup_timeout", setup_timeout)
+        check_clock(clock)
+        check_timeout(timeout)
         self.dsn = dsn
         self.clock = clock
-        check_timeout(timeout)  # as Settings checks it
         self.timeout = timeout
         self.max_size = max_size
         self.setup_timeout = setup_timeout
@@ -208,6 +208,11 @@ class PostgresBackend:
 
     algorithms = frozenset(WEIGHS_PREVIOUS)
     """The algorithms this backend decides: the window counters."""
+    holds_slots = False
+    """It holds no concurrency slots (``rl.concurrency`` needs memory:// or Redis)."""
+    schemes = SCHEMES
+    """The storage URLs that open it (:data:`.url.SCHEMES`, declared apart so that a URL
+    is checked without loading this module)."""
 
     async def decide(self, plan: Plan) -> Decision:
         sliding = WEIGHS_PREVIOUS.get(plan.algorithm.name)

@@ -21,6 +21,11 @@ from ratelimit.errors import ConfigurationError
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
+SCHEMES = ("redis", "rediss", "unix", SENTINEL_SCHEME)
+"""The storage URLs that open a client for the Redis engines (:func:`client_from_url`;
+``redis+sentinel``: the primary found through Sentinel). The engines declare these as
+their ``schemes``."""
+
 
 def client_from_url(url: str, **options: Any) -> aioredis.Redis:
     """A redis-py asyncio client for ``url``; ``options`` go to ``redis.asyncio.from_url``,

@@ -33,7 +33,12 @@ from ratelimit.algorithms import not_before, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import counter_update_rate
 from ratelimit.backends.redis import command_decisions, command_slots
-from ratelimit.backends.redis.client import RedisClient, check_transactions, close_client
+from ratelimit.backends.redis.client import (
+    SCHEMES,
+    RedisClient,
+    check_transactions,
+    close_client,
+)
 from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
 from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
 from ratelimit.backends.redis.errors import mapped
@@ -50,7 +55,7 @@ from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Plan
-from ratelimit.settings import check_lock_settings, check_timeout
+from ratelimit.settings import check_clock, check_flag, check_lock_settings, check_timeout
 from ratelimit.slots import SlotClaim
 
 T = TypeVar("T")
@@ -84,11 +89,13 @@ class RedisCommandBackend:
         owns_client: bool = False,
         timeout: float | None = None,
     ) -> None:
-        # the same checks as Settings: a backend made by hand meets the same bounds
+        # the checks Settings makes of the same settings: a backend made by hand meets them
+        check_flag("disable_locks", disable_locks)
         check_lock_settings(
             lock_ttl, lock_polling_interval, lock_timeout, None if disable_locks else timeout
         )
         check_timeout(timeout)
+        check_clock(clock)
         check_transactions(client)
         self.client = client
         self.clock = clock
@@ -280,6 +287,10 @@ class RedisCommandBackend:
 
     algorithms = frozenset(command_decisions.BY_ALGORITHM)
     """The algorithms this backend decides (:data:`command_decisions.BY_ALGORITHM`)."""
+    holds_slots = True
+    """It holds concurrency slots (:mod:`~ratelimit.backends.redis.command_slots`)."""
+    schemes = SCHEMES
+    """The storage URLs that open a client it drives (:data:`.client.SCHEMES`)."""
 
     def _bind(self) -> None:
         """Work in the running loop: connections an ended loop opened are opened anew."""

@@ -23,7 +23,7 @@ from redis.commands.core import AsyncScript
 
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.redis import fast_pipeline
-from ratelimit.backends.redis.client import RedisClient, close_client, redis_py_version
+from ratelimit.backends.redis.client import SCHEMES, RedisClient, close_client, redis_py_version
 from ratelimit.backends.redis.errors import backend_error, mapped
 from ratelimit.backends.redis.keys import (
     counter_key,
@@ -47,7 +47,7 @@ from ratelimit.plan import (
     CounterUpdate,
     Plan,
 )
-from ratelimit.settings import check_timeout
+from ratelimit.settings import check_clock, check_flag, check_timeout
 from ratelimit.slots import SlotClaim
 
 SLOTS_SCRIPT = Script(lua("_now.lua", "slots.lua"))
@@ -86,7 +86,9 @@ class RedisScriptBackend:
         auto_pipeline: bool = True,
         fast_path: bool | None = None,
     ) -> None:
-        check_timeout(timeout)  # as Settings checks it
+        check_timeout(timeout)  # the checks Settings makes of the same settings
+        check_clock(clock)
+        check_flag("auto_pipeline", auto_pipeline)
         self.client = client
         self.clock = clock
         self.timeout = timeout
@@ -127,6 +129,10 @@ class RedisScriptBackend:
     algorithms = frozenset(BY_ALGORITHM)
     """The algorithms this backend decides: those with a script in
     :data:`~ratelimit.backends.redis.scripts.BY_ALGORITHM`."""
+    holds_slots = True
+    """It holds concurrency slots (``slots.lua``)."""
+    schemes = SCHEMES
+    """The storage URLs that open a client it drives (:data:`.client.SCHEMES`)."""
 
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
         done, held = await self._slots(claim, b"acquire")
