@@ -14,7 +14,13 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
+from ratelimit import (
+    BackendError,
+    ConfigurationError,
+    LimiterClosedError,
+    MemoryBackend,
+    RateLimit,
+)
 from ratelimit.backends.redis.script_engine import RedisScriptBackend
 from ratelimit.backends.synced import SyncedBackend
 from tests.conftest import FakeClock
@@ -104,6 +110,21 @@ async def test_aclose_stops_the_task_after_a_last_sync(
     await backend_of(reader).sync()
     assert await reader.sliding_window("k", 60) == 3.0  # flushed on the way out
     await reader.aclose()
+
+
+async def test_a_closed_store_is_synced_with_no_more(
+    client: aioredis.Redis, clock: FakeClock
+) -> None:
+    """After ``aclose`` every call that would reach the store raises, a sync's too."""
+    rl = synced(client, clock)
+    assert await admitted(rl, 2) == 2
+    backend = backend_of(rl)
+    await rl.aclose()  # its last sync pushed both hits, then closed the script engine
+    with pytest.raises(LimiterClosedError):
+        await backend.sync()
+    with pytest.raises(LimiterClosedError):
+        await backend.remote.sync_counters([])
+    assert counts(await client.hgetall("rl:{ns:k}:w")) == [2.0]
 
 
 async def test_a_script_flush_is_survived(client: aioredis.Redis, clock: FakeClock) -> None:

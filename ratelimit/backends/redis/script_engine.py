@@ -187,7 +187,9 @@ class RedisScriptBackend:
     ) -> tuple[int | None, list[Totals | Exception]]:
         """For ``sync_rate``: push local diffs and fetch totals for many identifiers in one
         pipelined round trip. Returns Redis's time (us; ``None`` if no call succeeded) and,
-        per push, its totals or the error of its call (its diffs were then not applied)."""
+        per push, its totals or the error of its call (its diffs were then not applied).
+        ``LimiterClosedError`` once closed, as every call that would reach Redis."""
+        self._open()
         now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
         commands = []
         for identifier, entries in pushes:
