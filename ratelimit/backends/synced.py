@@ -105,7 +105,7 @@ class SyncedBackend:
 
     Built by ``RateLimit(client, algorithm="sliding-window", sync_rate=1.0)`` (and by
     ``RateLimit.from_url("postgresql://...", ...)`` with ``sync_rate``). Call :meth:`sync`
-    to sync now; :meth:`aclose` stops the task after a last sync and closes ``remote``.
+    to sync now; :meth:`aclose` stops the task, syncs a last time and closes ``remote``.
     ``clock`` (seconds) replaces the store's time and ``sleep`` the wait between syncs, for
     tests. Concurrency slots and ``setup`` go to ``remote``, where it has them.
     """

@@ -7,8 +7,9 @@ counting and recording cannot interleave with another decision, and no lock is n
 script answers with what it counted, which :func:`~ratelimit.evaluation.evaluate` turns into
 the decision (and checks against the script's own verdict). Decisions made in the same
 event-loop turn go out together (:mod:`~ratelimit.backends.redis.pipeline`), each still
-atomic. Concurrency slots (``slots.lua``), the counter API (``counter_update.lua``) and
-``sync_rate``'s syncs (``counter_sync.lua``) go the same way. The time comes from Redis
+atomic. Concurrency slots (``slots.lua``) and ``sync_rate``'s syncs (``counter_sync.lua``)
+go the same way; the counter API (``counter_update.lua``) is a script call of its own, on
+the client. The time comes from Redis
 ``TIME`` (microseconds), so application servers need no clock agreement, unless a clock is
 injected (tests).
 """
