@@ -13,7 +13,13 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
+from ratelimit import (
+    BackendError,
+    ConfigurationError,
+    LimiterClosedError,
+    MemoryBackend,
+    RateLimit,
+)
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.synced import SyncedBackend
 from tests.conftest import FakeClock
@@ -35,6 +41,12 @@ def limiters(url: str, algorithm: str) -> tuple[RateLimit, RateLimit, FakeClock,
         PostgresBackend(url, clock=pg_clock, timeout=10), namespace, algorithm=algorithm
     )
     return memory, postgres, memory_clock, pg_clock
+
+
+def synced_store(rl: RateLimit) -> SyncedBackend:
+    """The synced counters ``sync_rate`` gave ``rl`` (its public ``storage``)."""
+    assert isinstance(rl.storage, SyncedBackend)
+    return rl.storage
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -185,13 +197,12 @@ async def test_sync_rate_pushes_diffs_and_reads_totals(postgres_url: str) -> Non
 
     one, two = synced(), synced()
     try:
-        for rl in (one, two):
-            assert isinstance(rl.storage, SyncedBackend)
+        stores = [synced_store(one), synced_store(two)]
         limit_one, limit_two = one.limit("5/m", key="k"), two.limit("5/m", key="k")
         assert sum([(await limit_one.decide()).allowed for _ in range(5)]) == 5
         assert sum([(await limit_two.decide()).allowed for _ in range(5)]) == 5  # unseen yet
-        for rl in (one, two, one):
-            await rl.storage.sync()  # type: ignore[attr-defined]
+        for store in (*stores, stores[0]):
+            await store.sync()
         assert not (await limit_one.decide()).allowed
         assert not (await limit_two.decide()).allowed
         assert await one.sliding_window("k", 60) == 10.0
@@ -200,14 +211,16 @@ async def test_sync_rate_pushes_diffs_and_reads_totals(postgres_url: str) -> Non
     finally:
         await one.aclose()
         await two.aclose()
+    for store in stores:  # closed with its limiter: a sync reaches Postgres no more
+        with pytest.raises(LimiterClosedError):
+            await store.sync()
 
 
 async def test_a_failed_sync_keeps_its_diffs() -> None:
     rl = RateLimit.from_url(
         "postgresql://nobody@127.0.0.1:1/none", algorithm="fixed-window", sync_rate=60, timeout=5
     )
-    backend = rl.storage
-    assert isinstance(backend, SyncedBackend)
+    backend = synced_store(rl)
     assert (await rl.limit("5/m", key="k").decide()).allowed
     with pytest.raises(BackendError):
         await backend.sync()

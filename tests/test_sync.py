@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import fakeredis
@@ -14,9 +14,17 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ratelimit import BackendError, ConfigurationError, MemoryBackend, RateLimit
+from ratelimit import (
+    BackendError,
+    ConfigurationError,
+    LimiterClosedError,
+    MemoryBackend,
+    RateLimit,
+)
+from ratelimit.backends.base import Push, Totals
 from ratelimit.backends.redis.script_engine import RedisScriptBackend
 from ratelimit.backends.synced import SyncedBackend
+from ratelimit.plan import Plan
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer, free_port
 
@@ -40,6 +48,37 @@ def counts(fields: dict[Any, Any]) -> list[float]:
 def backend_of(rl: RateLimit) -> SyncedBackend:
     assert isinstance(rl.storage, SyncedBackend)
     return rl.storage
+
+
+SyncReply = tuple[int | None, list[Totals | Exception]]
+
+
+class SyncThrough:
+    """The store to sync with (a :class:`~ratelimit.backends.base.CounterSync`), injected:
+    each sync goes to the script engine on ``client``, or to ``through`` while a test sets
+    one (to hold a sync in flight, or fail it), instead of patching the engine."""
+
+    def __init__(self, client: aioredis.Redis, clock: FakeClock | None = None) -> None:
+        self.engine = RedisScriptBackend(client, clock=clock)
+        self.through: Callable[[Sequence[Push]], Awaitable[SyncReply]] | None = None
+
+    async def sync_counters(self, pushes: Sequence[Push]) -> SyncReply:
+        if self.through is None:
+            return await self.engine.sync_counters(pushes)
+        return await self.through(pushes)
+
+    async def reset(self, plan: Plan) -> None:
+        await self.engine.reset(plan)
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+
+
+def synced_through(store: SyncThrough, sync_rate: float, clock: FakeClock | None) -> RateLimit:
+    """A limiter on counters synced with ``store`` every ``sync_rate`` seconds, as
+    ``RateLimit(client, algorithm="sliding-window", sync_rate=..., clock=clock)`` makes."""
+    backend = SyncedBackend(store, sync_rate, clock=clock)
+    return RateLimit(backend, "ns", algorithm="sliding-window")
 
 
 async def admitted(rl: RateLimit, n: int, rules: str = "5/m") -> int:
@@ -104,6 +143,21 @@ async def test_aclose_stops_the_task_after_a_last_sync(
     await backend_of(reader).sync()
     assert await reader.sliding_window("k", 60) == 3.0  # flushed on the way out
     await reader.aclose()
+
+
+async def test_a_closed_store_is_synced_with_no_more(
+    client: aioredis.Redis, clock: FakeClock
+) -> None:
+    """After ``aclose`` every call that would reach the store raises, a sync's too."""
+    rl = synced(client, clock)
+    assert await admitted(rl, 2) == 2
+    backend = backend_of(rl)
+    await rl.aclose()  # its last sync pushed both hits, then closed the script engine
+    with pytest.raises(LimiterClosedError):
+        await backend.sync()
+    with pytest.raises(LimiterClosedError):
+        await backend.remote.sync_counters([])
+    assert counts(await client.hgetall("rl:{ns:k}:w")) == [2.0]
 
 
 async def test_a_script_flush_is_survived(client: aioredis.Redis, clock: FakeClock) -> None:
@@ -214,43 +268,40 @@ def test_sync_rate_with_a_backend_object_is_refused() -> None:
         RateLimit(MemoryBackend(), algorithm="sliding-window", sync_rate=1)
 
 
-async def test_aclose_ends_even_when_a_sync_swallows_its_cancellation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_aclose_ends_even_when_a_sync_swallows_its_cancellation() -> None:
     """redis-py can swallow a cancellation that lands mid-read; aclose() must still end."""
-    remote = RedisScriptBackend(fakeredis.FakeAsyncRedis())
+    store = SyncThrough(fakeredis.FakeAsyncRedis())
     syncing = asyncio.Event()
 
-    async def stubborn(pushes: list[object]) -> tuple[None, list[object]]:
+    async def stubborn(pushes: Sequence[Push]) -> SyncReply:
         syncing.set()
         with contextlib.suppress(asyncio.CancelledError):  # as a swallowing client does
             await asyncio.sleep(0.05)
         return None, [{} for _ in pushes]
 
-    monkeypatch.setattr(remote, "sync_counters", stubborn)
-    synced = SyncedBackend(remote, 0.01)
-    rl = RateLimit(synced, "stubborn", algorithm="sliding-window")
+    store.through = stubborn
+    rl = synced_through(store, 0.01, None)
     assert (await rl.limit("5/m", key="k").decide()).allowed
     await syncing.wait()  # aclose() now cancels a sync in flight
     await asyncio.wait_for(rl.aclose(), timeout=5)
 
 
 async def test_hits_made_while_a_sync_is_in_flight_still_count(
-    client: aioredis.Redis, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    client: aioredis.Redis, clock: FakeClock
 ) -> None:
     """A sync takes the local diffs before Redis answers: until its reply lands, those hits
     must still count locally, or one process admits its limit twice."""
-    rl = RateLimit(client, "ns", algorithm="sliding-window", sync_rate=3600, clock=clock)
+    store = SyncThrough(client, clock)
+    rl = synced_through(store, 3600, clock)
     backend = backend_of(rl)
-    real = backend.remote.sync_counters
     sent, answer = asyncio.Event(), asyncio.Event()
 
-    async def slow(pushes: Any) -> Any:
+    async def slow(pushes: Sequence[Push]) -> SyncReply:
         sent.set()
         await answer.wait()  # Redis has the diffs; its reply is still on the way
-        return await real(pushes)
+        return await store.engine.sync_counters(pushes)
 
-    monkeypatch.setattr(backend.remote, "sync_counters", slow)
+    store.through = slow
     assert await admitted(rl, 10, "10/d") == 10
     sync = asyncio.create_task(backend.sync())
     await sent.wait()
@@ -263,18 +314,19 @@ async def test_hits_made_while_a_sync_is_in_flight_still_count(
 
 
 async def test_a_failed_sync_in_flight_gives_its_hits_back_to_the_local_count(
-    client: aioredis.Redis, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    client: aioredis.Redis, clock: FakeClock
 ) -> None:
-    rl = RateLimit(client, "ns", algorithm="sliding-window", sync_rate=3600, clock=clock)
+    store = SyncThrough(client, clock)
+    rl = synced_through(store, 3600, clock)
     backend = backend_of(rl)
     sent, fail = asyncio.Event(), asyncio.Event()
 
-    async def failing(pushes: Any) -> Any:
+    async def failing(pushes: Sequence[Push]) -> SyncReply:
         sent.set()
         await fail.wait()
         raise BackendError("redis failed to sync counters: gone")
 
-    monkeypatch.setattr(backend.remote, "sync_counters", failing)
+    store.through = failing
     assert await admitted(rl, 6, "10/d") == 6
     sync = asyncio.create_task(backend.sync())
     await sent.wait()
@@ -283,7 +335,7 @@ async def test_a_failed_sync_in_flight_gives_its_hits_back_to_the_local_count(
     with pytest.raises(BackendError):
         await sync
     assert await admitted(rl, 5, "10/d") == 2  # 6 + 2 + 2: nothing forgotten, nothing doubled
-    monkeypatch.undo()
+    store.through = None
     await backend.sync()
     assert counts(await client.hgetall("rl:{ns:k}:w")) == [10.0]
     await rl.aclose()

@@ -28,7 +28,8 @@ from ratelimit.settings import ENGINE_SETTINGS, SYNC_RATE_NEEDS_SCRIPTS, Setting
 
 
 def backend_for(storage: object, settings: Settings) -> Backend:
-    """The backend for what ``RateLimit`` was given: a redis-py asyncio client or a backend."""
+    """The backend for what ``RateLimit`` was given: a redis-py (or valkey-py) asyncio
+    client, which gets the engine ``settings`` choose, or a backend, used as it is."""
     if is_redis_client(storage):
         return _redis_backend(storage, settings)  # type: ignore[arg-type]
     if isinstance(storage, Backend):

@@ -35,14 +35,20 @@ class Backend(Protocol):
       whether it has :class:`SlotStore`'s methods, which it needs in any case);
     - ``sync_counters`` (:class:`CounterSync`): a store ``sync_rate`` can sync local
       counters with (the Redis script engine, Postgres);
-    - ``setup`` (:class:`SetUpStore`): a store to prepare before it decides (Postgres).
+    - ``setup`` (:class:`SetUpStore`): a store to prepare before it decides (Postgres);
+    - ``schemes``: the storage URL schemes that open it (``RateLimit.from_url``: see
+      :mod:`ratelimit.backends.urls`; a backend of yours is passed, not opened, and needs
+      none).
 
-    A backend keeps its own record of being closed, because it may be used, and closed,
-    without a limiter: after :meth:`aclose`, a call of a backend of this package that
-    would reach its store raises ``LimiterClosedError``, and closing it again does
-    nothing. ``RateLimit`` keeps its own as well (``Decider.closed``), since it answers
-    some calls (a refusal in the denial cache) without asking its backend, and a backend
-    of yours may not keep one.
+    Being closed is recorded twice, each record the truth for its own object.
+    ``RateLimit``'s (``Decider.closed``) answers for the limiter: every call it takes after
+    its ``aclose`` raises ``LimiterClosedError``, also those it would answer without its
+    backend (a refusal in the denial cache, a call counted in the background), whatever
+    the backend keeps. A backend's answers for the backend, which may be used, and closed,
+    without a limiter: after :meth:`aclose`, each call of a backend of this package that
+    would reach its store raises ``LimiterClosedError``, and closing it again does nothing.
+    The limiter's slot give-backs and renewals, which go on while it closes (so that the
+    give-backs finish before its backend closes), meet the backend's record only.
     """
 
     async def decide(self, plan: Plan) -> Decision:

@@ -105,7 +105,7 @@ class SyncedBackend:
 
     Built by ``RateLimit(client, algorithm="sliding-window", sync_rate=1.0)`` (and by
     ``RateLimit.from_url("postgresql://...", ...)`` with ``sync_rate``). Call :meth:`sync`
-    to sync now; :meth:`aclose` stops the task after a last sync and closes ``remote``.
+    to sync now; :meth:`aclose` stops the task, syncs a last time and closes ``remote``.
     ``clock`` (seconds) replaces the store's time and ``sleep`` the wait between syncs, for
     tests. Concurrency slots and ``setup`` go to ``remote``, where it has them.
     """
@@ -279,7 +279,8 @@ class SyncedBackend:
 
     async def sync(self) -> None:
         """Push every local diff and fetch fresh totals, in one round trip. On failure the
-        diffs stay for the next sync and the error (a ``BackendError``) is raised.
+        diffs stay for the next sync and the error is raised: a ``BackendError``, or
+        ``LimiterClosedError`` once the store was closed (:meth:`aclose` closes it).
 
         The diffs sent keep counting locally until the reply lands (the store's totals then
         include them), so hits made while a sync is in flight are never out of sight."""
@@ -332,6 +333,8 @@ class SyncedBackend:
         # mid-read, and aclose() would then wait for this loop forever.
         while not self._closed:
             await self._sleep(self.sync_rate)  # the sync interval itself
+            if self._closed:
+                return  # closed meanwhile: aclose made the last sync, and closed the store
             try:
                 await self.sync()
             except Exception as exc:  # logged, diffs kept, next tick tries again

@@ -7,8 +7,9 @@ counting and recording cannot interleave with another decision, and no lock is n
 script answers with what it counted, which :func:`~ratelimit.evaluation.evaluate` turns into
 the decision (and checks against the script's own verdict). Decisions made in the same
 event-loop turn go out together (:mod:`~ratelimit.backends.redis.pipeline`), each still
-atomic. Concurrency slots (``slots.lua``), the counter API (``counter_update.lua``) and
-``sync_rate``'s syncs (``counter_sync.lua``) go the same way. The time comes from Redis
+atomic. Concurrency slots (``slots.lua``) and ``sync_rate``'s syncs (``counter_sync.lua``)
+go the same way; the counter API (``counter_update.lua``) is a script call of its own, on
+the client. The time comes from Redis
 ``TIME`` (microseconds), so application servers need no clock agreement, unless a clock is
 injected (tests).
 """
@@ -187,7 +188,9 @@ class RedisScriptBackend:
     ) -> tuple[int | None, list[Totals | Exception]]:
         """For ``sync_rate``: push local diffs and fetch totals for many identifiers in one
         pipelined round trip. Returns Redis's time (us; ``None`` if no call succeeded) and,
-        per push, its totals or the error of its call (its diffs were then not applied)."""
+        per push, its totals or the error of its call (its diffs were then not applied).
+        ``LimiterClosedError`` once closed, as every call that would reach Redis."""
+        self._open()
         now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
         commands = []
         for identifier, entries in pushes:
