@@ -28,6 +28,7 @@ from ratelimit.errors import RateLimitError as RateLimitError
 from ratelimit.errors import RuleConflictError as RuleConflictError
 from ratelimit.errors import RuleSyntaxError as RuleSyntaxError
 from ratelimit.errors import SelectorNotFoundError as SelectorNotFoundError
+from ratelimit.errors import SettleError as SettleError
 from ratelimit.errors import UnknownKeyError as UnknownKeyError
 from ratelimit.limit import Limit as Limit
 from ratelimit.limiter import RateLimit as RateLimit
@@ -61,5 +62,6 @@ __all__ = [
     "RuleSyntaxError",
     "SelectorNotFoundError",
     "Settings",
+    "SettleError",
     "UnknownKeyError",
 ]

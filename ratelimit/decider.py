@@ -25,8 +25,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import Backend, SlotStore, holds_slots
+from ratelimit.backends.base import (
+    Backend,
+    SettleStore,
+    SlotStore,
+    check_settles,
+    holds_slots,
+)
 from ratelimit.background import BackgroundCounter
+from ratelimit.costs import per_leaf
 from ratelimit.decision import Decision, make_decision
 from ratelimit.denials import DenialCache
 from ratelimit.errors import (
@@ -39,6 +46,7 @@ from ratelimit.hooks import Hooks
 from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan, compile_tree
 from ratelimit.policy import FailurePolicy
 from ratelimit.rules import Rule
+from ratelimit.settling import reservation, settlement
 from ratelimit.slots import SlotClaim
 
 
@@ -266,6 +274,41 @@ class Decider:
         """Give ``claim``'s slots back (``revoke``: and make a take arriving later take
         nothing). Raises as the store does."""
         await self.slot_store().release_slots(claim, revoke=revoke)
+
+    def check_settling(self, settle: object) -> None:
+        """``settle=`` can work here: a callable, a store that settles, and no background
+        counting (which admits a call before it counts it: nothing to settle yet)."""
+        if not callable(settle):
+            raise TypeError(f"settle must be a callable of the call's result, not {settle!r}")
+        if self.background is not None:
+            raise ConfigurationError(
+                "settle= needs background=False: background counting admits a call before "
+                "its cost is recorded, so there is no reservation to settle"
+            )
+        check_settles(self.backend)
+
+    async def settle(self, decision: Decision, actual: object) -> bool:
+        """Settle an admitted call at its real cost ``actual`` (a number, or a mapping from
+        units to amounts: :data:`~ratelimit.costs.CostValue`), as :mod:`ratelimit.settling`
+        says. ``True`` when recorded (or nothing was owed); ``False`` when the decision
+        recorded nothing (refused, degraded) or the storage failed (logged; raised under
+        ``on_error="raise"``). A refund lifts the key's cached refusals."""
+        self.check_open()
+        reserved = reservation(decision)
+        if reserved is None:
+            return False
+        plan, at_us, counts = reserved
+        cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
+        reserved.clear()  # taken: a second settle raises
+        settling = settlement(plan, at_us, counts, cost)
+        if settling.empty:
+            return True
+        backend = self.backend
+        assert isinstance(backend, SettleStore)  # checked when the limit was made
+        settled = await self.policy.settle(backend, settling)
+        if settled and min(settling.deltas) < 0:
+            self.denials.forget(plan.namespace, plan.key)
+        return settled
 
     async def reset(self, call: CallKey) -> None:
         """Forget the hits counted for ``call``'s identifiers, and refusals of its key."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ratelimit.errors import RateLimitError
 from ratelimit.rules import Rule
@@ -77,6 +77,10 @@ class Decision:
     _states: tuple[RuleState, ...] | Callable[[], tuple[RuleState, ...]] | None = field(
         default=None, compare=False, repr=False
     )
+    _reservation: list[Any] | None = field(default=None, compare=False, repr=False)
+    """What settling the call needs (:mod:`ratelimit.settling`): ``[plan, decided at (us),
+    counts]`` for an admitted call that recorded its cost, emptied once settled; ``None``
+    when nothing was recorded."""
 
     @property
     def states(self) -> tuple[RuleState, ...]:
@@ -98,6 +102,7 @@ _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
 _DEGRADED = Decision.__dict__["degraded"].__set__
 _SHADOW = Decision.__dict__["shadow"].__set__
 _STATES = Decision.__dict__["_states"].__set__
+_RESERVATION = Decision.__dict__["_reservation"].__set__
 
 
 def make_decision(
@@ -107,6 +112,7 @@ def make_decision(
     remaining: int | None,
     key: str,
     states: tuple[RuleState, ...] | Callable[[], tuple[RuleState, ...]] | None = None,
+    reservation: list[Any] | None = None,
 ) -> Decision:
     """``Decision(...)`` at half the cost, for the hot path: a frozen dataclass's ``__init__``
     sets each field through ``object.__setattr__``; this sets the slots directly. The result
@@ -120,6 +126,7 @@ def make_decision(
     _DEGRADED(decision, False)
     _SHADOW(decision, False)
     _STATES(decision, states)
+    _RESERVATION(decision, reservation)
     return decision
 
 

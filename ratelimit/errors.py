@@ -14,6 +14,7 @@
     ├── LimiterClosedError (also RuntimeError)    the limiter was used after aclose()
     ├── EventLoopError (also RuntimeError)        two event loops ran one limiter at once
     ├── SourceValueError (also ValueError)        source, value: an HTTP value its type= cannot read
+    ├── SettleError (also ValueError)             a decision that cannot be settled (again)
     └── BackendError                              the backend's own error is its __cause__
 
 ``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
@@ -129,6 +130,12 @@ class EventLoopError(RateLimitError, RuntimeError):
             "this RateLimit is in use by an event loop that is still running in another "
             "thread: make one RateLimit per thread's event loop"
         )
+
+
+class SettleError(RateLimitError, ValueError):
+    """A decision that cannot be settled: settled already, or one that recorded nothing to
+    settle (a peek, a call admitted by background counting). Refused and degraded
+    decisions settle as a no-op instead: nothing was recorded, nothing is owed."""
 
 
 class BackendError(RateLimitError):

@@ -92,7 +92,8 @@ def decided(
     if limited:
         return make_decision(False, max(retry_us, 0) / 1_000_000, rule, 0, plan.key, states)
     left = None if remaining is None else math.floor(remaining - plan.cost)
-    return make_decision(True, 0.0, rule, left, plan.key, states)
+    reserved = [plan, now_us, counts] if plan.record else None  # what a settle reads
+    return make_decision(True, 0.0, rule, left, plan.key, states, reserved)
 
 
 _partial = functools.partial

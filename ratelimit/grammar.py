@@ -6,15 +6,18 @@
     tree     := and_term ("|" and_term)*
     and_term := atom ("&" atom)*
     atom     := rule | "(" tree ")"
-    rule     := [selector ":"] count ["r"] ("/" | "per") [multiple] unit ["burst" count]
+    rule     := [selector ":"] count ["r" | counted] ("/" | "per") [multiple] unit
+                ["burst" count]
+    counted  := a word naming what the rule counts ("tokens"), not "r", "per" or "burst"
     unit     := ms | s | m | h | d | second(s) | sec(s) | minute(s) | min(s) | hour(s)
               | hr(s) | day(s)          (the words in any case)
 
-``burst N`` (the word in any case) lets N calls come at once under ``algorithm="gcra"``.
-``&`` binds tighter than ``|``. ``;`` and ``,`` separate limits that all apply, as in the
-``limits`` library (and slowapi, flask-limiter): they mean ``|`` with the lowest precedence,
-so ``"100/hour;10/second"`` ports unchanged. Errors are :class:`RuleSyntaxError` with a
-1-based column.
+``90000 tokens/m`` counts tokens, not calls: a call's ``cost`` mapping gives how many
+(``{"tokens": 1200}``), on a counter of the rule's own. ``burst N`` (the word in any case)
+lets N calls come at once under ``algorithm="gcra"``. ``&`` binds tighter than ``|``. ``;``
+and ``,`` separate limits that all apply, as in the ``limits`` library (and slowapi,
+flask-limiter): they mean ``|`` with the lowest precedence, so ``"100/hour;10/second"``
+ports unchanged. Errors are :class:`RuleSyntaxError` with a 1-based column.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import re
 import pyparsing as pp
 
 from ratelimit.errors import RuleSyntaxError
-from ratelimit.rules import MAX_COUNT, MAX_SPAN_MS, UNIT_MS, And, Node, Or, Rule
+from ratelimit.rules import MAX_COUNT, MAX_SPAN_MS, MAX_UNIT, UNIT_MS, And, Node, Or, Rule
 
 MAX_TEXT = 4096
 MAX_NESTING = 32
@@ -77,7 +80,8 @@ def _to_span_ms(text: str, loc: int, tokens: pp.ParseResults) -> int:
 def _to_rule(tokens: pp.ParseResults) -> Rule:
     selector = str(tokens["selector"]) if "selector" in tokens else None
     burst = int(tokens["burst"]) if "burst" in tokens else None
-    return Rule(int(tokens["count"]), int(tokens["span"]), selector, burst)
+    unit = str(tokens["counted"]) if "counted" in tokens else None
+    return Rule(int(tokens["count"]), int(tokens["span"]), selector, burst, unit)
 
 
 def _fold(cls: type[And] | type[Or]) -> pp.ParseAction:
@@ -107,6 +111,10 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
         pp.Regex(r"\d+").set_name("burst (a positive integer)").set_parse_action(_whole("burst"))
     )
     burst_clause = pp.Suppress(pp.Regex(r"(?i:burst)(?![A-Za-z0-9_])")) - burst("burst")
+    counted = pp.Regex(
+        rf"(?!(?i:r|per|burst)(?![A-Za-z0-9_]))[A-Za-z_][A-Za-z0-9_]{{0,{MAX_UNIT - 1}}}"
+        r"(?![A-Za-z0-9_])"
+    ).set_name("what the rule counts (a word such as tokens)")
     third_field = (pp.Literal(":") + pp.Regex(r"[^\s&|()]*")).set_parse_action(
         _fail(
             "a rule has two fields, [selector:]count/span; a third field "
@@ -117,7 +125,7 @@ def _build() -> tuple[pp.ParserElement, pp.ParserElement]:
         (
             pp.Optional(selector("selector") + pp.Suppress(":"))
             + count("count")
-            + pp.Optional(pp.Suppress(pp.Literal("r")))
+            + pp.Optional(counted("counted") | pp.Suppress(pp.Literal("r")))
             + pp.Suppress(pp.Regex(r"/|(?i:per)(?![A-Za-z0-9_])").set_name("'/' or 'per'"))
             + span("span")
             + pp.Optional(burst_clause)

@@ -8,13 +8,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.plan import compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import RuleLike, to_tree
 from ratelimit.selectors import CallSite, SelectorSources, resolve
-from ratelimit.settings import check_cost, check_cost_type, check_flag
+from ratelimit.settings import check_flag
 from ratelimit.waiting import admitted, wait_seconds
 from ratelimit.wrapping import call_site, function_name, run_body, wrappable
 
@@ -41,12 +42,16 @@ class Limit:
         key: str | None,
         selector: object | None,
         selectors: dict[str, object],
-        cost: float = 1,
+        cost: CostLike = 1,
         wait: float | bool = False,
         shadow: bool = False,
+        settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
     ) -> None:
-        check_cost_type(cost, decider.algorithm)
+        self._cost = CallCost(cost, decider.algorithm)
         check_flag("shadow", shadow)
+        if settle is not None:
+            decider.check_settling(settle)
+        self._settle = settle
         self._shadow = shadow
         self._wait = wait_seconds(wait)
         if rules is None and key is None:
@@ -57,10 +62,9 @@ class Limit:
         self._registry = registry
         self._key = key
         self._sources = SelectorSources(selectors, selector)
-        self._cost = cost
         self._compiled = None if rules is None else compile_tree(to_tree(rules))
         if self._compiled is not None:
-            check_cost(self._compiled, cost, decider.algorithm)
+            self._cost.check(self._compiled, decider.algorithm)
         # Without rules, the registration of ``key`` is looked up at the first call.
         self._registration = (
             None if self._compiled is None else Registration(self._compiled, self._sources)
@@ -72,14 +76,17 @@ class Limit:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
         if self._registration is None:
             registered = self._registry.registered(key)
-            check_cost(registered.compiled, self._cost, self._decider.algorithm)
+            self._cost.check(registered.compiled, self._decider.algorithm)
             self._registration = Registration(
                 registered.compiled, self._sources.merged_over(registered.sources)
             )
         return self._registration
 
-    async def _call(self, key: str, call: CallSite | None) -> CallKey:
-        """What identifies one call under ``key``."""
+    async def _call(
+        self, key: str, call: CallSite | None, cost: CostValue | None = None
+    ) -> CallKey:
+        """What identifies one call under ``key``: its rules, selector values and cost
+        (``cost``, given for this call; else the limit's, of the call's arguments)."""
         registration = self._registered(key)
         compiled = registration.compiled
         values = (
@@ -88,36 +95,66 @@ class Limit:
             else ()
         )
         decider = self._decider
+        algorithm = decider.algorithm
+        if cost is not None:
+            counted = per_leaf(compiled, cost, algorithm, "cost")
+        elif self._cost.fixed:
+            counted = self._cost.of(compiled, algorithm)
+        elif call is None:
+            counted = await self._cost.call(compiled, algorithm)
+        else:
+            counted = await self._cost.call(compiled, algorithm, call.args, call.kwargs)
         return new_call_key(  # CallKey(...) built in C: this is every call's path
-            CallKey, (compiled, decider.namespace, key, values, self._cost, decider.algorithm)
+            CallKey, (compiled, decider.namespace, key, values, counted, algorithm)
         )
 
-    async def _decide(self, key: str, call: CallSite | None, record: bool = True) -> Decision:
-        return await self._decider.decide(await self._call(key, call), record, self._shadow)
+    def _own_key(self) -> str:
+        return GLOBAL_KEY if self._key is None else self._key
 
-    async def peek(self) -> Decision:
-        """The decision ``decide()`` would give, recording nothing."""
-        return await self._decide(GLOBAL_KEY if self._key is None else self._key, None, False)
+    async def peek(self, *, cost: CostValue | None = None) -> Decision:
+        """The decision ``decide()`` would give, recording nothing. ``cost``: as for
+        :meth:`decide`."""
+        call = await self._call(self._own_key(), None, cost)
+        return await self._decider.decide(call, False, self._shadow)
 
     async def reset(self) -> None:
         """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
-        key = GLOBAL_KEY if self._key is None else self._key
-        await self._decider.reset(await self._call(key, None))
+        await self._decider.reset(await self._call(self._own_key(), None, 1))
 
-    async def decide(self) -> Decision:
+    async def decide(self, *, cost: CostValue | None = None) -> Decision:
         """Decide one call under this limit's key without raising: the hit is recorded only
-        if ``Decision.allowed``. Selectors come from ``limit()``'s arguments."""
-        return await self._decider.decide(
-            await self._call(GLOBAL_KEY if self._key is None else self._key, None),
-            True,
-            self._shadow,
-        )
+        if ``Decision.allowed``. Selectors come from ``limit()``'s arguments. ``cost``:
+        what this call counts (a number, or a mapping from units to amounts); default the
+        limit's ``cost=`` (a callable of it is called with no arguments)."""
+        call = await self._call(self._own_key(), None, cost)
+        return await self._decider.decide(call, True, self._shadow)
 
-    async def acquire(self, wait: float | bool | None = None) -> Decision:
+    async def acquire(
+        self, wait: float | bool | None = None, *, cost: CostValue | None = None
+    ) -> Decision:
         """Be admitted, waiting up to ``wait`` seconds (default: the limit's ``wait=``), or
-        raise ``RateLimitExceeded``. What ``async with`` does on entry."""
+        raise ``RateLimitExceeded``. What ``async with`` does on entry. ``cost``: as for
+        :meth:`decide`."""
         seconds = self._wait if wait is None else wait_seconds(wait)
-        return await admitted(self.decide, seconds)
+        call = await self._call(self._own_key(), None, cost)
+        return await admitted(lambda: self._decider.decide(call, True, self._shadow), seconds)
+
+    async def settle(self, decision: Decision, actual: CostValue) -> bool:
+        """Record what the call ``decision`` admitted really cost: ``actual`` (a number, or
+        a mapping from units to amounts) replaces the cost it reserved, on every identifier
+        it counted on, in one atomic step: a surplus is refunded, an excess recorded past
+        the limit (see :mod:`ratelimit.settling`). ``True`` once recorded; ``False`` for a
+        decision that recorded nothing (refused, degraded: a no-op) or when the storage
+        failed (logged; raised under ``on_error="raise"``). Settling twice, a peek or a
+        call admitted by ``background`` counting raises ``SettleError``.
+
+        Example::
+
+            decision = await limit.acquire(cost={"tokens": 4000})
+            reply = await model.complete(prompt, max_tokens=4000)
+            await limit.settle(decision, {"tokens": reply.usage.total_tokens})
+        """
+        return await self._decider.settle(decision, actual)
 
     async def __aenter__(self) -> Decision:
         return await self.acquire()
@@ -151,14 +188,26 @@ class Limit:
         is_coroutine = inspect.iscoroutinefunction(func)
         shadow = self._shadow
 
+        decider = self._decider
+        settle = self._settle
+
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
             site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
-            decision = await self._decider.decide(await self._call(key, site), True, shadow)
+            call = await self._call(key, site)
+            decision = await decider.decide(call, True, shadow)
             if not decision.allowed and not decision.shadow:
                 if not self._wait:
                     raise RateLimitExceeded(decision)
-                await admitted(lambda: self._decide(key, site), self._wait, first=decision)
-            return await run_body(func, is_coroutine, args, kwargs)
+                decision = await admitted(
+                    lambda: decider.decide(call, True, shadow), self._wait, first=decision
+                )
+            result = await run_body(func, is_coroutine, args, kwargs)
+            if settle is not None:  # the body returned: what it really cost is known
+                actual = settle(result)
+                if inspect.isawaitable(actual):
+                    actual = await actual
+                await decider.settle(decision, actual)
+            return result
 
         return limited

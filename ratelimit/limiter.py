@@ -13,7 +13,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import fields
 from types import TracebackType
 from typing import Any, Unpack
@@ -23,6 +23,7 @@ from ratelimit.backends import Backend, backend_for, backend_from_url
 from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore, check_supported, clock_of
 from ratelimit.background import BackgroundCounter
 from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
+from ratelimit.costs import CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision
 from ratelimit.denials import DenialCache
@@ -36,8 +37,8 @@ from ratelimit.settings import (
     Settings,
     SettingsKeywords,
     check_cost,
-    check_cost_type,
     counter_update,
+    settings_with,
 )
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))
@@ -76,7 +77,7 @@ class RateLimit:
         settings: Settings | None = None,
         **keywords: Unpack[SettingsKeywords],
     ) -> None:
-        self.settings = _settings(settings, namespace, dict(keywords))
+        self.settings = settings_with(settings, namespace, dict(keywords))
         self._start(backend_for(storage, self.settings))
 
     def _start(self, backend: Backend) -> None:
@@ -143,7 +144,7 @@ class RateLimit:
         given = locals()
         chosen = {name: given[name] for name in _KEYWORD_SETTINGS if given[name] is not _UNSET}
         limiter = cls.__new__(cls)
-        limiter.settings = _settings(settings, namespace, chosen)
+        limiter.settings = settings_with(settings, namespace, chosen)
         limiter._start(backend_from_url(url, limiter.settings, **options))
         return limiter
 
@@ -175,20 +176,22 @@ class RateLimit:
         if self._background is not None:
             await self._background.flush()
 
-    def check(self, compiled: CompiledTree, cost: Cost = 1) -> None:
+    def check(self, compiled: CompiledTree, cost: Cost | CostValue = 1) -> Cost:
         """Raise ``ConfigurationError`` unless every rule of ``compiled`` can admit a call of
-        ``cost`` under this limiter's algorithm (one number, or one per rule: see
-        :data:`~ratelimit.plan.Cost`). Front ends call it when a limit is made, so that a
-        bad cost fails then, not at the first call.
+        ``cost`` under this limiter's algorithm (one number, a mapping from units to
+        amounts, or one number per rule: see :data:`~ratelimit.plan.Cost`), and return it
+        as :meth:`decide` takes it. Front ends call it when a limit is made, so that a bad
+        cost fails then, not at the first call.
 
         Example::
 
             rl.check(compile_tree(to_tree("user:5/s")), cost=2)
         """
         algorithm = self._decider.algorithm
-        if not isinstance(cost, tuple):
-            check_cost_type(cost, algorithm)
-        check_cost(compiled, cost, algorithm)
+        if isinstance(cost, tuple):
+            check_cost(compiled, cost, algorithm)
+            return cost
+        return per_leaf(compiled, cost, algorithm, "cost")
 
     async def decide(
         self,
@@ -196,7 +199,7 @@ class RateLimit:
         key: str,
         values: tuple[str | None, ...] = (),
         *,
-        cost: Cost = 1,
+        cost: Cost | Mapping[str, float] = 1,
         shadow: bool | None = None,
         record: bool = True,
         within: float | None = None,
@@ -205,7 +208,8 @@ class RateLimit:
         pipeline (denial cache, background counting, failure policy, storage, hooks) for
         front ends of your own. ``values``: the selector values, in the order of
         ``compiled.selectors`` (``None`` or ``""``: that rule does not apply). ``cost``: as
-        :meth:`check` takes it (check it first: this does not). ``shadow``: ``None`` for
+        :meth:`check` returns it (check it first: this does not; a mapping from units to
+        amounts is checked here, at each call). ``shadow``: ``None`` for
         the limiter's setting. ``record=False`` only says what would be decided.
         ``within``: seconds the whole decision may take; past them, the failure policy
         (``on_error``) answers, as for any storage failure, and hooks see that answer.
@@ -215,12 +219,28 @@ class RateLimit:
             tree = compile_tree(to_tree("user:5/s"))
             decision = await rl.decide(tree, "search", ("vova",))
         """
-        call = new_call_key(
-            CallKey, (compiled, self.namespace, key, values, cost, self._decider.algorithm)
-        )
+        algorithm = self._decider.algorithm
+        if isinstance(cost, Mapping):
+            cost = per_leaf(compiled, cost, algorithm, "cost")
+        call = new_call_key(CallKey, (compiled, self.namespace, key, values, cost, algorithm))
         if shadow is None:
             shadow = self.settings.shadow
         return await self._decider.decide(call, record, shadow, within)
+
+    async def settle(self, decision: Decision, actual: CostValue) -> bool:
+        """Settle a call :meth:`decide` admitted at its real cost ``actual`` (a number, or
+        a mapping from units to amounts): the difference from what it reserved is recorded
+        on every identifier it counted on, in one atomic step. What
+        :meth:`Limit.settle <ratelimit.limit.Limit.settle>` does, for front ends of your
+        own; see :mod:`ratelimit.settling`.
+
+        Example::
+
+            decision = await rl.decide(tree, "chat", ("key-1",), cost={"tokens": 4000})
+            ...
+            await rl.settle(decision, {"tokens": 1234})
+        """
+        return await self._decider.settle(decision, actual)
 
     async def ping(self, within: float | None = None) -> None:
         """Ask the storage one question that counts nothing, within ``within`` seconds,
@@ -285,7 +305,8 @@ class RateLimit:
         key: str | None = None,
         selector: object | None = None,
         *,
-        cost: float = 1,
+        cost: CostLike = 1,
+        settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
         wait: float | bool = False,
         shadow: bool | None = None,
         **selectors: object,
@@ -299,7 +320,13 @@ class RateLimit:
         ``limit(key=...)`` without rules reuses the rules and selectors registered for that
         key. ``selector``: an object whose items, attributes or methods give selector values.
         ``cost``: how many hits one call is worth, at most every rule's count (a whole
-        number for the sliding log; fractions allowed for the window counters).
+        number for the sliding log and GCRA; fractions allowed for the window counters);
+        or a mapping from units to amounts, for rules that count a unit
+        (``{"tokens": 1200}`` on ``"key:90000 tokens/m"``; rules without a unit count 1);
+        or a callable (sync or async) of the decorated call's arguments returning either.
+        ``settle``: a callable (sync or async) of the body's result returning what the call
+        really cost (as ``cost``); the difference from the reservation is recorded once
+        the body returns (a body that raises leaves the reservation as it is).
         ``wait``: how long a refused call may queue for admission, in seconds (``True``: as
         long as it takes); see :mod:`ratelimit.waiting`.
         ``shadow``: decide and count as usual, but let refused calls through, marked
@@ -316,6 +343,7 @@ class RateLimit:
             cost,
             wait,
             self.settings.shadow if shadow is None else shadow,
+            settle,
         )
 
     def concurrency(
@@ -364,16 +392,3 @@ class RateLimit:
         return await self._decider.update_counter(
             counter_update(self.namespace, key, window_size, 0, weight)
         )
-
-
-def _settings(
-    settings: Settings | None, namespace: str | None, keywords: dict[str, Any]
-) -> Settings:
-    """``settings`` (default: the defaults) with ``namespace`` and ``keywords`` applied."""
-    if settings is not None and not isinstance(settings, Settings):
-        raise TypeError(f"settings must be a ratelimit.Settings, not {type(settings).__name__}")
-    if namespace is not None:
-        keywords["namespace"] = namespace
-    if settings is None:
-        return Settings(**keywords)
-    return settings.replace(**keywords) if keywords else settings

@@ -24,11 +24,13 @@ OP_OR = 2  # operand: number of children
 
 
 class Identifier(NamedTuple):
-    """What one hit is counted on: (namespace, key, selector name, selector value).
+    """What one hit is counted on: (namespace, key, selector name, selector value, unit).
 
     The selector name is the rule's without an occurrence suffix: ``user#1`` (another
     occurrence of ``user`` in one tree, see :class:`~ratelimit.rules.Rule`) counts on
     ``user``'s identifiers, so that where a selector sits in a tree never changes its counter.
+    ``unit``: what the rule counts (``tokens``), ``None`` for calls; a unit's counters are
+    apart from the calls' (``apikey:60/m | apikey:90000 tokens/m`` counts twice per key).
 
     A named tuple: backends key their tables by it, and a tuple hashes and compares in C."""
 
@@ -36,6 +38,7 @@ class Identifier(NamedTuple):
     key: str
     selector: str | None
     value: str | None
+    unit: str | None = None
 
 
 class CompiledTree:
@@ -223,10 +226,13 @@ def cached_plan(
             return _plan_with_costs(compiled, namespace, key, values, cost, algorithm, record)
         cost = max(cost)
     if not algorithm.windowed and len(compiled.rules) == 1:  # the common case, quickly
-        selector = _counted(compiled.rules[0].selector)
+        rule = compiled.rules[0]
+        selector = _counted(rule.selector)
         if selector is not None and not values[0]:
             return _plan(compiled, namespace, key, (), (-1,), cost, algorithm, (), (), record)
-        identifier = Identifier(namespace, key, selector, None if selector is None else values[0])
+        identifier = Identifier(
+            namespace, key, selector, None if selector is None else values[0], rule.unit
+        )
         identifiers = (identifier,)
         return _plan(compiled, namespace, key, identifiers, (0,), cost, algorithm, (), (), record)
     value_of = dict(zip(compiled.selectors, values, strict=True))
@@ -234,13 +240,13 @@ def cached_plan(
     leaf_identifiers: list[int] = []
     for rule in compiled.rules:
         if rule.selector is None:
-            identifier = Identifier(namespace, key, None, None)
+            identifier = Identifier(namespace, key, None, None, rule.unit)
         else:
             value = value_of[rule.selector]
             if not value:
                 leaf_identifiers.append(-1)
                 continue
-            identifier = Identifier(namespace, key, _counted(rule.selector), value)
+            identifier = Identifier(namespace, key, _counted(rule.selector), value, rule.unit)
         leaf_identifiers.append(index.setdefault(identifier, len(index)))
     if not algorithm.windowed:
         return _plan(

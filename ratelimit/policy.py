@@ -25,10 +25,12 @@ import logging
 import time
 
 from ratelimit.backends import Backend
+from ratelimit.backends.base import SettleStore
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, LockTimeoutError
 from ratelimit.plan import Plan
 from ratelimit.settings import check_on_error
+from ratelimit.settling import Settlement
 
 DENY_RETRY_AFTER = 1.0
 SUMMARY_EVERY = 60.0
@@ -48,6 +50,8 @@ class FailurePolicy:
         self._degraded_since_summary = 0
         self._lock_logged_at: float | None = None
         self._lock_timeouts_since_log = 0
+        self._settle_logged_at: float | None = None
+        self._settles_lost = 0
 
     async def decide(self, backend: Backend, plan: Plan) -> Decision:
         try:
@@ -59,6 +63,31 @@ class FailurePolicy:
         if self._outage_started is not None:
             self._recovered()
         return decision
+
+    async def settle(self, backend: SettleStore, settlement: Settlement) -> bool:
+        """Record ``settlement``; ``False`` when the storage failed (or its lock stayed
+        held) and the settle was lost, which is logged as any failure is (raised under
+        ``"raise"``). The call it settles ran already: nothing is refused."""
+        try:
+            await backend.settle(settlement)
+        except (BackendError, LockTimeoutError) as exc:
+            if self.on_error == "raise":
+                raise
+            now = time.monotonic()
+            self._settles_lost += 1
+            if self._settle_logged_at is None or now - self._settle_logged_at >= SUMMARY_EVERY:
+                logger.warning(
+                    "ratelimit: %d settles lost since the last such warning (the last of key "
+                    "%r: %s); their reservations stand as counted",
+                    self._settles_lost,
+                    settlement.plan.key,
+                    exc,
+                )
+                self._settle_logged_at = now
+                self._settles_lost = 0
+            return False
+        self.answered()
+        return True
 
     def failed(self, exc: BackendError, key: str) -> Decision:
         """The decision ``on_error`` makes for a call of ``key`` when the storage failed

@@ -29,6 +29,10 @@ UNIT_MS: tuple[tuple[str, int], ...] = (
 )
 
 _SELECTOR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:#[1-9][0-9]*)?\Z")
+MAX_UNIT = 32
+_UNIT = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_UNIT - 1}}}\Z")
+NOT_UNITS = frozenset({"r", "per", "burst"})
+"""Words that cannot name a unit: ``10r/s`` counts calls, ``per`` and ``burst`` are syntax."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,10 @@ class Rule:
     Usually written as text: ``Rule.parse("username:10/5m") == Rule(10, 300_000, "username")``.
     ``burst`` (``algorithm="gcra"`` only; written ``"10/s burst 20"``) is how many calls may
     come at once; ``None`` means ``count``.
+
+    ``unit`` names what the rule counts (written ``"apikey:90000 tokens/m"``): such a rule
+    counts the amount a call's ``cost`` mapping gives for its unit (``{"tokens": 1200}``)
+    on a counter of its own; ``None`` counts calls (or the cost, when it is a number).
 
     A selector is an identifier, optionally followed by ``#n`` (``user#1``): another
     occurrence of ``user`` in one tree, with a value of its own, counted on the same
@@ -49,6 +57,7 @@ class Rule:
     span_ms: int
     selector: str | None = None
     burst: int | None = None
+    unit: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.count) is not int or not 1 <= self.count <= MAX_COUNT:
@@ -66,6 +75,16 @@ class Rule:
         ):
             raise RuleSyntaxError(
                 f"burst must be an integer from 1 to {MAX_COUNT}, not {self.burst!r}"
+            )
+
+        if self.unit is not None and (
+            not isinstance(self.unit, str)
+            or not _UNIT.match(self.unit)
+            or self.unit.lower() in NOT_UNITS
+        ):
+            raise RuleSyntaxError(
+                f"unit must be a word of letters, digits and _ (at most {MAX_UNIT} "
+                f"characters, not 'r' or 'per'), not {self.unit!r}"
             )
 
     @classmethod
@@ -87,8 +106,9 @@ class Rule:
                 span = unit if multiple == 1 else f"{multiple}{unit}"
                 break
         prefix = f"{self.selector}:" if self.selector else ""
+        unit = "" if self.unit is None else f" {self.unit}"
         suffix = "" if self.burst is None else f" burst {self.burst}"
-        return f"{prefix}{self.count}/{span}{suffix}"
+        return f"{prefix}{self.count}{unit}/{span}{suffix}"
 
 
 class _Composite:

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from ratelimit.algorithms import SLIDING_LOG, Algorithm, named
 from ratelimit.errors import ConfigurationError
@@ -308,3 +308,17 @@ def check_lock_settings(
 
 
 _DEFAULT = Settings()
+
+
+def settings_with(
+    settings: Settings | None, namespace: str | None, keywords: dict[str, Any]
+) -> Settings:
+    """``settings`` (default: the defaults) with ``namespace`` and ``keywords`` applied:
+    what ``RateLimit`` is made with."""
+    if settings is not None and not isinstance(settings, Settings):
+        raise TypeError(f"settings must be a ratelimit.Settings, not {type(settings).__name__}")
+    if namespace is not None:
+        keywords["namespace"] = namespace
+    if settings is None:
+        return Settings(**keywords)
+    return settings.replace(**keywords) if keywords else settings

@@ -65,3 +65,15 @@ def hold(slots: list[Any], index: int, count: float) -> None:
     slot = slot_of(index)
     slots[2 * slot] = count
     slots[2 * slot + 1] = index
+
+
+def settle(slots: list[Any], delta: float, at_index: int, now_index: int) -> None:
+    """Settle ``delta`` on one window size, in place: a refund takes up to ``-delta`` back
+    from window ``at_index`` (where the call was recorded) while it is held, never below 0;
+    an excess is added to window ``now_index``, past the limit."""
+    if delta < 0:
+        for slot in (0, 1):
+            if slots[2 * slot + 1] is not None and int(slots[2 * slot + 1]) == at_index:
+                slots[2 * slot] = max(float(slots[2 * slot]) + delta, 0.0)
+    elif delta > 0:
+        hold(slots, now_index, counted(slots, now_index)[0] + delta)

@@ -50,9 +50,11 @@ from ratelimit.algorithms.gcra import (
     Arrival,
     Gcra,
     gcra_burst,
+    gcra_moved,
     gcra_next,
     gcra_outcome,
     gcra_reset,
+    gcra_settled,
 )
 from ratelimit.algorithms.sliding_log import (
     MAX_LOG_COST,
@@ -60,6 +62,7 @@ from ratelimit.algorithms.sliding_log import (
     SLIDING_LOG,
     SlidingLog,
     log_outcome,
+    settle_log,
     window,
 )
 from ratelimit.algorithms.window_counters import (
@@ -118,12 +121,15 @@ __all__ = [
     "counter_rate",
     "counter_wait",
     "gcra_burst",
+    "gcra_moved",
     "gcra_next",
     "gcra_outcome",
     "gcra_reset",
+    "gcra_settled",
     "log_outcome",
     "named",
     "not_before",
+    "settle_log",
     "window",
     "window_index",
 ]

@@ -101,3 +101,23 @@ class Algorithm:
 
     def check_cost(self, cost: float) -> None:
         """A cost one call may count, whatever its rules (after :meth:`check_rule`)."""
+
+    def check_actual(self, actual: object) -> None:
+        """What a settled call really counted (``settle``): a whole number of hits, 0 or
+        more, where :attr:`whole_costs`; else any finite number from 0. No upper bound:
+        an excess is recorded past the limit."""
+        if self.whole_costs:
+            if type(actual) is not int or actual < 0:
+                raise ConfigurationError(
+                    f"a settled cost must be a whole number of hits, 0 or more, not {actual!r}"
+                )
+        elif type(actual) not in (int, float) or not 0 <= actual < math.inf:  # type: ignore[operator]
+            raise ConfigurationError(f"a settled cost must be a number from 0, not {actual!r}")
+
+    def refundable(
+        self, rule: Rule, reserved: float, counted: Counted, at_us: int, refund: float
+    ) -> float:
+        """How much of ``refund`` a settle may take back from what a call of ``reserved``
+        recorded at ``at_us`` on ``rule`` (``counted``: what storage counted before it):
+        all of it, unless the algorithm recorded less than the cost (GCRA)."""
+        return refund

@@ -51,11 +51,48 @@ def gcra_outcome(rule: Rule, leaf: int, cost: float, tat: Arrival, now_us: int) 
 def gcra_next(rule: Rule, cost: float, tat: Arrival, now_us: int) -> Arrival:
     """The arrival time to store after admitting a call of ``cost``: pushed ``cost``
     intervals on, but never more than the burst's tolerance ahead of now (an ``And`` tree
-    admitting through another branch leaves this rule's bucket empty, not in debt)."""
+    admitting through another branch leaves this rule's bucket empty, not in debt), and
+    never back (an excess a settle recorded past the tolerance stays)."""
     count, span = rule.count, rule.span_ms * US_PER_MS
     now = now_us * count
-    pushed = max(tat[0] * count + tat[1], now) + int(cost) * span
-    us, remainder = divmod(min(pushed, now + gcra_burst(rule) * span), count)
+    stored = tat[0] * count + tat[1]
+    pushed = min(max(stored, now) + int(cost) * span, now + gcra_burst(rule) * span)
+    us, remainder = divmod(max(pushed, stored), count)  # a settle's debt stays: never back
+    return us, remainder
+
+
+def gcra_moved(rule: Rule, cost: float, tat: Arrival, now_us: int) -> int:
+    """Whole hits by which admitting a call of ``cost`` at ``now_us`` moved the arrival time
+    (less than ``cost`` when the burst's tolerance capped it): what a refund may take back."""
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    now = now_us * count
+    start = max(tat[0] * count + tat[1], now)
+    pushed = min(start + int(cost) * span, now + gcra_burst(rule) * span)
+    return max(pushed - start, 0) // span
+
+
+EXCESS_BURSTS = 1000
+"""Most a settle's excess pushes a GCRA arrival time on: this many bursts (and never more
+than ten years ahead of now). Past it, later calls wait no longer."""
+
+
+def gcra_settled(rule: Rule, tat: Arrival, delta: int, now_us: int) -> Arrival:
+    """The arrival time after a settle of ``delta`` hits at ``now_us``: an excess pushes it
+    on from now, past the burst's tolerance (the work was done), by at most
+    :data:`EXCESS_BURSTS` bursts and to at most ten years ahead; a refund pulls it back,
+    never before now. ``gcra.lua``'s settle computes it a burst at a time, each step exact
+    in doubles."""
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    now = now_us * count
+    stored = tat[0] * count + tat[1]
+    if delta > 0:
+        hits = min(delta, EXCESS_BURSTS * gcra_burst(rule))
+        moved = min(max(stored, now) + hits * span, now + MAX_SPAN_MS * US_PER_MS * count)
+    elif stored <= now:
+        return tat  # nothing left to take back: the bucket is full
+    else:
+        moved = max(stored + delta * span, now)
+    us, remainder = divmod(moved, count)
     return us, remainder
 
 
@@ -112,3 +149,9 @@ class Gcra(Algorithm):
 
     def check_rule(self, rule: Rule, cost: float) -> None:
         check_gcra_rule(rule, cost)  # the burst bounds the cost, not the count
+
+    def refundable(
+        self, rule: Rule, reserved: float, counted: Counted, at_us: int, refund: float
+    ) -> float:
+        tat = (int(counted[0]), int(counted[1]))
+        return min(refund, gcra_moved(rule, reserved, tat, at_us))

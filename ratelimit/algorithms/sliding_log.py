@@ -7,7 +7,7 @@ command engine (a Redis list). Postgres does not keep logs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableSequence, Sequence
 
 from ratelimit.algorithms.base import US_PER_MS, Algorithm, Counted, Outcome
 from ratelimit.errors import ConfigurationError
@@ -45,6 +45,32 @@ def window(hits: Sequence[int], count: int, threshold_us: int) -> tuple[int, int
         else:
             lo, oldest = mid + 1, stamp
     return lo, oldest
+
+
+def settle_log(
+    hits: MutableSequence[int], delta: int, at_us: int, now_us: int, keep: int, span_us: int
+) -> None:
+    """Settle ``delta`` hits on a log (newest first), in place: a refund takes back up to
+    ``-delta`` of the hits recorded at ``at_us`` (those still held); an excess records
+    ``delta`` hits now (at most ``keep`` of them: more change no decision), past the limit.
+    The log then keeps its newest ``keep`` hits, and every hit within ``span_us`` of now:
+    an excess may leave more than ``keep`` there, and a later refund must not bring an
+    older hit back into view that was cut."""
+    if delta < 0:
+        for _ in range(-delta):
+            try:
+                hits.remove(at_us)
+            except ValueError:
+                break
+        return
+    if delta == 0:
+        return
+    stamp = max(now_us, hits[0]) if hits else now_us
+    for _ in range(min(delta, keep)):
+        hits.insert(0, stamp)
+    inside, _ = window(hits, len(hits), now_us - span_us)
+    while len(hits) > max(keep, inside):
+        hits.pop()
 
 
 def log_outcome(rule: Rule, leaf: int, cost: float, counted: Counted, now_us: int) -> Outcome:

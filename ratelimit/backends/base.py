@@ -13,6 +13,7 @@ from ratelimit.algorithms import Algorithm
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
 from ratelimit.plan import CounterUpdate, Identifier, Plan
+from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
 Clock = Callable[[], float]
@@ -36,6 +37,8 @@ class Backend(Protocol):
     - ``sync_counters`` (:class:`CounterSync`): a store ``sync_rate`` can sync local
       counters with (the Redis script engine, Postgres);
     - ``setup`` (:class:`SetUpStore`): a store to prepare before it decides (Postgres);
+    - ``settle`` (:class:`SettleStore`): it records what calls really cost after they ran
+      (``settle=``); every backend of this package does;
     - ``schemes``: the storage URL schemes that open it (``RateLimit.from_url``: see
       :mod:`ratelimit.backends.urls`; a backend of yours is passed, not opened, and needs
       none).
@@ -120,6 +123,27 @@ class CounterSync(Protocol):
     async def aclose(self) -> None:
         """Release what the store opened."""
         ...
+
+
+@runtime_checkable
+class SettleStore(Protocol):
+    """A store that settles calls after they ran (``limit(..., settle=...)``,
+    ``Limit.settle``): see :mod:`ratelimit.settling`."""
+
+    async def settle(self, settlement: Settlement) -> None:
+        """Record ``settlement`` on every identifier of its plan, in one atomic step: each
+        leaf's refund taken back from what the reservation recorded, each excess recorded
+        now, past the limit."""
+        ...
+
+
+def check_settles(backend: object) -> None:
+    """``backend`` settles calls (:class:`SettleStore`), or ``ConfigurationError``."""
+    if not isinstance(backend, SettleStore):
+        raise ConfigurationError(
+            f"this storage ({type(backend).__name__}) cannot settle calls: it has no "
+            "settle(settlement) method"
+        )
 
 
 def clock_us(clock: Clock) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -23,81 +22,28 @@ from ratelimit.algorithms import (
     US_PER_MS,
     Arrival,
     gcra_next,
+    gcra_settled,
     log_outcome,
     not_before,
+    settle_log,
     window,
     window_index,
 )
 from ratelimit.backends.base import Clock, clock_us
-from ratelimit.backends.layout import counter_update_rate, gcra_field, limits_per_identifier
+from ratelimit.backends.layout import (
+    arrival_slots,
+    counter_update_rate,
+    gcra_field,
+    limits_per_identifier,
+)
+from ratelimit.backends.memory_entries import Arrivals, Log, Windows
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import decided, evaluate
 from ratelimit.plan import CounterUpdate, Identifier, Plan
 from ratelimit.settings import check_clock
+from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
-
-
-class _Log:
-    """One identifier's hit timestamps (microseconds, newest first) and its expiry."""
-
-    __slots__ = ("expires_us", "hits", "kept")
-
-    def __init__(self) -> None:
-        self.hits: deque[int] = deque()
-        self.expires_us = 0
-        self.kept = 0  # the largest count any limit on this log asked to keep
-
-    def record(self, now: int, cost: int, keep: int, span_us: int) -> None:
-        """Add ``cost`` hits at ``now`` (never older than the newest), keep the newest
-        ``keep`` or the largest count kept before, whichever is more (another limit on this
-        log may read that far), and live at least ``span_us`` more."""
-        hits = self.hits
-        keep = self.kept = max(keep, self.kept)
-        stamp = max(now, hits[0]) if hits else now
-        hits.extendleft([stamp] * min(cost, keep))
-        while len(hits) > keep:
-            hits.pop()
-        self.expires_us = max(self.expires_us, now + span_us)
-
-
-class _Windows:
-    """One identifier's window counters: per window size (us) its slots (``windows.py``),
-    and its expiry."""
-
-    __slots__ = ("expires_us", "slots")
-
-    def __init__(self) -> None:
-        self.slots: dict[int, list[Any]] = {}
-        self.expires_us = 0
-
-    def counted(self, size_us: int, index: int) -> tuple[float, float]:
-        """(count of window ``index``, count of window ``index - 1``), 0.0 when not held."""
-        slots = self.slots.get(size_us)
-        return (0.0, 0.0) if slots is None else windows.counted(slots, index)
-
-    def newest(self, size_us: int) -> int:
-        """The newest window of ``size_us`` held, or -1."""
-        slots = self.slots.get(size_us)
-        return -1 if slots is None else windows.newest(slots)
-
-    def hold(self, size_us: int, index: int, count: float) -> None:
-        """Hold ``count`` as window ``index`` of ``size_us``."""
-        slots = self.slots.get(size_us)
-        if slots is None:
-            slots = self.slots[size_us] = windows.empty()
-        windows.hold(slots, index, count)
-
-
-class _Arrivals:
-    """One identifier's GCRA arrival times (microseconds), per rule (:func:`gcra_field`),
-    and its expiry: the latest of them."""
-
-    __slots__ = ("expires_us", "tats")
-
-    def __init__(self) -> None:
-        self.tats: dict[str, Arrival] = {}
-        self.expires_us = 0
 
 
 class MemoryBackend:
@@ -115,9 +61,9 @@ class MemoryBackend:
         check_clock(clock)  # as Settings checks it
         self.clock = clock  # the injected clock, if any
         self._clock: Clock = clock or time.monotonic
-        self._logs: dict[Identifier, _Log] = {}
-        self._windows: dict[Identifier, _Windows] = {}
-        self._arrivals: dict[Identifier, _Arrivals] = {}
+        self._logs: dict[Identifier, Log] = {}
+        self._windows: dict[Identifier, Windows] = {}
+        self._arrivals: dict[Identifier, Arrivals] = {}
         self._stores: tuple[dict[Identifier, Any], ...] = (
             self._logs,
             self._windows,
@@ -193,10 +139,15 @@ class MemoryBackend:
                 counts.append(window(logs[i].hits, plan.depth(leaf), threshold))
         decision = evaluate(plan, now, counts)
         if decision.allowed and plan.record:
+            over = [False] * len(logs)  # a rule of the log over its count: see Log.record
+            for leaf, (i, (hits, _)) in enumerate(zip(plan.leaf_identifiers, counts, strict=True)):
+                if i >= 0 and hits >= plan.depth(leaf):
+                    over[i] = True
             for k, (identifier, log, (keep, span_ms)) in enumerate(
                 zip(plan.identifiers, logs, limits_per_identifier(plan), strict=True)
             ):
-                log.record(now, int(plan.identifier_cost(k)), keep, span_ms * US_PER_MS)
+                cost = int(plan.identifier_cost(k))
+                log.record(now, cost, keep, span_ms * US_PER_MS, over[k])
                 self._logs[identifier] = log
         return decision
 
@@ -207,7 +158,7 @@ class MemoryBackend:
         rule = plan.compiled.rules[0]
         log = self._logs.get(identifier)
         if log is None or log.expires_us <= now:
-            log = self._logs[identifier] = _Log()  # an unrecorded one is swept when expired
+            log = self._logs[identifier] = Log()  # an unrecorded one is swept when expired
         span_us = rule.span_ms * US_PER_MS
         counted = window(log.hits, rule.count - int(plan.cost) + 1, now - span_us)
         decision = decided(plan, log_outcome(rule, 0, plan.cost, counted, now), now, (counted,))
@@ -219,7 +170,7 @@ class MemoryBackend:
         entries = []
         for identifier in plan.identifiers:
             entry = self._windows.get(identifier)
-            entries.append(entry if entry is not None and entry.expires_us > now else _Windows())
+            entries.append(entry if entry is not None and entry.expires_us > now else Windows())
         for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
             if i >= 0:  # a window newer than now: the clock stepped back
                 size = rule.span_ms * US_PER_MS
@@ -248,7 +199,7 @@ class MemoryBackend:
         entries = []
         for identifier in plan.identifiers:
             entry = self._arrivals.get(identifier)
-            entries.append(entry if entry is not None and entry.expires_us > now else _Arrivals())
+            entries.append(entry if entry is not None and entry.expires_us > now else Arrivals())
         rules = plan.compiled.rules
         counts: list[Arrival] = []
         for rule, i in zip(rules, plan.leaf_identifiers, strict=True):
@@ -320,6 +271,71 @@ class MemoryBackend:
                 for store in self._stores:
                     store.pop(identifier, None)
 
+    async def settle(self, settlement: Settlement) -> None:
+        self._check_open()
+        if settlement.empty:
+            return
+        with self._lock:
+            now = clock_us(self._clock)
+            self._SETTLE[settlement.plan.algorithm.name](self, settlement, now)
+
+    def _settle_logs(self, settlement: Settlement, now: int) -> None:
+        plan, deltas = settlement.plan, settlement.deltas
+        for k, (identifier, (keep, span_ms)) in enumerate(
+            zip(plan.identifiers, limits_per_identifier(plan), strict=True)
+        ):
+            delta = int(deltas[plan.leaf_identifiers.index(k)])
+            log = self._live(identifier, now)
+            keep = log.kept = max(keep, log.kept)
+            settle_log(log.hits, delta, settlement.at_us, now, keep, span_ms * US_PER_MS)
+            if delta > 0:
+                log.expires_us = max(log.expires_us, now + span_ms * US_PER_MS)
+                self._logs[identifier] = log
+
+    def _settle_windows(self, settlement: Settlement, now: int) -> None:
+        plan = settlement.plan
+        entries = []
+        for identifier in plan.identifiers:
+            entry = self._windows.get(identifier)
+            entries.append(entry if entry is not None and entry.expires_us > now else Windows())
+        settled = {}  # per (identifier, size): its delta
+        for rule, k, delta in zip(
+            plan.compiled.rules, plan.leaf_identifiers, settlement.deltas, strict=True
+        ):
+            if k >= 0 and delta:
+                size = rule.span_ms * US_PER_MS
+                settled[k, size] = delta
+                now = not_before(now, entries[k].newest(size), size)  # as a decision would
+        for (k, size), delta in settled.items():
+            entry = entries[k]
+            slots = entry.slots.setdefault(size, windows.empty())
+            windows.settle(slots, delta, settlement.at_us // size, now // size)
+            if delta > 0:
+                entry.expires_us = max(entry.expires_us, now + 2 * size)
+                self._windows[plan.identifiers[k]] = entry
+
+    def _settle_arrivals(self, settlement: Settlement, now: int) -> None:
+        plan = settlement.plan
+        times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
+        for position, (k, rule) in enumerate(times):
+            delta = int(settlement.deltas[slots.index(position)])
+            identifier = plan.identifiers[k]
+            entry = self._arrivals.get(identifier)
+            if entry is None or entry.expires_us <= now:
+                entry = Arrivals()
+            field = gcra_field(rule)
+            settled = gcra_settled(rule, entry.tats.get(field, (0, 0)), delta, now)
+            entry.tats[field] = settled
+            entry.expires_us = max(entry.expires_us, settled[0] + 1)
+            self._arrivals[identifier] = entry
+
+    _SETTLE: ClassVar[dict[str, Callable[[MemoryBackend, Settlement, int], None]]] = {
+        SLIDING_LOG: _settle_logs,
+        SLIDING_WINDOW: _settle_windows,
+        FIXED_WINDOW: _settle_windows,
+        GCRA: _settle_arrivals,
+    }
+
     _DECIDE: ClassVar[dict[str, Callable[[MemoryBackend, Plan, int], Decision]]] = {
         SLIDING_LOG: _decide_log,
         SLIDING_WINDOW: _decide_windows,
@@ -340,7 +356,7 @@ class MemoryBackend:
             now = clock_us(self._clock)
             entry = self._windows.get(update.identifier)
             if entry is None or entry.expires_us <= now:
-                entry = _Windows()
+                entry = Windows()
             now = not_before(now, entry.newest(update.size_us), update.size_us)
             index = window_index(now, update.size_us)
             current, previous = entry.counted(update.size_us, index)
@@ -351,10 +367,10 @@ class MemoryBackend:
                 self._windows[update.identifier] = entry
             return rate
 
-    def _live(self, identifier: Identifier, now: int) -> _Log:
+    def _live(self, identifier: Identifier, now: int) -> Log:
         log = self._logs.get(identifier)
         if log is None or log.expires_us <= now:
-            return _Log()
+            return Log()
         return log
 
     def _sweep(self, now: int) -> None:

@@ -3,6 +3,7 @@ keys, the Postgres table's ``key`` column)::
 
     rl:{<namespace>:<key>}                      a rule without a selector
     rl:{<namespace>:<key>}:<selector>=<value>   a rule with a selector
+    ...!<unit>                                  a rule that counts a unit (``tokens``)
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
 ``:``, ``{``, ``}``, ``=``, ``#``, spaces, NUL or lone surrogates in a value cannot make two
@@ -42,7 +43,8 @@ def tag(namespace: str, key: str) -> str:
 
 def identifier_key(identifier: Identifier) -> str:
     """The Redis key of one identifier."""
-    prefix = tag(identifier.namespace, identifier.key)
-    if identifier.selector is None or identifier.value is None:
-        return prefix
-    return f"{prefix}:{encode_part(identifier.selector)}={encode_part(identifier.value)}"
+    name = tag(identifier.namespace, identifier.key)
+    if identifier.selector is not None and identifier.value is not None:
+        name = f"{name}:{encode_part(identifier.selector)}={encode_part(identifier.value)}"
+    # "!" is encoded in every part, and a unit is a word: no value can end like this
+    return name if identifier.unit is None else f"{name}!{identifier.unit}"

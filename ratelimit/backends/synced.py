@@ -46,6 +46,7 @@ from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Identifier, Plan
 from ratelimit.settings import check_clock, check_sync_seconds
+from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
 logger = logging.getLogger("ratelimit")
@@ -218,6 +219,35 @@ class SyncedBackend:
         if decision.allowed and plan.record:
             local.add(index, plan.cost)
         return decision
+
+    async def settle(self, settlement: Settlement) -> None:
+        """Settle on the local counters (synced as any hit): a refund from the window the
+        call was counted in, never below what is counted there; an excess now."""
+        if self._closed:
+            raise LimiterClosedError("this synced backend")
+        plan = settlement.plan
+        with self._lock:
+            now = self._now()
+            todo: dict[str, tuple[int, int, float]] = {}
+            leaves = zip(plan.leaf_windows, plan.leaf_identifiers, settlement.deltas, strict=True)
+            for w, k, delta in leaves:
+                if k >= 0 and delta:
+                    todo.setdefault(window_names(plan)[k][w], (k, plan.windows[k][w], delta))
+            for name, (_, size, _) in todo.items():  # the clock stepped back
+                local = self._locals.get(name)
+                if local is not None:
+                    now = not_before(now, local.newest(), size)
+            for name, (k, size, delta) in todo.items():
+                local = self._locals.get(name)
+                if delta < 0:
+                    at = settlement.at_us // size
+                    if local is not None:
+                        local.add(at, -min(-delta, local.count(at)))
+                    continue
+                if local is None:
+                    local = self._locals[name] = _Local(plan.identifiers[k], size)
+                local.used_us = now
+                local.add(now // size, delta)
 
     @property
     def syncing(self) -> bool:

@@ -27,7 +27,7 @@ from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres.pool import SetUpPool
-from ratelimit.backends.postgres.schema import DECIDE
+from ratelimit.backends.postgres.schema import DECIDE, SETTLE
 from ratelimit.backends.postgres.url import SCHEMES
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
@@ -35,6 +35,7 @@ from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Plan
 from ratelimit.settings import check_clock, check_seconds, check_timeout
+from ratelimit.settling import Settlement
 
 if TYPE_CHECKING:
     import asyncpg
@@ -246,6 +247,29 @@ class PostgresBackend:
         if self._decisions % CLEANUP_EVERY == 0:
             self._cleanup()
         return decision
+
+    async def settle(self, settlement: Settlement) -> None:
+        plan = settlement.plan
+        todo: dict[tuple[str, int], float] = {}
+        for rule, k, delta in zip(
+            plan.compiled.rules, plan.leaf_identifiers, settlement.deltas, strict=True
+        ):
+            if k >= 0 and delta:
+                key = identifier_key(plan.identifiers[k])
+                todo.setdefault((key, rule.span_ms * US_PER_MS), float(delta))
+        if not todo:
+            return
+        args = (
+            [key for key, _ in todo],
+            [size for _, size in todo],
+            list(todo.values()),
+            settlement.at_us,
+            self._now(),
+        )
+        await self._guarded(
+            lambda db: db.fetchval(SETTLE, *args),
+            f"settle key {plan.key!r}",
+        )
 
     def _cleanup(self) -> None:
         """Delete expired rows, a batch at a time, off the request path."""

@@ -266,3 +266,42 @@ BEGIN
     RETURN result;
 END;
 $$;
+
+-- Settle a call after it ran, atomically (ratelimit/settling.py): entry i adds p_deltas[i]
+-- on window size p_sizes[i] of p_keys[i]. A refund (below 0) takes back from the window the
+-- reservation was counted in (p_at, us) while it is held, never below 0; an excess (above
+-- 0) is added to the current window (at the newest window's start when the clock stepped
+-- back, as ratelimit_decide decides), past the limit. Returns now.
+CREATE OR REPLACE FUNCTION ratelimit_settle(
+    p_keys text[], p_sizes bigint[], p_deltas double precision[], p_at bigint, p_now bigint
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_us bigint := ratelimit_now(p_now);
+    entries int := coalesce(array_length(p_keys, 1), 0);
+    newest bigint;
+    cur double precision;
+BEGIN
+    PERFORM ratelimit_lock(p_keys);
+    FOR i IN 1..entries LOOP
+        SELECT max(c.idx) INTO newest FROM ratelimit_counters c
+        WHERE c.key = p_keys[i] AND c.size_us = p_sizes[i];
+        IF newest IS NOT NULL AND newest * p_sizes[i] > now_us THEN
+            now_us := newest * p_sizes[i];
+        END IF;
+    END LOOP;
+    FOR i IN 1..entries LOOP
+        IF p_deltas[i] < 0 THEN
+            UPDATE ratelimit_counters c SET count = greatest(c.count + p_deltas[i], 0)
+            WHERE c.key = p_keys[i] AND c.size_us = p_sizes[i] AND c.idx = p_at / p_sizes[i];
+        ELSIF p_deltas[i] > 0 THEN
+            SELECT c.count INTO cur FROM ratelimit_counters c
+            WHERE c.key = p_keys[i] AND c.size_us = p_sizes[i]
+              AND c.idx = now_us / p_sizes[i];
+            PERFORM ratelimit_hold(p_keys[i], p_sizes[i], now_us / p_sizes[i],
+                                   coalesce(cur, 0) + p_deltas[i], now_us + 2 * p_sizes[i]);
+        END IF;
+    END LOOP;
+    RETURN now_us;
+END;
+$$;

@@ -94,6 +94,11 @@ async def decide_logs(engine: Engine, plan: Plan, may_write: bool = True) -> Dec
     if decision.allowed and plan.record:
         if not may_write:
             raise _cannot_record(plan)
+        over = {
+            i
+            for leaf, (i, (hits, _)) in enumerate(zip(plan.leaf_identifiers, counts, strict=True))
+            if i >= 0 and hits >= plan.depth(leaf)
+        }
         write = engine.client.pipeline(transaction=True)
         for k, (key, kept, head, ttl, count, (keep, span_ms)) in enumerate(
             zip(keys, kept_keys, heads, ttls, held, limits, strict=True)
@@ -101,8 +106,12 @@ async def decide_logs(engine: Engine, plan: Plan, may_write: bool = True) -> Dec
             stamp = max(now, head[0]) if head else now
             for left in range(min(int(plan.identifier_cost(k)), keep), 0, -1000):
                 write.lpush(key, *[stamp] * min(left, 1000))
-            # never below what another limit on this log asked to keep
-            write.ltrim(key, 0, max(keep, count) - 1)
+            # never below what another limit on this log asked to keep; not at all where a
+            # rule on it was over its count (an And admitted the call through another rule),
+            # so that a settle's refund never brings a cut hit's place into view (the script
+            # keeps every hit within the span; older ones go at the next trim)
+            if k not in over:
+                write.ltrim(key, 0, max(keep, count) - 1)
             extended = ttl < span_ms  # then two spans, as the script does
             if extended:
                 ttl = 2 * span_ms
@@ -169,7 +178,7 @@ async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) ->
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
     replies = await engine._read(lambda read: read.mget(keys))
     now = await engine._now(replies, keys[0])
-    stored = [_arrival(value) for value in replies[0]]
+    stored = [arrival(value) for value in replies[0]]
     counts: list[Arrival] = [(0, 0) if k < 0 else stored[k] for k in slots]
     decision = evaluate(plan, now, counts)
     if decision.allowed and plan.record:
@@ -182,7 +191,7 @@ async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) ->
             if engine.clock is not None:  # Redis expires on real time, not on this clock
                 tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
                 keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
-            write.set(key, _arrival_text(pushed), px=math.ceil(keep / 1000))
+            write.set(key, arrival_text(pushed), px=math.ceil(keep / 1000))
         await write.execute()
     return decision
 
@@ -203,7 +212,7 @@ async def _window(
     return window([*head, *rest], count, threshold)
 
 
-def _arrival(stored: bytes | str | None) -> Arrival:
+def arrival(stored: bytes | str | None) -> Arrival:
     """A stored arrival time, ``us`` or ``us:rem`` (``gcra.lua`` writes the same)."""
     if stored is None:
         return (0, 0)
@@ -212,7 +221,7 @@ def _arrival(stored: bytes | str | None) -> Arrival:
     return int(us), int(remainder or 0)
 
 
-def _arrival_text(arrival: Arrival) -> str:
+def arrival_text(arrival: Arrival) -> str:
     return f"{arrival[0]}:{arrival[1]}" if arrival[1] else str(arrival[0])
 
 

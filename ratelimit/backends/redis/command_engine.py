@@ -32,7 +32,7 @@ from ratelimit import windows
 from ratelimit.algorithms import not_before, window_index
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import counter_update_rate
-from ratelimit.backends.redis import command_decisions, command_slots
+from ratelimit.backends.redis import command_decisions, command_settles, command_slots
 from ratelimit.backends.redis.client import (
     SCHEMES,
     RedisClient,
@@ -56,6 +56,7 @@ from ratelimit.evaluation import evaluate
 from ratelimit.loops import LoopBinding
 from ratelimit.plan import CounterUpdate, Plan
 from ratelimit.settings import check_clock, check_flag, check_lock_settings, check_timeout
+from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
 T = TypeVar("T")
@@ -140,6 +141,19 @@ class RedisCommandBackend:
             lambda: self._decide(plan),
             f"decide key {plan.key!r}",
             refuse_only=lambda: self._decide(plan, may_write=False),
+        )
+
+    async def settle(self, settlement: Settlement) -> None:
+        plan = settlement.plan
+        if not plan.identifiers or settlement.empty:
+            if self._closed:
+                raise LimiterClosedError("this Redis backend")
+            return
+        await self._guarded(
+            plan.namespace,
+            plan.key,
+            lambda: command_settles.BY_ALGORITHM[plan.algorithm.name](self, settlement),
+            f"settle key {plan.key!r}",
         )
 
     async def _guarded(

@@ -40,7 +40,13 @@ from ratelimit.backends.redis.pipeline import (
     Pipeline,
 )
 from ratelimit.backends.redis.resp import Command, Script, pack_args
-from ratelimit.backends.redis.scripts import BY_ALGORITHM, command_of, lua, plan_command
+from ratelimit.backends.redis.scripts import (
+    BY_ALGORITHM,
+    command_of,
+    lua,
+    plan_command,
+    settle_command,
+)
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 from ratelimit.evaluation import evaluate
@@ -49,6 +55,7 @@ from ratelimit.plan import (
     Plan,
 )
 from ratelimit.settings import check_clock, check_flag, check_timeout
+from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
 SLOTS_SCRIPT = Script(lua("_now.lua", "slots.lua"))
@@ -158,6 +165,14 @@ class RedisScriptBackend:
             Command(SLOTS_SCRIPT, keys, args, pack_args(args)), claim.key
         )
         return bool(int(reply[0])), tuple(int(n) for n in reply[2:])
+
+    async def settle(self, settlement: Settlement) -> None:
+        if self._closed:
+            self._open()
+        if settlement.empty:
+            return
+        command = settle_command(settlement, self.clock)  # batched with decisions
+        await self._pipeline.call(command, settlement.plan.key)
 
     async def reset(self, plan: Plan) -> None:
         self._open()

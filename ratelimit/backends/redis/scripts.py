@@ -26,6 +26,7 @@ from ratelimit.backends.layout import arrival_slots
 from ratelimit.backends.redis.keys import arrival_keys, counter_key, identifier_key, kept_key
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.plan import CompiledTree, Plan
+from ratelimit.settling import Settlement
 
 _LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
 PLANS = 8192
@@ -37,9 +38,12 @@ def lua(*parts: str) -> str:
     return "\n".join(_LUA.joinpath(part).read_text() for part in parts)
 
 
-SLIDING_LOG_LUA = lua("_now.lua", "_tree.lua", "sliding_log.lua")
+SLIDING_LOG_LUA = lua("_now.lua", "_tree.lua", "_log.lua", "sliding_log.lua")
 WINDOW_COUNTERS_LUA = lua("_now.lua", "_tree.lua", "_windows.lua", "window_counters.lua")
 GCRA_LUA = lua("_now.lua", "_tree.lua", "gcra.lua")
+SETTLE_LOG_LUA = lua("_now.lua", "_tree.lua", "_log.lua", "settle_log.lua")
+SETTLE_WINDOWS_LUA = lua("_now.lua", "_tree.lua", "_windows.lua", "settle_windows.lua")
+SETTLE_GCRA_LUA = lua("_now.lua", "_tree.lua", "settle_gcra.lua")
 
 Slots = Callable[[CompiledTree, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None]]
 """Per leaf the position of its key in KEYS (``-1``: none), and per key the identifier it
@@ -57,6 +61,8 @@ class Scripted(NamedTuple):
     """What the script reads after the common ARGV (tree, slots, costs, record)."""
     whole: bool
     """Whether the script's counts are whole numbers (else floats)."""
+    settle: Script
+    """The script that settles a call on the same keys (``settle_*.lua``)."""
 
 
 def _per_identifier(
@@ -84,15 +90,36 @@ def _bursts(compiled: CompiledTree) -> tuple[bytes, ...]:
     return (" ".join(str(gcra_burst(rule)) for rule in compiled.rules).encode(),)
 
 
+_SETTLE_WINDOWS = Script(SETTLE_WINDOWS_LUA)
+
 BY_ALGORITHM: dict[str, Scripted] = {
-    SLIDING_LOG: Scripted(Script(SLIDING_LOG_LUA), _log_keys, _per_identifier, lambda _: (), True),
+    SLIDING_LOG: Scripted(
+        Script(SLIDING_LOG_LUA),
+        _log_keys,
+        _per_identifier,
+        lambda _: (),
+        True,
+        Script(SETTLE_LOG_LUA),
+    ),
     SLIDING_WINDOW: Scripted(
-        Script(WINDOW_COUNTERS_LUA), _counter_keys, _per_identifier, lambda _: (b"1",), False
+        Script(WINDOW_COUNTERS_LUA),
+        _counter_keys,
+        _per_identifier,
+        lambda _: (b"1",),
+        False,
+        _SETTLE_WINDOWS,
     ),
     FIXED_WINDOW: Scripted(
-        Script(WINDOW_COUNTERS_LUA), _counter_keys, _per_identifier, lambda _: (b"0",), False
+        Script(WINDOW_COUNTERS_LUA),
+        _counter_keys,
+        _per_identifier,
+        lambda _: (b"0",),
+        False,
+        _SETTLE_WINDOWS,
     ),
-    GCRA: Scripted(Script(GCRA_LUA), arrival_keys, _per_arrival, _bursts, True),
+    GCRA: Scripted(
+        Script(GCRA_LUA), arrival_keys, _per_arrival, _bursts, True, Script(SETTLE_GCRA_LUA)
+    ),
 }
 """The algorithms the script engine decides, by name."""
 
@@ -147,6 +174,26 @@ def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
         plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, name, plan.costs
     )
     return Command(scripted.script, scripted.keys(plan), (now, *args), pack_args((now,)) + packed)
+
+
+def settle_command(settlement: Settlement, clock: Clock | None = None) -> Command:
+    """The ``EVALSHA`` of one settle: the settle script of the plan's algorithm, the keys
+    its decision used, the tree, per leaf its key and its delta, and the reservation's
+    time (see ``settle_*.lua``)."""
+    plan = settlement.plan
+    scripted = BY_ALGORITHM[plan.algorithm.name]
+    slots, _ = scripted.slots(plan.compiled, plan.leaf_identifiers)
+    # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
+    deltas = (str(int(d)) if scripted.whole else repr(float(d)) for d in settlement.deltas)
+    args = (
+        b"" if clock is None else str(clock_us(clock)).encode(),
+        tree_wire(plan.compiled),
+        " ".join(str(i + 1) for i in slots).encode(),
+        " ".join(deltas).encode(),
+        str(settlement.at_us).encode(),
+        *scripted.extra(plan.compiled),
+    )
+    return Command(scripted.settle, scripted.keys(plan), args, pack_args(args))
 
 
 command_of = functools.lru_cache(maxsize=PLANS)(plan_command)

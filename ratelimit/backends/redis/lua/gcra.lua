@@ -17,7 +17,8 @@
 -- Returns   {allowed (1/0), now, us_1, rem_1, ..., us_L, rem_L}: per leaf the arrival time
 --           read (0 0 when none). A leaf is limited when max(arrival, now) + cost * span /
 --           count runs more than burst * span / count ahead of now. When allowed, every key
---           gets that pushed arrival time (at most the burst's tolerance ahead of now) and
+--           gets that pushed arrival time (at most the burst's tolerance ahead of now, unless
+--           a settle's excess already put it further: it never moves back) and
 --           expires when it has passed, when the bucket is full again. With an injected
 --           clock (tests) Redis's expiry runs on another clock than the decisions, so a key
 --           is kept for an hour or its rule's tolerance instead, whichever is longer.
@@ -55,8 +56,10 @@ for i = 0, leaves - 1 do
     local new_us, new_rem = start_us + cost * q + math.floor(pushed / count), pushed % count
     local ahead = new_us - now
     limited[i] = ahead > tol_us or (ahead == tol_us and new_rem > tol_rem)
-    if limited[i] then
-      new_us, new_rem = now + tol_us, tol_rem  -- an admitted call leaves it empty, not in debt
+    if limited[i] then  -- an admitted call leaves it empty, not in debt
+      new_us, new_rem = now + tol_us, tol_rem
+      -- nor forgives a debt a settle's excess left past the tolerance
+      if us > new_us or (us == new_us and rem > new_rem) then new_us, new_rem = us, rem end
     end
     local keep = new_us - now + 1
     if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end

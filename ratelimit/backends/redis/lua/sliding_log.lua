@@ -20,34 +20,17 @@
 --           newest timestamp, which says when the call would pass). When allowed, every
 --           list got `cost` hits, was trimmed to the largest count any limit on it asked to
 --           keep (its leaves here, or the count its companion holds: two limits, or two
---           deployments, on one list never cut each other's history), and expires after
+--           deployments, on one list never cut each other's history; where a leaf on it was
+--           limited, to every hit within its largest span if more), and expires after
 --           one to two of the largest span on it (never sooner than it already would), as
 --           does its companion.
 --
--- Runs after _now.lua and _tree.lua, which script_engine.py joins in front of it.
+-- Runs after _now.lua, _tree.lua and _log.lua, which script_engine.py joins in front of it.
 
 local leaves = tree[1]
 local limited = {}
 local result = {0, now}
-local keep, ttl, lengths = {}, {}, {}
-
--- Hits younger than the span among the newest `count` entries of list KEYS[k], and the
--- oldest of them, 0 when none (binary search with LINDEX; the oldest is one it read).
-local function window(k, count, threshold)
-  local key = KEYS[k]
-  lengths[k] = lengths[k] or redis.call('LLEN', key)
-  local n = math.min(lengths[k], count)
-  if n == 0 then return 0, 0 end
-  local last = tonumber(redis.call('LINDEX', key, n - 1))
-  if last > threshold then return n, last end
-  local lo, hi, oldest = 0, n - 1, 0
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    local stamp = tonumber(redis.call('LINDEX', key, mid))
-    if stamp <= threshold then hi = mid else lo, oldest = mid + 1, stamp end
-  end
-  return lo, oldest
-end
+local keep, ttl, over = {}, {}, {}
 
 for i = 0, leaves - 1 do
   local k = slots[i + 1]
@@ -60,6 +43,7 @@ for i = 0, leaves - 1 do
     keep[k] = math.max(keep[k] or 0, count)
     ttl[k] = math.max(ttl[k] or 0, span)
     limited[i] = hits >= depth
+    over[k] = over[k] or limited[i]
   else
     limited[i] = false
   end
@@ -71,40 +55,7 @@ if tree_limited(limited) then return result end
 
 result[1] = 1
 if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
-local lists = #KEYS / 2
-for k, count in pairs(keep) do
-  local key, kept = KEYS[k], KEYS[lists + k]
-  local new = lengths[k] == 0  -- a new list: its companion (same TTL) is gone with it
-  local held, newest = 0, 0
-  if not new then
-    held = tonumber(redis.call('GET', kept) or 0)
-    newest = tonumber(redis.call('LINDEX', key, 0))
-  end
-  -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
-  local stamp = string.format('%.0f', math.max(now, newest))
-  local length = 0
-  local left = math.min(cost_of(k), count)
-  while left > 0 do  -- in chunks, under Lua's limit on unpack()
-    local chunk = {}
-    for n = 1, math.min(left, 1000) do chunk[n] = stamp end
-    length = redis.call('LPUSH', key, unpack(chunk))
-    left = left - #chunk
-  end
-  if length > math.max(count, held) then redis.call('LTRIM', key, 0, math.max(count, held) - 1) end
-  -- Kept for at least the largest span: once its time to live falls below that, it gets
-  -- two spans, so that most calls only read it (one PTTL instead of a PEXPIRE per call).
-  local ms = math.ceil(ttl[k] / 1000)
-  local pttl = -1  -- a new list has no TTL yet
-  if not new then pttl = redis.call('PTTL', key) end
-  local extended = pttl < ms
-  if extended then
-    pttl = 2 * ms
-    redis.call('PEXPIRE', key, pttl)
-  end
-  if count > held then
-    redis.call('SET', kept, count, 'PX', pttl)
-  elseif extended then
-    redis.call('PEXPIRE', kept, pttl)
-  end
-end
+-- A rule over its count on a list (an And admitted through another rule): every hit within
+-- its span is kept, so that a settle's refund never brings a cut hit's place into view.
+for k, count in pairs(keep) do record(k, cost_of(k), count, ttl[k], over[k]) end
 return result

@@ -1,0 +1,156 @@
+"""Settles on the command engine (``use_scripts=False``): each reads what its
+``settle_*.lua`` reads, settles with the same Python the memory backend runs
+(:func:`~ratelimit.algorithms.settle_log`, :func:`ratelimit.windows.settle`,
+:func:`~ratelimit.algorithms.gcra_settled`), and writes what the script writes, in a
+transaction, under the engine's lock (see :mod:`ratelimit.settling`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ratelimit import windows
+from ratelimit.algorithms import (
+    FIXED_WINDOW,
+    GCRA,
+    SLIDING_LOG,
+    SLIDING_WINDOW,
+    US_PER_MS,
+    gcra_burst,
+    gcra_settled,
+    not_before,
+    settle_log,
+)
+from ratelimit.backends.layout import arrival_slots, limits_per_identifier
+from ratelimit.backends.redis.command_decisions import (
+    INJECTED_CLOCK_KEEP_US,
+    Engine,
+    arrival,
+    arrival_text,
+)
+from ratelimit.backends.redis.keys import (
+    arrival_keys,
+    counter_key,
+    identifier_key,
+    kept_key,
+    slot_fields,
+    window_fields,
+)
+from ratelimit.settling import Settlement
+
+
+async def settle_logs(engine: Engine, settlement: Settlement) -> None:
+    """Sliding log: the whole list read, settled, and written back in one ``MULTI``."""
+    plan = settlement.plan
+    keys = [identifier_key(identifier) for identifier in plan.identifiers]
+    kept_keys = [kept_key(identifier) for identifier in plan.identifiers]
+
+    def fill(read: Any) -> None:
+        for key, kept in zip(keys, kept_keys, strict=True):
+            read.lrange(key, 0, -1)
+            read.pttl(key)
+            read.get(kept)
+
+    replies = await engine._read(fill)
+    now = await engine._now(replies, keys[0])
+    write = engine.client.pipeline(transaction=True)
+    for k, (key, kept, (keep, span_ms)) in enumerate(
+        zip(keys, kept_keys, limits_per_identifier(plan), strict=True)
+    ):
+        delta = int(settlement.deltas[plan.leaf_identifiers.index(k)])
+        hits = [int(t) for t in replies[3 * k]]
+        ttl, held = int(replies[3 * k + 1]), int(replies[3 * k + 2] or 0)
+        if delta == 0 or (delta < 0 and not hits):
+            continue
+        settle_log(hits, delta, settlement.at_us, now, max(keep, held), span_ms * US_PER_MS)
+        write.delete(key)
+        if hits:
+            write.rpush(key, *hits)
+        if delta < 0:  # as LREM leaves it: the list's time to live, the companion as it was
+            if hits and ttl > 0:
+                write.pexpire(key, ttl)
+            continue
+        if ttl < span_ms:  # then two spans, as the script does
+            ttl = 2 * span_ms
+        write.pexpire(key, ttl)
+        if keep > held:
+            write.set(kept, keep, px=ttl)
+        else:
+            write.pexpire(kept, ttl)
+    await write.execute()
+
+
+async def settle_windows(engine: Engine, settlement: Settlement) -> None:
+    """Window counters: each (key, size) read, settled and written as the script does."""
+    plan = settlement.plan
+    todo: dict[tuple[int, int], float] = {}
+    for rule, k, delta in zip(
+        plan.compiled.rules, plan.leaf_identifiers, settlement.deltas, strict=True
+    ):
+        if k >= 0 and delta:
+            todo.setdefault((k, rule.span_ms * US_PER_MS), delta)
+    if not todo:
+        return
+    keys = [counter_key(identifier) for identifier in plan.identifiers]
+
+    def fill(read: Any) -> None:
+        for k, size in todo:
+            read.hmget(keys[k], window_fields(size))
+        for k, _size in todo:
+            read.pttl(keys[k])
+
+    replies = await engine._read(fill)
+    now = await engine._now(replies, keys[0])
+    held = [list(four) for four in replies[: len(todo)]]
+    ttls = [int(ttl) for ttl in replies[len(todo) :]]
+    for four, (_k, size) in zip(held, todo, strict=True):  # the clock stepped back
+        now = not_before(now, windows.newest(four), size)
+    write = engine.client.pipeline(transaction=True)
+    for four, ttl, ((k, size), delta) in zip(held, ttls, todo.items(), strict=True):
+        at_index = settlement.at_us // size
+        if delta < 0 and at_index not in windows.held(four):
+            continue
+        windows.settle(four, delta, at_index, now // size)
+        index = at_index if delta < 0 else now // size
+        count, held_index = slot_fields(size, index)
+        current = windows.counted(four, index)[0]
+        write.hset(keys[k], mapping={count: repr(current), held_index: index})
+        ms = math.ceil(2 * size / 1000)
+        if delta > 0 and ttl < ms:
+            write.pexpire(keys[k], ms)
+    await write.execute()
+
+
+async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
+    """GCRA: each arrival time read, settled and written as the script does."""
+    plan = settlement.plan
+    keys = arrival_keys(plan)
+    times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
+    replies = await engine._read(lambda read: read.mget(keys))
+    now = await engine._now(replies, keys[0])
+    write = engine.client.pipeline(transaction=True)
+    for position, (key, (_i, rule), stored) in enumerate(zip(keys, times, replies[0], strict=True)):
+        delta = int(settlement.deltas[slots.index(position)])
+        tat = arrival(stored)
+        settled = gcra_settled(rule, tat, delta, now)
+        if delta == 0 or settled == tat:
+            continue
+        keep = settled[0] - now + 1
+        if engine.clock is not None:  # Redis expires on real time, not on this clock
+            tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
+            keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
+        write.set(key, arrival_text(settled), px=math.ceil(keep / 1000))
+    await write.execute()
+
+
+Settle = Callable[[Engine, Settlement], Awaitable[None]]
+
+BY_ALGORITHM: dict[str, Settle] = {
+    SLIDING_LOG: settle_logs,
+    SLIDING_WINDOW: settle_windows,
+    FIXED_WINDOW: settle_windows,
+    GCRA: settle_arrivals,
+}
+"""How the command engine settles, by algorithm name."""

@@ -1,0 +1,73 @@
+-- _log.lua: the sliding log's reads, for sliding_log.lua and settle_log.lua (joined after
+-- _now.lua and _tree.lua). `lengths[k]`: the length of list KEYS[k] once read.
+
+local lengths = {}
+
+-- Hits younger than the span among the newest `count` entries of list KEYS[k], and the
+-- oldest of them, 0 when none (binary search with LINDEX; the oldest is one it read).
+local function window(k, count, threshold)
+  local key = KEYS[k]
+  lengths[k] = lengths[k] or redis.call('LLEN', key)
+  local n = math.min(lengths[k], count)
+  if n == 0 then return 0, 0 end
+  local last = tonumber(redis.call('LINDEX', key, n - 1))
+  if last > threshold then return n, last end
+  local lo, hi, oldest = 0, n - 1, 0
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local stamp = tonumber(redis.call('LINDEX', key, mid))
+    if stamp <= threshold then hi = mid else lo, oldest = mid + 1, stamp end
+  end
+  return lo, oldest
+end
+
+-- Record `hits` hits now (at the newest hit's time if that is later) on list KEYS[k], whose
+-- companion KEYS[#KEYS / 2 + k] holds the largest count any limit on it asked to keep; at
+-- most that many are pushed (more change no decision). The list is trimmed to that count
+-- (its leaves' `count`, or the companion's), or with `keep_inside` to every hit younger
+-- than `span` if more (a settle's excess: a later refund must not bring back into view a
+-- hit that was cut). It expires after one to two of `span` (never sooner than it already
+-- would), as does its companion.
+local function record(k, hits, count, span, keep_inside)
+  local key, kept = KEYS[k], KEYS[#KEYS / 2 + k]
+  lengths[k] = lengths[k] or redis.call('LLEN', key)
+  local new = lengths[k] == 0  -- a new list: its companion (same TTL) is gone with it
+  local held, newest = 0, 0
+  if not new then
+    held = tonumber(redis.call('GET', kept) or 0)
+    newest = tonumber(redis.call('LINDEX', key, 0))
+  end
+  local most = math.max(count, held)
+  -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
+  local stamp = string.format('%.0f', math.max(now, newest))
+  local length = lengths[k]
+  local left = math.min(hits, most)
+  while left > 0 do  -- in chunks, under Lua's limit on unpack()
+    local chunk = {}
+    for n = 1, math.min(left, 1000) do chunk[n] = stamp end
+    length = redis.call('LPUSH', key, unpack(chunk))
+    left = left - #chunk
+  end
+  lengths[k] = length
+  local limit = most
+  if keep_inside then limit = math.max(most, (window(k, length, now - span))) end
+  if length > limit then
+    redis.call('LTRIM', key, 0, limit - 1)
+    lengths[k] = limit
+  end
+  -- Kept for at least the largest span: once its time to live falls below that, it gets
+  -- two spans, so that most calls only read it (one PTTL instead of a PEXPIRE per call).
+  local ms = math.ceil(span / 1000)
+  local pttl = -1  -- a new list has no TTL yet
+  if not new then pttl = redis.call('PTTL', key) end
+  local extended = pttl < ms
+  if extended then
+    pttl = 2 * ms
+    redis.call('PEXPIRE', key, pttl)
+  end
+  if count > held then
+    redis.call('SET', kept, count, 'PX', pttl)
+  elseif extended then
+    redis.call('PEXPIRE', kept, pttl)
+  end
+end

@@ -1,0 +1,70 @@
+-- settle_gcra.lua: settle a call on GCRA arrival times, atomically (see
+-- ratelimit/settling.py and algorithms/gcra.py, gcra_settled).
+--
+-- KEYS      as gcra.lua: one string per (identifier, rule shape).
+-- ARGV[1]   now in microseconds, or "" to read the server's TIME.
+-- ARGV[2]   the tree, as gcra.lua reads it.
+-- ARGV[3]   per leaf, its key's index in KEYS, or 0 (the rule did not apply).
+-- ARGV[4]   per leaf, space-separated: whole hits to record now (an excess, above 0) or to
+--           take back (a refund, below 0: at most what the reservation moved the arrival
+--           time, which the client computed); leaves on one key carry the same.
+-- ARGV[5]   the reservation's time (unused here: a refund is bounded by now).
+-- ARGV[6]   per leaf, space-separated: its burst.
+--
+-- An excess pushes the arrival time on from max(arrival, now), a burst at a time so that
+-- every step stays exact in doubles, by at most 1000 bursts and to at most ten years
+-- ahead; a refund pulls it back, never before now. Returns {now}.
+--
+-- Runs after _now.lua and _tree.lua, which script_engine.py joins in front of it.
+
+local bursts = {}
+for n in string.gmatch(ARGV[6], '%d+') do bursts[#bursts + 1] = tonumber(n) end
+local EXCESS_BURSTS, MOST_AHEAD = 1000, 3650 * 86400000000
+
+local done = {}
+for i = 0, tree[1] - 1 do
+  local k, d = slots[i + 1], costs[i + 1]
+  if k > 0 and d ~= 0 and not done[k] then
+    done[k] = true
+    local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
+    local us, rem = 0, 0
+    local stored = redis.call('GET', KEYS[k])
+    if stored then
+      local a, b = string.match(stored, '^(%d+):?(%d*)$')
+      us, rem = tonumber(a), tonumber(b) or 0
+    end
+    local q, r = math.floor(span / count), span % count  -- the interval: q + r / count
+    local write = true
+    if d > 0 then
+      if us < now or (us == now and rem == 0) then us, rem = now, 0 end
+      local left = math.min(d, EXCESS_BURSTS * burst)
+      while left > 0 do
+        local step = math.min(left, burst)
+        local pushed = rem + step * r
+        us, rem = us + step * q + math.floor(pushed / count), pushed % count
+        left = left - step
+        if us - now >= MOST_AHEAD then
+          us, rem, left = now + MOST_AHEAD, 0, 0
+        end
+      end
+    elseif us > now or (us == now and rem > 0) then
+      local taken = rem - (-d) * r  -- may be negative: borrow whole microseconds
+      local borrow = math.ceil(-taken / count)
+      if borrow < 0 then borrow = 0 end
+      us, rem = us - (-d) * q - borrow, taken + borrow * count
+      if us < now then us, rem = now, 0 end
+    else
+      write = false  -- the bucket is full: nothing to take back
+    end
+    if write then
+      local value = string.format('%.0f', us)
+      if rem > 0 then value = value .. ':' .. string.format('%.0f', rem) end
+      local keep = us - now + 1
+      if ARGV[1] ~= '' then  -- an injected clock: kept as gcra.lua keeps it
+        keep = math.max(keep, burst * q + math.floor(burst * r / count) + 1, 3600000000)
+      end
+      redis.call('SET', KEYS[k], value, 'PX', math.ceil(keep / 1000))
+    end
+  end
+end
+return {string.format('%.0f', now)}

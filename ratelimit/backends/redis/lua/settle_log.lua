@@ -1,0 +1,34 @@
+-- settle_log.lua: settle a call on sliding logs, atomically (see ratelimit/settling.py).
+--
+-- KEYS      as sliding_log.lua: one list per identifier, then each one's companion.
+-- ARGV[1]   now in microseconds, or "" to read the server's TIME.
+-- ARGV[2]   the tree, as sliding_log.lua reads it.
+-- ARGV[3]   per leaf, its key's index in KEYS, or 0 (the rule did not apply).
+-- ARGV[4]   per leaf, space-separated: the whole hits to record now (an excess, above 0)
+--           or to take back (a refund, below 0); leaves on one list carry the same.
+-- ARGV[5]   the reservation's time (us): the hits a refund takes back bear it.
+--
+-- A refund removes up to that many hits of the reservation's time (LREM: those still
+-- held); an excess records that many now, past the limit (record() in _log.lua, keeping
+-- every hit within the list's largest span). Returns {now}.
+--
+-- Runs after _now.lua, _tree.lua and _log.lua, which script_engine.py joins in front of it.
+
+local delta, keep, ttl = {}, {}, {}
+for i = 0, tree[1] - 1 do
+  local k = slots[i + 1]
+  if k > 0 then
+    delta[k] = costs[i + 1]
+    keep[k] = math.max(keep[k] or 0, tree[2 + 2 * i])
+    ttl[k] = math.max(ttl[k] or 0, tree[3 + 2 * i])
+  end
+end
+
+for k, d in pairs(delta) do
+  if d < 0 then
+    redis.call('LREM', KEYS[k], -d, ARGV[5])
+  elseif d > 0 then
+    record(k, d, keep[k], ttl[k], true)
+  end
+end
+return {string.format('%.0f', now)}
