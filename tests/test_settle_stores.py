@@ -31,8 +31,12 @@ async def redis_total(client: aioredis.Redis, namespace: str, algorithm: str) ->
     identifier = settled_identifier(namespace)
     if algorithm == "sliding-log":
         return float(await client.llen(identifier_key(identifier)))
-    held: dict[bytes, bytes] = await client.hgetall(counter_key(identifier))
-    return sum(float(v) for k, v in held.items() if not k.endswith(b"w"))
+    held = await client.hgetall(counter_key(identifier))
+    return sum(float(v) for k, v in held.items() if not _text(k).endswith("w"))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 @pytest.mark.redis
