@@ -13,7 +13,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from types import TracebackType
 from typing import Any, Unpack
@@ -22,17 +22,15 @@ from ratelimit.algorithms import named
 from ratelimit.backends import Backend, backend_for, backend_from_url
 from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore, check_supported, clock_of
 from ratelimit.background import BackgroundCounter
-from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
-from ratelimit.costs import CostLike, CostValue, per_leaf
+from ratelimit.costs import CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision
 from ratelimit.denials import DenialCache
 from ratelimit.hooks import Hook, Hooks
-from ratelimit.limit import Limit
+from ratelimit.limiting import LimitMaker
 from ratelimit.plan import CompiledTree, Cost
 from ratelimit.policy import FailurePolicy
 from ratelimit.registry import Registry
-from ratelimit.rules import RuleLike
 from ratelimit.settings import (
     Settings,
     SettingsKeywords,
@@ -47,7 +45,7 @@ _UNSET: Any = object()
 """A setting :meth:`RateLimit.from_url` was not given (``None`` is a value of some)."""
 
 
-class RateLimit:
+class RateLimit(LimitMaker):
     """Rate limits shared by every process that points at the same storage.
 
     ``storage`` is a ``redis.asyncio.Redis``, a ``redis.asyncio.RedisCluster`` or a backend
@@ -298,77 +296,6 @@ class RateLimit:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-    def limit(
-        self,
-        rules: RuleLike | None = None,
-        key: str | None = None,
-        selector: object | None = None,
-        *,
-        cost: CostLike = 1,
-        settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
-        wait: float | bool = False,
-        shadow: bool | None = None,
-        **selectors: object,
-    ) -> Limit:
-        """A limit to use as ``@decorator`` or in ``async with``.
-
-        ``rules``: text such as ``"apikey:100/h & (10/s | 15/m)"``, a ``Rule``/``And``/``Or``
-        tree, or a list meaning ``Or``; parsed now, so a bad rule fails at import.
-        ``key``: shares counters between functions (default: the function's
-        ``module.qualname``; for ``async with``, ``""``, shared by every such block).
-        ``limit(key=...)`` without rules reuses the rules and selectors registered for that
-        key. ``selector``: an object whose items, attributes or methods give selector values.
-        ``cost``: how many hits one call is worth, at most every rule's count (a whole
-        number for the sliding log and GCRA; fractions allowed for the window counters);
-        or a mapping from units to amounts, for rules that count a unit
-        (``{"tokens": 1200}`` on ``"key:90000 tokens/m"``; rules without a unit count 1);
-        or a callable (sync or async) of the decorated call's arguments returning either.
-        ``settle``: a callable (sync or async) of the body's result returning what the call
-        really cost (as ``cost``); the difference from the reservation is recorded once
-        the body returns (a body that raises leaves the reservation as it is).
-        ``wait``: how long a refused call may queue for admission, in seconds (``True``: as
-        long as it takes); see :mod:`ratelimit.waiting`.
-        ``shadow``: decide and count as usual, but let refused calls through, marked
-        ``Decision.shadow`` for hooks and logs (default: the limiter's ``shadow`` setting).
-        ``**selectors``: selector values as literals, callables or async callables.
-        """
-        return Limit(
-            self._decider,
-            self._registry,
-            rules,
-            key,
-            selector,
-            selectors,
-            cost,
-            wait,
-            self.settings.shadow if shadow is None else shadow,
-            settle,
-        )
-
-    def concurrency(
-        self,
-        limits: str,
-        key: str | None = None,
-        selector: object | None = None,
-        *,
-        lease: float = DEFAULT_LEASE,
-        wait: float | bool = False,
-        **selectors: object,
-    ) -> Concurrency:
-        """At most N bodies at once, as ``@decorator`` or in ``async with``.
-
-        ``limits``: ``"user:5"`` (per value of a selector), ``"5"`` (every call of the key),
-        or several that all apply, ``"user:5 | 100"``; parsed now. A call takes a slot of
-        each on entry and gives them back when its body ends (return, exception or
-        cancellation); a refused call raises ``ConcurrencyLimitExceeded`` (a
-        ``RateLimitExceeded``). ``lease``: seconds after which a dead holder's slot frees;
-        renewed every third of it while the body runs. ``wait``: how long a refused call
-        may queue for a slot (``True``: as long as it takes). ``key``, ``selector`` and
-        ``**selectors`` as in :meth:`limit`. Slots and rates are separate counters: stack
-        ``@rl.concurrency(...)`` over ``@rl.limit(...)`` for both.
-        """
-        return Concurrency(self._decider, limits, key, selector, selectors, lease, wait)
 
     async def increment(
         self, key: str, window_size: float, value: float = 1, weight: float | None = None

@@ -18,7 +18,8 @@ from tests.conftest import FakeClock, supporting
 async def decide(
     rl: RateLimit, rules: str | And | Or, key: str = "k", **selectors: Any
 ) -> Decision:
-    return await rl.limit(rules, key=key, **selectors).decide()
+    decision: Decision = await rl.limit(rules, key=key, **selectors).decide()
+    return decision
 
 
 async def admitted(

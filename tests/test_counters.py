@@ -27,7 +27,7 @@ def fixed(make_backend: Callable[..., object], clock: FakeClock, namespace: str)
 
 
 async def admitted(rl: RateLimit, rules: str, n: int, **options: object) -> int:
-    limit = rl.limit(rules, key=rules, **options)  # type: ignore[arg-type]
+    limit = rl.limit(rules, key=rules, **options)  # type: ignore[call-overload]
     return sum([(await limit.decide()).allowed for _ in range(n)])
 
 

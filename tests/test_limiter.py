@@ -164,7 +164,7 @@ def test_limit_needs_rules_or_key(rl: RateLimit) -> None:
     with pytest.raises(TypeError, match="needs rules, or key="):
         rl.limit()
     with pytest.raises(TypeError, match="key must be text"):
-        rl.limit("1/s", key=5)  # type: ignore[arg-type]
+        rl.limit("1/s", key=5)  # type: ignore[call-overload]
 
 
 async def test_key_shares_counters_and_reuse_inherits_rules_and_selectors(
@@ -337,13 +337,13 @@ def test_a_synchronous_redis_client_is_refused() -> None:
 @pytest.mark.parametrize("cost", [0, -1, 1.5])
 def test_a_cost_must_be_a_positive_whole_number(rl: RateLimit, cost: object) -> None:
     with pytest.raises(ConfigurationError, match="cost must be a whole number of hits"):
-        rl.limit("10/s", cost=cost)  # type: ignore[arg-type]
+        rl.limit("10/s", cost=cost)  # type: ignore[call-overload]
 
 
 @pytest.mark.parametrize("cost", [True, "2", None])
 def test_a_cost_must_be_a_number_a_mapping_or_a_callable(rl: RateLimit, cost: object) -> None:
     with pytest.raises(ConfigurationError, match="cost must be a number, a mapping from units"):
-        rl.limit("10/s", cost=cost)  # type: ignore[arg-type]
+        rl.limit("10/s", cost=cost)  # type: ignore[call-overload]
 
 
 def test_a_cost_above_a_rules_count_fails_at_once(rl: RateLimit) -> None:

@@ -112,7 +112,7 @@ def test_a_cost_mapping_must_name_every_unit_and_no_other() -> None:
     with pytest.raises(ConfigurationError, match="above the count"):
         rl.limit(REQUESTS_AND_TOKENS, key="e", cost={"tokens": 101})
     with pytest.raises(ConfigurationError, match="must be a number, a mapping"):
-        rl.limit(REQUESTS_AND_TOKENS, key="f", cost="12")  # type: ignore[arg-type]
+        rl.limit(REQUESTS_AND_TOKENS, key="f", cost="12")  # type: ignore[call-overload]
 
 
 async def test_a_number_as_cost_counts_on_every_rule_as_before() -> None:
@@ -128,8 +128,8 @@ async def test_a_cost_callable_gets_the_call_s_own_arguments() -> None:
     rl = RateLimit(MemoryBackend())
     seen = []
 
-    def estimate(key: str, prompt: str, max_tokens: int = 10) -> dict[str, int]:
-        seen.append((key, prompt, max_tokens))
+    def estimate(api: str, prompt: str, max_tokens: int = 10) -> dict[str, int]:
+        seen.append((api, prompt, max_tokens))
         return {"tokens": max_tokens}
 
     @rl.limit("api:100 tokens/m", cost=estimate)
@@ -282,7 +282,7 @@ def test_settle_needs_a_store_that_settles_and_no_background_counting() -> None:
     with pytest.raises((ConfigurationError, TypeError)):
         RateLimit(NoSettle()).limit("5/s", settle=lambda r: 1)
     with pytest.raises(TypeError, match="settle must be a callable"):
-        RateLimit(MemoryBackend()).limit("5/s", settle=3)  # type: ignore[arg-type]
+        RateLimit(MemoryBackend()).limit("5/s", settle=3)  # type: ignore[call-overload]
 
 
 async def test_a_refund_lifts_the_cached_refusals_of_its_key() -> None:

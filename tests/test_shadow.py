@@ -106,4 +106,4 @@ def test_shadow_must_be_a_bool() -> None:
         Settings(shadow="yes")  # type: ignore[arg-type]
     rl = RateLimit(MemoryBackend())
     with pytest.raises(TypeError, match="shadow must be True or False"):
-        rl.limit("5/s", shadow=1)  # type: ignore[arg-type]
+        rl.limit("5/s", shadow=1)  # type: ignore[call-overload]

@@ -89,7 +89,7 @@ async def test_a_cancelled_waiter_leaves_nothing_behind() -> None:
 @pytest.mark.parametrize("wait", [-1, float("nan"), "5"])
 def test_bad_waits_are_refused(wait: object) -> None:
     with pytest.raises(ConfigurationError, match="wait must be seconds"):
-        RateLimit(MemoryBackend()).limit("1/s", wait=wait)  # type: ignore[arg-type]
+        RateLimit(MemoryBackend()).limit("1/s", wait=wait)  # type: ignore[call-overload]
 
 
 async def test_a_refused_waiter_is_not_decided_twice_in_a_row() -> None:
