@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ratelimit.asgi.headers import limit_field, policy_field, rate_limit_headers
+from ratelimit.asgi.limits import HTTPResponse
 from ratelimit.asgi.middleware import RateLimitMiddleware
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
@@ -59,6 +60,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "HTTPRequest",
+    "HTTPResponse",
     "RateLimitMiddleware",
     "Route",
     "RouteLimit",

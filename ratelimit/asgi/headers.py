@@ -8,6 +8,13 @@ to. ``w`` is given for spans of whole seconds (the field has no finer unit); a G
 with a burst is ``q=burst`` over the burst's refill time (``10/s burst 20``: ``q=20;w=2``,
 the same rate, and ``r`` never above ``q``); ``t`` is
 :attr:`RuleState.reset_after <ratelimit.decision.RuleState>` rounded up.
+
+A rule that counts a unit says so: ``qu="content-bytes"`` for a unit the draft's registry
+defines (a rule counting ``bytes`` or ``content_bytes``); any other unit, which ``qu``
+cannot name, as the vendor parameter ``ratelimit-unit`` (``"key:90000 tokens/m";q=90000;
+w=60;ratelimit-unit="tokens"``), so that no client reads tokens as requests, the
+default ``qu``. The legacy trio reports the tightest rule counting requests (any rule, when
+none does).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded
 PROBLEM_JSON = b"application/problem+json"
 
 Headers = list[tuple[bytes, bytes]]
+REGISTERED_UNITS = {"bytes": "content-bytes", "content_bytes": "content-bytes"}
+"""Rule units the draft's quota-unit registry names (``qu``), by the rule's unit."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -52,8 +61,12 @@ def _policies(rules: tuple[Rule, ...]) -> str:
         quota = rule.count if rule.burst is None else rule.burst
         window_ms = rule.span_ms * quota
         item = f"{_name(rule)};q={quota}"
+        if rule.unit in REGISTERED_UNITS:
+            item += f';qu="{REGISTERED_UNITS[rule.unit]}"'
         if window_ms % (1000 * rule.count) == 0:
             item += f";w={window_ms // (1000 * rule.count)}"
+        if rule.unit is not None and rule.unit not in REGISTERED_UNITS:
+            item += f';ratelimit-unit="{rule.unit}"'  # a unit is a word: no escaping needed
         items.append(item)
     return ", ".join(items)
 
@@ -82,7 +95,8 @@ def rate_limit_headers(decisions: Sequence[Decision], legacy: bool = False) -> H
         (b"ratelimit", limit_field(states).encode("ascii")),
     ]
     if legacy:
-        tightest = min(states, key=lambda s: (s.remaining, -s.reset_after))
+        requests = [state for state in states if state.rule.unit is None] or states
+        tightest = min(requests, key=lambda s: (s.remaining, -s.reset_after))
         headers += [
             (b"x-ratelimit-limit", str(tightest.rule.count).encode()),
             (b"x-ratelimit-remaining", str(tightest.remaining).encode()),

@@ -1,49 +1,101 @@
 """What a middleware route and a route dependency share: rules, key, cost, shadow flag and
-selector sources, checked when made, and one request's decision through the pipeline."""
+selector sources, checked when made, and one request's decision through the pipeline; and
+what settles a route's request from its response (a header, or a callable).
+
+``cost``: a number or a mapping from units to amounts (checked when made), or a callable
+(sync or async) of the :class:`~ratelimit.asgi.HTTPRequest` returning one (checked at each
+request). ``settle`` (middleware routes): the name of a response header holding the real
+cost (``"x-tokens-used"``: a number; for rules that count one unit, that unit's amount),
+or a callable (sync or async) of the request and the :class:`HTTPResponse` returning it
+(``None``: the reservation stands).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.sources import Source, resolve, sources_for
+from ratelimit.costs import CostValue, units
 from ratelimit.decision import Decision
+from ratelimit.errors import RateLimitError
 from ratelimit.limiter import RateLimit
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import RuleLike, to_tree
+
+logger = logging.getLogger("ratelimit.asgi")
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPResponse:
+    """What a ``settle`` callable reads of the response: its ``status`` and ``headers``
+    (lower-case names; repeated ones joined with ``", "``), as the application started it."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    @classmethod
+    def of(cls, message: Mapping[str, Any]) -> HTTPResponse:
+        """The response an ASGI ``http.response.start`` message starts."""
+        headers: dict[str, str] = {}
+        for name, value in message.get("headers", ()):
+            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        return cls(int(message["status"]), headers)
+
+
+HTTPCost: TypeAlias = "CostValue | Callable[[HTTPRequest], CostValue | Awaitable[CostValue]]"
+"""A route's ``cost=``: fixed, or a callable of the request."""
+HTTPSettle: TypeAlias = (
+    "str | Callable[[HTTPRequest, HTTPResponse], CostValue | Awaitable[CostValue | None] | None]"
+)
+"""A route's ``settle=``: a response header's name, or a callable of request and response."""
 
 
 class HTTPLimit:
     """One HTTP limit. ``where`` names it in error messages; ``body``: whether its sources
     may read the request body (a dependency's may, the middleware's may not)."""
 
-    __slots__ = ("compiled", "cost", "key", "shadow", "sources")
+    __slots__ = ("compiled", "cost", "key", "settle", "shadow", "sources")
 
     def __init__(
         self,
         rules: RuleLike,
         key: str | None,
-        cost: float,
+        cost: HTTPCost,
         shadow: bool | None,
         sources: dict[str, Any],
         where: str,
         body: bool,
+        settle: HTTPSettle | None = None,
     ) -> None:
         if key is not None and (not isinstance(key, str) or not key):
             raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
         if shadow is not None and not isinstance(shadow, bool):
             raise TypeError(f"{where}: shadow must be True or False, not {shadow!r}")
+        if settle is not None and not (isinstance(settle, str) and settle) and not callable(settle):
+            raise TypeError(
+                f"{where}: settle must be a response header's name or a callable of the "
+                f"request and the response, not {settle!r}"
+            )
         self.compiled: CompiledTree = compile_tree(to_tree(rules))
         self.key = key
-        self.cost = cost
+        self.cost: Any = cost  # as check() returns it, or a callable of the request
+        self.settle = settle.lower() if isinstance(settle, str) else settle
         self.shadow = shadow
         self.sources: dict[str, Source] = sources_for(self.compiled, sources, where, body)
 
     def check(self, limiter: RateLimit) -> None:
-        """The limiter's algorithm can admit a request of this cost under these rules."""
+        """The limiter's algorithm can admit a request of this cost under these rules (a
+        callable's costs are checked at each request)."""
         if not isinstance(limiter, RateLimit):
             raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
-        limiter.check(self.compiled, self.cost)
+        if not callable(self.cost) or isinstance(self.cost, Mapping):
+            self.cost = limiter.check(self.compiled, self.cost)
 
     async def decide(self, limiter: RateLimit, request: HTTPRequest, key: str) -> Decision:
         """One request's decision under ``key`` (the limiter's shadow setting unless this
@@ -52,4 +104,39 @@ class HTTPLimit:
         values = (
             await resolve(compiled.selectors, self.sources, request) if compiled.selectors else ()
         )
-        return await limiter.decide(compiled, key, values, cost=self.cost, shadow=self.shadow)
+        cost = self.cost
+        if callable(cost) and not isinstance(cost, Mapping):
+            cost = cost(request)
+            if inspect.isawaitable(cost):
+                cost = await cost
+            cost = limiter.check(compiled, cost)
+        return await limiter.decide(compiled, key, values, cost=cost, shadow=self.shadow)
+
+    async def settled(
+        self, limiter: RateLimit, request: HTTPRequest, response: HTTPResponse, decision: Decision
+    ) -> None:
+        """Settle ``decision`` from ``response`` when this limit says how (``settle``); a
+        response that says nothing leaves the reservation. Never raises: the response is
+        under way; what goes wrong is logged."""
+        if self.settle is None or not decision.allowed or decision.degraded:
+            return
+        try:
+            if isinstance(self.settle, str):
+                actual = self._from_header(response.headers.get(self.settle))
+            else:
+                answer = self.settle(request, response)
+                actual = await answer if inspect.isawaitable(answer) else answer
+            if actual is not None:
+                await limiter.settle(decision, actual)
+        except (RateLimitError, ValueError, TypeError) as exc:
+            logger.warning("ratelimit: request of key %r not settled: %s", decision.key, exc)
+
+    def _from_header(self, text: str | None) -> CostValue | None:
+        """A settle header's number: the amount of the rules' one unit, else the cost on
+        every rule; ``None`` when absent."""
+        if text is None:
+            return None
+        number = float(text.strip())
+        amount = int(number) if number.is_integer() else number
+        counted: Sequence[str] = units(self.compiled)
+        return {counted[0]: amount} if len(counted) == 1 else amount

@@ -7,7 +7,9 @@ does), so under ``uvicorn --root-path`` or a mount the patterns are the applicat
 refused request gets a 429 (or 503 when the storage failed and
 ``on_error="deny"``), a WebSocket handshake is refused before it is accepted, and every
 response the limiter decided carries the ``RateLimit-Policy`` / ``RateLimit`` headers. The
-body streams through untouched: nothing is buffered.
+body streams through untouched: nothing is buffered. A route with ``settle=`` settles its
+request from the response once its start is sent (the headers it reports are those of the
+decision, before the settle).
 
 Limits decided inside the application (a :class:`~ratelimit.asgi.RouteLimit` dependency, a
 ``@rl.limit`` function the route calls) reach the same headers, and their
@@ -27,6 +29,7 @@ from ratelimit.asgi.headers import (
     refusal_headers,
     unreadable,
 )
+from ratelimit.asgi.limits import HTTPResponse
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, pattern
@@ -148,10 +151,17 @@ class RateLimitMiddleware:
             nonlocal started
             if message["type"] == "http.response.start" and not started:
                 started = True
+                answered = message
                 if self.headers and decisions:
                     added = rate_limit_headers(decisions, self.legacy_headers)
                     if added:
                         message = {**message, "headers": [*message.get("headers", ()), *added]}
+                await send(message)
+                if found is not None and request is not None and found[0].limit.settle:
+                    # the real cost, from the response as the application started it
+                    response = HTTPResponse.of(answered)
+                    await found[0].limit.settled(self.limiter, request, response, decisions[0])
+                return
             await send(message)
 
         try:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ratelimit.asgi.limits import HTTPLimit
+from ratelimit.asgi.limits import HTTPCost, HTTPLimit, HTTPSettle
 from ratelimit.errors import ConfigurationError
 from ratelimit.rules import RuleLike
 
@@ -51,8 +51,14 @@ class Route:
     ``rules``: as for ``RateLimit.limit``. ``key``: the counters' name (default: the methods
     and the pattern, e.g. ``"GET /ping"``); routes with one key share counters.
     ``**sources``: where each selector's value comes from (see :mod:`ratelimit.asgi.sources`);
-    a selector named ``ip`` reads the client address unless given. ``cost``: hits per
-    request. ``shadow``: decide and report, never refuse (default: the limiter's setting).
+    a selector named ``ip`` reads the client address unless given. ``cost``: what one
+    request counts: a number, a mapping from units to amounts, or a callable (sync or
+    async) of the :class:`~ratelimit.asgi.HTTPRequest` returning one. ``settle``: what it
+    really cost, known from the response: a response header's name (``"x-tokens-used"``,
+    a number: for rules that count one unit, that unit's amount) or a callable (sync or
+    async) of the request and the :class:`~ratelimit.asgi.HTTPResponse` (``None``: the
+    reservation stands); settled as the response starts. ``shadow``: decide and report,
+    never refuse (default: the limiter's setting).
     Everything is checked here, when the application starts.
     """
 
@@ -65,7 +71,8 @@ class Route:
         *,
         methods: Iterable[str] | None = None,
         key: str | None = None,
-        cost: float = 1,
+        cost: HTTPCost = 1,
+        settle: HTTPSettle | None = None,
         shadow: bool | None = None,
         **sources: Any,
     ) -> None:
@@ -85,7 +92,7 @@ class Route:
         # HEAD runs the GET endpoint (frameworks answer it so): it counts as a GET, or a
         # client would read the same page unlimited.
         self.methods = named if named is None or "GET" not in named else named | {"HEAD"}
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, body=False)
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, False, settle)
         self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:

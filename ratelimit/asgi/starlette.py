@@ -33,7 +33,7 @@ with needs_extra("asgi"):
     from starlette.requests import HTTPConnection, Request
 
 from ratelimit.asgi.headers import problem, rate_limit_headers, refusal_headers, unreadable
-from ratelimit.asgi.limits import HTTPLimit
+from ratelimit.asgi.limits import HTTPCost, HTTPLimit
 from ratelimit.asgi.middleware import DECISIONS, STATE
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
@@ -46,8 +46,11 @@ logger = logging.getLogger("ratelimit.asgi")
 
 
 class RouteLimit:
-    """A limit for one route, checked when made. ``rules``, ``key``, ``cost`` and
-    ``shadow`` as for ``RateLimit.limit`` (``key`` defaults to the method and the route's
+    """A limit for one route, checked when made. ``rules``, ``key`` and ``shadow`` as for
+    ``RateLimit.limit``, ``cost`` as for :class:`~ratelimit.asgi.Route` (a callable gets
+    the :class:`~ratelimit.asgi.HTTPRequest`; a dependency cannot see the response: settle
+    in the endpoint with ``await rl.settle(request.state.ratelimit, actual)``, or give the
+    route's ``settle=`` to the middleware) (``key`` defaults to the method and the route's
     path template within its application, e.g. ``"POST /login"``, the same under
     ``root_path`` or a mount); ``**sources`` as for :class:`~ratelimit.asgi.Route`, body
     fields included; ``trusted_proxies``, ``forwarded_header`` and ``ipv6_prefix`` as for
@@ -59,7 +62,7 @@ class RouteLimit:
         rules: RuleLike,
         *,
         key: str | None = None,
-        cost: float = 1,
+        cost: HTTPCost = 1,
         shadow: bool | None = None,
         trusted_proxies: Iterable[str] = (),
         forwarded_header: str = "x-forwarded-for",
