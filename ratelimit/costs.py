@@ -90,7 +90,7 @@ def per_leaf(
     return cost
 
 
-_PLAIN = ("cost", "the settled cost")
+_PLAIN = ("cost", "the settled cost", "the recorded cost")
 """Where a cost came from that its checks' messages already say."""
 
 

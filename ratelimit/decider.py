@@ -46,7 +46,7 @@ from ratelimit.hooks import Hooks
 from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan, compile_tree
 from ratelimit.policy import FailurePolicy
 from ratelimit.rules import Rule
-from ratelimit.settling import reservation, settlement
+from ratelimit.settling import Settlement, reservation, settlement
 from ratelimit.slots import SlotClaim
 
 
@@ -309,6 +309,17 @@ class Decider:
         if settled and min(settling.deltas) < 0:
             self.denials.forget(plan.namespace, plan.key)
         return settled
+
+    async def record(self, call: CallKey) -> bool:
+        """Count ``call`` whatever its rules say, past the limit if need be (a usage report
+        that must never be lost); ``False`` when the storage failed (as a settle: logged,
+        raised under ``on_error="raise"``)."""
+        self.check_open()
+        plan = cached_plan(*call)
+        backend = self.backend
+        assert isinstance(backend, SettleStore)  # checked when the front end was made
+        excess = tuple(0.0 if k < 0 else plan.identifier_cost(k) for k in plan.leaf_identifiers)
+        return await self.policy.settle(backend, Settlement(plan, 0, excess))
 
     async def reset(self, call: CallKey) -> None:
         """Forget the hits counted for ``call``'s identifiers, and refusals of its key."""

@@ -20,7 +20,13 @@ from typing import Any, Unpack
 
 from ratelimit.algorithms import named
 from ratelimit.backends import Backend, backend_for, backend_from_url
-from ratelimit.backends.base import NOTHING_TO_SET_UP, SetUpStore, check_supported, clock_of
+from ratelimit.backends.base import (
+    NOTHING_TO_SET_UP,
+    SetUpStore,
+    check_settles,
+    check_supported,
+    clock_of,
+)
 from ratelimit.background import BackgroundCounter
 from ratelimit.costs import CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
@@ -239,6 +245,31 @@ class RateLimit(LimitMaker):
             await rl.settle(decision, {"tokens": 1234})
         """
         return await self._decider.settle(decision, actual)
+
+    async def record(
+        self,
+        compiled: CompiledTree,
+        key: str,
+        values: tuple[str | None, ...] = (),
+        *,
+        cost: Cost | Mapping[str, float] = 1,
+    ) -> bool:
+        """Count one call of ``key`` under ``compiled`` past the limit if need be, deciding
+        nothing: for usage reported after the fact that must never be lost (Envoy's
+        ``apply_on_stream_done``), as a settle's excess is counted. ``cost`` may exceed
+        the rules' counts. ``True`` once counted; ``False`` when the storage failed
+        (logged; raised under ``on_error="raise"``).
+
+        Example::
+
+            await rl.record(tree, "chat", ("key-1",), cost={"tokens": 5400})
+        """
+        algorithm = self._decider.algorithm
+        if not isinstance(cost, tuple):
+            cost = per_leaf(compiled, cost, algorithm, "the recorded cost", settled=True)
+        check_settles(self._backend)
+        call = new_call_key(CallKey, (compiled, self.namespace, key, values, cost, algorithm))
+        return await self._decider.record(call)
 
     async def ping(self, within: float | None = None) -> None:
         """Ask the storage one question that counts nothing, within ``within`` seconds,

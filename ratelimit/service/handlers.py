@@ -129,15 +129,15 @@ class Handlers:
                 matched.append((n, limit, value, cost))
         statuses = [RLS.DescriptorStatus(code=RLS.OK) for _ in request.descriptors]
         overall = RLS.OK
-        # enforced descriptors in one atomic decision, each counting its own hits_addend,
-        # then shadow ones in another, never refused, and counting nothing when the request
-        # was refused
-        groups: dict[bool, list[tuple[int, DescriptorLimit, str, int]]] = {}
-        for item in sorted(matched, key=lambda item: item[1].shadow):
-            groups.setdefault(item[1].shadow, []).append(item)
-        for shadow, group in groups.items():
-            record = overall == RLS.OK
-            decision = await self._decide_group(request.domain, group, shadow, record)
+        # enforced descriptors in one atomic decision, each counting its own hits_addend;
+        # then always_count ones in another, counted refused or not; then shadow ones in a
+        # third, never refused, and counting nothing when the request was refused
+        groups: dict[tuple[bool, bool], list[tuple[int, DescriptorLimit, str, int]]] = {}
+        for item in sorted(matched, key=lambda item: (item[1].shadow, item[1].always)):
+            groups.setdefault((item[1].shadow, item[1].always), []).append(item)
+        for (shadow, always), group in groups.items():
+            record = overall == RLS.OK or always
+            decision = await self._decide_group(request.domain, group, shadow, record, always)
             if not decision.allowed and not decision.shadow:
                 overall = RLS.OVER_LIMIT
             self._statuses(group, decision, statuses)
@@ -149,6 +149,7 @@ class Handlers:
         group: list[tuple[int, DescriptorLimit, str, int]],
         shadow: bool,
         record: bool,
+        always: bool = False,
     ) -> Decision:
         # one leaf set per descriptor, each leaf counting its descriptor's hits_addend; one
         # limit with another value in the same request counts under ``selector#n``: on that
@@ -170,19 +171,29 @@ class Handlers:
             costs += [cost] * len(compile_tree(limit.rules).rules)
         compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees))
         per_leaf = costs[0] if len(set(costs)) == 1 else tuple(costs)
+        key, selected = f"envoy/{domain}", tuple(values[s] for s in compiled.selectors)
         try:
             self.limiter.check(compiled, per_leaf)
         except ConfigurationError as exc:
-            raise InvalidRequest(f"hits_addend: {exc}") from None
-        return await self.limiter.decide(
+            if not always:
+                raise InvalidRequest(f"hits_addend: {exc}") from None
+            # a report above the limit itself: counted, and over the limit
+            await self.limiter.record(compiled, key, selected, cost=per_leaf)
+            return await self.limiter.decide(
+                compiled, key, selected, shadow=shadow, record=False, within=self.timeout
+            )
+        decision = await self.limiter.decide(
             compiled,
-            f"envoy/{domain}",
-            tuple(values[s] for s in compiled.selectors),
+            key,
+            selected,
             cost=per_leaf,
             shadow=shadow,
             record=record,
             within=self.timeout,
         )
+        if always and not decision.allowed and not decision.degraded:
+            await self.limiter.record(compiled, key, selected, cost=per_leaf)  # never lost
+        return decision
 
     def _statuses(
         self,

@@ -13,6 +13,17 @@
     rule = "5/m"
     shadow = true                             # decide and report, never refuse
 
+    [[limit]]
+    domain = "ai-gateway"
+    descriptor = ["api_key"]
+    rule = "90000/m"                          # tokens: hits_addend counts them
+    always_count = true                       # count every report, over the limit or not
+
+``always_count`` limits count every request, refused or not, as Envoy's reference service
+does: usage reported at stream end (``apply_on_stream_done``, Envoy AI Gateway's token
+accounting) is never lost, and a ``hits_addend`` above the limit's count is counted (and
+answered ``OVER_LIMIT``), never refused as invalid.
+
 A request's descriptor matches a limit when it has the same keys in the same order and every
 pinned value; of several, the one with the most pinned values wins (then the first in the
 file). Each limit counts per distinct descriptor (its keys and values). A descriptor no
@@ -45,7 +56,7 @@ from ratelimit.settings import check_cost
 
 logger = logging.getLogger("ratelimit.service")
 _LIMIT_HEADER = re.compile(r"^\s*\[\[\s*limit\s*\]\]")
-_KEYS = {"domain", "descriptor", "rule", "shadow"}
+_KEYS = {"domain", "descriptor", "rule", "shadow", "always_count"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,8 @@ class DescriptorLimit:
     selector: str
     shadow: bool
     line: int
+    always: bool = False
+    """``always_count``: counted whether or not it refuses (usage reports)."""
 
     @property
     def pinned(self) -> int:
@@ -163,7 +176,8 @@ def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
     unknown = sorted(set(entry) - _KEYS)
     if unknown:
         raise ConfigurationError(
-            f"{where}: unknown key {unknown[0]!r}; a limit has domain, descriptor, rule, shadow"
+            f"{where}: unknown key {unknown[0]!r}; a limit has domain, descriptor, rule, "
+            "shadow, always_count"
         )
     domain = entry.get("domain")
     if not isinstance(domain, str) or not domain:
@@ -197,10 +211,13 @@ def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
     shadow = entry.get("shadow", False)
     if not isinstance(shadow, bool):
         raise ConfigurationError(f"{where}: shadow must be true or false")
+    always = entry.get("always_count", False)
+    if not isinstance(always, bool):
+        raise ConfigurationError(f"{where}: always_count must be true or false")
     frozen = tuple(pattern)
     selector = selector_of(domain, frozen)
     return DescriptorLimit(
-        domain, frozen, rules, per_selector(rules, selector), selector, shadow, line
+        domain, frozen, rules, per_selector(rules, selector), selector, shadow, line, always
     )
 
 
