@@ -25,6 +25,7 @@ EXPECTED = {
     "service_client.py": "envoy ShouldRateLimit #3: OVER_LIMIT",
     "bursts.py": "10/s burst 30: 129 of 600 calls in 10 s",
     "concurrency.py": "queued: 8 exports ran, at most 2 at once under user:2",
+    "llm_tokens.py": "call 5: refused by api_key:2000 tokens/m",
 }
 ON_MEMORY = {
     **EXPECTED,
