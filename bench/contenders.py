@@ -79,6 +79,28 @@ def ours(storage: str | None = None, *, fast_path: bool | None = None, **options
     return factory
 
 
+def ours_settled(**options: Any) -> Factory:
+    """:func:`ours` where each call reserves 2 (a cost from the call) and settles 1 once
+    its body returned: a decision and a settle per call, the same quota used as ``ours``."""
+
+    async def factory(url: str, limit: int) -> Contender:
+        prefix = _prefix()
+        client = _client(url)
+        rl = RateLimit(client, prefix, **options)
+
+        @rl.limit(f"user:{limit}/m", key="work", cost=lambda user: 2, settle=lambda done: 1)
+        async def work(user: str) -> bool:
+            return True
+
+        async def close() -> None:
+            await rl.aclose()
+            await client.aclose()
+
+        return Contender(work, close, prefix=prefix)
+
+    return factory
+
+
 def ours_postgres(postgres_url: str, **options: Any) -> Factory:
     """``@rl.limit(f"user:{limit}/m")`` on Postgres (the Redis URL is not used)."""
 

@@ -5,7 +5,9 @@
 Starts its own redis-server (or uses ``REDIS_URL``) and measures, in one run and one process,
 at concurrency 1 and 64: our script engine with and without automatic pipelining, the command
 engine with and without its lock, each algorithm (sliding log, the default; sliding window;
-fixed window; GCRA), ``sync_rate=1``, the memory backend and Postgres (a server started
+fixed window; GCRA), a cost from the call reserved and settled after it (a decision and a
+settle per call, on the sliding log and the sliding window), ``sync_rate=1``, the memory
+backend and Postgres (a server started
 here when PostgreSQL is installed, or ``POSTGRES_URL``), against ``limits`` (moving window
 and sliding-window counter), ``throttled-py`` (sliding window, GCRA, token bucket) and
 ``pyrate-limiter`` (Redis bucket), all on redis-py, plus floors: our script sent bare
@@ -57,6 +59,8 @@ OURS: dict[str, c.Factory] = {
     "ratelimit: locked commands": c.ours(use_scripts=False),
     "ratelimit: unlocked commands": c.ours(use_scripts=False, disable_locks=True),
     "ratelimit: sliding window": c.ours(algorithm="sliding-window"),
+    "ratelimit: reserve + settle (sliding log)": c.ours_settled(),
+    "ratelimit: reserve + settle (sliding window)": c.ours_settled(algorithm="sliding-window"),
     "ratelimit: fixed window": c.ours(algorithm="fixed-window"),
     "ratelimit: gcra": c.ours(algorithm="gcra"),
     "ratelimit: sync_rate=1 (sliding window)": c.ours(algorithm="sliding-window", sync_rate=1),

@@ -44,7 +44,8 @@ def explain(node: Node, depth: int = 0) -> list[str]:
     if isinstance(node, Rule):
         per = f", per value of {node.selector!r}" if node.selector else ", shared by every call"
         burst = "" if node.burst is None else f", up to {node.burst} at once (gcra)"
-        return [f"{pad}{node}: {node.count} calls per {_span(node.span_ms)}{burst}{per}"]
+        what = "calls" if node.unit is None else node.unit
+        return [f"{pad}{node}: {node.count} {what} per {_span(node.span_ms)}{burst}{per}"]
     how = "every one of these" if isinstance(node, And) else "any of these"
     lines = [f"{pad}limited when {how} is limited:"]
     for child in node.children:
