@@ -40,6 +40,14 @@ Change one, change them all; the named tests hold each set together.
    Held by ``tests/test_differential.py`` (stores alike).
 5. Concurrency slots: ``slots.lua``, ``backends/redis/command_slots.py`` and the memory
    backend. Held by ``tests/test_concurrency.py`` (every backend kind).
+6. Settles (``ratelimit/settling.py``): ``settle_log`` and ``gcra_settled`` here and
+   ``ratelimit/windows.py``'s ``settle``, which the memory backend and the command engine
+   (``backends/redis/command_settles.py``) run; ``settle_log.lua`` (with ``_log.lua``),
+   ``settle_windows.lua``, ``settle_gcra.lua``; ``ratelimit_settle`` in
+   ``backends/postgres/schema.sql``; ``backends/synced.py``. Held by
+   ``tests/test_settle_reference.py`` (every engine against an exact reference),
+   ``tests/test_settle_stores.py::test_postgres_settles_as_memory_does`` and the four
+   processes of ``tests/test_settle_stores.py``.
 """
 
 from __future__ import annotations
