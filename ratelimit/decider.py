@@ -22,7 +22,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import (
@@ -303,8 +303,7 @@ class Decider:
         settling = settlement(plan, at_us, counts, cost)
         if settling.empty:
             return True
-        backend = self.backend
-        assert isinstance(backend, SettleStore)  # checked when the limit was made
+        backend = cast(SettleStore, self.backend)  # checked when the limit was made
         settled = await self.policy.settle(backend, settling)
         if settled and min(settling.deltas) < 0:
             self.denials.forget(plan.namespace, plan.key)
@@ -316,8 +315,7 @@ class Decider:
         raised under ``on_error="raise"``)."""
         self.check_open()
         plan = cached_plan(*call)
-        backend = self.backend
-        assert isinstance(backend, SettleStore)  # checked when the front end was made
+        backend = cast(SettleStore, self.backend)  # checked by RateLimit.record
         excess = tuple(0.0 if k < 0 else plan.identifier_cost(k) for k in plan.leaf_identifiers)
         return await self.policy.settle(backend, Settlement(plan, 0, excess))
 
