@@ -14,7 +14,8 @@ defines (a rule counting ``bytes`` or ``content_bytes``); any other unit, which 
 cannot name, as the vendor parameter ``ratelimit-unit`` (``"key:90000 tokens/m";q=90000;
 w=60;ratelimit-unit="tokens"``), so that no client reads tokens as requests, the
 default ``qu``. The legacy trio reports the tightest rule counting requests (any rule, when
-none does).
+none does). A concurrency limit that refused (``ConcurrencyLimitExceeded`` inside the
+application) is reported with ``qu="concurrent-requests"``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 
 from ratelimit.decision import Decision, RuleState
 from ratelimit.rules import Rule
+from ratelimit.slots import SlotLimit
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 PROBLEM_JSON = b"application/problem+json"
@@ -84,16 +86,29 @@ def retry_after(decision: Decision) -> int:
     return max(seconds(decision.retry_after), 1)
 
 
-def rate_limit_headers(decisions: Sequence[Decision], legacy: bool = False) -> Headers:
+def rate_limit_headers(
+    decisions: Sequence[Decision], legacy: bool = False, full: SlotLimit | None = None
+) -> Headers:
     """The headers of a response decided by ``decisions`` (a route's limit and any
-    dependencies'): nothing when no storage counted (no rule applied, or fail-open)."""
+    dependencies'): nothing when no storage counted (no rule applied, or fail-open).
+    ``full``: a concurrency limit that found no free slot, reported as
+    ``qu="concurrent-requests"`` with nothing left (``r=0``; no ``t``: when a slot frees
+    depends on how long the others run)."""
     states = [state for decision in decisions for state in decision.states]
-    if not states:
+    if not states and full is None:
         return []
+    policies = [policy_field(states)] if states else []
+    limits = [limit_field(states)] if states else []
+    if full is not None:
+        name = '"' + str(full) + '"'  # a selector and a count: nothing to escape
+        policies.append(f'{name};q={full.count};qu="concurrent-requests"')
+        limits.append(f"{name};r=0")
     headers: Headers = [
-        (b"ratelimit-policy", policy_field(states).encode("ascii")),
-        (b"ratelimit", limit_field(states).encode("ascii")),
+        (b"ratelimit-policy", ", ".join(policies).encode("ascii")),
+        (b"ratelimit", ", ".join(limits).encode("ascii")),
     ]
+    if not states:
+        return headers
     if legacy:
         requests = [state for state in states if state.rule.unit is None] or states
         tightest = min(requests, key=lambda s: (s.remaining, -s.reset_after))

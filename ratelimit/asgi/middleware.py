@@ -36,6 +36,7 @@ from ratelimit.asgi.routes import Route, pattern
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit
+from ratelimit.slots import SlotLimit
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -176,7 +177,8 @@ class RateLimitMiddleware:
             if all(d is not exc.decision for d in decisions):
                 decisions.append(exc.decision)
             request = request or HTTPRequest(scope, self.proxies)
-            await self._refuse(scope, receive, send, request, exc.decision, decisions)
+            full = getattr(exc, "limit", None)  # a concurrency limit's full slots
+            await self._refuse(scope, receive, send, request, exc.decision, decisions, full)
 
     async def _websocket(
         self,
@@ -223,8 +225,9 @@ class RateLimitMiddleware:
         request: HTTPRequest,
         decision: Decision,
         decisions: list[Decision],
+        full: SlotLimit | None = None,
     ) -> None:
-        added = rate_limit_headers(decisions, self.legacy_headers) if self.headers else []
+        added = rate_limit_headers(decisions, self.legacy_headers, full) if self.headers else []
         if scope["type"] == "websocket":
             status, body = problem(decision)
             retry = refusal_headers(decision, body)[2:]

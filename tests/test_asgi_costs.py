@@ -1,0 +1,89 @@
+"""The HTTP edge's costs, settles and unit reporting in process (httpx's ASGI transport;
+tests/test_http_settle.py runs the same under uvicorn): configuration checked when made, a
+settle that goes wrong never breaks the response, and a concurrency limit inside the
+application reports ``qu="concurrent-requests"`` on its 429."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+
+from ratelimit import ConfigurationError, MemoryBackend, RateLimit
+from ratelimit.asgi import HTTPRequest, RateLimitMiddleware, Route, RouteLimit, header
+from tests.test_asgi import app_with, client
+
+pytestmark = pytest.mark.timeout(30)
+RULES = "api:100/m | api:1000 tokens/m"
+
+
+def test_a_bad_cost_or_settle_fails_when_the_app_starts() -> None:
+    rl = RateLimit(MemoryBackend())
+
+    async def app(scope: Any, receive: Any, send: Any) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="names unit 'rows', which no rule"):
+        RateLimitMiddleware(app, rl, [Route("/a", RULES, cost={"rows": 1}, api=header("k"))])
+    with pytest.raises(ConfigurationError, match="no amount for unit 'tokens'"):
+        RouteLimit(rl, RULES, cost={}, api=header("k"))
+    with pytest.raises(TypeError, match="settle must be a response header's name"):
+        Route("/b", RULES, settle=5, api=header("x-api-key"))  # type: ignore[arg-type]
+
+
+async def test_a_cost_from_the_request_is_checked_per_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rl = RateLimit(MemoryBackend())
+
+    def cost(request: HTTPRequest) -> dict[str, int]:
+        return {"tokens": int(request.query["n"])}
+
+    app = app_with(rl, [Route("/a", RULES, cost=cost, settle="x-used", api=header("x-api-key"))])
+    async with client(app) as http:
+        assert (await http.get("/a?n=1000", headers={"x-api-key": "k"})).status_code == 200
+        assert (await http.get("/a?n=1", headers={"x-api-key": "k"})).status_code == 429
+        with pytest.raises(ConfigurationError, match="above the count"):
+            await http.get("/a?n=1001", headers={"x-api-key": "j"})
+
+
+async def test_a_settle_header_that_is_not_a_number_is_logged_and_the_response_stands(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rl = RateLimit(MemoryBackend())
+
+    async def endpoint(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok", headers={"x-used": "lots"})
+
+    route = Route("/a", RULES, cost={"tokens": 10}, settle="x-used", api=header("x-api-key"))
+    app = app_with(rl, [route], endpoint)
+    with caplog.at_level(logging.WARNING, logger="ratelimit.asgi"):
+        async with client(app) as http:
+            response = await http.get("/a", headers={"x-api-key": "k"})
+    assert response.status_code == 200
+    assert response.text == "ok"
+    assert any("not settled" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_full_concurrency_limit_in_the_app_reports_concurrent_requests() -> None:
+    rl = RateLimit(MemoryBackend())
+    slots = rl.concurrency("api:1", key="one")
+
+    @slots
+    async def work(api: str) -> str:
+        return "done"
+
+    async def endpoint(request: Request) -> PlainTextResponse:
+        return PlainTextResponse(await work(request.headers["x-api-key"]))
+
+    app = app_with(rl, [], endpoint)
+    held: Any = rl.concurrency("api:1", key="one", api="k")
+    async with held, client(app) as http:
+        response = await http.get("/a", headers={"x-api-key": "k"})
+    assert response.status_code == 429
+    assert response.headers["ratelimit-policy"] == '"api:1";q=1;qu="concurrent-requests"'
+    assert response.headers["ratelimit"] == '"api:1";r=0'
+    async with client(app) as http:
+        assert (await http.get("/a", headers={"x-api-key": "k"})).text == "done"
