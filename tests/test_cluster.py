@@ -32,7 +32,7 @@ async def cluster_client(cluster_url: str) -> AsyncIterator[AsyncRedisCluster]:
     await client.aclose()
 
 
-@pytest.mark.parametrize("algorithm", ["sliding-log", "sliding-window"])
+@pytest.mark.parametrize("algorithm", ["sliding-log", "sliding-window", "gcra"])
 @pytest.mark.parametrize("use_scripts", [True, False], ids=["script", "commands"])
 async def test_trees_over_many_selectors_run_on_a_cluster(
     cluster_client: AsyncRedisCluster, namespace: str, use_scripts: bool, algorithm: str
@@ -124,3 +124,24 @@ async def test_the_lock_waits_and_wakes_within_one_slot(cluster_url: str, namesp
     assert not await clients[0].exists(f"rl:{{{namespace}:hot}}:lock")
     for client in clients:
         await client.aclose()
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-log", "sliding-window", "gcra"])
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["script", "commands"])
+async def test_settles_on_a_cluster_stay_in_their_slot(
+    cluster_client: AsyncRedisCluster, namespace: str, use_scripts: bool, algorithm: str
+) -> None:
+    """A settle touches the keys its decision did (requests and tokens counters of one
+    key), all in one slot, on whichever node holds it: no CROSSSLOT."""
+    if not use_scripts and redis_py_version() < CLUSTER_TRANSACTIONS:
+        pytest.skip("the command engine on a cluster needs redis-py 6.2 or later")
+    rl = RateLimit(cluster_client, namespace, use_scripts=use_scripts, algorithm=algorithm)
+    for n in range(6):  # keys on several nodes
+        limit = rl.limit("api:5/m | api:100 tokens/m", key=f"llm-{n}", api="k")
+        decision = await limit.decide(cost={"tokens": 60})
+        assert await limit.settle(decision, {"tokens": 10})  # 50 back
+        excess = await limit.decide(cost={"tokens": 60})
+        assert await limit.settle(excess, {"tokens": 95})  # 35 more: 105 of 100
+        refused = await limit.decide(cost={"tokens": 1})
+        assert not refused.allowed
+        assert str(refused.rule) == "api:100 tokens/m"

@@ -7,6 +7,7 @@ script writes, in a transaction, under the engine's lock (or none, with ``disabl
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
@@ -176,9 +177,9 @@ async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) ->
     shape)."""
     keys = arrival_keys(plan)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-    replies = await engine._read(lambda read: read.mget(keys))
+    replies = await engine._read(functools.partial(get_each, keys))
     now = await engine._now(replies, keys[0])
-    stored = [arrival(value) for value in replies[0]]
+    stored = [arrival(value) for value in replies]
     counts: list[Arrival] = [(0, 0) if k < 0 else stored[k] for k in slots]
     decision = evaluate(plan, now, counts)
     if decision.allowed and plan.record:
@@ -210,6 +211,13 @@ async def _window(
         return counted  # an old entry within the head ends the window
     rest = [int(t) for t in await engine.client.lrange(key, HEAD, count - 1)]
     return window([*head, *rest], count, threshold)
+
+
+def get_each(keys: Sequence[str], read: Any) -> None:
+    """``GET`` each key in the read pipeline: ``MGET``, which a Redis Cluster pipeline
+    refuses (redis-py blocks it there), although the keys share one slot."""
+    for key in keys:
+        read.get(key)
 
 
 def arrival(stored: bytes | str | None) -> Arrival:

@@ -7,6 +7,7 @@ transaction, under the engine's lock (see :mod:`ratelimit.settling`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +30,7 @@ from ratelimit.backends.redis.command_decisions import (
     Engine,
     arrival,
     arrival_text,
+    get_each,
 )
 from ratelimit.backends.redis.keys import (
     arrival_keys,
@@ -128,10 +130,10 @@ async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
     plan = settlement.plan
     keys = arrival_keys(plan)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-    replies = await engine._read(lambda read: read.mget(keys))
+    replies = await engine._read(functools.partial(get_each, keys))
     now = await engine._now(replies, keys[0])
     write = engine.client.pipeline(transaction=True)
-    for position, (key, (_i, rule), stored) in enumerate(zip(keys, times, replies[0], strict=True)):
+    for position, (key, (_i, rule), stored) in enumerate(zip(keys, times, replies, strict=True)):
         delta = int(settlement.deltas[slots.index(position)])
         tat = arrival(stored)
         settled = gcra_settled(rule, tat, delta, now)
