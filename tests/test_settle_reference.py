@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
+import uuid
 from fractions import Fraction
 from typing import Any
 
 import fakeredis
+import pytest
+import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +28,7 @@ from ratelimit.backends.base import Backend
 from ratelimit.decision import Decision
 from ratelimit.evaluation import tree_limited
 from ratelimit.plan import Identifier, Plan, cached_plan, compile_tree
-from ratelimit.rules import MAX_SPAN_MS, Node, map_rules
+from ratelimit.rules import MAX_SPAN_MS, Node, map_rules, to_tree
 from tests.conftest import FakeClock
 from tests.strategies import trees
 from tests.test_differential import outlasts_the_test
@@ -183,19 +187,34 @@ def with_burst(rule: Rule) -> Rule:
     )
 
 
-async def run(tree: Node, ops: list[tuple[float, int, int, int, int, int]], algorithm: str) -> None:
+async def run(
+    tree: Node,
+    ops: list[tuple[float, int, int, int, int, int]],
+    algorithm: str,
+    redis_url: str | None = None,
+) -> None:
+    """``ops`` through memory and both Redis engines (on fakeredis, or on the real Redis
+    at ``redis_url``, in a namespace of their own), each decision held to the reference."""
     if algorithm == GCRA:
         tree = map_rules(tree, with_burst)
     compiled = compile_tree(tree)
     smallest = min(gcra_burst(r) for r in compiled.rules)
-    clients = [fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()) for _ in range(2)]
+    clients: list[Any] = (
+        [fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()) for _ in range(2)]
+        if redis_url is None
+        else [aioredis.Redis.from_url(redis_url) for _ in range(2)]
+    )
+    namespace = f"ref-{uuid.uuid4().hex[:8]}"
     clocks = [FakeClock() for _ in range(3)]
     backends: list[Backend] = [
         MemoryBackend(clock=clocks[0]),
         RedisScriptBackend(clients[0], clock=clocks[1]),
         RedisCommandBackend(clients[1], clock=clocks[2]),
     ]
-    limiters = [RateLimit(b, "ref", algorithm=algorithm) for b in backends]
+    # an engine each: on one real Redis, keys of their own
+    limiters = [
+        RateLimit(b, f"{namespace}-{n}", algorithm=algorithm) for n, b in enumerate(backends)
+    ]
     reference = Reference(algorithm)
     pending: list[tuple[list[Decision], Plan, int, dict[Any, Fraction]]] = []
     try:
@@ -211,7 +230,12 @@ async def run(tree: Node, ops: list[tuple[float, int, int, int, int, int]], algo
             cost = min(reserved, smallest)
             values: dict[str, Any] = {"user": VALUES[user], "ip": VALUES[ip]}
             plan = cached_plan(
-                compiled, "ref", "k", tuple(values[s] for s in compiled.selectors), cost, algorithm
+                compiled,
+                namespace,
+                "k",
+                tuple(values[s] for s in compiled.selectors),
+                cost,
+                algorithm,
             )
             tats = dict(reference.tats)
             want = reference.decide(plan, now)
@@ -236,3 +260,31 @@ def test_settles_match_an_exact_reference_on_every_engine(
     tree: Node, ops: list[tuple[float, int, int, int, int, int]], algorithm: str
 ) -> None:
     asyncio.run(run(tree, ops, algorithm))
+
+
+SEEDED_TREES = [
+    "user:3/10s | ip:5/10s & 8/10s",
+    "(user:2/s | ip:3/s) & user:6/10s | ip:20/10s",
+    "user:4/10s & ip:4/10s",
+]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_settles_match_the_reference_on_a_real_redis(
+    redis_url: str, algorithm: str, seed: int
+) -> None:
+    rng = random.Random(seed)
+    ops = [
+        (
+            rng.choice(STEPS),
+            rng.randrange(3),
+            rng.randrange(3),
+            rng.randint(1, 3),
+            rng.randint(-1, 3),
+            rng.randint(0, 12),
+        )
+        for _ in range(120)
+    ]
+    await run(to_tree(SEEDED_TREES[seed]), ops, algorithm, redis_url)
