@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
-from ratelimit.plan import compile_tree
+from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.registry import Registration, Registry
-from ratelimit.rules import RuleLike, to_tree
+from ratelimit.rules import to_tree
 from ratelimit.selectors import CallSite, SelectorSources, resolve
 from ratelimit.settings import check_flag
 from ratelimit.waiting import admitted, wait_seconds
@@ -38,7 +39,7 @@ class Limit:
         self,
         decider: Decider,
         registry: Registry,
-        rules: RuleLike | None,
+        rules: RulesLike | None,
         key: str | None,
         selector: object | None,
         selectors: dict[str, object],
@@ -62,9 +63,13 @@ class Limit:
         self._registry = registry
         self._key = key
         self._sources = SelectorSources(selectors, selector)
-        self._compiled = None if rules is None else compile_tree(to_tree(rules))
+        self._compiled: CompiledTree | ChosenRules | None = None
+        if isinstance(rules, Mapping) or (callable(rules) and not isinstance(rules, str)):
+            self._compiled = ChosenRules(rules, selectors)
+        elif rules is not None:
+            self._compiled = compile_tree(to_tree(rules))
         if self._compiled is not None:
-            self._cost.check(self._compiled, decider.algorithm)
+            self._check_cost(self._compiled)
         # Without rules, the registration of ``key`` is looked up at the first call.
         self._registration = (
             None if self._compiled is None else Registration(self._compiled, self._sources)
@@ -76,11 +81,18 @@ class Limit:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
         if self._registration is None:
             registered = self._registry.registered(key)
-            self._cost.check(registered.compiled, self._decider.algorithm)
+            self._check_cost(registered.compiled)
             self._registration = Registration(
                 registered.compiled, self._sources.merged_over(registered.sources)
             )
         return self._registration
+
+    def _check_cost(self, rules: CompiledTree | ChosenRules) -> None:
+        """The cost fits these rules (each tree of a mapping; a callable's trees at their
+        first call)."""
+        trees = rules.trees if isinstance(rules, ChosenRules) else (rules,)
+        for compiled in trees:
+            self._cost.check(compiled, self._decider.algorithm)
 
     async def _call(
         self, key: str, call: CallSite | None, cost: CostValue | None = None
@@ -88,7 +100,12 @@ class Limit:
         """What identifies one call under ``key``: its rules, selector values and cost
         (``cost``, given for this call; else the limit's, of the call's arguments)."""
         registration = self._registered(key)
-        compiled = registration.compiled
+        rules = registration.compiled
+        compiled = (
+            rules
+            if type(rules) is CompiledTree
+            else await rules.choose(registration.sources, key, call)  # type: ignore[union-attr]
+        )
         values = (
             await resolve(compiled.selectors, registration.sources, key, call)
             if compiled.selectors

@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, overload
 
+from ratelimit.chosen import RulesLike
 from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
 from ratelimit.costs import CostLike, CostValue
 from ratelimit.decider import Decider
 from ratelimit.limit import Limit
 from ratelimit.registry import Registry
-from ratelimit.rules import RuleLike
 from ratelimit.settings import Settings
 
 if TYPE_CHECKING:  # defaults (PEP 696) for type checkers, which bring typing_extensions
@@ -109,7 +109,7 @@ class LimitMaker:
     @overload
     def limit(
         self,
-        rules: RuleLike | None = None,
+        rules: RulesLike | None = None,
         key: str | None = None,
         selector: object | None = None,
         *,
@@ -123,7 +123,7 @@ class LimitMaker:
     @overload
     def limit(
         self,
-        rules: RuleLike | None = None,
+        rules: RulesLike | None = None,
         key: str | None = None,
         selector: object | None = None,
         *,
@@ -137,7 +137,7 @@ class LimitMaker:
     @overload
     def limit(
         self,
-        rules: RuleLike | None = None,
+        rules: RulesLike | None = None,
         key: str | None = None,
         selector: object | None = None,
         *,
@@ -151,7 +151,7 @@ class LimitMaker:
     @overload
     def limit(
         self,
-        rules: RuleLike | None = None,
+        rules: RulesLike | None = None,
         key: str | None = None,
         selector: object | None = None,
         *,
@@ -164,7 +164,7 @@ class LimitMaker:
 
     def limit(
         self,
-        rules: RuleLike | None = None,
+        rules: RulesLike | None = None,
         key: str | None = None,
         selector: object | None = None,
         *,
@@ -177,7 +177,11 @@ class LimitMaker:
         """A limit to use as ``@decorator`` or in ``async with``.
 
         ``rules``: text such as ``"apikey:100/h & (10/s | 15/m)"``, a ``Rule``/``And``/``Or``
-        tree, or a list meaning ``Or``; parsed now, so a bad rule fails at import.
+        tree, or a list meaning ``Or``; parsed now, so a bad rule fails at import. Or rules
+        chosen per call (:mod:`ratelimit.chosen`): a mapping from one keyword selector's
+        values to rules (``{"free": "apikey:100/h", "pro": "apikey:10000/h"}`` with
+        ``tier=get_tier``; ``"default"`` for other values), or a callable (sync or async)
+        of the decorated call's arguments returning rules.
         ``key``: shares counters between functions (default: the function's
         ``module.qualname``; for ``async with``, ``""``, shared by every such block).
         ``limit(key=...)`` without rules reuses the rules and selectors registered for that

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ratelimit.chosen import ChosenRules
 from ratelimit.errors import RuleConflictError, UnknownKeyError
 from ratelimit.plan import CompiledTree
 from ratelimit.selectors import SelectorSources
 
 
 class Registration(NamedTuple):
-    """The rules of one key and the selector sources they were registered with."""
+    """The rules of one key and the selector sources they were registered with: a tree,
+    or rules chosen per call (:class:`~ratelimit.chosen.ChosenRules`)."""
 
-    compiled: CompiledTree
+    compiled: CompiledTree | ChosenRules
     sources: SelectorSources
 
 
@@ -29,14 +31,18 @@ class Registry:
     def __init__(self) -> None:
         self._by_key: dict[str, Registration] = {}
 
-    def register(self, key: str, compiled: CompiledTree, sources: SelectorSources) -> None:
+    def register(
+        self, key: str, compiled: CompiledTree | ChosenRules, sources: SelectorSources
+    ) -> None:
         """Register ``compiled`` under ``key``; different rules already there are refused
         (``RuleConflictError``), equal ones are kept."""
         registered = self._by_key.get(key)
         if registered is None:
             self._by_key[key] = Registration(compiled, sources)
-        elif registered.compiled is not compiled and registered.compiled.tree != compiled.tree:
-            raise RuleConflictError(key, registered.compiled.tree, compiled.tree)
+        elif registered.compiled is not compiled and _shape(registered.compiled) != _shape(
+            compiled
+        ):
+            raise RuleConflictError(key, _shape(registered.compiled), _shape(compiled))
 
     def registered(self, key: str) -> Registration:
         """What was registered under ``key``, or ``UnknownKeyError``."""
@@ -44,3 +50,8 @@ class Registry:
         if registration is None:
             raise UnknownKeyError(key)
         return registration
+
+
+def _shape(rules: CompiledTree | ChosenRules) -> object:
+    """What two registrations compare: a tree's rules, or the chosen rules themselves."""
+    return rules.tree if isinstance(rules, CompiledTree) else rules
