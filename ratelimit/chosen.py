@@ -87,15 +87,16 @@ class ChosenRules:
 
     async def choose(
         self, sources: SelectorSources, key: str, call: CallSite | None
-    ) -> CompiledTree:
-        """The rules of one call."""
+    ) -> tuple[CompiledTree, tuple[str, str | None] | None]:
+        """The rules of one call, and the (selector, value) that chose them (a mapping's;
+        ``None`` for a callable), which overrides match on too."""
         if self.function is not None:
             args = () if call is None else call.args
             kwargs = {} if call is None else call.kwargs
             chosen = self.function(*args, **kwargs)
             if inspect.isawaitable(chosen):
                 chosen = await chosen
-            return compile_tree(to_tree(chosen))
+            return compile_tree(to_tree(chosen)), None
         (value,) = await resolve((self.by,), sources, key, call)
         compiled = self.entries.get(value or "") or self.entries.get(DEFAULT)
         if compiled is None:
@@ -103,4 +104,4 @@ class ChosenRules:
                 f"key {key!r}: no rules for {self.by}={value!r} and no {DEFAULT!r} entry "
                 f"(the mapping names {', '.join(map(repr, self.entries))})"
             )
-        return compiled
+        return compiled, (self.by, value)

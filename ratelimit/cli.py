@@ -7,12 +7,16 @@
     ratelimit peek  --storage redis://... --key search "user:5/m" user=alice
     ratelimit reset --storage redis://... --key search "user:5/m" user=alice
     ratelimit migrate --storage postgresql://...        # prepare the store (its schema)
+    ratelimit override set --key search apikey=abc "apikey:1000/h" --ttl 86400
+    ratelimit override get|delete --key search apikey=abc
+    ratelimit override list [--key search]
     ratelimit serve                                     # the gRPC service (extra: server)
 
 ``--storage`` defaults to ``$RATELIMIT_STORAGE``, else ``memory://``.
 
 Exit codes: 0 fine (``peek``: the call would be admitted; ``migrate``: the store is
-prepared); 1 the rules or rules file are invalid, or (``peek``) the call would be refused;
+prepared; ``override get|delete``: there was one); 1 the rules or rules file are invalid,
+or (``peek``) the call would be refused, or (``override get|delete``) there was none;
 2 the command line is wrong; 3 the storage URL is malformed, the storage failed, or the
 service could not start.
 """
@@ -27,15 +31,22 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ratelimit import cli_overrides
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG, SLIDING_WINDOW
-from ratelimit.backends.urls import redacted, storage_url_problem
+from ratelimit.backends.urls import redacted
+from ratelimit.cli_common import (
+    FAILED,
+    INVALID,
+    OK,
+    REFUSED,
+    STORAGE_HELP,
+    storage_of,
+    values_of,
+    who,
+)
 from ratelimit.errors import BackendError, ConfigurationError, RuleSyntaxError
 from ratelimit.limiter import RateLimit
 from ratelimit.rules import And, Node, Rule, to_tree
-
-OK, REFUSED, USAGE, FAILED = 0, 1, 2, 3
-INVALID = REFUSED
-STORAGE_HELP = "a storage URL (default: $RATELIMIT_STORAGE, else memory://)"
 
 
 def explain(node: Node, depth: int = 0) -> list[str]:
@@ -101,33 +112,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _values(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
-    values = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            parser.error(f"selector values are name=value, not {pair!r}")
-        values[name] = value
-    return values
-
-
-def _storage(args: argparse.Namespace) -> str | None:
-    """The storage URL ``--storage`` (or ``RATELIMIT_STORAGE``) gives, or ``None`` after
-    saying on stderr what is wrong with it, naming where it came from."""
-    url: str | None = args.storage
-    named = "--storage"
-    if url is None:
-        url = os.environ.get("RATELIMIT_STORAGE", "").strip() or "memory://"
-        named = "RATELIMIT_STORAGE"
-    problem = storage_url_problem(url)
-    if problem is None:
-        return url
-    print(f"bad storage URL: {named}={redacted(url)!r}: {problem}", file=sys.stderr)
-    return None
-
-
 async def _migrate(args: argparse.Namespace) -> int:
-    url = _storage(args)
+    url = storage_of(args)
     if url is None:
         return FAILED
     try:
@@ -141,13 +127,13 @@ async def _migrate(args: argparse.Namespace) -> int:
 
 
 async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    values = _values(args.values, parser)
+    values = values_of(args.values, parser)
     try:
         tree = to_tree(args.rules)
     except RuleSyntaxError as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return INVALID
-    storage = _storage(args)
+    storage = storage_of(args)
     if storage is None:
         return FAILED
     try:
@@ -159,15 +145,21 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
             limit = rl.limit(tree, args.key, values)  # values: the selector object
             if args.command == "reset":
                 await limit.reset()
-                print(f"reset: {args.key!r} for {_who(values)}")
+                print(f"reset: {args.key!r} for {who(values)}")
                 return OK
             decision = await limit.peek()
+            found = await rl.overrides.in_force(args.key, **values) if decision.override else None
     except BackendError as exc:
         print(f"storage failed: {exc}", file=sys.stderr)
         return FAILED
     except (ConfigurationError, LookupError, TypeError) as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return INVALID
+    if found is not None:
+        whose = f"override of {who(found.selectors)}{cli_overrides.until(found)}"
+        print(f"rules in force: {found.rules} ({whose})")
+    else:
+        print(f"rules in force: {tree} (the limit's own)")
     if decision.allowed:
         print(f"would be admitted: {decision.remaining} left after it (rule {decision.rule})")
     else:
@@ -176,10 +168,6 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
         mark = "limited" if state.limited else f"{state.remaining} left"
         print(f"  {state.rule}: {mark}, for {state.reset_after:.3f} s")
     return OK if decision.allowed else REFUSED
-
-
-def _who(values: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in values.items()) or "every caller"
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -217,7 +205,8 @@ def _serve(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="ratelimit",
-        description="Distributed rate limiting: check rules, peek at and reset counters, serve.",
+        description="Distributed rate limiting: check rules, peek at and reset counters, "
+        "override rules at run time, serve.",
         epilog="exit codes: 0 fine or admitted; 1 invalid, or refused (peek); 2 usage; "
         "3 storage URL malformed, storage failed, or the service could not start",
     )
@@ -243,6 +232,24 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--key", required=True, help="the limit's key")
         command.add_argument("rules", help="the limit's rules, such as 'user:5/m'")
         command.add_argument("values", nargs="*", help="selector values: name=value ...")
+    override = commands.add_parser(
+        "override",
+        help="set, read or delete the rules a key runs under for some callers, at run time",
+    )
+    override.add_argument("action", choices=("set", "get", "delete", "list"))
+    override.add_argument("--storage", help=STORAGE_HELP)
+    override.add_argument("--namespace", default=os.environ.get("RATELIMIT_NAMESPACE", "ratelimit"))
+    override.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        default=os.environ.get("RATELIMIT_ALGORITHM", SLIDING_LOG),
+        help="the limiters' algorithm, which the rules must suit (default sliding-log)",
+    )
+    override.add_argument("--key", help="the limit's key (list: all keys without it)")
+    override.add_argument("--ttl", type=float, help="seconds until it expires (set)")
+    override.add_argument(
+        "words", nargs="*", help="selector values name=value ..., and (set) the rules"
+    )
     migrate = commands.add_parser(
         "migrate",
         help="prepare the store: on Postgres, create or update its table and functions "
@@ -264,13 +271,19 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     top = parser()
-    args = top.parse_args(argv)
+    args, extra = top.parse_known_args(argv)
+    if extra:  # an override's words after its options: argparse took the first ones only
+        if args.command != "override" or any(word.startswith("-") for word in extra):
+            top.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.words += extra
     if args.command == "check":
         return _check(args)
     if args.command in ("peek", "reset"):
         return asyncio.run(_peek_or_reset(args, top))
     if args.command == "migrate":
         return asyncio.run(_migrate(args))
+    if args.command == "override":
+        return asyncio.run(cli_overrides.run(args, top))
     return _serve(args)
 
 

@@ -43,6 +43,7 @@ from ratelimit.errors import (
     LockTimeoutError,
 )
 from ratelimit.hooks import Hooks
+from ratelimit.overrides import OverrideCache
 from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan, compile_tree
 from ratelimit.policy import FailurePolicy
 from ratelimit.rules import Rule
@@ -104,6 +105,7 @@ class Decider:
         "denials",
         "hooks",
         "namespace",
+        "overrides",
         "policy",
     )
 
@@ -116,8 +118,11 @@ class Decider:
         denials: DenialCache,
         hooks: Hooks,
         background: BackgroundCounter | None,
+        overrides: OverrideCache | None = None,
     ) -> None:
         self.namespace = namespace
+        self.overrides = overrides
+        """The limiter's copy of its overrides (``None``: its store keeps none)."""
         self.algorithm = algorithm
         self.backend = backend
         self.policy = policy
@@ -161,14 +166,16 @@ class Decider:
         record: bool = True,
         shadow: bool = False,
         within: float | None = None,
+        override: bool = False,
     ) -> Decision:
         """Decide ``call``; with ``record=False`` only say what would be decided. With
         ``shadow``, a refusal comes back marked ``shadow=True`` (and is logged): the front
         end lets the call through. Nothing else changes: a refused call records nothing,
         and the refusal is remembered in the denial cache as any other. ``within``: seconds
-        the whole decision may take, past which the failure policy answers."""
+        the whole decision may take, past which the failure policy answers. ``override``:
+        ``call``'s rules are an override's (the decision says so)."""
         if within is not None:
-            return await self._decide_within(call, record, shadow, within)
+            return await self._decide_within(call, record, shadow, within, override)
         if self.closed:
             raise LimiterClosedError()
         started = _clock() if self.hooks.timed else 0.0
@@ -180,6 +187,8 @@ class Decider:
             decision = await self.policy.decide(self.backend, cached_plan(*call, record))
             if not decision.allowed:
                 self.denials.remember(call, decision)
+        if override:
+            decision = dataclasses.replace(decision, override=True)
         if shadow and not decision.allowed:
             decision = dataclasses.replace(decision, shadow=True)
             shadow_logger.info(
@@ -192,11 +201,13 @@ class Decider:
         return decision
 
     async def _decide_within(
-        self, call: CallKey, record: bool, shadow: bool, within: float
+        self, call: CallKey, record: bool, shadow: bool, within: float, override: bool
     ) -> Decision:
         started = _clock()
         try:
-            return await asyncio.wait_for(self.decide(call, record, shadow), within)
+            return await asyncio.wait_for(
+                self.decide(call, record, shadow, override=override), within
+            )
         except TimeoutError:  # the hooks never saw it: they see the policy's answer
             late = BackendError(f"the decision of key {call.key!r} took over {within:g} s")
             decision = self.policy.failed(late, call.key)

@@ -55,6 +55,8 @@ class Decision:
       ``on_error``, decided; nothing was recorded), but the front ends let the call
       through instead of refusing it. Hooks and logs see it, so a new limit can be
       watched before it is enforced.
+    - ``override``: the rules that decided were an override's (``rl.overrides``), in
+      force for this call instead of the limit's own; ``rule`` and ``states`` are its.
     - ``states``: per rule of the tree that applied (its selector resolved), what it has
       left and when that changes: :class:`RuleState`, left to right. Computed when first
       read, from what the storage already answered (no second round trip). Empty when no
@@ -74,6 +76,7 @@ class Decision:
     key: str
     degraded: bool = False
     shadow: bool = False
+    override: bool = False
     _states: tuple[RuleState, ...] | Callable[[], tuple[RuleState, ...]] | None = field(
         default=None, compare=False, repr=False
     )
@@ -101,6 +104,7 @@ _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
 )
 _DEGRADED = Decision.__dict__["degraded"].__set__
 _SHADOW = Decision.__dict__["shadow"].__set__
+_OVERRIDE = Decision.__dict__["override"].__set__
 _STATES = Decision.__dict__["_states"].__set__
 _RESERVATION = Decision.__dict__["_reservation"].__set__
 
@@ -125,6 +129,7 @@ def make_decision(
     _KEY(decision, key)
     _DEGRADED(decision, False)
     _SHADOW(decision, False)
+    _OVERRIDE(decision, False)
     _STATES(decision, states)
     _RESERVATION(decision, reservation)
     return decision

@@ -12,6 +12,8 @@ from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.errors import ConfigurationError, SelectorNotFoundError
+from ratelimit.overrides import OverrideCache
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import to_tree
@@ -96,21 +98,43 @@ class Limit:
 
     async def _call(
         self, key: str, call: CallSite | None, cost: CostValue | None = None
-    ) -> CallKey:
-        """What identifies one call under ``key``: its rules, selector values and cost
-        (``cost``, given for this call; else the limit's, of the call's arguments)."""
+    ) -> tuple[CallKey, bool]:
+        """What identifies one call under ``key``: its rules (an override's when one is in
+        force: then ``True`` comes with it), selector values and cost (``cost``, given for
+        this call; else the limit's, of the call's arguments)."""
         registration = self._registered(key)
         rules = registration.compiled
-        compiled = (
-            rules
-            if type(rules) is CompiledTree
-            else await rules.choose(registration.sources, key, call)  # type: ignore[union-attr]
-        )
+        chosen = None
+        if type(rules) is CompiledTree:
+            compiled = rules
+        else:
+            compiled, chosen = await rules.choose(registration.sources, key, call)  # type: ignore[union-attr]
         values = (
             await resolve(compiled.selectors, registration.sources, key, call)
             if compiled.selectors
             else ()
         )
+        decider = self._decider
+        overrides = decider.overrides
+        if overrides is not None:
+            if overrides.stale():
+                await overrides.current()
+            if overrides.has(key):
+                overridden = await self._overridden(
+                    overrides, key, call, cost, compiled, values, chosen
+                )
+                if overridden is not None:
+                    return overridden, True
+        return await self._counted(key, call, cost, compiled, values), False
+
+    async def _counted(
+        self,
+        key: str,
+        call: CallSite | None,
+        cost: CostValue | None,
+        compiled: CompiledTree,
+        values: tuple[str | None, ...],
+    ) -> CallKey:
         decider = self._decider
         algorithm = decider.algorithm
         if cost is not None:
@@ -125,26 +149,60 @@ class Limit:
             CallKey, (compiled, decider.namespace, key, values, counted, algorithm)
         )
 
+    async def _overridden(
+        self,
+        overrides: OverrideCache,
+        key: str,
+        call: CallSite | None,
+        cost: CostValue | None,
+        compiled: CompiledTree,
+        values: tuple[str | None, ...],
+        chosen: tuple[str, str | None] | None,
+    ) -> CallKey | None:
+        """The call under the override in force for its values, if one is; ``None`` for
+        the limit's own rules, also when the override cannot apply to it (a selector it
+        names that this limit cannot resolve, a cost its rules cannot count: logged)."""
+        named = dict(zip((s.partition("#")[0] for s in compiled.selectors), values, strict=True))
+        if chosen is not None:
+            named.setdefault(*chosen)
+        found = overrides.match(key, named)
+        if found is None:
+            return None
+        try:
+            tree = found.compiled
+            missing = [s for s in tree.selectors if s not in named]
+            if missing:
+                more = await resolve(missing, self._registered(key).sources, key, call)
+                named.update(zip(missing, more, strict=True))
+            own = tuple(named[s] for s in tree.selectors)
+            return await self._counted(key, call, cost, tree, own)
+        except (ConfigurationError, SelectorNotFoundError) as exc:
+            overrides.warn(
+                (key, found.values),
+                f"override {found} not applied; key {key!r} keeps its own rules: {exc}",
+            )
+            return None
+
     def _own_key(self) -> str:
         return GLOBAL_KEY if self._key is None else self._key
 
     async def peek(self, *, cost: CostValue | None = None) -> Decision:
         """The decision ``decide()`` would give, recording nothing. ``cost``: as for
         :meth:`decide`."""
-        call = await self._call(self._own_key(), None, cost)
-        return await self._decider.decide(call, False, self._shadow)
+        call, override = await self._call(self._own_key(), None, cost)
+        return await self._decider.decide(call, False, self._shadow, override=override)
 
     async def reset(self) -> None:
         """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
-        await self._decider.reset(await self._call(self._own_key(), None, 1))
+        await self._decider.reset((await self._call(self._own_key(), None, 1))[0])
 
     async def decide(self, *, cost: CostValue | None = None) -> Decision:
         """Decide one call under this limit's key without raising: the hit is recorded only
         if ``Decision.allowed``. Selectors come from ``limit()``'s arguments. ``cost``:
         what this call counts (a number, or a mapping from units to amounts); default the
         limit's ``cost=`` (a callable of it is called with no arguments)."""
-        call = await self._call(self._own_key(), None, cost)
-        return await self._decider.decide(call, True, self._shadow)
+        call, override = await self._call(self._own_key(), None, cost)
+        return await self._decider.decide(call, True, self._shadow, override=override)
 
     async def acquire(
         self, wait: float | bool | None = None, *, cost: CostValue | None = None
@@ -153,8 +211,10 @@ class Limit:
         raise ``RateLimitExceeded``. What ``async with`` does on entry. ``cost``: as for
         :meth:`decide`."""
         seconds = self._wait if wait is None else wait_seconds(wait)
-        call = await self._call(self._own_key(), None, cost)
-        return await admitted(lambda: self._decider.decide(call, True, self._shadow), seconds)
+        call, override = await self._call(self._own_key(), None, cost)
+        return await admitted(
+            lambda: self._decider.decide(call, True, self._shadow, override=override), seconds
+        )
 
     async def settle(self, decision: Decision, actual: CostValue) -> bool:
         """Record what the call ``decision`` admitted really cost: ``actual`` (a number, or
@@ -211,13 +271,15 @@ class Limit:
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
             site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
-            call = await self._call(key, site)
-            decision = await decider.decide(call, True, shadow)
+            call, override = await self._call(key, site)
+            decision = await decider.decide(call, True, shadow, override=override)
             if not decision.allowed and not decision.shadow:
                 if not self._wait:
                     raise RateLimitExceeded(decision)
                 decision = await admitted(
-                    lambda: decider.decide(call, True, shadow), self._wait, first=decision
+                    lambda: decider.decide(call, True, shadow, override=override),
+                    self._wait,
+                    first=decision,
                 )
             result = await run_body(func, is_coroutine, args, kwargs)
             if settle is not None:  # the body returned: what it really cost is known

@@ -26,6 +26,7 @@ from ratelimit.backends.base import (
     check_settles,
     check_supported,
     clock_of,
+    override_store,
 )
 from ratelimit.background import BackgroundCounter
 from ratelimit.costs import CostValue, per_leaf
@@ -34,6 +35,8 @@ from ratelimit.decision import Decision
 from ratelimit.denials import DenialCache
 from ratelimit.hooks import Hook, Hooks
 from ratelimit.limiting import LimitMaker
+from ratelimit.overrides import OverrideCache
+from ratelimit.overriding import Overrides
 from ratelimit.plan import CompiledTree, Cost
 from ratelimit.policy import FailurePolicy
 from ratelimit.registry import Registry
@@ -61,7 +64,8 @@ class RateLimit(LimitMaker):
     The keywords are :class:`~ratelimit.Settings` (documented there): ``algorithm``,
     ``sync_rate``, ``on_error``, ``timeout``, ``denial_cache``, ``hooks``, ``background``,
     ``use_scripts``, ``auto_pipeline``, ``disable_locks``, ``lock_ttl``,
-    ``lock_polling_interval``, ``lock_timeout``, ``shadow`` and ``clock``; or ``settings=`` gives a
+    ``lock_polling_interval``, ``lock_timeout``, ``shadow``, ``override_refresh`` and
+    ``clock``; or ``settings=`` gives a
     ``Settings`` made beforehand (keywords given too replace its values). Every setting is
     checked here, so a bad one fails when the limiter is made.
 
@@ -101,6 +105,16 @@ class RateLimit(LimitMaker):
             if settings.background
             else None
         )
+        store = override_store(backend)
+        cache = (
+            None
+            if store is None
+            else OverrideCache(
+                store, settings.namespace, settings.override_refresh, clock_of(backend)
+            )
+        )
+        self.overrides = Overrides(cache, algorithm, type(backend).__name__)
+        """This namespace's overrides: :class:`~ratelimit.overriding.Overrides`."""
         self._decider = Decider(
             settings.namespace,
             algorithm,
@@ -109,6 +123,7 @@ class RateLimit(LimitMaker):
             self._denials,
             self._hooks,
             self._background,
+            cache,
         )
         self._registry = Registry()
 
@@ -133,6 +148,7 @@ class RateLimit(LimitMaker):
         lock_polling_interval: float = _UNSET,
         lock_timeout: float = _UNSET,
         shadow: bool = _UNSET,
+        override_refresh: float = _UNSET,
         clock: Callable[[], float] | None = _UNSET,
         **options: Any,
     ) -> RateLimit:
@@ -207,6 +223,7 @@ class RateLimit(LimitMaker):
         shadow: bool | None = None,
         record: bool = True,
         within: float | None = None,
+        override: bool = False,
     ) -> Decision:
         """Decide one call of ``key`` under ``compiled``: the one door into the decision
         pipeline (denial cache, background counting, failure policy, storage, hooks) for
@@ -217,6 +234,9 @@ class RateLimit(LimitMaker):
         the limiter's setting. ``record=False`` only says what would be decided.
         ``within``: seconds the whole decision may take; past them, the failure policy
         (``on_error``) answers, as for any storage failure, and hooks see that answer.
+        ``override``: ``compiled`` is the rules of an override
+        (:meth:`rl.overrides.find <ratelimit.overriding.Overrides.find>`), which the
+        decision then says (``Decision.override``).
 
         Example::
 
@@ -229,7 +249,7 @@ class RateLimit(LimitMaker):
         call = new_call_key(CallKey, (compiled, self.namespace, key, values, cost, algorithm))
         if shadow is None:
             shadow = self.settings.shadow
-        return await self._decider.decide(call, record, shadow, within)
+        return await self._decider.decide(call, record, shadow, within, override)
 
     async def settle(self, decision: Decision, actual: CostValue) -> bool:
         """Settle a call :meth:`decide` admitted at its real cost ``actual`` (a number, or

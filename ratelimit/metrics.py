@@ -11,7 +11,8 @@ Two instruments, on the meter ``ratelimit``:
 - ``ratelimit.decisions`` (counter): one per decision, with attributes ``outcome`` (one of
   ``allowed``, ``near_limit``: admitted with ``near_ratio`` or more of its tightest rule
   used, ``over_limit``, ``shadow``: refused but let through, ``degraded``: decided by the
-  failure policy), ``key`` and ``rule`` (the deciding rule's text);
+  failure policy), ``key``, ``rule`` (the deciding rule's text) and ``override`` (a
+  boolean: the rules in force were an override's, ``rl.overrides``; never which one);
 - ``ratelimit.decision.duration`` (histogram, seconds): the decision pipeline's time,
   storage included, with attributes ``key`` and ``outcome``.
 
@@ -83,7 +84,7 @@ class OpenTelemetryHook:
 
     def timed(self, decision: Decision, seconds: float | None) -> None:
         what = outcome(decision, self.near_ratio)
-        attributes: dict[str, Any] = {"outcome": what}
+        attributes: dict[str, Any] = {"outcome": what, "override": decision.override}
         if self.keys:
             attributes["key"] = decision.key
         self.decisions.add(

@@ -79,7 +79,12 @@ class Settings:
       chooses per limit): calls are decided and counted as usual, but a refused call is
       let through, its decision marked ``shadow=True`` for hooks and logged on the
       ``ratelimit.shadow`` logger, so a new limit can be watched before it is enforced.
-    - ``clock`` (seconds): replaces the storage's clock, for tests that step time.
+    - ``override_refresh`` (seconds, default 1): how often each process asks the store
+      whether the overrides (``rl.overrides``) changed, which is how late a change made
+      elsewhere may reach its decisions; ``0`` asks before every decision (one more
+      round trip each).
+    - ``clock`` (seconds): replaces the storage's clock, for tests that step time (and
+      the time of day overrides expire by).
 
     Example::
 
@@ -102,6 +107,7 @@ class Settings:
     lock_polling_interval: float = 0.1
     lock_timeout: float = 10.0
     shadow: bool = False
+    override_refresh: float = 1.0
     clock: Callable[[], float] | None = None
 
     def __post_init__(self) -> None:
@@ -121,6 +127,7 @@ class Settings:
         named(self.algorithm)  # an unknown name fails here
         check_denial_cache(self.denial_cache)
         check_clock(self.clock)
+        check_override_refresh(self.override_refresh)
         for hook in self.hooks:
             if not callable(hook):
                 raise TypeError(f"a hook must be callable, not {type(hook).__name__}")
@@ -157,7 +164,20 @@ class SettingsKeywords(TypedDict, total=False):
     lock_polling_interval: float
     lock_timeout: float
     shadow: bool
+    override_refresh: float
     clock: Callable[[], float] | None
+
+
+MAX_OVERRIDE_REFRESH = 60.0
+
+
+def check_override_refresh(seconds: object) -> None:
+    """``override_refresh``: seconds from 0 to :data:`MAX_OVERRIDE_REFRESH`."""
+    if not is_number(seconds) or not 0 <= seconds <= MAX_OVERRIDE_REFRESH:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"override_refresh must be seconds from 0 to {MAX_OVERRIDE_REFRESH:g} (how late "
+            f"a change of the overrides may reach this process), not {seconds!r}"
+        )
 
 
 def check_on_error(on_error: object) -> None:

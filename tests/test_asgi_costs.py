@@ -87,3 +87,27 @@ async def test_a_full_concurrency_limit_in_the_app_reports_concurrent_requests()
     assert response.headers["ratelimit"] == '"api:1";r=0'
     async with client(app) as http:
         assert (await http.get("/a", headers={"x-api-key": "k"})).text == "done"
+
+
+async def test_an_override_shows_in_the_policy_header_and_falls_back_when_unusable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rl = RateLimit(MemoryBackend())
+    app = app_with(rl, [Route("/a", "api:5/m", key="search", api=header("x-api-key"))])
+    async with client(app) as http:
+        first = await http.get("/a", headers={"x-api-key": "k"})
+        assert first.headers["ratelimit-policy"] == '"api:5/m";q=5;w=60'
+        await rl.overrides.set("search", "api:50/m", api="k")
+        raised = await http.get("/a", headers={"x-api-key": "k"})
+        assert raised.headers["ratelimit-policy"] == '"api:50/m";q=50;w=60'
+        assert raised.headers["ratelimit"] == '"api:50/m";r=48;t=60'  # counted on: 2 of 50
+        other = await http.get("/a", headers={"x-api-key": "j"})
+        assert other.headers["ratelimit-policy"] == '"api:5/m";q=5;w=60'
+        await rl.overrides.set("search", "ip:1/m", api="j")  # ip: the client's address
+        assert (await http.get("/a", headers={"x-api-key": "j"})).status_code == 200
+        assert (await http.get("/a", headers={"x-api-key": "j"})).status_code == 429
+        await rl.overrides.set("search", "region:1/m", api="k")  # no source for region
+        with caplog.at_level(logging.WARNING, logger="ratelimit.asgi"):
+            kept = await http.get("/a", headers={"x-api-key": "k"})
+        assert kept.headers["ratelimit-policy"] == '"api:5/m";q=5;w=60'
+        assert any("region" in r.getMessage() for r in caplog.records)

@@ -62,3 +62,52 @@ def test_a_missing_extra_is_named(module: str, missing: str, extra: str) -> None
     assert last.startswith("ModuleNotFoundError:")
     assert f"pip install 'ratelimit-rules[{extra}]'" in last
     assert f"missing module '{missing}" in last
+
+
+def test_override_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # memory:// lives as long as one command: each command below sees only its own store
+    assert cli(["override", "set", "--key", "search", "apikey=abc", "apikey:1000/h"]) == 0
+    out, err = capsys.readouterr()
+    assert "set: search [apikey=abc]: apikey:1000/h" in out
+    assert "no process has decided a call of key 'search'" in err
+    assert cli(["override", "get", "--key", "search", "apikey=abc"]) == 1
+    assert cli(["override", "delete", "--key", "search", "apikey=abc"]) == 1
+    assert cli(["override", "list"]) == 0
+    assert cli(["override", "set", "--key", "search", "apikey:10/m burst 3"]) == 1
+    assert "burst" in capsys.readouterr().err
+    assert cli(["override", "set", "--key", "search", "apikey:10/"]) == 1
+    assert cli(["override", "set", "--key", "s", "10/m", "--storage", "redis://127.0.0.1:1"]) == 3
+    for usage in (
+        ["override", "set", "--key", "search", "apikey=abc"],  # no rules
+        ["override", "get", "--key", "search", "10/m"],  # rules where none go
+        ["override", "get", "apikey=abc"],  # no key
+        ["override", "list", "apikey=abc"],
+        ["override", "get", "--key", "k", "--ttl", "5"],
+        ["override", "set", "--key", "k", "10/m", "--bogus"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli(usage)
+        assert exited.value.code == 2, usage
+
+
+@pytest.mark.redis
+def test_override_commands_on_redis_and_peek_shows_the_rules_in_force(
+    capsys: pytest.CaptureFixture[str], redis_url: str
+) -> None:
+    store = ["--storage", redis_url, "--namespace", "cli-overrides"]
+    set_ = ["override", "set", *store, "--key", "search", "apikey=abc", "apikey:9/h"]
+    assert cli([*set_, "--ttl", "3600"]) == 0
+    assert "until" in capsys.readouterr().out
+    assert cli(["override", "get", *store, "--key", "search", "apikey=abc"]) == 0
+    assert "search [apikey=abc]: apikey:9/h, until" in capsys.readouterr().out
+    assert cli(["override", "list", *store]) == 0
+    assert capsys.readouterr().out.count("\n") == 1
+    assert cli(["peek", *store, "--key", "search", "apikey:5/h", "apikey=abc"]) == 0
+    out = capsys.readouterr().out
+    assert "rules in force: apikey:9/h (override of apikey='abc', until" in out
+    assert "8 left" in out
+    assert cli(["peek", *store, "--key", "search", "apikey:5/h", "apikey=xyz"]) == 0
+    assert "rules in force: apikey:5/h (the limit's own)" in capsys.readouterr().out
+    assert cli(["override", "delete", *store, "--key", "search", "apikey=abc"]) == 0
+    assert cli(["override", "list", *store]) == 0
+    assert capsys.readouterr().out.strip().endswith("'search' for apikey='abc'")

@@ -69,3 +69,24 @@ def test_keys_can_be_left_out_and_the_ratio_is_checked() -> None:
     assert "key" not in point.attributes
     with pytest.raises(ValueError, match="near_ratio"):
         OpenTelemetryHook(meter, near_ratio=1.5)
+
+
+async def test_an_override_is_an_attribute_never_its_values() -> None:
+    reader = InMemoryMetricReader()
+    hook = OpenTelemetryHook(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    rl = RateLimit(MemoryBackend(clock=FakeClock()), hooks=[hook])
+    limit = rl.limit("user:5/m", key="search", user="secret-user-name")
+    await limit.decide()
+    await rl.overrides.set("search", "user:50/m", user="secret-user-name")
+    await limit.decide()
+    seen = {
+        (p.attributes["override"], p.attributes["rule"])
+        for p in points(reader, "ratelimit.decisions")
+    }
+    assert seen == {(False, "user:5/m"), (True, "user:50/m")}
+    assert {p.attributes["override"] for p in points(reader, "ratelimit.decision.duration")} == {
+        False,
+        True,
+    }
+    labels = {str(v) for p in points(reader, "ratelimit.decisions") for v in p.attributes.values()}
+    assert not any("secret" in label for label in labels)

@@ -67,7 +67,7 @@ async def test_from_url_sends_settings_to_settings_and_the_rest_to_redis() -> No
     assert rl.settings.timeout == 1.0
     assert rl.settings.algorithm == "fixed-window"
     assert isinstance(rl.storage, RedisScriptBackend)
-    pool = rl.storage.client.connection_pool  # type: ignore[union-attr]
+    pool = rl.storage.client.connection_pool
     assert pool.max_connections == 3
     assert "timeout" not in pool.connection_kwargs
     await rl.aclose()

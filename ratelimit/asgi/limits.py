@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.asgi.sources import Source, resolve, sources_for
+from ratelimit.asgi.sources import Source, client_ip, resolve, sources_for
 from ratelimit.costs import CostValue, units
 from ratelimit.decision import Decision
-from ratelimit.errors import RateLimitError
+from ratelimit.errors import ConfigurationError, RateLimitError
 from ratelimit.limiter import RateLimit
+from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import RuleLike, to_tree
 
@@ -60,7 +61,7 @@ class HTTPLimit:
     """One HTTP limit. ``where`` names it in error messages; ``body``: whether its sources
     may read the request body (a dependency's may, the middleware's may not)."""
 
-    __slots__ = ("compiled", "cost", "key", "settle", "shadow", "sources")
+    __slots__ = ("compiled", "cost", "given_cost", "key", "settle", "shadow", "sources")
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class HTTPLimit:
         self.compiled: CompiledTree = compile_tree(to_tree(rules))
         self.key = key
         self.cost: Any = cost  # as check() returns it, or a callable of the request
+        self.given_cost: Any = cost  # as given: what an override's rules are checked with
         self.settle = settle.lower() if isinstance(settle, str) else settle
         self.shadow = shadow
         self.sources: dict[str, Source] = sources_for(self.compiled, sources, where, body)
@@ -99,18 +101,61 @@ class HTTPLimit:
 
     async def decide(self, limiter: RateLimit, request: HTTPRequest, key: str) -> Decision:
         """One request's decision under ``key`` (the limiter's shadow setting unless this
-        limit has its own)."""
+        limit has its own), under the override in force for its values if one is."""
         compiled = self.compiled
         values = (
             await resolve(compiled.selectors, self.sources, request) if compiled.selectors else ()
         )
+        found = await limiter.overrides.find(
+            key, dict(zip(compiled.selectors, values, strict=True))
+        )
+        if found is not None:
+            try:
+                return await self._decide_overridden(limiter, request, key, found, values)
+            except (ConfigurationError, ValueError, TypeError) as exc:
+                logger.warning(
+                    "ratelimit: override %s not applied; key %r keeps its own rules: %s",
+                    found,
+                    key,
+                    exc,
+                )
         cost = self.cost
         if callable(cost) and not isinstance(cost, Mapping):
-            cost = cost(request)
-            if inspect.isawaitable(cost):
-                cost = await cost
+            cost = await self._cost_of(request)
             cost = limiter.check(compiled, cost)
         return await limiter.decide(compiled, key, values, cost=cost, shadow=self.shadow)
+
+    async def _decide_overridden(
+        self,
+        limiter: RateLimit,
+        request: HTTPRequest,
+        key: str,
+        found: Override,
+        values: tuple[str | None, ...],
+    ) -> Decision:
+        """The decision under ``found``'s rules, whose selectors this route's sources (or
+        ``ip``, the client's address) give; ``ConfigurationError`` where they cannot."""
+        tree = found.compiled
+        named = dict(zip(self.compiled.selectors, values, strict=True))
+        missing = tuple(name for name in tree.selectors if name not in named)
+        if missing:
+            sources = {name: self.sources.get(name) or client_ip() for name in missing}
+            unknown = [n for n in missing if n not in self.sources and n != "ip"]
+            if unknown:
+                raise ConfigurationError(f"this route gives no source for {', '.join(unknown)}")
+            named.update(zip(missing, await resolve(missing, sources, request), strict=True))
+        cost = self.given_cost
+        if callable(cost) and not isinstance(cost, Mapping):
+            cost = await self._cost_of(request)
+        checked = limiter.check(tree, cost)
+        own = tuple(named[name] for name in tree.selectors)
+        return await limiter.decide(tree, key, own, cost=checked, shadow=self.shadow, override=True)
+
+    async def _cost_of(self, request: HTTPRequest) -> CostValue:
+        cost = self.given_cost(request)
+        if inspect.isawaitable(cost):
+            cost = await cost
+        return cost  # type: ignore[no-any-return]
 
     async def settled(
         self, limiter: RateLimit, request: HTTPRequest, response: HTTPResponse, decision: Decision

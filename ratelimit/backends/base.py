@@ -39,6 +39,8 @@ class Backend(Protocol):
     - ``setup`` (:class:`SetUpStore`): a store to prepare before it decides (Postgres);
     - ``settle`` (:class:`SettleStore`): it records what calls really cost after they ran
       (``settle=``); every backend of this package does;
+    - ``overrides_*`` (:class:`OverrideStore`): it keeps the rules overridden at run time
+      (``rl.overrides``); every backend of this package does;
     - ``schemes``: the storage URL schemes that open it (``RateLimit.from_url``: see
       :mod:`ratelimit.backends.urls`; a backend of yours is passed, not opened, and needs
       none).
@@ -137,6 +139,39 @@ class SettleStore(Protocol):
         ...
 
 
+@runtime_checkable
+class OverrideStore(Protocol):
+    """A store that keeps overrides (``rl.overrides``, :mod:`ratelimit.overrides`): per
+    namespace, a version and a table from an override's identity to its record, which
+    also holds the keys processes announced (identities ``key:<key>``, records empty)."""
+
+    async def overrides_version(self, namespace: str) -> int:
+        """The version of ``namespace``'s overrides: it changes with every write (0 for
+        none ever written)."""
+        ...
+
+    async def overrides_load(self, namespace: str) -> tuple[int, dict[str, str]]:
+        """The version and the whole table, read together."""
+        ...
+
+    async def overrides_write(
+        self, namespace: str, identity: str, record: str | None, expires: float | None
+    ) -> bool:
+        """Keep ``record`` under ``identity`` (``None``: delete it), with when it expires
+        (seconds since the epoch; ``None``: never), and change the version. Returns whether
+        ``identity`` was there before."""
+        ...
+
+    async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:
+        """Record that a process limits ``keys`` (the version stays)."""
+        ...
+
+    async def overrides_prune(self, namespace: str, now: float) -> int:
+        """Delete the overrides expired at ``now`` (seconds since the epoch), each only if
+        still as it expired; returns how many."""
+        ...
+
+
 def check_settles(backend: object) -> None:
     """``backend`` settles calls (:class:`SettleStore`), or ``ConfigurationError``."""
     if not isinstance(backend, SettleStore):
@@ -163,6 +198,15 @@ class SetUpStore(Protocol):
         """Prepare the store, or find it prepared (idempotent); return what was done, in
         words. ``BackendError`` when the store fails."""
         ...
+
+
+def override_store(backend: object) -> OverrideStore | None:
+    """Where ``backend`` keeps overrides: itself, else the store it syncs local counters
+    with (``remote``: ``sync_rate``'s), else nowhere (``None``)."""
+    for store in (backend, getattr(backend, "remote", None)):
+        if isinstance(store, OverrideStore):
+            return store
+    return None
 
 
 def clock_of(backend: object) -> Clock | None:

@@ -37,6 +37,7 @@ from ratelimit.backends.layout import (
     limits_per_identifier,
 )
 from ratelimit.backends.memory_entries import Arrivals, Log, Windows
+from ratelimit.backends.memory_overrides import OverrideTables
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import decided, evaluate
@@ -46,7 +47,7 @@ from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
 
-class MemoryBackend:
+class MemoryBackend(OverrideTables):
     """Sliding logs and window counters in this process's memory.
 
     ``clock`` (seconds, default ``time.monotonic``) may be replaced by a fake one in tests;

@@ -10,19 +10,21 @@ gRPC servicers in :mod:`ratelimit.service.server` only translate errors):
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.decision import Decision, RuleState
-from ratelimit.errors import ConfigurationError
+from ratelimit.errors import ConfigurationError, RuleSyntaxError
 from ratelimit.evaluation import tree_limited
 from ratelimit.extras import needs_extra
 from ratelimit.limiter import RateLimit
+from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import Node, Or, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
-from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector
+from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector, selector_of
 from ratelimit.settings import check_cost
 
 with needs_extra("server"):
@@ -38,6 +40,10 @@ RATIO_KEY = "ratio"
 RLS = rls_pb2.RateLimitResponse
 _UNITS = {1_000: RLS.RateLimit.SECOND, 60_000: RLS.RateLimit.MINUTE}
 _UNITS |= {3_600_000: RLS.RateLimit.HOUR, 86_400_000: RLS.RateLimit.DAY}
+ENVOY_SPANS = {1: "s", 2: "m", 3: "h", 4: "d", 5: "30d", 6: "365d", 7: "7d"}
+"""A ``RateLimitOverride``'s unit (``envoy.type.v3.RateLimitUnit``) as a span: a month is
+30 days and a year 365, as Envoy's reference service counts them."""
+logger = logging.getLogger("ratelimit.service")
 
 
 class InvalidRequest(ValueError):
@@ -83,14 +89,17 @@ class Handlers:
         if not request.owner or not request.resource:
             raise InvalidRequest("owner and resource must both be given")
         values = {"owner": request.owner, "resource": request.resource}
+        found = await self.limiter.overrides.find(RATIO_KEY, values)
+        overridden = None if found is None else self._ratio_override(found)
+        compiled = overridden or self.ratio
         values[PAIR] = joined((request.owner, request.resource))
-        compiled = self.ratio
         decision = await self.limiter.decide(
             compiled,
             RATIO_KEY,
             tuple(values[s] for s in compiled.selectors),
             shadow=False,
             within=self.timeout,
+            override=overridden is not None,
         )
         over = not decision.allowed and not decision.shadow
         code = ratio_pb2.RateLimitResponse.OVER_LIMIT if over else ratio_pb2.RateLimitResponse.OK
@@ -100,6 +109,15 @@ class Handlers:
             retry_after=decision.retry_after,
             degraded=decision.degraded,
         )
+
+    def _ratio_override(self, found: Override) -> CompiledTree | None:
+        """An override's rules for ratio's API, as ``RATELIMIT_RULES`` reads them; ``None``
+        (logged) when they cannot be (a selector ratio does not give)."""
+        try:
+            return ratio_tree(found.rules, self.limiter.algorithm)
+        except ConfigurationError as exc:
+            logger.warning("ratelimit: override %s not applied: %s", found, exc)
+            return None
 
     async def should_rate_limit(self, request: rls_pb2.RateLimitRequest) -> RLS:
         rules = self.rules
@@ -115,20 +133,26 @@ class Handlers:
         if rules is None or request.domain not in rules.domains:
             raise UnknownDomain(f"domain {request.domain!r} has no limits in the rules file")
         matched: list[tuple[int, DescriptorLimit, str, int]] = []
+        blocked: list[int] = []  # descriptors whose own limit is 0 requests: refused
         for n, descriptor in enumerate(request.descriptors):
             entries = [(e.key, e.value) for e in descriptor.entries]
             if not entries or any(not key or not value for key, value in entries):
                 raise InvalidRequest(
                     f"descriptor {n}: every descriptor has entries, each with a key and a value"
                 )
-            limit = rules.match(request.domain, entries)
-            if limit is not None:
+            limit, zero = await self._limit_of(rules, request.domain, descriptor, entries, n)
+            if zero:
+                blocked.append(n)
+            elif limit is not None:
                 cost = _cost(request.hits_addend, descriptor, n)
                 # a limit's keys hold no "=" (it pins a value), so the first one splits
                 value = joined(f"{key}={value}" for key, value in entries)
                 matched.append((n, limit, value, cost))
         statuses = [RLS.DescriptorStatus(code=RLS.OK) for _ in request.descriptors]
-        overall = RLS.OK
+        overall = RLS.OVER_LIMIT if blocked else RLS.OK
+        for n in blocked:
+            statuses[n].code = RLS.OVER_LIMIT
+            statuses[n].current_limit.CopyFrom(RLS.RateLimit(name="0", requests_per_unit=0))
         # enforced descriptors in one atomic decision, each counting its own hits_addend;
         # then always_count ones in another, counted refused or not; then shadow ones in a
         # third, never refused, and counting nothing when the request was refused
@@ -142,6 +166,50 @@ class Handlers:
                 overall = RLS.OVER_LIMIT
             self._statuses(group, decision, statuses)
         return RLS(overall_code=overall, statuses=statuses)
+
+    async def _limit_of(
+        self,
+        rules: RulesFile,
+        domain: str,
+        descriptor: RateLimitDescriptor,
+        entries: list[tuple[str, str]],
+        n: int,
+    ) -> tuple[DescriptorLimit | None, bool]:
+        """The limit of one descriptor and whether it admits nothing (a ``limit`` of 0
+        requests). An override kept in the store (key ``envoy/<domain>``, the descriptor's
+        entries its values) replaces the rules-file limit's rules; else the request's own
+        ``limit`` (Envoy's ``RateLimitOverride``) does, or applies alone, as Envoy's
+        reference service does, to a descriptor no limit matches; else the rules file's."""
+        limit = rules.match(domain, entries)
+        if limit is not None:
+            found = await self.limiter.overrides.find(f"envoy/{domain}", dict(entries))
+            if found is not None:
+                replaced = _stored_override(limit, found)
+                if replaced is not None:
+                    return replaced, False
+        if not descriptor.HasField("limit"):
+            return limit, False
+        count, unit = descriptor.limit.requests_per_unit, descriptor.limit.unit
+        span = ENVOY_SPANS.get(unit)
+        if span is None:
+            raise InvalidRequest(
+                f"descriptor {n}: limit.unit {unit} is not a unit this service knows "
+                "(SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)"
+            )
+        if count == 0:
+            return None, True
+        try:
+            tree = to_tree(f"{count}/{span}")
+        except RuleSyntaxError as exc:
+            raise InvalidRequest(f"descriptor {n}: limit: {exc}") from None
+        if limit is None:
+            pattern = tuple((key, None) for key, _ in entries)
+            selector = selector_of(domain, pattern)
+            limit = DescriptorLimit(domain, pattern, tree, tree, selector, False, 0)
+        tree_per = per_selector(tree, limit.selector)
+        return dataclasses.replace(
+            limit, rules=tree, tree=tree_per, shadow=False, override=True
+        ), False
 
     async def _decide_group(
         self,
@@ -190,6 +258,7 @@ class Handlers:
             shadow=shadow,
             record=record,
             within=self.timeout,
+            override=any(item[1].override for item in group),
         )
         if always and not decision.allowed and not decision.degraded:
             await self.limiter.record(compiled, key, selected, cost=per_leaf)  # never lost
@@ -229,6 +298,22 @@ class Handlers:
             )
             status.limit_remaining = tightest.remaining
             status.duration_until_reset.CopyFrom(_duration(tightest.reset_after))
+
+
+def _stored_override(limit: DescriptorLimit, found: Override) -> DescriptorLimit | None:
+    """``limit`` with the rules of an override kept in the store, counted per descriptor
+    as its own are; ``None`` (logged) when they name selectors, which descriptors lack."""
+    tree = to_tree(found.rules)
+    if compile_tree(tree).selectors:
+        logger.warning(
+            "ratelimit: override %s not applied: a descriptor's rules name no selector "
+            "(they count per descriptor, as in the rules file)",
+            found,
+        )
+        return None
+    return dataclasses.replace(
+        limit, rules=tree, tree=per_selector(tree, limit.selector), override=True
+    )
 
 
 def escaped(field: str) -> str:

@@ -73,6 +73,8 @@ class DescriptorLimit:
     line: int
     always: bool = False
     """``always_count``: counted whether or not it refuses (usage reports)."""
+    override: bool = False
+    """Its rules are an override's (kept in the store, or the request's own ``limit``)."""
 
     @property
     def pinned(self) -> int:

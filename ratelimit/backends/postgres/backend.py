@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.naming import identifier_key
+from ratelimit.backends.postgres.overrides import PostgresOverrides
 from ratelimit.backends.postgres.pool import SetUpPool
 from ratelimit.backends.postgres.schema import DECIDE, SETTLE
 from ratelimit.backends.postgres.url import SCHEMES
@@ -75,7 +76,7 @@ def _asyncpg() -> Any:
     return asyncpg
 
 
-class PostgresBackend:
+class PostgresBackend(PostgresOverrides):
     """Window counters in PostgreSQL. ``dsn`` is a ``postgresql://`` URL (its pool is opened
     in the running event loop at first use, of up to ``max_size`` connections); ``clock``
     (seconds) replaces the database's clock, for tests; ``timeout`` bounds each decision,

@@ -50,6 +50,7 @@ from ratelimit.backends.redis.keys import (
     window_fields,
 )
 from ratelimit.backends.redis.lock import SETTLE_TIMEOUT, Blocking, RedisLock, settle
+from ratelimit.backends.redis.overrides import RedisOverrides
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import evaluate
@@ -62,7 +63,7 @@ from ratelimit.slots import SlotClaim
 T = TypeVar("T")
 
 
-class RedisCommandBackend:
+class RedisCommandBackend(RedisOverrides):
     """Decides plans with plain Redis commands, under a Redis lock unless ``disable_locks``.
 
     ``lock_ttl`` bounds how long a crashed holder blocks others; waiters are woken by the
@@ -77,6 +78,9 @@ class RedisCommandBackend:
 
         rl = RateLimit(redis.asyncio.Redis(), use_scripts=False)   # builds this backend
     """
+
+    prunes_with_scripts = False
+    """Expired overrides are pruned in a transaction: servers it serves may refuse Lua."""
 
     def __init__(
         self,

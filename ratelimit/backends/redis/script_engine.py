@@ -32,6 +32,7 @@ from ratelimit.backends.redis.keys import (
     revoked_key,
     slots_key,
 )
+from ratelimit.backends.redis.overrides import RedisOverrides
 from ratelimit.backends.redis.pipeline import (
     MAX_ALONE,
     MAX_BATCH,
@@ -68,7 +69,7 @@ SYNC_TIMEOUT = 5.0
 """Deadline of one sync: it carries every live key's diffs at once, off the request path."""
 
 
-class RedisScriptBackend:
+class RedisScriptBackend(RedisOverrides):
     """Decides plans with one Lua script call against ``client`` (one script per family of
     algorithms: ``sliding_log.lua``, ``window_counters.lua``, ``gcra.lua``).
 

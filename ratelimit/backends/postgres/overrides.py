@@ -1,0 +1,68 @@
+"""Overrides on Postgres (:class:`~ratelimit.backends.base.OverrideStore`): the tables
+``ratelimit_overrides`` and ``ratelimit_override_versions`` of ``schema.sql``, written by
+its functions ``ratelimit_override_write`` and ``ratelimit_override_prune``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+VERSION = (
+    "SELECT coalesce((SELECT version FROM ratelimit_override_versions WHERE namespace = $1), 0)"
+)
+LOAD = """
+SELECT coalesce((SELECT version FROM ratelimit_override_versions WHERE namespace = $1), 0),
+       coalesce(array_agg(id), '{}'), coalesce(array_agg(record), '{}')
+FROM ratelimit_overrides WHERE namespace = $1
+"""
+ANNOUNCE = """
+INSERT INTO ratelimit_overrides (namespace, id, record, expires)
+SELECT $1, 'key:' || k, '', NULL FROM unnest($2::text[]) AS k
+ON CONFLICT (namespace, id) DO NOTHING
+"""
+
+
+class PostgresOverrides:
+    """A mixin for the Postgres backend, whose ``_guarded`` runs a statement."""
+
+    _guarded: Callable[..., Awaitable[Any]]
+
+    async def overrides_version(self, namespace: str) -> int:
+        version: int = await self._guarded(
+            lambda db: db.fetchval(VERSION, namespace), "read the overrides' version"
+        )
+        return version
+
+    async def overrides_load(self, namespace: str) -> tuple[int, dict[str, str]]:
+        version, ids, records = await self._guarded(
+            lambda db: db.fetchrow(LOAD, namespace), "read the overrides"
+        )
+        return version, dict(zip(ids, records, strict=True))
+
+    async def overrides_write(
+        self, namespace: str, identity: str, record: str | None, expires: float | None
+    ) -> bool:
+        existed: bool = await self._guarded(
+            lambda db: db.fetchval(
+                "SELECT ratelimit_override_write($1, $2, $3, $4)",
+                namespace,
+                identity,
+                record,
+                expires,
+            ),
+            "write an override",
+        )
+        return existed
+
+    async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:
+        if keys:
+            await self._guarded(
+                lambda db: db.execute(ANNOUNCE, namespace, list(keys)), "announce limited keys"
+            )
+
+    async def overrides_prune(self, namespace: str, now: float) -> int:
+        pruned: int = await self._guarded(
+            lambda db: db.fetchval("SELECT ratelimit_override_prune($1, $2)", namespace, now),
+            "prune expired overrides",
+        )
+        return pruned

@@ -1,0 +1,149 @@
+"""Overrides on Redis (:class:`~ratelimit.backends.base.OverrideStore` for both engines):
+one hash per namespace, ``rl:{<namespace>}:overrides``, from an override's identity to its
+record, with the version in its empty field. Writes are plain commands in one pipeline (no
+Lua), so they work wherever the engines do, Redis Cluster included (one key: one slot).
+
+Pruning expired overrides deletes each only if it is still as it expired: the script
+engine in one Lua script, the command engine (for servers that refuse Lua) in a
+``WATCH``/``MULTI`` transaction that gives up, until the next prune, when another write
+came between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ratelimit.backends.naming import PREFIX, encode_part
+from ratelimit.backends.redis.compat import WatchError
+from ratelimit.backends.redis.errors import mapped
+from ratelimit.errors import LimiterClosedError
+
+VERSION = ""
+"""The hash field holding the version (no identity is empty)."""
+ANNOUNCED = "key:"
+
+PRUNE_LUA = """
+local now = tonumber(ARGV[1])
+local all = redis.call('HGETALL', KEYS[1])
+local pruned = 0
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 1) == '[' then
+    local ok, record = pcall(cjson.decode, all[i + 1])
+    if ok and type(record) == 'table' and type(record.expires) == 'number'
+        and record.expires <= now then
+      redis.call('HDEL', KEYS[1], all[i])
+      pruned = pruned + 1
+    end
+  end
+end
+if pruned > 0 then redis.call('HINCRBY', KEYS[1], '', 1) end
+return pruned
+"""
+
+
+def overrides_key(namespace: str) -> str:
+    """The hash of ``namespace``'s overrides (no ``:`` inside its hash tag, so it is no
+    identifier's key)."""
+    return f"{PREFIX}:{{{encode_part(namespace)}}}:overrides"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisOverrides:
+    """A mixin for the Redis engines: their host has ``client``, ``timeout`` and
+    ``_closed``; ``prunes_with_scripts`` says how it prunes."""
+
+    client: Any
+    timeout: float | None
+    _closed: bool
+    prunes_with_scripts = True
+
+    def _overrides_open(self) -> None:
+        if self._closed:
+            raise LimiterClosedError("this Redis backend")
+
+    async def overrides_version(self, namespace: str) -> int:
+        self._overrides_open()
+        with mapped("reading the overrides' version", self.timeout):
+            async with asyncio.timeout(self.timeout):
+                version = await self.client.hget(overrides_key(namespace), VERSION)
+        return 0 if version is None else int(version)
+
+    async def overrides_load(self, namespace: str) -> tuple[int, dict[str, str]]:
+        self._overrides_open()
+        with mapped("reading the overrides", self.timeout):
+            async with asyncio.timeout(self.timeout):
+                stored = await self.client.hgetall(overrides_key(namespace))
+        table = {_text(field): _text(value) for field, value in stored.items()}
+        version = table.pop(VERSION, None)
+        return (0 if version is None else int(version)), table
+
+    async def overrides_write(
+        self, namespace: str, identity: str, record: str | None, expires: float | None
+    ) -> bool:
+        self._overrides_open()
+        key = overrides_key(namespace)
+        with mapped("writing an override", self.timeout):
+            async with asyncio.timeout(self.timeout):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.hexists(key, identity)
+                if record is None:
+                    pipe.hdel(key, identity)
+                else:
+                    pipe.hset(key, identity, record)
+                pipe.hincrby(key, VERSION, 1)
+                existed, _, _ = await pipe.execute()
+        return bool(existed)
+
+    async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:
+        self._overrides_open()
+        if not keys:
+            return
+        with mapped("announcing limited keys", self.timeout):
+            async with asyncio.timeout(self.timeout):
+                await self.client.hset(
+                    overrides_key(namespace), mapping={ANNOUNCED + key: "" for key in keys}
+                )
+
+    async def overrides_prune(self, namespace: str, now: float) -> int:
+        self._overrides_open()
+        key = overrides_key(namespace)
+        with mapped("pruning expired overrides", self.timeout):
+            async with asyncio.timeout(self.timeout):
+                if self.prunes_with_scripts:
+                    return int(await self.client.eval(PRUNE_LUA, 1, key, repr(now)))
+                return await self._prune_watching(key, now)
+
+    async def _prune_watching(self, key: str, now: float) -> int:
+        async with self.client.pipeline(transaction=True) as pipe:
+            await pipe.watch(key)
+            stored = await pipe.hgetall(key)
+            expired = [
+                field
+                for field, record in stored.items()
+                if _text(field).startswith("[") and _expired(_text(record), now)
+            ]
+            if not expired:
+                await pipe.unwatch()
+                return 0
+            pipe.multi()
+            pipe.hdel(key, *expired)
+            pipe.hincrby(key, VERSION, 1)
+            try:
+                await pipe.execute()
+            except WatchError:  # written meanwhile: left for the next prune
+                return 0
+        return len(expired)
+
+
+def _expired(record: str, now: float) -> bool:
+    try:
+        expires = json.loads(record).get("expires")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(expires, int | float) and expires <= now

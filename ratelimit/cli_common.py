@@ -1,0 +1,44 @@
+"""What the ``ratelimit`` command's subcommands share: exit codes, the storage URL, and
+selector values given as ``name=value``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ratelimit.backends.urls import redacted, storage_url_problem
+
+OK, REFUSED, USAGE, FAILED = 0, 1, 2, 3
+INVALID = REFUSED
+STORAGE_HELP = "a storage URL (default: $RATELIMIT_STORAGE, else memory://)"
+
+
+def values_of(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    values = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            parser.error(f"selector values are name=value, not {pair!r}")
+        values[name] = value
+    return values
+
+
+def storage_of(args: argparse.Namespace) -> str | None:
+    """The storage URL ``--storage`` (or ``RATELIMIT_STORAGE``) gives, or ``None`` after
+    saying on stderr what is wrong with it, naming where it came from."""
+    url: str | None = args.storage
+    named = "--storage"
+    if url is None:
+        url = os.environ.get("RATELIMIT_STORAGE", "").strip() or "memory://"
+        named = "RATELIMIT_STORAGE"
+    problem = storage_url_problem(url)
+    if problem is None:
+        return url
+    print(f"bad storage URL: {named}={redacted(url)!r}: {problem}", file=sys.stderr)
+    return None
+
+
+def who(values: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in values.items()) or "every caller"
