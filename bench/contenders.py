@@ -8,6 +8,8 @@ keeps its state under a fresh prefix, and is closed after its run.
 
 from __future__ import annotations
 
+import asyncio
+
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -89,6 +91,37 @@ def ours_settled(**options: Any) -> Factory:
         rl = RateLimit(client, prefix, **options)
 
         @rl.limit(f"user:{limit}/m", key="work", cost=lambda user: 2, settle=lambda done: 1)
+        async def work(user: str) -> bool:
+            return True
+
+        async def close() -> None:
+            await rl.aclose()
+            await client.aclose()
+
+        return Contender(work, close, prefix=prefix)
+
+    return factory
+
+
+def ours_overridden(overrides: int, **options: Any) -> Factory:
+    """:func:`ours` with ``overrides`` overrides stored (none for the users measured): half
+    on the measured key for other users, half on other keys. The lookup is on the path."""
+
+    async def factory(url: str, limit: int) -> Contender:
+        prefix = _prefix()
+        client = _client(url)
+        rl = RateLimit(client, prefix, **options)
+        for start in range(0, overrides, 500):
+            await asyncio.gather(
+                *(
+                    rl.overrides.set("work", f"user:{limit * 2}/m", user=f"vip-{n}")
+                    if n % 2
+                    else rl.overrides.set(f"other-{n}", f"user:{limit}/h", user="u")
+                    for n in range(start, min(start + 500, overrides))
+                )
+            )
+
+        @rl.limit(f"user:{limit}/m", key="work")
         async def work(user: str) -> bool:
             return True
 

@@ -6,7 +6,8 @@ Starts its own redis-server (or uses ``REDIS_URL``) and measures, in one run and
 at concurrency 1 and 64: our script engine with and without automatic pipelining, the command
 engine with and without its lock, each algorithm (sliding log, the default; sliding window;
 fixed window; GCRA), a cost from the call reserved and settled after it (a decision and a
-settle per call, on the sliding log and the sliding window), ``sync_rate=1``, the memory
+settle per call, on the sliding log and the sliding window), the script engine with 10 000
+overrides stored (half on the key measured, for other users), ``sync_rate=1``, the memory
 backend and Postgres (a server started
 here when PostgreSQL is installed, or ``POSTGRES_URL``), against ``limits`` (moving window
 and sliding-window counter), ``throttled-py`` (sliding window, GCRA, token bucket) and
@@ -61,6 +62,7 @@ OURS: dict[str, c.Factory] = {
     "ratelimit: sliding window": c.ours(algorithm="sliding-window"),
     "ratelimit: reserve + settle (sliding log)": c.ours_settled(),
     "ratelimit: reserve + settle (sliding window)": c.ours_settled(algorithm="sliding-window"),
+    "ratelimit: script, auto-pipelined, 10 000 overrides stored": c.ours_overridden(10_000),
     "ratelimit: fixed window": c.ours(algorithm="fixed-window"),
     "ratelimit: gcra": c.ours(algorithm="gcra"),
     "ratelimit: sync_rate=1 (sliding window)": c.ours(algorithm="sliding-window", sync_rate=1),

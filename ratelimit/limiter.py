@@ -110,7 +110,11 @@ class RateLimit(LimitMaker):
             None
             if store is None
             else OverrideCache(
-                store, settings.namespace, settings.override_refresh, clock_of(backend)
+                store,
+                settings.namespace,
+                settings.override_refresh,
+                clock_of(backend),
+                lambda: self._policy.failing,
             )
         )
         self.overrides = Overrides(cache, algorithm, type(backend).__name__)
@@ -332,6 +336,8 @@ class RateLimit(LimitMaker):
         if self._decider.closed:
             return
         self._decider.closed = True
+        if self._decider.overrides is not None:
+            await self._decider.overrides.aclose()
         if self._background is not None:
             await self._background.aclose()
         await self._decider.finish()

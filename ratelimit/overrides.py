@@ -7,12 +7,15 @@ call of the key. When several match one call, the one naming the most values win
 the one set last. A call matches on the values its limit resolved for it: those of the
 selectors its rules name, and the one a rules mapping is keyed by (``tier``).
 
-Each process reads them from a local copy (:class:`OverrideCache`) that asks the store
-whether anything changed at most every ``override_refresh`` seconds (default 1): one
-small read per second per process, not per decision; when something changed, the whole
-set is read again. So a change reaches every process's next decision at most that late
-(at once in the process that made it). A lookup is a dictionary read: a key without
-overrides costs nothing more, however many other keys have some.
+Each process reads them from a local copy (:class:`OverrideCache`), which a task of the
+limiter keeps up to date while decisions come: every ``override_refresh`` seconds (default
+1) it asks the store whether anything changed (one small read a second per busy process;
+when something changed, the whole set is read again), and after an interval without
+decisions it stops, the next decision reading first. So a change reaches every process's
+decisions within that interval and one round trip (at once in the process that made it),
+and a busy process's decisions never wait for the store on the copy's account (``timeout``
+still bounds them). A lookup is a dictionary read: a key without overrides costs nothing
+more, however many other keys have some.
 
 The store keeps, per namespace, a version (bumped by each change) and a table from an
 override's identity (:func:`override_id`) to its record (:func:`encode`); the keys its
@@ -27,8 +30,9 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ratelimit.backends.base import OverrideStore
 from ratelimit.errors import RateLimitError
@@ -140,34 +144,44 @@ def check_ttl(ttl: object) -> float | None:
     return float(ttl)
 
 
+_running_loop = asyncio._get_running_loop
+"""The running event loop or ``None``, without raising: on every decision's path."""
+
+
 def winner(found: Iterable[Override]) -> Override | None:
     """Of the overrides matching one call, the one in force: most values, then set last."""
     return max(found, key=lambda o: (len(o.values), o.at, o.values), default=None)
 
 
 class OverrideCache:
-    """One limiter's copy of its namespace's overrides, indexed for lookups, checked
-    against the store at most every ``refresh`` seconds (see the module).
+    """One limiter's copy of its namespace's overrides, indexed for lookups and kept up to
+    date by a task that asks the store every ``refresh`` seconds while decisions come (see
+    the module); after an interval without any, it stops.
 
-    ``clock``: the limiter's injected clock (tests), which then also tells the time of
-    day for expiry; else the monotonic clock paces the checks and the epoch clock
-    expires."""
+    Decisions never wait for the store, but the first of the limiter's, or the first after
+    an idle interval, which waits for a reading (when it fails, the copy stays and the task
+    goes on trying), and, with ``refresh`` 0, every one of them. ``clock``: the
+    limiter's injected clock (tests), which then tells the time of day for expiry."""
 
     __slots__ = (
         "_announced",
         "_checking",
-        "_every",
+        "_loop",
         "_pairs",
+        "_task",
         "_wall",
         "_warned",
         "_whole",
-        "due",
+        "failing",
         "keys",
         "known",
         "namespace",
         "pending",
+        "read",
         "refresh",
+        "sleep",
         "store",
+        "used",
         "version",
     )
 
@@ -177,16 +191,21 @@ class OverrideCache:
         namespace: str,
         refresh: float,
         clock: Callable[[], float] | None,
+        failing: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = store
+        self.failing = failing
+        """Whether the decisions find their store failing now (the failure policy's)."""
         self.namespace = namespace
         self.refresh = refresh
-        self._every = clock or time.monotonic
         self._wall = clock or time.time
-        self.due = -math.inf
+        self.read = False
+        """Whether a first reading was tried (decisions wait for none after it)."""
+        self.used = False
+        """Whether a decision looked since the task last read (an idle task stops)."""
         self.version: int | None = None
-        self.keys: frozenset[str] = frozenset()
-        """The keys with overrides now."""
+        self.keys: dict[str, int] = {}
+        """The keys with overrides now: how many index entries each has."""
         self.known: frozenset[str] = frozenset()
         """The keys the store says some process limits."""
         self._whole: dict[str, list[Override]] = {}
@@ -195,43 +214,106 @@ class OverrideCache:
         self.pending: set[str] = set()
         """Keys of this process not yet announced to the store."""
         self._checking: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._warned: dict[object, float] = {}
+        self.sleep: Callable[[float], Awaitable[object]] = asyncio.sleep
+        """How the task waits between readings (tests step it)."""
 
     def now(self) -> float:
         """The time of day expiry is measured in (seconds since the epoch)."""
         return self._wall()
 
     def stale(self) -> bool:
-        """Whether the store must be asked before the next lookup."""
-        return self._every() >= self.due
-
-    def expire(self) -> None:
-        """Ask the store at the next lookup (this process changed an override)."""
-        self.due = -math.inf
+        """Whether a decision must ask the store first: the limiter's first, or every one
+        with ``refresh`` 0; also when the task that keeps the copy up to date is not
+        running in this event loop (it is started then)."""
+        return not self.read or not self.refresh or self._loop is not _running_loop()
 
     async def current(self) -> None:
-        """Bring the copy up to date if it is due; one check at a time, which every
-        lookup meanwhile waits for. A store that fails leaves the copy as it was (logged);
-        the decision that follows meets the failure on its own."""
+        """What a decision does when :meth:`stale`: the first reading (waited for), the
+        task started, or (``refresh`` 0) a reading now."""
+        loop = asyncio.get_running_loop()
+        if self.refresh and self._loop is not loop:
+            self._loop = loop
+            self._task = loop.create_task(self._refreshing())
+        if not self.read or not self.refresh:
+            await self.check()
+
+    async def check(self) -> None:
+        """Ask the store now (one question at a time: a caller meanwhile waits for the one
+        under way). A store that fails leaves the copy as it was (logged, at most once a
+        minute); the decisions meet the failure on their own."""
         checking = self._checking
         if checking is None or checking.done():
             checking = self._checking = asyncio.ensure_future(self._check())
         await asyncio.shield(checking)
 
+    async def _refreshing(self) -> None:
+        while True:
+            await self.sleep(self.refresh)
+            if not self.used:  # idle: no reading until a decision comes, which reads first
+                self.read = False
+                self._loop = self._task = None
+                return
+            self.used = False
+            await self.check()
+
+    async def announce(self) -> None:
+        """Tell the store the keys this process decided since it last did; raises as the
+        store fails."""
+        if self.pending:
+            announcing = sorted(self.pending)
+            await self.store.overrides_announce(self.namespace, announcing)
+            self._announced.update(announcing)
+            self.pending.difference_update(announcing)
+
     async def _check(self) -> None:
-        self.due = self._every() + self.refresh
         try:
-            if self.pending:
-                announcing = sorted(self.pending)
-                await self.store.overrides_announce(self.namespace, announcing)
-                self._announced.update(announcing)
-                self.pending.difference_update(announcing)
+            await self.announce()
             version = await self.store.overrides_version(self.namespace)
             if version != self.version:
                 version, table = await self.store.overrides_load(self.namespace)
                 self.load(version, table)
         except (RateLimitError, OSError) as exc:
-            self.warn("refresh", f"overrides not refreshed (the last ones read stay): {exc}")
+            # the decisions report an outage of their store: said here only in passing,
+            # unless the store answers them and fails this reading alone
+            quiet = not self.read or self.failing()
+            self.warn(
+                "refresh",
+                f"overrides not refreshed (the last ones read stay): {exc}",
+                logging.INFO if quiet else logging.WARNING,
+            )
+        finally:
+            self.read = True
+
+    async def aclose(self) -> None:
+        """Stop the task (when the limiter closes)."""
+        task, self._task, self._loop = self._task, None, None
+        if task is not None and not task.done():
+            task.cancel()
+            if task.get_loop() is _running_loop():
+                await asyncio.gather(task, return_exceptions=True)
+
+    def put(self, identity: str, override: Override | None, key: str, values: Values) -> None:
+        """This process wrote ``override`` (``None``: deleted it): its copy has it at once;
+        the next reading reads the whole table again."""
+        table: dict[Any, list[Override]] = self._pairs if values else self._whole
+        at: Any = (key, *values[0]) if values else key
+        had = at in table
+        kept = [o for o in table.get(at, ()) if o.values != values]
+        if override is not None:
+            kept.append(override)
+        if kept:
+            table[at] = kept
+            if not had:
+                self.keys[key] = self.keys.get(key, 0) + 1
+        elif had:
+            del table[at]
+            self.keys[key] -= 1
+            if not self.keys[key]:
+                del self.keys[key]
+        self.version = None
 
     def load(self, version: int, table: Mapping[str, str]) -> None:
         """Replace the copy with the store's ``table`` at ``version``."""
@@ -250,14 +332,25 @@ class OverrideCache:
                 pairs.setdefault((override.key, name, value), []).append(override)
             else:
                 whole.setdefault(override.key, []).append(override)
-        self._whole, self._pairs = whole, pairs
-        self.keys = frozenset(whole) | frozenset(key for key, _, _ in pairs)
+        self._index(whole, pairs)
         self.known = frozenset(known) | self._announced
         self.version = version
+
+    def _index(
+        self,
+        whole: dict[str, list[Override]],
+        pairs: dict[tuple[str, str, str], list[Override]],
+    ) -> None:
+        self._whole, self._pairs = whole, pairs
+        keys: dict[str, int] = dict.fromkeys(whole, 1)
+        for key, _, _ in pairs:
+            keys[key] = keys.get(key, 0) + 1
+        self.keys = keys
 
     def has(self, key: str) -> bool:
         """Whether ``key`` has overrides now: a decision's first question. A call is
         decided under ``key`` here, which the store is told at the next check."""
+        self.used = True
         if key not in self._announced and len(self._announced) < MAX_ANNOUNCED:
             self.pending.add(key)
         return key in self.keys
@@ -278,9 +371,9 @@ class OverrideCache:
             if o.live(now) and all(named.get(name) == value for name, value in o.values)
         )
 
-    def warn(self, what: object, message: str) -> None:
-        """Log ``message`` as a warning, at most once a minute per ``what``."""
+    def warn(self, what: object, message: str, level: int = logging.WARNING) -> None:
+        """Log ``message`` (a warning), at most once a minute per ``what``."""
         now = time.monotonic()
         if now - self._warned.get(what, -math.inf) >= WARN_EVERY:
             self._warned[what] = now
-            logger.warning("ratelimit: %s", message)
+            logger.log(level, "ratelimit: %s", message)

@@ -73,7 +73,7 @@ class Overrides:
         override = Override(key, pairs, str(tree), None if seconds is None else now + seconds, now)
         identity = override_id(key, pairs)
         await store.overrides_write(cache.namespace, identity, encode(override), override.expires)
-        cache.expire()
+        cache.put(identity, override, key, pairs)
         if time.monotonic() - self._pruned >= PRUNE_EVERY:
             self._pruned = time.monotonic()
             await store.overrides_prune(cache.namespace, now)
@@ -91,8 +91,9 @@ class Overrides:
         """Delete the override of ``key`` for exactly ``values``; whether there was one."""
         pairs = self._checked(key, values)
         cache, store = self._store()
-        existed = await store.overrides_write(cache.namespace, override_id(key, pairs), None, None)
-        cache.expire()
+        identity = override_id(key, pairs)
+        existed = await store.overrides_write(cache.namespace, identity, None, None)
+        cache.put(identity, None, key, pairs)
         return existed
 
     async def list(self, key: str | None = None) -> list[Override]:
@@ -123,9 +124,16 @@ class Overrides:
         await self._load()
         return key in self._store()[0].known
 
+    async def refresh(self) -> None:
+        """Read the overrides from the store now, into this process's copy (its task does
+        every ``override_refresh`` seconds), and tell it the keys this process decided
+        since it last did; raises as the store fails."""
+        await self._store()[0].announce()
+        await self._load()
+
     async def find(self, key: str, values: Mapping[str, str | None]) -> Override | None:
         """For front ends of your own: the override in force for a call of ``key`` with
-        selector ``values``, from this process's copy (asking the store at most every
+        selector ``values``, from this process's copy (kept up to date every
         ``override_refresh`` seconds). Never raises: a store that fails leaves the copy
         as it was. Decide the call under ``override.compiled`` with
         ``rl.decide(..., override=True)``."""

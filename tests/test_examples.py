@@ -26,6 +26,7 @@ EXPECTED = {
     "bursts.py": "10/s burst 30: 129 of 600 calls in 10 s",
     "concurrency.py": "queued: 8 exports ran, at most 2 at once under user:2",
     "llm_tokens.py": "call 5: refused by api_key:2000 tokens/m",
+    "tiers.py": "acme, raised: 4 of 6 admitted; refused by apikey:8/m (override)",
 }
 ON_MEMORY = {
     **EXPECTED,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -25,6 +26,7 @@ from ratelimit import (
 )
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.redis.overrides import overrides_key
+from ratelimit.overrides import Override, OverrideCache, encode, override_id
 from tests.conftest import FakeClock
 from tests.workers import ROOT
 
@@ -136,20 +138,47 @@ async def test_a_decorated_call_under_an_override_raises_with_its_rule(
     assert await search("xyz") == "xyz"
 
 
-async def test_another_limiter_sees_a_change_within_the_refresh(
+async def overridden(limit: Any, wanted: bool) -> None:
+    """Decide with ``limit`` until its decisions say ``override`` is ``wanted``: another
+    limiter's task reads the store every ``override_refresh`` seconds (real ones here); the
+    deadline is a margin, never the claim."""
+    deadline = time.monotonic() + 20
+    while (await limit.decide()).override is not wanted:
+        assert time.monotonic() < deadline, "the change never reached the other limiter"
+        await asyncio.sleep(0.01)  # another limiter's task reads the store meanwhile
+
+
+async def test_another_limiter_applies_a_change_by_its_own_task(
     make: Maker, clock: FakeClock
 ) -> None:
-    setter, other = make(clock), make(clock)
-    limit = other.limit("apikey:2/m", key="search", apikey="abc")
-    assert not (await limit.decide()).override  # its copy is read: nothing
-    await setter.overrides.set("search", "apikey:9/m", apikey="abc")
-    clock.advance(0.5)
-    assert not (await limit.decide()).override  # at most a second late
-    clock.advance(0.6)
-    assert (await limit.decide()).override
+    setter, other = make(clock), make(clock, override_refresh=0.05)
+    limit = other.limit("apikey:1000/m", key="search", apikey="abc")
+    assert not (await limit.decide()).override  # its first decision read the store
+    await setter.overrides.set("search", "apikey:900/m", apikey="abc")
+    await overridden(limit, True)
     await setter.overrides.delete("search", apikey="abc")
-    clock.advance(1.1)
+    await overridden(limit, False)
+
+
+async def test_decisions_do_not_ask_the_store_but_the_first(make: Maker, clock: FakeClock) -> None:
+    setter, other = make(clock), make(clock, override_refresh=60)
+    store: Any = other.storage
+    asked: list[str] = []
+    version = store.overrides_version
+
+    async def counted(namespace: str) -> int:
+        asked.append(namespace)
+        return int(await version(namespace))
+
+    store.overrides_version = counted
+    limit = other.limit("apikey:2/m", key="search", apikey="abc")
     assert not (await limit.decide()).override
+    await setter.overrides.set("search", "apikey:9/m", apikey="abc")
+    for _ in range(5):
+        assert not (await limit.decide()).override  # the copy: read once, a minute ago
+    assert len(asked) == 1
+    await other.overrides.refresh()  # now
+    assert (await limit.decide()).override
 
 
 async def test_refresh_zero_asks_before_every_decision(make: Maker, clock: FakeClock) -> None:
@@ -292,9 +321,8 @@ async def test_bursts_are_allowed_under_gcra(make: Maker) -> None:
 async def test_known_keys_are_those_a_process_decided(make: Maker, clock: FakeClock) -> None:
     app, operator = make(clock), make(clock)
     await app.limit("10/m", key="search").decide()
-    assert not await operator.overrides.known("search")  # told at its next check
-    clock.advance(1.1)
-    await app.limit("10/m", key="search").decide()
+    assert not await operator.overrides.known("search")  # told at its next reading
+    await app.overrides.refresh()
     assert await operator.overrides.known("search")
     assert not await operator.overrides.known("serach")
 
@@ -318,7 +346,7 @@ async def test_a_store_without_overrides_says_so() -> None:
 async def test_a_failing_store_leaves_the_copy_and_decisions_go_on(
     clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rl = RateLimit(MemoryBackend(clock=clock))
+    rl = RateLimit(MemoryBackend(clock=clock), override_refresh=0)  # a reading per decision
     limit = rl.limit("apikey:2/m", key="search", apikey="abc")
     await rl.overrides.set("search", "apikey:9/m", apikey="abc")
     assert (await limit.decide()).override
@@ -327,7 +355,6 @@ async def test_a_failing_store_leaves_the_copy_and_decisions_go_on(
         raise ConnectionError("store down")
 
     rl.storage.overrides_version = down  # type: ignore[attr-defined]
-    clock.advance(2)
     with caplog.at_level(logging.WARNING, logger="ratelimit"):
         assert (await limit.decide()).override  # the last copy read stays
     assert any("not refreshed" in r.getMessage() for r in caplog.records)
@@ -389,3 +416,33 @@ async def test_another_os_process_applies_a_change_at_its_next_decisions(
             worker.kill()
             await worker.wait()
         await rl.aclose()
+
+
+async def test_the_task_reads_while_decisions_come_and_stops_when_idle() -> None:
+    store = MemoryBackend()
+    cache = OverrideCache(store, "ns", 1.0, None)
+    ticks: asyncio.Queue[None] = asyncio.Queue()
+
+    async def sleep(seconds: float) -> None:
+        await ticks.get()  # one interval passes when the test says so
+
+    async def interval() -> None:
+        await ticks.put(None)
+        for _ in range(20):  # the task's reading: in memory, no I/O to wait for
+            await asyncio.sleep(0)
+
+    cache.sleep = sleep
+    assert cache.stale()
+    await cache.current()  # the first decision: reads, and starts the task
+    assert not cache.stale()
+    override = Override("k", (("user", "bob"),), "user:9/m")
+    await store.overrides_write("ns", override_id("k", override.values), encode(override), None)
+    assert not cache.has("k")  # a decision looked: the copy is as read
+    await interval()
+    assert cache.match("k", {"user": "bob"}) == override  # read by the task
+    await interval()  # no decision looked meanwhile: the task stops, reading nothing
+    assert cache.stale()
+    await store.overrides_write("ns", override_id("k", override.values), None, None)
+    await cache.current()  # the next decision reads first
+    assert cache.match("k", {"user": "bob"}) is None
+    await cache.aclose()

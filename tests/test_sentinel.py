@@ -44,6 +44,7 @@ async def test_a_failover_under_traffic() -> None:
             True,
             False,
         ]
+        await passed_in.aclose()  # the limiter first: its task reads the client it was given
         await master.aclose()
         for connection in sentinel.sentinels:
             await connection.aclose()
