@@ -9,7 +9,6 @@ keeps its state under a fresh prefix, and is closed after its run.
 from __future__ import annotations
 
 import asyncio
-
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -111,13 +110,13 @@ def ours_overridden(overrides: int, **options: Any) -> Factory:
         prefix = _prefix()
         client = _client(url)
         rl = RateLimit(client, prefix, **options)
-        for start in range(0, overrides, 500):
+        for start in range(0, overrides, 20):
             await asyncio.gather(
                 *(
                     rl.overrides.set("work", f"user:{limit * 2}/m", user=f"vip-{n}")
                     if n % 2
                     else rl.overrides.set(f"other-{n}", f"user:{limit}/h", user="u")
-                    for n in range(start, min(start + 500, overrides))
+                    for n in range(start, min(start + 20, overrides))
                 )
             )
 

@@ -31,7 +31,6 @@ async def main() -> None:
     url = os.environ.get("REDIS_URL", "memory://")
     namespace = f"tiers-example-{uuid.uuid4().hex[:6]}"  # a fresh start on every run
     async with RateLimit.from_url(url, namespace) as rl:
-
         # rules chosen per call, from the call's own arguments
         @rl.limit(lambda apikey, q: PLANS[plan_of(apikey)], key="search")
         async def search(apikey: str, q: str) -> str:

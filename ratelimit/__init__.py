@@ -32,6 +32,8 @@ from ratelimit.errors import SettleError as SettleError
 from ratelimit.errors import UnknownKeyError as UnknownKeyError
 from ratelimit.limit import Limit as Limit
 from ratelimit.limiter import RateLimit as RateLimit
+from ratelimit.overrides import Override as Override
+from ratelimit.overriding import Overrides as Overrides
 from ratelimit.rules import And as And
 from ratelimit.rules import Or as Or
 from ratelimit.rules import Rule as Rule
@@ -51,6 +53,8 @@ __all__ = [
     "LockTimeoutError",
     "MemoryBackend",
     "Or",
+    "Override",
+    "Overrides",
     "RateLimit",
     "RateLimitError",
     "RateLimitExceeded",

@@ -13,7 +13,7 @@ from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
-from ratelimit.overrides import OverrideCache
+from ratelimit.overrides import Override, OverrideCache
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import to_tree
@@ -119,12 +119,15 @@ class Limit:
         if overrides is not None:
             if overrides.stale():
                 await overrides.current()
-            if overrides.has(key):
-                overridden = await self._overridden(
-                    overrides, key, call, cost, compiled, values, chosen
-                )
-                if overridden is not None:
-                    return overridden, True
+            if overrides.has(key):  # then most calls still match none: no await for them
+                named = dict(zip(compiled.selectors, values, strict=True))  # no name#n here
+                if chosen is not None:
+                    named.setdefault(*chosen)
+                found = overrides.match(key, named)
+                if found is not None:
+                    overridden = await self._overridden(overrides, found, key, call, cost, named)
+                    if overridden is not None:
+                        return overridden, True
         return await self._counted(key, call, cost, compiled, values), False
 
     async def _counted(
@@ -152,22 +155,15 @@ class Limit:
     async def _overridden(
         self,
         overrides: OverrideCache,
+        found: Override,
         key: str,
         call: CallSite | None,
         cost: CostValue | None,
-        compiled: CompiledTree,
-        values: tuple[str | None, ...],
-        chosen: tuple[str, str | None] | None,
+        named: dict[str, str | None],
     ) -> CallKey | None:
-        """The call under the override in force for its values, if one is; ``None`` for
-        the limit's own rules, also when the override cannot apply to it (a selector it
+        """The call under ``found``, the override in force for its values (``named``);
+        ``None`` for the limit's own rules when it cannot apply to the call (a selector it
         names that this limit cannot resolve, a cost its rules cannot count: logged)."""
-        named = dict(zip((s.partition("#")[0] for s in compiled.selectors), values, strict=True))
-        if chosen is not None:
-            named.setdefault(*chosen)
-        found = overrides.match(key, named)
-        if found is None:
-            return None
         try:
             tree = found.compiled
             missing = [s for s in tree.selectors if s not in named]

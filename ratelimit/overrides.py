@@ -360,10 +360,15 @@ class OverrideCache:
         (``None`` values name nothing), or ``None``."""
         if key not in self.keys:
             return None
-        found = list(self._whole.get(key, ()))
+        found = self._whole.get(key)
+        pairs = self._pairs
         for name, value in named.items():
             if value:
-                found += self._pairs.get((key, name, value), ())
+                hit = pairs.get((key, name, value))
+                if hit is not None:
+                    found = hit if found is None else [*found, *hit]
+        if found is None:  # the common case of a key with overrides: none for this call
+            return None
         now = self._wall()
         return winner(
             o
