@@ -40,6 +40,7 @@ from ratelimit.cli_common import (
     OK,
     REFUSED,
     STORAGE_HELP,
+    limiter_of,
     storage_of,
     values_of,
     who,
@@ -137,11 +138,7 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
     if storage is None:
         return FAILED
     try:
-        # on_error="raise": a storage that fails is reported (exit 3), never guessed at
-        limiter = RateLimit.from_url(
-            storage, namespace=args.namespace, on_error="raise", algorithm=args.algorithm
-        )
-        async with limiter as rl:
+        async with limiter_of(args, storage) as rl:  # a failing storage: exit 3
             limit = rl.limit(tree, args.key, values)  # values: the selector object
             if args.command == "reset":
                 await limit.reset()

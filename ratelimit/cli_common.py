@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from ratelimit.backends.urls import redacted, storage_url_problem
+from ratelimit.limiter import RateLimit
 
 OK, REFUSED, USAGE, FAILED = 0, 1, 2, 3
 INVALID = REFUSED
@@ -42,3 +43,12 @@ def storage_of(args: argparse.Namespace) -> str | None:
 
 def who(values: dict[str, str]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in values.items()) or "every caller"
+
+
+def limiter_of(args: argparse.Namespace, storage: str) -> RateLimit:
+    """The limiter a command works through: ``--namespace`` and ``--algorithm`` of
+    ``args``, and ``on_error="raise"`` (a storage that fails is reported, never guessed
+    at)."""
+    return RateLimit.from_url(
+        storage, namespace=args.namespace, on_error="raise", algorithm=args.algorithm
+    )

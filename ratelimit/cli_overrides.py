@@ -8,7 +8,16 @@ import re
 import sys
 import time
 
-from ratelimit.cli_common import FAILED, INVALID, OK, REFUSED, storage_of, values_of, who
+from ratelimit.cli_common import (
+    FAILED,
+    INVALID,
+    OK,
+    REFUSED,
+    limiter_of,
+    storage_of,
+    values_of,
+    who,
+)
 from ratelimit.errors import BackendError, ConfigurationError, RuleSyntaxError
 from ratelimit.limiter import RateLimit
 from ratelimit.overrides import Override
@@ -48,10 +57,7 @@ async def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if storage is None:
         return FAILED
     try:
-        limiter = RateLimit.from_url(
-            storage, namespace=args.namespace, on_error="raise", algorithm=args.algorithm
-        )
-        async with limiter as rl:
+        async with limiter_of(args, storage) as rl:
             return await _override_action(rl, args, values, rules)
     except BackendError as exc:
         print(f"storage failed: {exc}", file=sys.stderr)
