@@ -145,3 +145,20 @@ async def test_settles_on_a_cluster_stay_in_their_slot(
         refused = await limit.decide(cost={"tokens": 1})
         assert not refused.allowed
         assert str(refused.rule) == "api:100 tokens/m"
+
+
+async def test_batched_script_calls_keep_to_one_slot_each(
+    cluster_client: AsyncRedisCluster, namespace: str
+) -> None:
+    """Concurrent calls of limits on several nodes: each batch script call carries one hash
+    tag's calls (one slot), and every limit admits exactly its count."""
+    rl = RateLimit(cluster_client, namespace, denial_cache=0)
+    limits = [rl.limit("user:3/m", key=f"endpoint-{n % 6}", user="u") for n in range(48)]
+    lead = rl.limit("user:3/m", key="lead", user="x").decide()
+    decisions = (await asyncio.gather(lead, *(limit.decide() for limit in limits)))[1:]
+    admitted: dict[str, int] = {}
+    for decision in decisions:
+        admitted[decision.key] = admitted.get(decision.key, 0) + decision.allowed
+    assert admitted == {f"endpoint-{n}": 3 for n in range(6)}
+    assert max(rl.storage.calls_per_script) == 8  # type: ignore[attr-defined]
+    await rl.aclose()

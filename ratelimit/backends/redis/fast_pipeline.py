@@ -72,8 +72,9 @@ class ConnectionPipeline(Pipeline):
         *,
         batch: int = MAX_BATCH,
         in_flight: int = MAX_IN_FLIGHT,
+        join: bool = True,
     ) -> None:
-        super().__init__(timeout, batch=batch, in_flight=in_flight)
+        super().__init__(timeout, batch=batch, in_flight=in_flight, join=join)
         self._pool = client.connection_pool
         self._kept: Any = None  # the one connection kept between batches, if any
 

@@ -30,13 +30,15 @@ sooner. redis-py's own retries (the client's ``retry=``) apply to this public pa
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from ratelimit.backends.redis.compat import NoScriptError, ResponseError
+from ratelimit.backends.redis.batch import combine, split
+from ratelimit.backends.redis.compat import CLUSTERS, NoScriptError, ResponseError
 from ratelimit.backends.redis.connections import forget_other_loops_of, pool_exhausted
 from ratelimit.backends.redis.errors import backend_error, is_backend_failure
 from ratelimit.backends.redis.resp import Command
@@ -68,8 +70,17 @@ class Pipeline:
         *,
         batch: int = MAX_BATCH,
         in_flight: int = MAX_IN_FLIGHT,
+        join: bool = True,
+        by_slot: bool = False,
     ) -> None:
         self.timeout = timeout
+        self.join = join
+        """Whether the decisions and settles of a batch go as one call of the batch script
+        (:mod:`~ratelimit.backends.redis.batch`), one per hash tag when ``by_slot``."""
+        self._by_slot = by_slot
+        self.calls_per_script: Counter[int] = Counter()
+        """How many script calls went out carrying how many calls each: the batch-size
+        distribution (a lone call counts as a script call carrying 1)."""
         self._batch = batch
         self._max_in_flight = in_flight
         self._in_flight = 0
@@ -200,8 +211,16 @@ class Pipeline:
 
     async def _run(self, commands: list[Command]) -> list[Reply | Exception]:
         """Send one batch of decisions under this pipeline's deadline (``call`` bound the
-        loop already)."""
+        loop already): as one call of the batch script where it can (:attr:`join`)."""
+        counted = self.calls_per_script
         async with asyncio.timeout(self.timeout):
+            if self.join and len(commands) > 1:
+                sent, layout = combine(commands, self._by_slot)
+                if layout is not None:
+                    for positions in layout:
+                        counted[len(positions)] += 1
+                    return split(await self._exchange(sent), layout)
+            counted[1] += len(commands)
             return await self._exchange(commands)
 
     async def send(self, commands: list[Command], seconds: float | None) -> list[Reply | Exception]:
@@ -244,8 +263,15 @@ class ClientPipeline(Pipeline):
         *,
         batch: int = MAX_BATCH,
         in_flight: int = MAX_IN_FLIGHT,
+        join: bool = True,
     ) -> None:
-        super().__init__(timeout, batch=batch, in_flight=in_flight)
+        super().__init__(
+            timeout,
+            batch=batch,
+            in_flight=in_flight,
+            join=join,
+            by_slot=isinstance(client, CLUSTERS),
+        )
         self._client = client
 
     async def _rebind(self) -> None:

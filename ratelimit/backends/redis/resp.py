@@ -34,7 +34,7 @@ class Command:
     ``packed_args`` is the arguments already packed: they are the same for every call of a
     decorated function (its rules, cost and flags), so callers cache them."""
 
-    __slots__ = ("args", "keys", "packed", "script")
+    __slots__ = ("args", "keys", "packed", "packed_args", "script")
 
     def __init__(
         self, script: Script, keys: Sequence[str], args: Sequence[bytes], packed_args: bytes
@@ -42,8 +42,9 @@ class Command:
         self.script = script
         self.keys = keys
         self.args = args
+        self.packed_args = packed_args
         self.packed = b"".join(
-            [_head(script.sha, len(keys), len(args)), *[_bulk(k.encode()) for k in keys]]
+            [_head(script.sha, len(keys), len(args)), *[bulk(k.encode()) for k in keys]]
         ) + packed_args  # fmt: skip
 
     def arguments(self) -> tuple[str | int | bytes, ...]:
@@ -51,15 +52,16 @@ class Command:
         return ("EVALSHA", self.script.sha.decode(), len(self.keys), *self.keys, *self.args)
 
 
-def _bulk(arg: bytes) -> bytes:
+def bulk(arg: bytes) -> bytes:
+    """One argument in RESP."""
     return b"$%d\r\n%s\r\n" % (len(arg), arg)
 
 
 @functools.lru_cache(maxsize=64)
 def _head(sha: bytes, keys: int, args: int) -> bytes:
-    return b"*%d\r\n" % (3 + keys + args) + _bulk(b"EVALSHA") + _bulk(sha) + _bulk(b"%d" % keys)
+    return b"*%d\r\n" % (3 + keys + args) + bulk(b"EVALSHA") + bulk(sha) + bulk(b"%d" % keys)
 
 
 def pack_args(args: Sequence[bytes]) -> bytes:
     """Arguments packed for :class:`Command`."""
-    return b"".join([_bulk(a) for a in args])
+    return b"".join([bulk(a) for a in args])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import Sequence
 
 from redis.commands.core import AsyncScript
@@ -78,7 +79,9 @@ class RedisScriptBackend(RedisOverrides):
     ``fast_path``: ``None`` (default) writes batches on borrowed connections where this
     redis-py version and client allow it (:mod:`~ratelimit.backends.redis.fast_pipeline`),
     ``False`` uses only redis-py's public ``pipeline()``; ``True`` insists on the fast path
-    (``ConfigurationError`` where it cannot run).
+    (``ConfigurationError`` where it cannot run). ``batch_scripts`` (default on) sends the
+    decisions and settles of one pipelined batch as one call of the batch script
+    (:mod:`~ratelimit.backends.redis.batch`), each decided as it would be alone.
 
     Example::
 
@@ -94,16 +97,22 @@ class RedisScriptBackend(RedisOverrides):
         timeout: float | None = None,
         auto_pipeline: bool = True,
         fast_path: bool | None = None,
+        batch_scripts: bool = True,
     ) -> None:
         check_timeout(timeout)  # the checks Settings makes of the same settings
         check_clock(clock)
         check_flag("auto_pipeline", auto_pipeline)
+        check_flag("batch_scripts", batch_scripts)
         self.client = client
         self.clock = clock
         self.timeout = timeout
         self._owns_client = owns_client
         self._pipeline = pipeline_for(
-            client, timeout, batch=MAX_BATCH if auto_pipeline else 1, fast_path=fast_path
+            client,
+            timeout,
+            batch=MAX_BATCH if auto_pipeline else 1,
+            fast_path=fast_path,
+            join=batch_scripts,
         )
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
         self._closed = False
@@ -134,6 +143,12 @@ class RedisScriptBackend(RedisOverrides):
         """Whether batches go out on borrowed connections (the fast path), not through
         redis-py's public ``pipeline()``."""
         return isinstance(self._pipeline, fast_pipeline.ConnectionPipeline)
+
+    @property
+    def calls_per_script(self) -> Counter[int]:
+        """How many script calls went to Redis carrying how many decisions or settles
+        each (1: alone; more: one call of the batch script). For measuring."""
+        return self._pipeline.calls_per_script
 
     algorithms = frozenset(BY_ALGORITHM)
     """The algorithms this backend decides: those with a script in
@@ -246,6 +261,7 @@ def pipeline_for(
     *,
     batch: int = MAX_BATCH,
     fast_path: bool | None = None,
+    join: bool = True,
 ) -> Pipeline:
     """The pipeline for ``client``; ``batch=1`` sends every call on its own. The environment
     variable ``RATELIMIT_REDIS_FAST_PATH=0`` makes ``fast_path=None`` mean ``False``."""
@@ -266,5 +282,6 @@ def pipeline_for(
             timeout,
             batch=batch,
             in_flight=in_flight,
+            join=join,
         )
-    return ClientPipeline(client, timeout, batch=batch, in_flight=in_flight)
+    return ClientPipeline(client, timeout, batch=batch, in_flight=in_flight, join=join)
