@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,16 @@ class Contender:
     """If set, the harness sends ``concurrency`` decisions at a time through it instead."""
     prefix: str = ""
     """Text in every Redis key it writes (for memory per identifier), or ``""`` for none."""
+    batched: tuple[float, float] | None = None
+    """Set by the harness: decisions per script call, and the median decision's batch."""
+    sizes: Counter[int] | None = None
+    """Ours on the script engine: how many script calls carried how many decisions (the
+    backend's ``calls_per_script``, counting on)."""
+
+
+def _sizes(rl: RateLimit) -> Counter[int] | None:
+    storage = rl.storage
+    return storage.calls_per_script if isinstance(storage, RedisScriptBackend) else None
 
 
 Factory = Callable[[str, int], Awaitable[Contender]]
@@ -49,10 +60,17 @@ def _client(url: str) -> aioredis.Redis:
     return aioredis.Redis.from_url(url, max_connections=256)
 
 
-def ours(storage: str | None = None, *, fast_path: bool | None = None, **options: Any) -> Factory:
+def ours(
+    storage: str | None = None,
+    *,
+    fast_path: bool | None = None,
+    batch_scripts: bool = True,
+    **options: Any,
+) -> Factory:
     """``@rl.limit(f"user:{limit}/m")`` on a ``RateLimit`` built with ``options``, on a
     redis-py client, or on ``storage`` (a URL such as ``memory://``) when given.
-    ``fast_path=False``: the script engine on redis-py's public API only."""
+    ``fast_path=False``: the script engine on redis-py's public API only;
+    ``batch_scripts=False``: one script call per decision."""
 
     async def factory(url: str, limit: int) -> Contender:
         prefix = _prefix()
@@ -61,11 +79,13 @@ def ours(storage: str | None = None, *, fast_path: bool | None = None, **options
             close: Callable[[], Awaitable[None]] = rl.aclose
         else:
             client = _client(url)
-            if fast_path is None:
+            if fast_path is None and batch_scripts:
                 rl = RateLimit(client, prefix, **options)
             else:
-                engine = RedisScriptBackend(client, timeout=0.25, fast_path=fast_path, **options)
-                rl = RateLimit(engine, prefix)
+                engine = RedisScriptBackend(
+                    client, timeout=0.25, fast_path=fast_path, batch_scripts=batch_scripts
+                )
+                rl = RateLimit(engine, prefix, **options)
 
             async def close() -> None:
                 await rl.aclose()
@@ -75,7 +95,8 @@ def ours(storage: str | None = None, *, fast_path: bool | None = None, **options
         async def work(user: str) -> bool:
             return True
 
-        return Contender(work, close, prefix="" if storage is not None else prefix)
+        prefix = "" if storage is not None else prefix
+        return Contender(work, close, prefix=prefix, sizes=_sizes(rl))
 
     return factory
 
@@ -97,7 +118,7 @@ def ours_settled(**options: Any) -> Factory:
             await rl.aclose()
             await client.aclose()
 
-        return Contender(work, close, prefix=prefix)
+        return Contender(work, close, prefix=prefix, sizes=_sizes(rl))
 
     return factory
 

@@ -35,6 +35,7 @@ import platform
 import statistics
 import sys
 import time
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ CONCURRENCY = (1, 64)
 OURS: dict[str, c.Factory] = {
     "ratelimit: script": c.ours(auto_pipeline=False),
     "ratelimit: script, auto-pipelined (default)": c.ours(),
+    "ratelimit: script, auto-pipelined, one script call per decision": c.ours(batch_scripts=False),
     "ratelimit: script, auto-pipelined, public API only": c.ours(fast_path=False),
     "ratelimit: script, public API only": c.ours(fast_path=False, auto_pipeline=False),
     "ratelimit: locked commands": c.ours(use_scripts=False),
@@ -65,6 +67,7 @@ OURS: dict[str, c.Factory] = {
     "ratelimit: script, auto-pipelined, 10 000 overrides stored": c.ours_overridden(10_000),
     "ratelimit: fixed window": c.ours(algorithm="fixed-window"),
     "ratelimit: gcra": c.ours(algorithm="gcra"),
+    "ratelimit: gcra, one script call per decision": c.ours(batch_scripts=False, algorithm="gcra"),
     "ratelimit: sync_rate=1 (sliding window)": c.ours(algorithm="sliding-window", sync_rate=1),
     "ratelimit: memory://": c.ours("memory://"),
 }
@@ -93,6 +96,9 @@ class Result:
     scripts: list[float] = field(default_factory=list)
     server_us: list[float] = field(default_factory=list)
     memory: list[float] = field(default_factory=list)
+    batched: list[tuple[float, float]] = field(default_factory=list)
+    """Per round: decisions per script call (mean), and the batch size the median decision
+    went in."""
 
     @property
     def rate(self) -> float:
@@ -173,6 +179,7 @@ async def measure(
                 return
 
     before = await server_counts(admin)
+    sizes_before = Counter(contender.sizes or {})
     started = clock()
     if contender.many is not None and concurrency > 1:
         await batches()
@@ -180,9 +187,27 @@ async def measure(
         await asyncio.gather(*(one_at_a_time() for _ in range(concurrency)))
     elapsed = clock() - started
     after = await server_counts(admin)
+    if contender.sizes is not None:
+        contender.batched = batch_sizes(contender.sizes - sizes_before)
     n = len(latencies)
     per_decision = tuple((a - b) / n for a, b in zip(after, before, strict=True))
     return n / elapsed, latencies, (per_decision[0], per_decision[1], per_decision[2] * 1e6)
+
+
+def batch_sizes(sizes: Counter[int]) -> tuple[float, float]:
+    """Decisions per script call (mean), and the size of the batch the median decision
+    went in."""
+    calls = sum(sizes.values())
+    decisions = sum(size * n for size, n in sizes.items())
+    if not calls:
+        return math.nan, math.nan
+    seen, median = 0, 0
+    for size in sorted(sizes):
+        seen += size * sizes[size]
+        if seen * 2 >= decisions:
+            median = size
+            break
+    return decisions / calls, float(median)
 
 
 async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
@@ -212,6 +237,8 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
                 result.scripts.append(scripts)
                 result.server_us.append(server_us)
                 result.memory.append(memory)
+                if contender.batched is not None:
+                    result.batched.append(contender.batched)
                 print(f"  {name} at {concurrency}: {rate:,.0f}/s", file=sys.stderr, flush=True)
     await admin.aclose()
     print(
@@ -226,8 +253,9 @@ def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -
     lines = [
         "| contender | concurrency | decisions/s | p50 µs | p99 µs | Redis commands "
         f"(scripts) per decision | Redis CPU µs per decision | Redis bytes per user "
-        f"({PROBE_HITS} hits) | vs best peer |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"({PROBE_HITS} hits) | decisions per script call (median decision's batch) "
+        "| vs best peer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for concurrency in CONCURRENCY:
         best = max((results[(p, concurrency)].rate for p in PEERS if p in names), default=0.0)
@@ -238,9 +266,17 @@ def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -
                 f"| {name} | {concurrency} | {r.rate:,.0f} | {statistics.median(r.p50):,.0f} "
                 f"| {statistics.median(r.p99):,.0f} | {statistics.median(r.commands):.2f} "
                 f"({statistics.median(r.scripts):.2f}) | {statistics.median(r.server_us):.1f} "
-                f"| {_memory(r)} | {ratio} |"
+                f"| {_memory(r)} | {_batched(r)} | {ratio} |"
             )
     return "\n".join(lines)
+
+
+def _batched(r: Result) -> str:
+    if not r.batched:
+        return "n/a"
+    mean = statistics.median(m for m, _ in r.batched)
+    median = statistics.median(b for _, b in r.batched)
+    return f"{mean:.1f} ({median:.0f})"
 
 
 def _memory(r: Result) -> str:

@@ -42,8 +42,13 @@ local function write_window(key, size, index, count)
     index_field, string.format('%.0f', index))
 end
 
--- Keep `key` for at least two windows of size S from now (never less than it would).
-local function keep_windows(key, size)
+-- Keep `key` for at least two windows of size S from now (never less than it would). With
+-- `renew`, a key that needs it gets three: a key decided on again and again is then
+-- extended once a window, not at every call (one PTTL instead of PTTL and PEXPIRE).
+local function keep_windows(key, size, renew)
   local ms = math.ceil(2 * size / 1000)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+  if redis.call('PTTL', key) < ms then
+    if renew then ms = math.ceil(3 * size / 1000) end
+    redis.call('PEXPIRE', key, ms)
+  end
 end

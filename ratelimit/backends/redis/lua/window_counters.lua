@@ -19,7 +19,8 @@
 --           strings. A leaf is limited when current + previous * (S - elapsed) / S + cost
 --           exceeds its count (previous weight 0 for the fixed window). When allowed, every
 --           (key, window size) got `cost` added to its current window, and every key expires
---           two of its largest windows from now (never sooner than it already would).
+--           two to three of its largest windows from now (never sooner than it already
+--           would; see keep_windows).
 --
 -- Runs after _now.lua, _tree.lua and _windows.lua, which script_engine.py joins in front.
 
@@ -77,6 +78,6 @@ for k, sizes in pairs(current_of) do
   for size, held in pairs(sizes) do
     write_window(key, size, held[1], held[2] + cost_of(k))
   end
-  keep_windows(key, ttl[k])
+  keep_windows(key, ttl[k], true)
 end
 return result
