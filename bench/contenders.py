@@ -51,6 +51,9 @@ def _sizes(rl: RateLimit) -> Counter[int] | None:
 
 Factory = Callable[[str, int], Awaitable[Contender]]
 
+ENGINE_OPTIONS = frozenset({"auto_pipeline"})
+"""Options of :func:`ours` that go to the script engine when it is built here."""
+
 
 def _prefix() -> str:
     return f"bench-{uuid.uuid4().hex[:8]}"
@@ -82,10 +85,16 @@ def ours(
             if fast_path is None and batch_scripts:
                 rl = RateLimit(client, prefix, **options)
             else:
+                engine_options = {k: v for k, v in options.items() if k in ENGINE_OPTIONS}
+                limiter_options = {k: v for k, v in options.items() if k not in ENGINE_OPTIONS}
                 engine = RedisScriptBackend(
-                    client, timeout=0.25, fast_path=fast_path, batch_scripts=batch_scripts
+                    client,
+                    timeout=0.25,
+                    fast_path=fast_path,
+                    batch_scripts=batch_scripts,
+                    **engine_options,
                 )
-                rl = RateLimit(engine, prefix, **options)
+                rl = RateLimit(engine, prefix, **limiter_options)
 
             async def close() -> None:
                 await rl.aclose()

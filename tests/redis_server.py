@@ -337,16 +337,17 @@ class SentinelSet:
 
         client = redis.Redis(port=sentinel.port)
         try:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 30
+            state: object = None
             while True:
                 try:
                     state = client.sentinel_master(self.SERVICE)
                     if isinstance(state, dict) and state.get("flags") == "master":
                         return
-                except redis.RedisError:
-                    pass
+                except redis.RedisError as error:
+                    state = error
                 if time.monotonic() > deadline:
-                    raise RuntimeError("the sentinel did not see the primary up")
+                    raise RuntimeError(f"the sentinel did not see the primary up: {state!r}")
                 time.sleep(0.05)  # waiting for the sentinel to start, not for a window
         finally:
             client.close()

@@ -35,7 +35,10 @@ _HEAD = """\
 -- "script keys args"; KEYS and ARGV[2..] are the calls' own, one after the other.
 if redis.replicate_commands then redis.replicate_commands() end
 local scripts = {}
+local parsed = {}  -- the arguments' numbers, parsed once for the batch (_tree.lua)
 """
+SHARED = "local parsed = {}  -- batch: shared\n"
+"""The line of ``_tree.lua`` the batch script drops: its calls share the batch's."""
 
 _TAIL = """\
 local out, k, a, instant = {}, 0, 1, nil
@@ -68,7 +71,8 @@ def batch_source(scripts: Sequence[Script]) -> str:
     """The batch script running ``scripts`` (function ``n`` is ``scripts[n - 1]``)."""
     parts = [_HEAD]
     for n, script in enumerate(scripts, 1):
-        parts.append(f"scripts[{n}] = function(KEYS, ARGV)\n{script.source.decode()}\nend\n")
+        body = script.source.decode().replace(SHARED, "")  # one `parsed` for the batch
+        parts.append(f"scripts[{n}] = function(KEYS, ARGV)\n{body}\nend\n")
     parts.append(_TAIL)
     return "".join(parts)
 

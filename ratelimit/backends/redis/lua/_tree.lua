@@ -6,10 +6,23 @@
 -- call counts on key k, and `tree_limited(limited)`: whether the tree is limited, given
 -- per leaf (from 0) whether that rule is limited. Opcodes: 0 = leaf, 1 = And, 2 = Or.
 
-local tree, slots, costs = {}, {}, {}
-for n in string.gmatch(ARGV[2], '%d+') do tree[#tree + 1] = tonumber(n) end
-for n in string.gmatch(ARGV[3], '%d+') do slots[#slots + 1] = tonumber(n) end
-for n in string.gmatch(ARGV[4], '%S+') do costs[#costs + 1] = tonumber(n) end
+-- `numbers(text, pattern)`: the numbers of an argument, parsed once per script call: the
+-- batch script (batch.py) drops the next line, so that its calls share one `parsed`, and a
+-- tree sent by every call of a batch is read once. What it returns is never written to.
+local parsed = {}  -- batch: shared
+local function numbers(text, pattern)
+  local key = pattern .. text
+  local got = parsed[key]
+  if got then return got end
+  got = {}
+  for n in string.gmatch(text, pattern) do got[#got + 1] = tonumber(n) end
+  parsed[key] = got
+  return got
+end
+
+local tree = numbers(ARGV[2], '%d+')
+local slots = numbers(ARGV[3], '%d+')
+local costs = numbers(ARGV[4], '%S+')
 
 local function cost_of(k)
   return costs[k] or costs[1]

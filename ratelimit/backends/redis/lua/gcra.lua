@@ -26,12 +26,11 @@
 -- Every quantity is a whole number below 2**53 (settings.check_gcra_rule), so Lua's doubles
 -- compute it exactly. Runs after _now.lua and _tree.lua, which script_engine.py joins in front.
 
-local bursts = {}
-for n in string.gmatch(ARGV[6], '%d+') do bursts[#bursts + 1] = tonumber(n) end
+local bursts = numbers(ARGV[6], '%d+')
 
 local leaves = tree[1]
 local limited = {}
-local result = {0, string.format('%.0f', now)}
+local result = {0, now}  -- whole numbers below 2**53: exact integer replies
 local writes = {}  -- per key: {us, rem, ms to keep}
 
 for i = 0, leaves - 1 do
@@ -65,8 +64,8 @@ for i = 0, leaves - 1 do
     if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end
     writes[k] = {new_us, new_rem, math.ceil(keep / 1000)}
   end
-  result[#result + 1] = string.format('%.0f', us)
-  result[#result + 1] = string.format('%.0f', rem)
+  result[#result + 1] = us
+  result[#result + 1] = rem
 end
 
 if tree_limited(limited) then return result end

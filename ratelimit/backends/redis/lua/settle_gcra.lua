@@ -17,8 +17,7 @@
 --
 -- Runs after _now.lua and _tree.lua, which script_engine.py joins in front of it.
 
-local bursts = {}
-for n in string.gmatch(ARGV[6], '%d+') do bursts[#bursts + 1] = tonumber(n) end
+local bursts = numbers(ARGV[6], '%d+')
 local EXCESS_BURSTS, MOST_AHEAD = 1000, 3650 * 86400000000
 
 local done = {}
@@ -67,4 +66,4 @@ for i = 0, tree[1] - 1 do
     end
   end
 end
-return {string.format('%.0f', now)}
+return {now}  -- a whole number below 2**53: an exact integer reply

@@ -31,4 +31,4 @@ for k, d in pairs(delta) do
     record(k, d, keep[k], ttl[k], true)
   end
 end
-return {string.format('%.0f', now)}
+return {now}  -- a whole number below 2**53: an exact integer reply

@@ -23,7 +23,7 @@
 -- Runs after _now.lua, which script_engine.py joins in front of it.
 
 local op, token, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local result = {1, string.format('%.0f', now)}
+local result = {1, now}  -- a whole number below 2**53: an exact integer reply
 local n, revoked = #KEYS - 1, KEYS[#KEYS]
 local ms = math.ceil(lease / 1000)
 

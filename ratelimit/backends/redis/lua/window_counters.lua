@@ -45,7 +45,7 @@ for i = 0, leaves - 1 do
   end
 end
 
-local result = {0, string.format('%.0f', now)}
+local result = {0, now}  -- a whole number below 2**53: an exact integer reply
 for i = 0, leaves - 1 do
   local k = slots[i + 1]
   local count = tree[2 + 2 * i]
