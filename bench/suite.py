@@ -20,9 +20,10 @@ costlier path: checked and recorded). A row runs for ``--seconds``; with ``--rou
 one the rows take turns, and each figure is the median of its rounds. Prints a Markdown table:
 decisions/s, p50 and p99 latency, Redis commands per decision (``INFO commandstats``: those
 run inside scripts included, scripts in brackets), the server's CPU time per decision
-(``INFO cpu``), Redis memory per user after 10 calls each (``MEMORY USAGE`` of its keys; the
-sliding log grows with the calls, the others do not), and ours / the best peer at that
-concurrency. Peers come from the ``bench`` extra.
+(``INFO cpu``), this process's CPU time per decision (``time.process_time``: the client
+library, the event loop and this harness's own bookkeeping), Redis memory per user after
+10 calls each (``MEMORY USAGE`` of its keys; the sliding log grows with the calls, the
+others do not), and ours / the best peer at that concurrency. Peers come from the ``bench`` extra.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class Result:
     commands: list[float] = field(default_factory=list)
     scripts: list[float] = field(default_factory=list)
     server_us: list[float] = field(default_factory=list)
+    client_us: list[float] = field(default_factory=list)
     memory: list[float] = field(default_factory=list)
     batched: list[tuple[float, float]] = field(default_factory=list)
     """Per round: decisions per script call (mean), and the batch size the median decision
@@ -147,7 +149,7 @@ async def measure(
     contender: c.Contender, seconds: float, concurrency: int, admin: aioredis.Redis
 ) -> tuple[float, list[float], tuple[float, ...]]:
     """Run ``contender`` for ``seconds``: (decisions/s, latencies in s, and per decision:
-    Redis commands, scripts, server CPU in µs)."""
+    Redis commands, scripts, server CPU in µs, this process's CPU in µs)."""
     users = [f"user-{i}" for i in range(USERS)]  # USERS: --users
     await asyncio.gather(*(contender.decide(u) for u in users[:64]))  # pools, scripts, buckets
     latencies: list[float] = []
@@ -180,18 +182,19 @@ async def measure(
 
     before = await server_counts(admin)
     sizes_before = Counter(contender.sizes or {})
-    started = clock()
+    started, cpu_started = clock(), time.process_time()
     if contender.many is not None and concurrency > 1:
         await batches()
     else:
         await asyncio.gather(*(one_at_a_time() for _ in range(concurrency)))
-    elapsed = clock() - started
+    elapsed, cpu = clock() - started, time.process_time() - cpu_started
     after = await server_counts(admin)
     if contender.sizes is not None:
         contender.batched = batch_sizes(contender.sizes - sizes_before)
     n = len(latencies)
     per_decision = tuple((a - b) / n for a, b in zip(after, before, strict=True))
-    return n / elapsed, latencies, (per_decision[0], per_decision[1], per_decision[2] * 1e6)
+    server_us, client_us = per_decision[2] * 1e6, cpu / n * 1e6
+    return n / elapsed, latencies, (per_decision[0], per_decision[1], server_us, client_us)
 
 
 def batch_sizes(sizes: Counter[int]) -> tuple[float, float]:
@@ -222,7 +225,7 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
             for name, factory in contenders.items():
                 contender = await factory(url, LIMIT)
                 try:
-                    rate, latencies, (commands, scripts, server_us) = await measure(
+                    rate, latencies, (commands, scripts, server_us, client_us) = await measure(
                         contender, seconds, concurrency, admin
                     )
                     memory = await memory_per_user(contender, admin)
@@ -236,6 +239,7 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
                 result.commands.append(commands)
                 result.scripts.append(scripts)
                 result.server_us.append(server_us)
+                result.client_us.append(client_us)
                 result.memory.append(memory)
                 if contender.batched is not None:
                     result.batched.append(contender.batched)
@@ -252,10 +256,11 @@ async def main(url: str, seconds: float, rounds: int, only: str | None) -> None:
 def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -> str:
     lines = [
         "| contender | concurrency | decisions/s | p50 µs | p99 µs | Redis commands "
-        f"(scripts) per decision | Redis CPU µs per decision | Redis bytes per user "
+        f"(scripts) per decision | Redis CPU µs per decision | client CPU µs per decision "
+        f"| Redis bytes per user "
         f"({PROBE_HITS} hits) | decisions per script call (median decision's batch) "
         "| vs best peer |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for concurrency in CONCURRENCY:
         best = max((results[(p, concurrency)].rate for p in PEERS if p in names), default=0.0)
@@ -266,7 +271,7 @@ def table(results: dict[tuple[str, int], Result], names: dict[str, c.Factory]) -
                 f"| {name} | {concurrency} | {r.rate:,.0f} | {statistics.median(r.p50):,.0f} "
                 f"| {statistics.median(r.p99):,.0f} | {statistics.median(r.commands):.2f} "
                 f"({statistics.median(r.scripts):.2f}) | {statistics.median(r.server_us):.1f} "
-                f"| {_memory(r)} | {_batched(r)} | {ratio} |"
+                f"| {statistics.median(r.client_us):.1f} | {_memory(r)} | {_batched(r)} | {ratio} |"
             )
     return "\n".join(lines)
 
