@@ -23,7 +23,7 @@ from redis.exceptions import ResponseError
 from ratelimit import BackendError, Limit, MemoryBackend, RateLimit, RedisScriptBackend
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.backends.base import Backend
-from ratelimit.backends.redis.batch import BATCH, BATCHED, combine, split, tag_of
+from ratelimit.backends.redis.batch import BATCH, BATCHED, SHARED, combine, split, tag_of
 from ratelimit.backends.redis.resp import Command, Script, pack, pack_args
 from ratelimit.decision import Decision
 from tests.conftest import FakeClock
@@ -49,6 +49,14 @@ def _command(script: Script, *keys: str) -> Command:
 
 
 OTHER = Script("return 1")
+
+
+def test_every_batched_script_leaves_its_cache_to_the_batch() -> None:
+    """The batch drops each script's own ``parsed`` line so that its calls share one: a
+    script without that line would miss it silently (and parse alone)."""
+    for script in BATCHED:
+        assert script.source.decode().count(SHARED) == 1
+    assert SHARED not in BATCH.source.decode()
 
 
 def test_batchable_calls_go_as_one_call_where_the_first_was() -> None:

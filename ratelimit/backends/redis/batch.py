@@ -35,10 +35,10 @@ _HEAD = """\
 -- "script keys args"; KEYS and ARGV[2..] are the calls' own, one after the other.
 if redis.replicate_commands then redis.replicate_commands() end
 local scripts = {}
-local parsed = {}  -- the arguments' numbers, parsed once for the batch (_tree.lua)
+local parsed = {}  -- numbers parsed and formatted once for the batch (_now.lua)
 """
 SHARED = "local parsed = {}  -- batch: shared\n"
-"""The line of ``_tree.lua`` the batch script drops: its calls share the batch's."""
+"""The line of ``_now.lua`` the batch script drops: its calls share the batch's."""
 
 _TAIL = """\
 local out, k, a, instant = {}, 0, 1, nil

@@ -38,10 +38,13 @@ local function record(k, hits, count, span, keep_inside)
     newest = tonumber(redis.call('LINDEX', key, 0))
   end
   local most = math.max(count, held)
-  -- '%.0f': Lua's default number format (%.14g) would round microsecond timestamps.
-  local stamp = string.format('%.0f', math.max(now, newest))
+  local stamp = digits(math.max(now, newest))
   local length = lengths[k]
   local left = math.min(hits, most)
+  if left == 1 then
+    length = redis.call('LPUSH', key, stamp)
+    left = 0
+  end
   while left > 0 do  -- in chunks, under Lua's limit on unpack()
     local chunk = {}
     for n = 1, math.min(left, 1000) do chunk[n] = stamp end

@@ -1,7 +1,7 @@
 -- _now.lua: joined in front of every script by script_engine.py (Redis scripts cannot
 -- import). Sets `now`, in microseconds: ARGV[1] when given (an injected clock), else the
 -- server's TIME. Effects replication is asked for first, so that scripts reading TIME may
--- write on Redis versions before 7.
+-- write on Redis versions before 7. Defines `numbers` and `digits` (below).
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -11,4 +11,37 @@ if ARGV[1] == '' then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
   now = tonumber(ARGV[1])
+end
+
+-- `numbers(text, pattern)`: the numbers of an argument, parsed once per script call: the
+-- batch script (batch.py) drops the next line, so that its calls share one `parsed`, and a
+-- tree sent by every call of a batch is read once. What it returns is never written to.
+-- `digits(x)`: a whole number below 2**53 as text, likewise formatted once (Lua's own
+-- conversion, %.14g, would round microsecond timestamps).
+local parsed = {}  -- batch: shared
+local function numbers(text, pattern)
+  local seen = parsed[pattern]
+  if not seen then
+    seen = {}
+    parsed[pattern] = seen
+  end
+  local got = seen[text]
+  if got then return got end
+  got = {}
+  for n in string.gmatch(text, pattern) do got[#got + 1] = tonumber(n) end
+  seen[text] = got
+  return got
+end
+local function digits(x)
+  local seen = parsed[0]
+  if not seen then
+    seen = {}
+    parsed[0] = seen
+  end
+  local text = seen[x]
+  if not text then
+    text = string.format('%.0f', x)
+    seen[x] = text
+  end
+  return text
 end

@@ -6,20 +6,6 @@
 -- call counts on key k, and `tree_limited(limited)`: whether the tree is limited, given
 -- per leaf (from 0) whether that rule is limited. Opcodes: 0 = leaf, 1 = And, 2 = Or.
 
--- `numbers(text, pattern)`: the numbers of an argument, parsed once per script call: the
--- batch script (batch.py) drops the next line, so that its calls share one `parsed`, and a
--- tree sent by every call of a batch is read once. What it returns is never written to.
-local parsed = {}  -- batch: shared
-local function numbers(text, pattern)
-  local key = pattern .. text
-  local got = parsed[key]
-  if got then return got end
-  got = {}
-  for n in string.gmatch(text, pattern) do got[#got + 1] = tonumber(n) end
-  parsed[key] = got
-  return got
-end
-
 local tree = numbers(ARGV[2], '%d+')
 local slots = numbers(ARGV[3], '%d+')
 local costs = numbers(ARGV[4], '%S+')
@@ -29,6 +15,7 @@ local function cost_of(k)
 end
 
 local function tree_limited(limited)
+  if tree[1] == 1 then return limited[0] end  -- any tree of one leaf is that leaf
   local pos = 2 + 2 * tree[1]
   local function node()
     local op, operand = tree[pos], tree[pos + 1]

@@ -7,9 +7,20 @@
 -- and lives in slot i % 2, so the current window and the one before it are both held.
 
 -- The four fields of size S, in the order they are read: count 0, index 0, count 1, index 1.
+-- (Made once per size and script call, or per batch: `parsed` is _now.lua's.)
 local function window_fields(size)
-  local prefix = string.format('%.0f', size) .. ':'
-  return prefix .. '0', prefix .. '0w', prefix .. '1', prefix .. '1w'
+  local fields = parsed[1]
+  if not fields then
+    fields = {}
+    parsed[1] = fields
+  end
+  local f = fields[size]
+  if not f then
+    local prefix = digits(size) .. ':'
+    f = {prefix .. '0', prefix .. '0w', prefix .. '1', prefix .. '1w'}
+    fields[size] = f
+  end
+  return f[1], f[2], f[3], f[4]
 end
 
 -- The slots of size S in `key`, as HMGET returns them (false for a field not held).
@@ -39,7 +50,7 @@ local function write_window(key, size, index, count)
   local count_field, index_field = c0, i0
   if index % 2 == 1 then count_field, index_field = c1, i1 end
   redis.call('HSET', key, count_field, string.format('%.17g', count),
-    index_field, string.format('%.0f', index))
+    index_field, digits(index))
 end
 
 -- Keep `key` for at least two windows of size S from now (never less than it would). With
