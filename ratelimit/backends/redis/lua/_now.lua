@@ -14,17 +14,22 @@ else
 end
 
 -- `numbers(text, pattern)`: the numbers of an argument, parsed once per script call: the
--- batch script (batch.py) drops the next line, so that its calls share one `parsed`, and a
+-- batch script (batch.py) drops the `local parsed` line below, so that its calls share one, and a
 -- tree sent by every call of a batch is read once. What it returns is never written to.
 -- `digits(x)`: a whole number below 2**53 as text, likewise formatted once (Lua's own
 -- conversion, %.14g, would round microsecond timestamps).
+-- `cache(slot)`: the table of `parsed` kept under `slot`, made on first use.
 local parsed = {}  -- batch: shared
-local function numbers(text, pattern)
-  local seen = parsed[pattern]
-  if not seen then
-    seen = {}
-    parsed[pattern] = seen
+local function cache(slot)
+  local kept = parsed[slot]
+  if not kept then
+    kept = {}
+    parsed[slot] = kept
   end
+  return kept
+end
+local function numbers(text, pattern)
+  local seen = cache(pattern)
   local got = seen[text]
   if got then return got end
   got = {}
@@ -33,11 +38,7 @@ local function numbers(text, pattern)
   return got
 end
 local function digits(x)
-  local seen = parsed[0]
-  if not seen then
-    seen = {}
-    parsed[0] = seen
-  end
+  local seen = cache(0)
   local text = seen[x]
   if not text then
     text = string.format('%.0f', x)

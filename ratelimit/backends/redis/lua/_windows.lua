@@ -7,13 +7,9 @@
 -- and lives in slot i % 2, so the current window and the one before it are both held.
 
 -- The four fields of size S, in the order they are read: count 0, index 0, count 1, index 1.
--- (Made once per size and script call, or per batch: `parsed` is _now.lua's.)
+-- (Made once per size and script call, or per batch: `cache` is _now.lua's.)
 local function window_fields(size)
-  local fields = parsed[1]
-  if not fields then
-    fields = {}
-    parsed[1] = fields
-  end
+  local fields = cache(1)
   local f = fields[size]
   if not f then
     local prefix = digits(size) .. ':'
