@@ -183,8 +183,16 @@ class Decider:
         if decision is None and self.background is not None and record:
             self.background.submit(call, cached_plan(*call))  # admitted now, counted later
             decision = make_decision(True, 0.0, None, None, call.key)
-        elif decision is None:
-            decision = await self.policy.decide(self.backend, cached_plan(*call, record))
+        elif decision is None:  # the policy's decide, inline: one coroutine less a call
+            policy = self.policy
+            try:
+                decision = await self.backend.decide(cached_plan(*call, record))
+            except BackendError as exc:
+                decision = policy.failed(exc, call.key)
+            except LockTimeoutError as exc:
+                decision = policy.lock_timed_out(exc, call.key)
+            else:
+                policy.answered()
             if not decision.allowed:
                 self.denials.remember(call, decision)
         if override:

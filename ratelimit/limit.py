@@ -8,16 +8,17 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from ratelimit.algorithms import Algorithm
 from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.overrides import Override, OverrideCache
-from ratelimit.plan import CompiledTree, compile_tree
+from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import to_tree
-from ratelimit.selectors import CallSite, SelectorSources, resolve
+from ratelimit.selectors import CallSite, SelectorSources, resolve, resolved_now
 from ratelimit.settings import check_flag
 from ratelimit.waiting import admitted, wait_seconds
 from ratelimit.wrapping import call_site, function_name, run_body, wrappable
@@ -109,11 +110,14 @@ class Limit:
             compiled = rules
         else:
             compiled, chosen = await rules.choose(registration.sources, key, call)  # type: ignore[union-attr]
-        values = (
-            await resolve(compiled.selectors, registration.sources, key, call)
-            if compiled.selectors
-            else ()
-        )
+        values: tuple[str | None, ...] = ()
+        if compiled.selectors:
+            now = resolved_now(compiled.selectors, registration.sources, call)
+            values = (
+                now
+                if now is not None
+                else await resolve(compiled.selectors, registration.sources, key, call)
+            )
         decider = self._decider
         overrides = decider.overrides
         if overrides is not None:
@@ -128,7 +132,19 @@ class Limit:
                     overridden = await self._overridden(overrides, found, key, call, cost, named)
                     if overridden is not None:
                         return overridden, True
+        if cost is None and self._cost.fixed:  # most calls: no coroutine for the cost
+            return self._call_key(
+                key, compiled, values, self._cost.of(compiled, decider.algorithm)
+            ), False
         return await self._counted(key, call, cost, compiled, values), False
+
+    def _call_key(
+        self, key: str, compiled: CompiledTree, values: tuple[str | None, ...], counted: Cost
+    ) -> CallKey:
+        decider = self._decider
+        return new_call_key(  # CallKey(...) built in C: this is every call's path
+            CallKey, (compiled, decider.namespace, key, values, counted, decider.algorithm)
+        )
 
     async def _counted(
         self,
@@ -138,19 +154,26 @@ class Limit:
         compiled: CompiledTree,
         values: tuple[str | None, ...],
     ) -> CallKey:
-        decider = self._decider
-        algorithm = decider.algorithm
-        if cost is not None:
-            counted = per_leaf(compiled, cost, algorithm, "cost")
-        elif self._cost.fixed:
-            counted = self._cost.of(compiled, algorithm)
-        elif call is None:
-            counted = await self._cost.call(compiled, algorithm)
+        if cost is None and self._cost.fixed:
+            counted = self._cost.of(compiled, self._decider.algorithm)
         else:
-            counted = await self._cost.call(compiled, algorithm, call.args, call.kwargs)
-        return new_call_key(  # CallKey(...) built in C: this is every call's path
-            CallKey, (compiled, decider.namespace, key, values, counted, algorithm)
-        )
+            counted = await self._cost_of(call, cost, compiled, self._decider.algorithm)
+        return self._call_key(key, compiled, values, counted)
+
+    async def _cost_of(
+        self,
+        call: CallSite | None,
+        cost: CostValue | None,
+        compiled: CompiledTree,
+        algorithm: Algorithm,
+    ) -> Cost:
+        """The cost of one call: ``cost``, given for this call; else the limit's callable's
+        answer for the call's arguments."""
+        if cost is not None:
+            return per_leaf(compiled, cost, algorithm, "cost")
+        if call is None:
+            return await self._cost.call(compiled, algorithm)
+        return await self._cost.call(compiled, algorithm, call.args, call.kwargs)
 
     async def _overridden(
         self,
@@ -277,7 +300,10 @@ class Limit:
                     self._wait,
                     first=decision,
                 )
-            result = await run_body(func, is_coroutine, args, kwargs)
+            if is_coroutine:  # run_body's common case, inline: one coroutine less a call
+                result = await func(*args, **kwargs)
+            else:
+                result = await run_body(func, is_coroutine, args, kwargs)
             if settle is not None:  # the body returned: what it really cost is known
                 actual = settle(result)
                 if inspect.isawaitable(actual):

@@ -134,6 +134,7 @@ class Plan:
 
 
 _new = object.__new__
+_new_tuple = tuple.__new__
 _SET = {field.name: Plan.__dict__[field.name].__set__ for field in fields(Plan)}
 (
     _COMPILED, _NAMESPACE, _KEY, _IDENTIFIERS, _LEAF_IDENTIFIERS, _COST, _ALGORITHM, _WINDOWS,
@@ -230,10 +231,12 @@ def cached_plan(
         selector = _counted(rule.selector)
         if selector is not None and not values[0]:
             return _plan(compiled, namespace, key, (), (-1,), cost, algorithm, (), (), record)
-        identifier = Identifier(
-            namespace, key, selector, None if selector is None else values[0], rule.unit
+        identifiers = (  # Identifier(...) built in C: the plan cache's miss path
+            _new_tuple(
+                Identifier,
+                (namespace, key, selector, None if selector is None else values[0], rule.unit),
+            ),
         )
-        identifiers = (identifier,)
         return _plan(compiled, namespace, key, identifiers, (0,), cost, algorithm, (), (), record)
     value_of = dict(zip(compiled.selectors, values, strict=True))
     index: dict[Identifier, int] = {}

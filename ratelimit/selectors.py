@@ -169,6 +169,31 @@ async def resolve(
     return tuple(values)
 
 
+def resolved_now(
+    names: Sequence[str], sources: SelectorSources, call: CallSite | None
+) -> tuple[str | None, ...] | None:
+    """:func:`resolve` without a coroutine, for the common case that every name is one of
+    the call's arguments (no keyword source, no selector object: nothing to call or await);
+    ``None`` otherwise, and :func:`resolve` answers."""
+    if call is None or sources.obj is not None:
+        return None
+    keywords, lookup, args, kwargs = (
+        sources.keywords,
+        call.parameters.lookup,
+        call.args,
+        call.kwargs,
+    )
+    values: list[str | None] = []
+    for name in names:
+        if name in keywords:
+            return None
+        value = lookup(name, args, kwargs)
+        if value is _MISSING:
+            return None
+        values.append(as_text(value))
+    return tuple(values)
+
+
 def as_text(value: object) -> str | None:
     """A selector value as text: ``None`` stays ``None``, bytes decode without loss."""
     if value is None or isinstance(value, str):

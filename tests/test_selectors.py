@@ -10,6 +10,7 @@ import pytest
 
 from ratelimit import RateLimit, RateLimitExceeded, SelectorNotFoundError
 from ratelimit.backends.memory import MemoryBackend
+from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 
 
 @pytest.fixture
@@ -268,3 +269,32 @@ def test_parameter_lookup_agrees_with_signature_bind() -> None:
                 assert parameters.lookup(name, args, kwargs) is expected, (function, args, kwargs)
                 checked += 1
     assert checked == 26
+
+
+async def test_the_quick_resolution_answers_as_resolve_or_leaves_it_to_it() -> None:
+    """``resolved_now`` (no coroutine) takes only calls whose selectors are all arguments;
+    where it answers, ``resolve`` answers the same, and it leaves every other case to it."""
+
+    async def f(user: str, n: int = 3, *rest: object, tag: bytes = b"t", **more: object) -> None:
+        return None
+
+    parameters = Parameters(inspect.signature(f))
+    names = ("user", "n", "tag")
+    plain = SelectorSources()
+    calls: list[tuple[tuple[object, ...], dict[str, Any]]] = [
+        (("u",), {}),
+        (("u", 7), {"tag": b"x"}),
+        ((), {"user": None, "n": 1}),
+    ]
+    for args, kwargs in calls:
+        call = CallSite(parameters, args, kwargs)
+        quick = resolved_now(names, plain, call)
+        assert quick is not None
+        assert quick == await resolve(names, plain, "k", call)
+    call = CallSite(parameters, ("u",), {})
+    assert resolved_now(names, SelectorSources({"user": lambda: "kw"}), call) is None
+    assert resolved_now(names, SelectorSources(obj=API()), call) is None
+    assert resolved_now(names, plain, None) is None
+    assert resolved_now(("username",), plain, call) is None  # missing: resolve raises
+    with pytest.raises(SelectorNotFoundError):
+        await resolve(("username",), plain, "k", call)

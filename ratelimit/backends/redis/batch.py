@@ -147,4 +147,4 @@ def batch_command(commands: list[Command]) -> Command:
     for c in commands:
         args += c.args
     packed_args = b"".join([bulk(args[0])] + [c.packed_args for c in commands])
-    return Command(BATCH, keys, args, packed_args)
+    return Command(BATCH, keys, args, packed_args, b"".join([c.packed_keys for c in commands]))

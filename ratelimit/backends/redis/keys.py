@@ -45,7 +45,12 @@ def counter_key(identifier: Identifier) -> str:
 def kept_key(identifier: Identifier) -> str:
     """The companion of a sliding log: the largest count any limit on it asked to keep, so
     that a limit of a smaller count never trims what a larger one reads."""
-    return f"{identifier_key(identifier)}:n"
+    return kept_of(identifier_key(identifier))
+
+
+def kept_of(name: str) -> str:
+    """:func:`kept_key` of the identifier whose key is ``name``."""
+    return f"{name}:n"
 
 
 def arrival_key(identifier: Identifier, rule: Rule) -> str:

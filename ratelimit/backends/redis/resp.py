@@ -34,18 +34,25 @@ class Command:
     ``packed_args`` is the arguments already packed: they are the same for every call of a
     decorated function (its rules, cost and flags), so callers cache them."""
 
-    __slots__ = ("args", "keys", "packed", "packed_args", "script")
+    __slots__ = ("args", "keys", "packed", "packed_args", "packed_keys", "script")
 
     def __init__(
-        self, script: Script, keys: Sequence[str], args: Sequence[bytes], packed_args: bytes
+        self,
+        script: Script,
+        keys: Sequence[str],
+        args: Sequence[bytes],
+        packed_args: bytes,
+        packed_keys: bytes | None = None,
     ) -> None:
         self.script = script
         self.keys = keys
         self.args = args
         self.packed_args = packed_args
-        self.packed = b"".join(
-            [_head(script.sha, len(keys), len(args)), *[bulk(k.encode()) for k in keys]]
-        ) + packed_args  # fmt: skip
+        if packed_keys is None:
+            packed_keys = b"".join([bulk(k.encode()) for k in keys])
+        self.packed_keys = packed_keys
+        """The keys packed (a batch joins its calls' without packing them again)."""
+        self.packed = _head(script.sha, len(keys), len(args)) + packed_keys + packed_args
 
     def arguments(self) -> tuple[str | int | bytes, ...]:
         """The command as redis-py's ``execute_command`` takes it."""

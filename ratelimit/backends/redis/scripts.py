@@ -23,7 +23,7 @@ from ratelimit.algorithms import (
 )
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import arrival_slots
-from ratelimit.backends.redis.keys import arrival_keys, counter_key, identifier_key, kept_key
+from ratelimit.backends.redis.keys import arrival_keys, counter_key, identifier_key, kept_of
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.plan import CompiledTree, Plan
 from ratelimit.settling import Settlement
@@ -79,7 +79,8 @@ def _per_arrival(
 
 
 def _log_keys(plan: Plan) -> list[str]:
-    return [identifier_key(i) for i in plan.identifiers] + [kept_key(i) for i in plan.identifiers]
+    names = [identifier_key(i) for i in plan.identifiers]  # each encoded once
+    return names + [kept_of(name) for name in names]
 
 
 def _counter_keys(plan: Plan) -> list[str]:
@@ -169,11 +170,16 @@ def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
     when one is injected (tests), else left to the script (Redis ``TIME``)."""
     name = plan.algorithm.name
     scripted = BY_ALGORITHM[name]
-    now = b"" if clock is None else str(clock_us(clock)).encode()
     args, packed = _args(
         plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, name, plan.costs
     )
+    if clock is None:  # the script reads Redis's TIME
+        return Command(scripted.script, scripted.keys(plan), (b"", *args), _NO_TIME + packed)
+    now = str(clock_us(clock)).encode()
     return Command(scripted.script, scripted.keys(plan), (now, *args), pack_args((now,)) + packed)
+
+
+_NO_TIME = pack_args((b"",))
 
 
 def settle_command(settlement: Settlement, clock: Clock | None = None) -> Command:

@@ -14,8 +14,9 @@ else
 end
 
 -- `numbers(text, pattern)`: the numbers of an argument, parsed once per script call: the
--- batch script (batch.py) drops the `local parsed` line below, so that its calls share one, and a
--- tree sent by every call of a batch is read once. What it returns is never written to.
+-- batch script (batch.py) drops the `local parsed` line below, so that its calls share
+-- one, and a tree sent by every call of a batch is read once. What it returns is never
+-- written to.
 -- `digits(x)`: a whole number below 2**53 as text, likewise formatted once (Lua's own
 -- conversion, %.14g, would round microsecond timestamps).
 -- `cache(slot)`: the table of `parsed` kept under `slot`, made on first use.
