@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -74,8 +75,8 @@ async def test_concurrent_decisions_share_pipelines(
     assert all(d.allowed and d.remaining == 4 for d in decisions)
     assert sum(batches) == 100
     assert batches[0] == 1, "the first call went out alone, at once"
-    assert len(batches) <= 3, batches
-    assert max(batches) >= 90, batches
+    assert max(batches) == MAX_BATCH, batches  # the rest, together, as full as allowed
+    assert len(batches) <= 2 + 100 // MAX_BATCH, batches
     await rl.aclose()
 
 
@@ -120,7 +121,10 @@ async def test_each_script_stays_atomic_in_a_batch(client: aioredis.Redis) -> No
     limit = rl.limit("50/m", key="one")
     decisions = await asyncio.gather(*(limit.decide() for _ in range(200)))
     assert sum(d.allowed for d in decisions) == 50
-    assert [d.remaining for d in decisions if d.allowed] == list(range(49, -1, -1))
+    # each saw the count the one before it left (batches on several connections may run in
+    # another order than they were made, so sorted): no two read the same count
+    remaining = [d.remaining for d in decisions if d.allowed]
+    assert sorted(remaining, reverse=True) == list(range(49, -1, -1))  # type: ignore[type-var]
 
 
 async def test_a_failing_script_fails_alone(client: aioredis.Redis) -> None:
@@ -158,9 +162,9 @@ async def test_noscript_loads_once_for_the_whole_batch(client: aioredis.Redis) -
         *(rl.limit("user:5/m", key="k", user=f"u{i}").decide() for i in range(60))
     )
     assert all(d.allowed and not d.degraded for d in decisions)
-    # Loaded once per batch (the lone first call, then the batch of the other 59, if it went
+    # Loaded once per batch (the lone first call, then each batch of the other 59 that went
     # out before the first load), never once per call.
-    assert 1 <= await script_loads(client) - loads <= 2
+    assert 1 <= await script_loads(client) - loads <= 1 + math.ceil(59 / MAX_BATCH)
 
 
 async def test_a_paused_redis_fails_every_caller_of_the_batch_on_one_deadline(
