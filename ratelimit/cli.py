@@ -180,7 +180,7 @@ def _serve(args: argparse.Namespace) -> int:
         return FAILED
     env = dict(os.environ)
     flags = {"port": "PORT", "storage": "STORAGE", "rules_file": "RULES_FILE", "host": "HOST"}
-    flags["algorithm"] = "ALGORITHM"
+    flags |= {"algorithm": "ALGORITHM", "workers": "WORKERS", "metrics_port": "METRICS_PORT"}
     for flag, name in flags.items():
         variable = f"RATELIMIT_{name}"
         if getattr(args, flag) is not None:
@@ -190,6 +190,10 @@ def _serve(args: argparse.Namespace) -> int:
     )
     try:
         config = ServiceConfig.from_env(env)
+        if config.workers > 1:
+            from ratelimit.service.workers import supervise
+
+            return supervise(config, env)
         asyncio.run(serve(config))
     except ConfigurationError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
@@ -262,6 +266,15 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--rules-file", dest="rules_file")
     serve.add_argument(
         "--algorithm", choices=ALGORITHMS, help="as RATELIMIT_ALGORITHM (default sliding-log)"
+    )
+    serve.add_argument(
+        "--workers", type=int, help="processes answering on the port, as RATELIMIT_WORKERS"
+    )
+    serve.add_argument(
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        help="where /metrics is served, as RATELIMIT_METRICS_PORT (default 9464)",
     )
     return top
 

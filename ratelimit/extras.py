@@ -9,6 +9,7 @@ from contextlib import contextmanager
 EXTRAS = {
     "asgi": "ratelimit.asgi.RouteLimit",
     "otel": "ratelimit.metrics",
+    "prometheus": "ratelimit.prometheus",
     "server": "the rate-limit service (ratelimit serve)",
     "postgres": "postgresql://",
 }

@@ -9,6 +9,12 @@ A hook that also wants each decision's latency has a ``timed(decision, seconds)`
 which is called instead (``seconds``: the time the decision pipeline took, storage
 included); :class:`ratelimit.metrics.OpenTelemetryHook` is one.
 
+A hook that also wants to hear of the storage has any of ``store_failed()`` (a call of
+the storage failed: a decision answered by the failure policy, or a settle lost),
+``outage_started()`` (the first such failure while the storage answered) and
+``outage_ended(seconds)`` (the storage answered again, after ``seconds``);
+:class:`ratelimit.prometheus.PrometheusHook` is one.
+
 Example::
 
     allowed = denied = 0
@@ -31,6 +37,8 @@ from collections.abc import Callable, Sequence
 from ratelimit.decision import Decision
 
 Hook = Callable[[Decision], object]
+STORE_EVENTS = ("store_failed", "outage_started", "outage_ended")
+"""What a hook may hear of the storage, besides decisions."""
 
 logger = logging.getLogger("ratelimit")
 
@@ -47,6 +55,14 @@ class Hooks:
         self.timed = any(self._timed)
         """Whether a hook wants latencies (the pipeline then reads the clock)."""
         self._failed: set[int] = set()
+        self._events = {
+            event: tuple(
+                (n, method)
+                for n, hook in enumerate(hooks)
+                if (method := getattr(hook, event, None)) is not None
+            )
+            for event in STORE_EVENTS
+        }
 
     def __bool__(self) -> bool:
         return bool(self._hooks)
@@ -59,6 +75,17 @@ class Hooks:
                 else:
                     hook(decision)
             except Exception:
-                if n not in self._failed:  # once per hook, not once per decision
-                    self._failed.add(n)
-                    logger.exception("ratelimit: hook %r failed; it stays installed", hook)
+                self._broke(n)
+
+    def store_event(self, event: str, *args: float) -> None:
+        """Tell the hooks that listen of ``event`` (one of :data:`STORE_EVENTS`)."""
+        for n, method in self._events[event]:
+            try:
+                method(*args)
+            except Exception:
+                self._broke(n)
+
+    def _broke(self, n: int) -> None:
+        if n not in self._failed:  # once per hook, not once per decision
+            self._failed.add(n)
+            logger.exception("ratelimit: hook %r failed; it stays installed", self._hooks[n])

@@ -95,9 +95,9 @@ class RateLimit(LimitMaker):
         algorithm = named(settings.algorithm)
         check_supported(backend, algorithm)
         self._backend = backend
-        self._policy = FailurePolicy(settings.on_error)
-        self._denials = DenialCache(settings.denial_cache, clock=clock_of(backend))
         self._hooks = Hooks(settings.hooks)
+        self._policy = FailurePolicy(settings.on_error, self._hooks)
+        self._denials = DenialCache(settings.denial_cache, clock=clock_of(backend))
         self._background = (
             BackgroundCounter(
                 lambda plan: self._policy.decide(backend, plan), self._denials.remember

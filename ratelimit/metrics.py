@@ -27,31 +27,18 @@ from typing import Any
 
 from ratelimit.decision import Decision
 from ratelimit.extras import needs_extra
+from ratelimit.outcomes import (  # noqa: F401 (ALLOWED ... DEGRADED: imported from here before)
+    ALLOWED,
+    DEGRADED,
+    NEAR_LIMIT,
+    OVER_LIMIT,
+    SHADOW,
+    check_near_ratio,
+    outcome,
+)
 
 with needs_extra("otel"):
     from opentelemetry import metrics
-
-ALLOWED, NEAR_LIMIT, OVER_LIMIT, SHADOW, DEGRADED = (
-    "allowed", "near_limit", "over_limit", "shadow", "degraded",
-)  # fmt: skip
-
-
-def outcome(decision: Decision, near_ratio: float) -> str:
-    """The outcome a decision counts as."""
-    if decision.degraded:
-        return DEGRADED
-    if decision.shadow:
-        return SHADOW
-    if not decision.allowed:
-        return OVER_LIMIT
-    rule, remaining = decision.rule, decision.remaining
-    if (
-        rule is not None
-        and remaining is not None
-        and rule.count - remaining >= near_ratio * rule.count
-    ):
-        return NEAR_LIMIT
-    return ALLOWED
 
 
 class OpenTelemetryHook:
@@ -63,12 +50,8 @@ class OpenTelemetryHook:
     def __init__(
         self, meter: metrics.Meter | None = None, near_ratio: float = 0.8, keys: bool = True
     ) -> None:
-        if isinstance(near_ratio, bool) or not isinstance(near_ratio, int | float):
-            raise TypeError(f"near_ratio must be a number, not {near_ratio!r}")
-        if not 0 < near_ratio <= 1:
-            raise ValueError(f"near_ratio must be above 0 and at most 1, not {near_ratio}")
+        self.near_ratio = check_near_ratio(near_ratio)
         meter = meter or metrics.get_meter("ratelimit")
-        self.near_ratio = float(near_ratio)
         self.keys = keys
         self.decisions = meter.create_counter(
             "ratelimit.decisions", unit="{decision}", description="rate-limit decisions by outcome"

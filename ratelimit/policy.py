@@ -28,6 +28,7 @@ from ratelimit.backends import Backend
 from ratelimit.backends.base import SettleStore
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, LockTimeoutError
+from ratelimit.hooks import Hooks
 from ratelimit.plan import Plan
 from ratelimit.settings import check_on_error
 from ratelimit.settling import Settlement
@@ -41,9 +42,10 @@ logger = logging.getLogger("ratelimit")
 class FailurePolicy:
     """Runs decisions on a backend and applies ``on_error`` when the backend fails."""
 
-    def __init__(self, on_error: str = "allow") -> None:
+    def __init__(self, on_error: str = "allow", hooks: Hooks | None = None) -> None:
         check_on_error(on_error)
         self.on_error = on_error
+        self._hooks = hooks or Hooks(())
         self._outage_started: float | None = None
         self._last_summary = 0.0
         self._degraded = 0
@@ -75,6 +77,7 @@ class FailurePolicy:
                 raise
             now = time.monotonic()
             self._settles_lost += 1
+            self._hooks.store_event("store_failed")
             if self._settle_logged_at is None or now - self._settle_logged_at >= SUMMARY_EVERY:
                 logger.warning(
                     "ratelimit: %d settles lost since the last such warning (the last of key "
@@ -140,10 +143,12 @@ class FailurePolicy:
         now = time.monotonic()
         self._degraded += 1
         self._degraded_since_summary += 1
+        self._hooks.store_event("store_failed")
         verb = "admitting" if self.on_error == "allow" else "refusing"
         if self._outage_started is None:
             self._outage_started = self._last_summary = now
             self._degraded_since_summary = 0
+            self._hooks.store_event("outage_started")
             logger.warning("ratelimit: storage failed, %s calls until it answers: %s", verb, exc)
         elif now - self._last_summary >= SUMMARY_EVERY:
             logger.warning(
@@ -158,10 +163,12 @@ class FailurePolicy:
 
     def _recovered(self) -> None:
         assert self._outage_started is not None
+        lasted = time.monotonic() - self._outage_started
         logger.warning(
             "ratelimit: storage answers again after %.1f s; %d decisions were degraded",
-            time.monotonic() - self._outage_started,
+            lasted,
             self._degraded,
         )
+        self._hooks.store_event("outage_ended", lasted)
         self._outage_started = None
         self._degraded = 0

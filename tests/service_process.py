@@ -20,6 +20,7 @@ class ServiceProcess:
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self.env = {**os.environ, "RATELIMIT_HOST": "127.0.0.1", "RATELIMIT_PORT": "0"}
+        self.env["RATELIMIT_METRICS_PORT"] = "0"  # never a fixed port
         self.env.update(env or {})
         self.process: subprocess.Popen[str] | None = None
         self.port = 0

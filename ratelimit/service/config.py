@@ -16,17 +16,23 @@ start, and a bad one stops the service with a message naming the variable.
 - ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow`` or ``deny``;
 - ``RATELIMIT_ALGORITHM``, default ``sliding-log``: ``sliding-window``, ``fixed-window`` or
   ``gcra`` (the only one that takes ``burst N`` in rules);
-- ``RATELIMIT_METRICS``, default ``otel``: OpenTelemetry metrics on the global provider
-  (with the ``otel`` extra), ``console`` to print them every minute, or ``none``;
+- ``RATELIMIT_METRICS``, default ``prometheus`` when ``prometheus-client`` is installed
+  (the ``server`` extra brings it), else ``otel``: Prometheus metrics served at
+  ``/metrics`` (:mod:`ratelimit.service.prometheus`), OpenTelemetry metrics on the global
+  provider (with the ``otel`` extra), ``console`` to print those every minute, or ``none``;
+- ``RATELIMIT_METRICS_PORT``, default ``9464``, and ``RATELIMIT_METRICS_HOST``, default
+  ``RATELIMIT_HOST``: where ``/metrics`` is served (plain HTTP), for ``prometheus``;
+- ``RATELIMIT_WORKERS``, default ``1``: processes serving the one port (``--workers``);
 - ``RATELIMIT_MAX_DESCRIPTORS``, default ``100``: the most descriptors one
   ``ShouldRateLimit`` may have (more is ``INVALID_ARGUMENT``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.backends.urls import redacted, storage_url_problem
@@ -36,11 +42,17 @@ from ratelimit.rules import to_tree
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h))+\Z")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_WORKERS = 64
 MAX_DESCRIPTORS = 100
 """The most descriptors one ``ShouldRateLimit`` may have unless ``RATELIMIT_MAX_DESCRIPTORS``
 says otherwise. Envoy sends one per ``rate_limits`` entry of the route and its virtual host,
 a handful in practice; one request is one script on Redis, about 10 us of Redis time per
 descriptor, so 100 keeps a decision near the millisecond every other decision is held to."""
+
+
+def default_metrics() -> str:
+    """``prometheus`` where ``prometheus-client`` is installed, else ``otel``."""
+    return "prometheus" if importlib.util.find_spec("prometheus_client") else "otel"
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,10 @@ class ServiceConfig:
     timeout: float = 1.0
     namespace: str = "ratelimit"
     on_error: str = "allow"
-    metrics: str = "otel"
+    metrics: str = field(default_factory=default_metrics)
+    metrics_port: int = 9464
+    metrics_host: str | None = None
+    workers: int = 1
     algorithm: str = SLIDING_LOG
     max_descriptors: int = MAX_DESCRIPTORS
 
@@ -87,12 +102,19 @@ class ServiceConfig:
         if found := read("RATELIMIT_RULES_FILE"):
             values["rules_file"] = found[1]
         if found := read("RATELIMIT_PORT", "RATIO_PORT"):
+            values["port"] = port(*found)
+        if found := read("RATELIMIT_METRICS_PORT"):
+            values["metrics_port"] = port(*found)
+        if found := read("RATELIMIT_METRICS_HOST"):
+            values["metrics_host"] = found[1]
+        if found := read("RATELIMIT_WORKERS"):
             variable, text = found
-            if not text.isdigit() or not 0 <= int(text) <= 65535:
+            if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
                 raise ConfigurationError(
-                    f"{variable}={text!r}: a port is a number from 0 to 65535 (0: any free one)"
+                    f"{variable}={text!r}: the number of worker processes is a whole number "
+                    f"from 1 to {MAX_WORKERS}"
                 )
-            values["port"] = int(text)
+            values["workers"] = int(text)
         if found := read("RATELIMIT_HOST"):
             values["host"] = found[1]
         if found := read("RATELIMIT_TIMEOUT", "RATIO_CONNECTION_TIMEOUT"):
@@ -117,10 +139,11 @@ class ServiceConfig:
             values["algorithm"] = text
         if found := read("RATELIMIT_METRICS"):
             variable, text = found
-            if text not in ("otel", "console", "none"):
+            if text not in ("prometheus", "otel", "console", "none"):
                 raise ConfigurationError(
-                    f"{variable}={text!r}: metrics go to 'otel' (the global OpenTelemetry "
-                    "provider), 'console' (printed every minute) or 'none'"
+                    f"{variable}={text!r}: metrics go to 'prometheus' (served at /metrics), "
+                    "'otel' (the global OpenTelemetry provider), 'console' (printed every "
+                    "minute) or 'none'"
                 )
             values["metrics"] = text
         if found := read("RATELIMIT_MAX_DESCRIPTORS"):
@@ -131,7 +154,23 @@ class ServiceConfig:
                     "number, 1 or more"
                 )
             values["max_descriptors"] = int(text)
-        return cls(**values)  # type: ignore[arg-type]
+        config = cls(**values)  # type: ignore[arg-type]
+        if config.workers > 1 and config.storage.startswith("memory://"):
+            raise ConfigurationError(
+                f"RATELIMIT_WORKERS={config.workers} with storage memory://: each worker would "
+                "count apart, admitting up to that many times the limits; give the workers a "
+                "store they share (RATELIMIT_STORAGE=redis://..., postgresql://...)"
+            )
+        return config
+
+
+def port(variable: str, text: str) -> int:
+    """A port number from ``text``; ``ConfigurationError`` naming ``variable``."""
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise ConfigurationError(
+            f"{variable}={text!r}: a port is a number from 0 to 65535 (0: any free one)"
+        )
+    return int(text)
 
 
 def duration(text: str, variable: str) -> float:

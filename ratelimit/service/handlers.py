@@ -13,6 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.decision import Decision, RuleState
@@ -26,6 +27,9 @@ from ratelimit.rules import Node, Or, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
 from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector, selector_of
 from ratelimit.settings import check_cost
+
+if TYPE_CHECKING:
+    from ratelimit.service.prometheus import ServiceMetrics
 
 with needs_extra("server"):
     from google.protobuf.duration_pb2 import Duration
@@ -84,6 +88,7 @@ class Handlers:
     rules: RulesFile | None
     timeout: float
     max_descriptors: int = MAX_DESCRIPTORS
+    metrics: ServiceMetrics | None = None
 
     async def rate_limit(self, request: ratio_pb2.RateLimitRequest) -> ratio_pb2.RateLimitResponse:
         if not request.owner or not request.resource:
@@ -101,6 +106,8 @@ class Handlers:
             within=self.timeout,
             override=overridden is not None,
         )
+        if self.metrics is not None:
+            self.metrics.ratio(decision)
         over = not decision.allowed and not decision.shadow
         code = ratio_pb2.RateLimitResponse.OVER_LIMIT if over else ratio_pb2.RateLimitResponse.OK
         return ratio_pb2.RateLimitResponse(
@@ -152,6 +159,10 @@ class Handlers:
         overall = RLS.OVER_LIMIT if blocked else RLS.OK
         for n in blocked:
             statuses[n].code = RLS.OVER_LIMIT
+            if self.metrics is not None:
+                self.metrics.blocked(
+                    request.domain, [e.key for e in request.descriptors[n].entries]
+                )
             statuses[n].current_limit.CopyFrom(RLS.RateLimit(name="0", requests_per_unit=0))
         # enforced descriptors in one atomic decision, each counting its own hits_addend;
         # then always_count ones in another, counted refused or not; then shadow ones in a
@@ -164,7 +175,9 @@ class Handlers:
             decision = await self._decide_group(request.domain, group, shadow, record, always)
             if not decision.allowed and not decision.shadow:
                 overall = RLS.OVER_LIMIT
-            self._statuses(group, decision, statuses)
+            limited = self._statuses(group, decision, statuses)
+            if self.metrics is not None:
+                self.metrics.descriptors(request.domain, group, decision, statuses, limited)
         return RLS(overall_code=overall, statuses=statuses)
 
     async def _limit_of(
@@ -269,7 +282,9 @@ class Handlers:
         group: list[tuple[int, DescriptorLimit, str, int]],
         decision: Decision,
         statuses: list[RLS.DescriptorStatus],
-    ) -> None:
+    ) -> list[bool]:
+        """Fill in the statuses of ``group``'s descriptors; whether each one's own rules
+        refused (``True`` for a shadow descriptor too, whose status says OK)."""
         # each descriptor's leaves follow the previous one's: one pass over the states
         starts: list[int] = []
         descriptor_of_leaf: list[int] = []
@@ -279,13 +294,16 @@ class Handlers:
         states: list[list[RuleState]] = [[] for _ in group]
         for state in decision.states:
             states[descriptor_of_leaf[state.leaf]].append(state)
+        refused: list[bool] = []
         for (n, limit, _, _), start, mine in zip(group, starts, states, strict=True):
             status = statuses[n]
             if not mine:  # nothing counted (fail-open): the policy's answer
                 status.code = RLS.OK if decision.allowed or decision.shadow else RLS.OVER_LIMIT
+                refused.append(status.code == RLS.OVER_LIMIT)
                 continue
             refusing = {s.leaf - start for s in mine if s.limited}
             limited = tree_limited(compile_tree(limit.rules), refusing.__contains__)
+            refused.append(limited)
             status.code = RLS.OVER_LIMIT if limited and not decision.shadow else RLS.OK
             tightest = min(mine, key=lambda s: (s.remaining, -s.reset_after))
             rule = compile_tree(limit.rules).rules[tightest.leaf - start]
@@ -298,6 +316,7 @@ class Handlers:
             )
             status.limit_remaining = tightest.remaining
             status.duration_until_reset.CopyFrom(_duration(tightest.reset_after))
+        return refused
 
 
 def _stored_override(limit: DescriptorLimit, found: Override) -> DescriptorLimit | None:

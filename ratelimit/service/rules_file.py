@@ -43,7 +43,7 @@ import logging
 import os
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -261,9 +261,16 @@ class RulesWatcher:
       removed limits and domains included; so does a restart.
     """
 
-    def __init__(self, rules: RulesFile, algorithm: str = SLIDING_LOG) -> None:
+    def __init__(
+        self,
+        rules: RulesFile,
+        algorithm: str = SLIDING_LOG,
+        reloaded: Callable[[bool, int], object] | None = None,
+    ) -> None:
         self.rules = rules
         self.algorithm = algorithm
+        self.reloaded = reloaded
+        """Told of each reload: whether it applied, and the limits in force after it."""
         self._seen = _signature(rules.path)
 
     def changed(self) -> bool:
@@ -287,6 +294,7 @@ class RulesWatcher:
             new = parse(content, path, self.algorithm)
         except ConfigurationError as exc:
             logger.error("ratelimit: rules file not reloaded, the old rules stay: %s", exc)
+            self._tell(False)
             return True
         dropped = ", ".join(repr(domain) for domain in sorted(self.rules.domains - new.domains))
         kept = {(limit.domain, limit.pattern) for limit in new.limits}
@@ -307,9 +315,15 @@ class RulesWatcher:
                 path,
                 what,
             )
+            self._tell(False)
             return True
         self.rules = new
+        self._tell(True)
         removed = f"; {len(missing)} limits removed" if missing else ""
         removed += f"; domain {dropped} removed" if dropped else ""
         logger.warning("ratelimit: rules file reloaded: %d limits%s", len(new.limits), removed)
         return True
+
+    def _tell(self, applied: bool) -> None:
+        if self.reloaded is not None:
+            self.reloaded(applied, len(self.rules.limits))

@@ -15,24 +15,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratelimit.errors import BackendError, ConfigurationError, LockTimeoutError
 from ratelimit.extras import needs_extra
 from ratelimit.limiter import RateLimit
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
+from ratelimit.service.observing import WORKER, observing
+
+if TYPE_CHECKING:
+    from ratelimit.service.prometheus import ServiceMetrics
 
 with needs_extra("server"):
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
 
-    from ratelimit.service.handlers import Handlers, InvalidRequest, UnknownDomain, ratio_tree
+    from ratelimit.service.handlers import (
+        RATIO_KEY,
+        Handlers,
+        InvalidRequest,
+        UnknownDomain,
+        ratio_tree,
+    )
     from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
     from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
 
@@ -61,19 +72,25 @@ STORE_EVERY = 0.5
 
 class Traffic:
     """Calls being decided, when the last call came, and whether new calls are still
-    decided (``holding``: they wait for ``released``, then are refused ``UNAVAILABLE``)."""
+    decided (``holding``: they wait for ``released``, then are refused ``UNAVAILABLE``);
+    ``metrics``: where calls in flight and each call's time are told."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: ServiceMetrics | None = None) -> None:
         self.active = 0
         self.last = 0.0
         self.holding = False
         self.released = asyncio.Event()
+        self.metrics = metrics
 
     def __enter__(self) -> None:
         self.active += 1
+        if self.metrics is not None:
+            self.metrics.in_flight.inc()
 
     def __exit__(self, *exc: object) -> None:
         self.active -= 1
+        if self.metrics is not None:
+            self.metrics.in_flight.dec()
 
     async def drained(self, quiet: float, most: float) -> None:
         """Return once no call is in flight and none came for ``quiet`` seconds (calls a
@@ -86,12 +103,12 @@ class Traffic:
 
 
 async def _answered(
-    traffic: Traffic, context: grpc.aio.ServicerContext[Any, Any], work: Awaitable[T]
+    traffic: Traffic, context: grpc.aio.ServicerContext[Any, Any], work: Awaitable[T], key: str
 ) -> T:
-    """One call's answer, counted in ``traffic``; a request the handlers refuse is aborted
-    with its status code (``abort`` raises). While the service stops, a new call is held
-    undecided and then refused ``UNAVAILABLE``."""
-    traffic.last = time.monotonic()
+    """One call's answer, counted in ``traffic`` (its time under ``key``); a request the
+    handlers refuse is aborted with its status code (``abort`` raises). While the service
+    stops, a new call is held undecided and then refused ``UNAVAILABLE``."""
+    traffic.last = started = time.monotonic()
     if traffic.holding:
         if isinstance(work, Coroutine):
             work.close()  # never started: nothing decided, nothing counted
@@ -99,7 +116,10 @@ async def _answered(
         await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
     with traffic:
         try:
-            return await work
+            answer = await work
+            if traffic.metrics is not None:
+                traffic.metrics.observe(key, time.monotonic() - started)
+            return answer
         except InvalidRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except UnknownDomain as exc:
@@ -115,7 +135,8 @@ class _Ratio(ratio_pb2_grpc.RateLimitServiceServicer):
     async def RateLimit(  # the RPC's name
         self, request: ratio_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> ratio_pb2.RateLimitResponse:
-        return await _answered(self.traffic, context, self.handlers.rate_limit(request))
+        work = self.handlers.rate_limit(request)
+        return await _answered(self.traffic, context, work, RATIO_KEY)
 
 
 class _Envoy(rls_pb2_grpc.RateLimitServiceServicer):
@@ -126,7 +147,8 @@ class _Envoy(rls_pb2_grpc.RateLimitServiceServicer):
     async def ShouldRateLimit(  # the RPC's name
         self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> rls_pb2.RateLimitResponse:
-        return await _answered(self.traffic, context, self.handlers.should_rate_limit(request))
+        work = self.handlers.should_rate_limit(request)
+        return await _answered(self.traffic, context, work, f"envoy/{request.domain}")
 
 
 class Service:
@@ -136,7 +158,11 @@ class Service:
         self.config = config
         rules = config.rules_file
         self.rules = rules_file.load(rules, config.algorithm) if rules else None
-        hooks, self._flush_metrics = metric_hooks(config.metrics)
+        self.observing = observing(config.metrics)
+        hooks = self.observing.hooks
+        self.metrics = self.observing.prometheus
+        if self.metrics is not None and self.rules is not None:
+            self.metrics.rules(len(self.rules.limits))
         if config.storage.startswith("memory://"):  # takes no client timeout
             self.limiter = RateLimit.from_url(
                 config.storage,
@@ -161,16 +187,26 @@ class Service:
             self.rules,
             config.timeout,
             config.max_descriptors,
+            self.metrics,
         )
-        # no SO_REUSEPORT (gRPC's default): a second service on a port in use is an error,
-        # not a silent half of the traffic
-        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        # SO_REUSEPORT only for the workers of one supervisor (which checked the port was
+        # free); else a second service on a port in use is an error, not a silent half of
+        # the traffic
+        reuse = 1 if os.environ.get(WORKER) else 0
+        self.server = grpc.aio.server(options=[("grpc.so_reuseport", reuse)])
+        self.metrics_port: int | None = None
         self.health = health.aio.HealthServicer()
         self.port = 0
-        self.traffic = Traffic()
+        self.traffic = Traffic(self.metrics)
         self._stop = asyncio.Event()
         self._watcher = (
-            rules_file.RulesWatcher(self.rules, config.algorithm) if self.rules else None
+            rules_file.RulesWatcher(
+                self.rules,
+                config.algorithm,
+                None if self.metrics is None else self.metrics.reloaded,
+            )
+            if self.rules
+            else None
         )
         self._asked = False
         self._wake = asyncio.Event()
@@ -198,6 +234,7 @@ class Service:
             raise ConfigurationError(f"cannot listen on {address}: {exc}") from None
         if self.port == 0:
             raise ConfigurationError(f"cannot listen on {address}")
+        self.metrics_port = self.observing.serve(self.config)
         await self.server.start()
         for name in ("", RATIO_SERVICE, ENVOY_SERVICE, STORE_SERVICE):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -276,8 +313,7 @@ class Service:
         traffic.released.set()
         await stopping
         await self.limiter.aclose()
-        if self._flush_metrics is not None:
-            self._flush_metrics()
+        self.observing.close()
 
     async def _watch(self) -> None:
         """Look at the rules file every second, and at once on SIGHUP."""
@@ -292,42 +328,15 @@ class Service:
                 self.rules = self.handlers.rules = self._watcher.rules
 
 
-def metric_hooks(metrics: str) -> tuple[list[Any], Callable[[], object] | None]:
-    """The service's metrics: OpenTelemetry's ``ratelimit.decisions`` and
-    ``ratelimit.decision.duration`` (:mod:`ratelimit.metrics`) when the ``otel`` extra is
-    installed, on the global MeterProvider (``metrics="otel"``, the default: configure it as
-    OpenTelemetry documents) or printed to standard output every minute and when the service
-    stops (``metrics="console"``); none with ``metrics="none"``. Also what flushes them."""
-    if metrics == "none":
-        return [], None
-    try:
-        from ratelimit.metrics import OpenTelemetryHook
-    except ImportError:
-        if metrics == "console":
-            raise ConfigurationError(
-                "RATELIMIT_METRICS=console needs the otel extra: "
-                "pip install 'ratelimit-rules[otel]'"
-            ) from None
-        return [], None
-    if metrics != "console":
-        return [OpenTelemetryHook()], None
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        ConsoleMetricExporter,
-        PeriodicExportingMetricReader,
-    )
-
-    reader = PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
-    provider = MeterProvider(metric_readers=[reader])
-    return [OpenTelemetryHook(provider.get_meter("ratelimit"))], provider.shutdown
-
-
 async def serve(config: ServiceConfig) -> None:
     """Start the service, print where it listens, and serve until stopped."""
     service = Service(config)
     port = await service.start()
     where = f"{config.host}:{port}"
     rules = f", rules file {Path(config.rules_file)}" if config.rules_file else ""
+    if service.metrics_port is not None:
+        host = config.metrics_host or config.host
+        rules += f", metrics on http://{host}:{service.metrics_port}/metrics"
     print(f"ratelimit: serving on {where} (storage {config.storage}{rules})", flush=True)
     await service.run()
     print("ratelimit: stopped", flush=True)

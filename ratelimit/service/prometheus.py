@@ -1,0 +1,167 @@
+"""The service's Prometheus metrics (``RATELIMIT_METRICS=prometheus``, the default when
+``prometheus-client`` is installed, as the ``server`` extra does), served on
+``http://RATELIMIT_METRICS_HOST:RATELIMIT_METRICS_PORT/metrics``.
+
+Besides the library's (:mod:`ratelimit.prometheus`: decisions, latency, the storage):
+
+- ``ratelimit_decisions_total{key, limit, outcome}`` counts each Envoy descriptor decided
+  (``key`` ``envoy/<domain>``, ``limit`` the rules-file limit as ``[descriptor keys] rules``,
+  ``[remote_address] 10/m``) and each call of ratio's API (``key`` ``ratio``, ``limit`` the
+  deciding rule), as Envoy's own service counts per descriptor;
+- ``ratelimit_decision_duration_seconds{key}``: each call's time, from the request to its
+  answer;
+- ``ratelimit_rules_reloads_total{result}`` (``ok`` or ``failed``),
+  ``ratelimit_rules_in_force`` (limits in the rules file now) and
+  ``ratelimit_rules_loaded_timestamp_seconds`` (when they were read);
+- ``ratelimit_calls_in_flight``: calls being decided now.
+
+With ``--workers N`` each worker writes its metrics to files in a directory the
+supervisor owns (``prometheus_client``'s multiprocess mode) and the supervisor serves
+their sum on the one metrics port.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from ratelimit.decision import Decision
+from ratelimit.extras import needs_extra
+from ratelimit.outcomes import ALLOWED, DEGRADED, NEAR_LIMIT, OVER_LIMIT, SHADOW, near, outcome
+from ratelimit.prometheus import PrometheusHook
+from ratelimit.service.rules_file import DescriptorLimit
+
+with needs_extra("server"):
+    from prometheus_client import (
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        PlatformCollector,
+        ProcessCollector,
+        start_http_server,
+    )
+    from prometheus_client import multiprocess as multiprocess
+
+    from ratelimit.service.proto.envoy import rls_pb2
+
+RLS = rls_pb2.RateLimitResponse
+NEAR_RATIO = 0.8
+"""An admitted descriptor with this much of its tightest rule used counts as near the
+limit (Envoy's reference service counts 80 % too)."""
+
+
+def limit_label(limit: DescriptorLimit) -> str:
+    """How a rules-file limit is named in metrics: its descriptor keys (and pinned values,
+    which come from the file) and its rules, never a request's values."""
+    return f"[{limit.text}] {limit.rules}"
+
+
+class ServiceMetrics:
+    """The service's metrics on ``registry`` (default: one of its own, with the process's
+    CPU, memory and file descriptors too)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        if registry is None:
+            registry = CollectorRegistry()
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+        self.registry = registry
+        self.hook = PrometheusHook(registry, NEAR_RATIO, decisions=False)
+        """The limiter's hook: the storage's failures and health (decisions are counted
+        here, per descriptor)."""
+        self.reloads = Counter(
+            "ratelimit_rules_reloads",
+            "Rules file reloads, by result",
+            ("result",),
+            registry=registry,
+        )
+        for result in ("ok", "failed"):
+            self.reloads.labels(result)
+        self.in_force = Gauge(
+            "ratelimit_rules_in_force",
+            "Limits in the rules file in force",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.loaded = Gauge(
+            "ratelimit_rules_loaded_timestamp_seconds",
+            "When the rules in force were read (Unix time)",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.in_flight = Gauge(
+            "ratelimit_calls_in_flight",
+            "Calls being decided",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+
+    def rules(self, limits: int) -> None:
+        """The rules file read at start, ``limits`` limits in it."""
+        self.in_force.set(limits)
+        self.loaded.set(time.time())
+
+    def reloaded(self, ok: bool, limits: int) -> None:
+        """A reload that applied a file of ``limits`` limits (``ok``), or kept the old ones."""
+        self.reloads.labels("ok" if ok else "failed").inc()
+        if ok:
+            self.rules(limits)
+
+    def observe(self, key: str, seconds: float) -> None:
+        self.hook.observe(key, seconds)
+
+    def ratio(self, decision: Decision) -> None:
+        """One call of ratio's API."""
+        rule = "" if decision.rule is None else str(decision.rule)
+        self.hook.count(decision.key, rule, outcome(decision, NEAR_RATIO))
+
+    def blocked(self, domain: str, keys: Sequence[str]) -> None:
+        """A descriptor whose own limit is 0 requests: refused."""
+        self.hook.count(f"envoy/{domain}", f"[{', '.join(keys)}] 0", OVER_LIMIT)
+
+    def descriptors(
+        self,
+        domain: str,
+        group: Sequence[tuple[int, DescriptorLimit, str, int]],
+        decision: Decision,
+        statuses: Sequence[RLS.DescriptorStatus],
+        limited: Sequence[bool],
+    ) -> None:
+        """Each descriptor of one decided group, by what its status says (``limited``:
+        whether its own rules refused, which a shadow limit's status does not show)."""
+        key = f"envoy/{domain}"
+        for (n, limit, _, _), refused in zip(group, limited, strict=True):
+            status = statuses[n]
+            if decision.degraded:
+                what = DEGRADED
+            elif status.code == RLS.OVER_LIMIT:
+                what = OVER_LIMIT
+            elif refused:
+                what = SHADOW
+            else:
+                count = status.current_limit.requests_per_unit
+                used = count and near(count, status.limit_remaining, NEAR_RATIO)
+                what = NEAR_LIMIT if used else ALLOWED
+            self.hook.count(key, limit_label(limit), what)
+
+
+class MetricsServer:
+    """``registry`` served at ``/metrics`` on ``host:port`` (0: any free port) by a thread
+    of ``prometheus_client``'s, until :meth:`close`."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self._server, self._thread = start_http_server(port, host, registry)
+        self.port = int(self._server.server_port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def multiprocess_registry(folder: str) -> CollectorRegistry:
+    """A registry of the sums of the metrics the workers write to ``folder`` (their
+    ``PROMETHEUS_MULTIPROC_DIR``)."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, folder)  # type: ignore[no-untyped-call]
+    return registry
