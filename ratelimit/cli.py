@@ -181,6 +181,7 @@ def _serve(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     flags = {"port": "PORT", "storage": "STORAGE", "rules_file": "RULES_FILE", "host": "HOST"}
     flags |= {"algorithm": "ALGORITHM", "workers": "WORKERS", "metrics_port": "METRICS_PORT"}
+    flags |= {"tls_cert": "TLS_CERT", "tls_key": "TLS_KEY", "tls_client_ca": "TLS_CLIENT_CA"}
     for flag, name in flags.items():
         variable = f"RATELIMIT_{name}"
         if getattr(args, flag) is not None:
@@ -275,6 +276,15 @@ def parser() -> argparse.ArgumentParser:
         dest="metrics_port",
         type=int,
         help="where /metrics is served, as RATELIMIT_METRICS_PORT (default 9464)",
+    )
+    serve.add_argument(
+        "--tls-cert", dest="tls_cert", help="the server's certificate chain, PEM: serve over TLS"
+    )
+    serve.add_argument("--tls-key", dest="tls_key", help="its private key, PEM (unencrypted)")
+    serve.add_argument(
+        "--tls-client-ca",
+        dest="tls_client_ca",
+        help="CA certificates, PEM: only clients with a certificate they signed (mutual TLS)",
     )
     return top
 

@@ -24,7 +24,11 @@ start, and a bad one stops the service with a message naming the variable.
   ``RATELIMIT_HOST``: where ``/metrics`` is served (plain HTTP), for ``prometheus``;
 - ``RATELIMIT_WORKERS``, default ``1``: processes serving the one port (``--workers``);
 - ``RATELIMIT_MAX_DESCRIPTORS``, default ``100``: the most descriptors one
-  ``ShouldRateLimit`` may have (more is ``INVALID_ARGUMENT``).
+  ``ShouldRateLimit`` may have (more is ``INVALID_ARGUMENT``);
+- ``RATELIMIT_TLS_CERT`` and ``RATELIMIT_TLS_KEY``, default none (plain text): the server's
+  certificate chain and private key (PEM files) to serve over TLS, health included;
+- ``RATELIMIT_TLS_CLIENT_CA``, default none: CA certificates (PEM) that must have signed a
+  client's certificate (mutual TLS; needs the two above). See :mod:`ratelimit.service.tls`.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.backends.urls import redacted, storage_url_problem
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
 from ratelimit.rules import to_tree
+from ratelimit.service.tls import tls_files
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h))+\Z")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -71,6 +76,9 @@ class ServiceConfig:
     workers: int = 1
     algorithm: str = SLIDING_LOG
     max_descriptors: int = MAX_DESCRIPTORS
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
@@ -154,6 +162,7 @@ class ServiceConfig:
                     "number, 1 or more"
                 )
             values["max_descriptors"] = int(text)
+        values.update(tls_files(env))
         config = cls(**values)  # type: ignore[arg-type]
         if config.workers > 1 and config.storage.startswith("memory://"):
             raise ConfigurationError(

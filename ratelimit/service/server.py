@@ -7,7 +7,9 @@ storage) and server reflection. SIGTERM (or SIGINT) stops it gracefully within
 :data:`GRACE_SECONDS` (see :meth:`Service.shutdown`): every call the service takes is
 answered, or refused ``UNAVAILABLE`` without being decided. SIGHUP, or a change to the rules
 file seen within a second, reloads the rules file; a bad new file keeps the old rules and
-logs why.
+logs why. With ``RATELIMIT_TLS_CERT`` and ``RATELIMIT_TLS_KEY``, every API (health and
+reflection included) is served over TLS only; with ``RATELIMIT_TLS_CLIENT_CA`` too, only to
+clients with a certificate that CA signed (:mod:`ratelimit.service.tls`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ratelimit.limiter import RateLimit
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.observing import WORKER, observing
+from ratelimit.service.tls import described, server_credentials
 
 if TYPE_CHECKING:
     from ratelimit.service.prometheus import ServiceMetrics
@@ -227,9 +230,14 @@ class Service:
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, self.server)
-        address = f"{self.config.host}:{self.config.port}"
+        config = self.config
+        address = f"{config.host}:{config.port}"
+        credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
         try:
-            self.port = self.server.add_insecure_port(address)
+            if credentials is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, credentials)
         except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
             raise ConfigurationError(f"cannot listen on {address}: {exc}") from None
         if self.port == 0:
@@ -337,6 +345,7 @@ async def serve(config: ServiceConfig) -> None:
     if service.metrics_port is not None:
         host = config.metrics_host or config.host
         rules += f", metrics on http://{host}:{service.metrics_port}/metrics"
+    rules += described(config.tls_cert, config.tls_client_ca)
     print(f"ratelimit: serving on {where} (storage {config.storage}{rules})", flush=True)
     await service.run()
     print("ratelimit: stopped", flush=True)

@@ -34,6 +34,7 @@ from types import FrameType
 from ratelimit.errors import ConfigurationError
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.observing import WORKER
+from ratelimit.service.tls import described
 
 START_WITHIN = 60.0
 """How long a worker may take to start listening."""
@@ -115,9 +116,9 @@ class Supervisor:
         self.env["PROMETHEUS_MULTIPROC_DIR"] = self.folder
         from ratelimit.service.prometheus import MetricsServer, multiprocess_registry
 
-        host = self.config.metrics_host or self.config.host
+        host, port = self.config.metrics_host or self.config.host, self.config.metrics_port
         try:
-            server = MetricsServer(multiprocess_registry(self.folder), host, self.config.metrics_port)
+            server = MetricsServer(multiprocess_registry(self.folder), host, port)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot serve metrics on {host}:{self.config.metrics_port} "
@@ -168,6 +169,7 @@ class Supervisor:
         if self.metrics_port is not None:
             host = config.metrics_host or config.host
             more += f", metrics on http://{host}:{self.metrics_port}/metrics"
+        more += described(config.tls_cert, config.tls_client_ca)
         print(
             f"ratelimit: serving on {config.host}:{self.port} ({config.workers} workers, "
             f"storage {config.storage}{more})",
