@@ -19,7 +19,12 @@ start, and a bad one stops the service with a message naming the variable.
 - ``RATELIMIT_METRICS``, default ``otel``: OpenTelemetry metrics on the global provider
   (with the ``otel`` extra), ``console`` to print them every minute, or ``none``;
 - ``RATELIMIT_MAX_DESCRIPTORS``, default ``100``: the most descriptors one
-  ``ShouldRateLimit`` may have (more is ``INVALID_ARGUMENT``).
+  ``ShouldRateLimit`` may have (more is ``INVALID_ARGUMENT``);
+- ``RATELIMIT_RESPONSE_HEADERS``, default ``on``: ``ShouldRateLimit`` answers carry
+  ``RateLimit-Policy``, ``RateLimit`` and (when ``OVER_LIMIT``) ``Retry-After`` in
+  ``response_headers_to_add``, which Envoy adds to its client's response
+  (:mod:`ratelimit.service.envoy_headers`); ``off`` for none (also ``true``/``false``,
+  ``1``/``0``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ MAX_DESCRIPTORS = 100
 says otherwise. Envoy sends one per ``rate_limits`` entry of the route and its virtual host,
 a handful in practice; one request is one script on Redis, about 10 us of Redis time per
 descriptor, so 100 keeps a decision near the millisecond every other decision is held to."""
+SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+"""The values of an on/off variable (any case)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class ServiceConfig:
     metrics: str = "otel"
     algorithm: str = SLIDING_LOG
     max_descriptors: int = MAX_DESCRIPTORS
+    response_headers: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
@@ -131,6 +139,14 @@ class ServiceConfig:
                     "number, 1 or more"
                 )
             values["max_descriptors"] = int(text)
+        if found := read("RATELIMIT_RESPONSE_HEADERS"):
+            variable, text = found
+            if text.lower() not in SWITCH:
+                raise ConfigurationError(
+                    f"{variable}={text!r}: the headers Envoy passes on to clients are 'on' "
+                    "or 'off' (or true/false, 1/0)"
+                )
+            values["response_headers"] = SWITCH[text.lower()]
         return cls(**values)  # type: ignore[arg-type]
 
 

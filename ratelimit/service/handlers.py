@@ -4,7 +4,9 @@ gRPC servicers in :mod:`ratelimit.service.server` only translate errors):
 - ratio's ``RateLimit(owner, resource)``: ``RATELIMIT_RULES`` decided for that pair;
 - Envoy's RLS v3 ``ShouldRateLimit``: each descriptor mapped to its rules by the rules file,
   every enforced descriptor of one request decided together in one atomic decision (one
-  script on Redis), shadow descriptors in a second one that never refuses.
+  script on Redis), shadow descriptors in a second one that never refuses; the answer
+  carries the ``RateLimit`` headers Envoy passes on to its client
+  (:mod:`ratelimit.service.envoy_headers`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import Node, Or, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
+from ratelimit.service.envoy_headers import header_values
 from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector, selector_of
 from ratelimit.settings import check_cost
 
@@ -77,13 +80,16 @@ def ratio_tree(text: str, algorithm: str = SLIDING_LOG) -> CompiledTree:
 
 @dataclass
 class Handlers:
-    """What the servicers call. ``rules`` is swapped whole on a reload."""
+    """What the servicers call. ``rules`` is swapped whole on a reload.
+    ``response_headers``: Envoy's answers carry the headers of
+    :mod:`ratelimit.service.envoy_headers` for its client."""
 
     limiter: RateLimit
     ratio: CompiledTree
     rules: RulesFile | None
     timeout: float
     max_descriptors: int = MAX_DESCRIPTORS
+    response_headers: bool = True
 
     async def rate_limit(self, request: ratio_pb2.RateLimitRequest) -> ratio_pb2.RateLimitResponse:
         if not request.owner or not request.resource:
@@ -159,13 +165,20 @@ class Handlers:
         groups: dict[tuple[bool, bool], list[tuple[int, DescriptorLimit, str, int]]] = {}
         for item in sorted(matched, key=lambda item: (item[1].shadow, item[1].always)):
             groups.setdefault((item[1].shadow, item[1].always), []).append(item)
+        reported: list[list[RuleState]] = [[] for _ in request.descriptors]
+        refusals: list[Decision] = []
         for (shadow, always), group in groups.items():
             record = overall == RLS.OK or always
             decision = await self._decide_group(request.domain, group, shadow, record, always)
             if not decision.allowed and not decision.shadow:
                 overall = RLS.OVER_LIMIT
-            self._statuses(group, decision, statuses)
-        return RLS(overall_code=overall, statuses=statuses)
+                refusals.append(decision)
+            self._statuses(group, decision, statuses, reported)
+        answer = RLS(overall_code=overall, statuses=statuses)
+        if self.response_headers:
+            spans = [ENVOY_SPANS[request.descriptors[n].limit.unit] for n in blocked]
+            answer.response_headers_to_add.extend(header_values(reported, spans, refusals))
+        return answer
 
     async def _limit_of(
         self,
@@ -269,8 +282,10 @@ class Handlers:
         group: list[tuple[int, DescriptorLimit, str, int]],
         decision: Decision,
         statuses: list[RLS.DescriptorStatus],
+        reported: list[list[RuleState]],
     ) -> None:
-        # each descriptor's leaves follow the previous one's: one pass over the states
+        # each descriptor's leaves follow the previous one's: one pass over the states;
+        # each descriptor's states are also ``reported`` (for the response headers)
         starts: list[int] = []
         descriptor_of_leaf: list[int] = []
         for i, (_, limit, _, _) in enumerate(group):
@@ -280,7 +295,7 @@ class Handlers:
         for state in decision.states:
             states[descriptor_of_leaf[state.leaf]].append(state)
         for (n, limit, _, _), start, mine in zip(group, starts, states, strict=True):
-            status = statuses[n]
+            status, reported[n] = statuses[n], mine
             if not mine:  # nothing counted (fail-open): the policy's answer
                 status.code = RLS.OK if decision.allowed or decision.shadow else RLS.OVER_LIMIT
                 continue

@@ -161,6 +161,7 @@ class Service:
             self.rules,
             config.timeout,
             config.max_descriptors,
+            config.response_headers,
         )
         # no SO_REUSEPORT (gRPC's default): a second service on a port in use is an error,
         # not a silent half of the traffic
