@@ -16,6 +16,10 @@ w=60;ratelimit-unit="tokens"``), so that no client reads tokens as requests, the
 default ``qu``. The legacy trio reports the tightest rule counting requests (any rule, when
 none does). A concurrency limit that refused (``ConcurrencyLimitExceeded`` inside the
 application) is reported with ``qu="concurrent-requests"``.
+
+:func:`rate_limit_fields` gives the two fields' values as text for any front end: the
+middleware's headers, and the rate-limit service's ``response_headers_to_add``
+(:mod:`ratelimit.service.envoy_headers`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import functools
 import json
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ratelimit.decision import Decision, RuleState
 from ratelimit.rules import Rule
@@ -35,13 +40,48 @@ PROBLEM_JSON = b"application/problem+json"
 Headers = list[tuple[bytes, bytes]]
 REGISTERED_UNITS = {"bytes": "content-bytes", "content_bytes": "content-bytes"}
 """Rule units the draft's quota-unit registry names (``qu``), by the rule's unit."""
+FULL_UNIT = "concurrent-requests"
+"""The ``qu`` of a concurrency limit with no free slot."""
+
+
+class Exhausted(NamedTuple):
+    """A policy that is not a rule's and admits nothing now, with no known reset (so its
+    ``RateLimit`` item has ``r=0`` and no ``t``): a concurrency limit with no free slot
+    (``qu="concurrent-requests"``), or the rate-limit service's descriptor whose ``limit``
+    is 0. ``name``: printable ASCII (quoted here); ``window``: ``w`` in seconds."""
+
+    name: str
+    quota: int
+    window: int | None = None
+    unit: str | None = None
+    """A unit the draft's registry names (``qu``), such as ``"concurrent-requests"``."""
+
+
+def quoted(text: str) -> str:
+    """``text`` (printable ASCII) as a Structured Field String."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
 
 
 @functools.lru_cache(maxsize=4096)
 def _name(rule: Rule) -> str:
     """The policy's name as a Structured Field String (rule text is printable ASCII)."""
-    text = str(rule).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
+    return quoted(str(rule))
+
+
+def _policy_item(
+    name: str, quota: int, unit: str | None, window: int | None, vendor_unit: str | None = None
+) -> str:
+    """One ``RateLimit-Policy`` item: ``name`` (already quoted) with ``q``, then ``qu``,
+    ``w`` and the vendor ``ratelimit-unit``, in that order, each when given."""
+    item = f"{name};q={quota}"
+    if unit is not None:
+        item += f';qu="{unit}"'
+    if window is not None:
+        item += f";w={window}"
+    if vendor_unit is not None:
+        item += f';ratelimit-unit="{vendor_unit}"'  # a unit is a word: no escaping needed
+    return item
 
 
 def seconds(value: float) -> int:
@@ -62,14 +102,11 @@ def _policies(rules: tuple[Rule, ...]) -> str:
         # A GCRA burst: q of it at once, refilled over burst intervals (the same rate).
         quota = rule.count if rule.burst is None else rule.burst
         window_ms = rule.span_ms * quota
-        item = f"{_name(rule)};q={quota}"
-        if rule.unit in REGISTERED_UNITS:
-            item += f';qu="{REGISTERED_UNITS[rule.unit]}"'
-        if window_ms % (1000 * rule.count) == 0:
-            item += f";w={window_ms // (1000 * rule.count)}"
-        if rule.unit is not None and rule.unit not in REGISTERED_UNITS:
-            item += f';ratelimit-unit="{rule.unit}"'  # a unit is a word: no escaping needed
-        items.append(item)
+        whole = window_ms % (1000 * rule.count) == 0
+        window = window_ms // (1000 * rule.count) if whole else None
+        registered = REGISTERED_UNITS.get(rule.unit) if rule.unit is not None else None
+        vendor = rule.unit if registered is None else None
+        items.append(_policy_item(_name(rule), quota, registered, window, vendor))
     return ", ".join(items)
 
 
@@ -86,6 +123,24 @@ def retry_after(decision: Decision) -> int:
     return max(seconds(decision.retry_after), 1)
 
 
+def rate_limit_fields(
+    states: Sequence[RuleState], exhausted: Sequence[Exhausted] = ()
+) -> tuple[str, str] | None:
+    """The values of ``RateLimit-Policy`` and ``RateLimit``: one item per state, then one
+    per ``exhausted`` policy; ``None`` when there is neither (nothing to report). Plain
+    text, for any front end: the middleware's headers, the rate-limit service's
+    ``response_headers_to_add``."""
+    if not states and not exhausted:
+        return None
+    policies = [policy_field(states)] if states else []
+    limits = [limit_field(states)] if states else []
+    for policy in exhausted:
+        name = quoted(policy.name)
+        policies.append(_policy_item(name, policy.quota, policy.unit, policy.window))
+        limits.append(f"{name};r=0")
+    return ", ".join(policies), ", ".join(limits)
+
+
 def rate_limit_headers(
     decisions: Sequence[Decision], legacy: bool = False, full: SlotLimit | None = None
 ) -> Headers:
@@ -95,17 +150,13 @@ def rate_limit_headers(
     ``qu="concurrent-requests"`` with nothing left (``r=0``; no ``t``: when a slot frees
     depends on how long the others run)."""
     states = [state for decision in decisions for state in decision.states]
-    if not states and full is None:
+    exhausted = () if full is None else (Exhausted(str(full), full.count, None, FULL_UNIT),)
+    fields = rate_limit_fields(states, exhausted)
+    if fields is None:
         return []
-    policies = [policy_field(states)] if states else []
-    limits = [limit_field(states)] if states else []
-    if full is not None:
-        name = '"' + str(full) + '"'  # a selector and a count: nothing to escape
-        policies.append(f'{name};q={full.count};qu="concurrent-requests"')
-        limits.append(f"{name};r=0")
     headers: Headers = [
-        (b"ratelimit-policy", ", ".join(policies).encode("ascii")),
-        (b"ratelimit", ", ".join(limits).encode("ascii")),
+        (b"ratelimit-policy", fields[0].encode("ascii")),
+        (b"ratelimit", fields[1].encode("ascii")),
     ]
     if not states:
         return headers

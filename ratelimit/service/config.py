@@ -28,7 +28,12 @@ start, and a bad one stops the service with a message naming the variable.
 - ``RATELIMIT_TLS_CERT`` and ``RATELIMIT_TLS_KEY``, default none (plain text): the server's
   certificate chain and private key (PEM files) to serve over TLS, health included;
 - ``RATELIMIT_TLS_CLIENT_CA``, default none: CA certificates (PEM) that must have signed a
-  client's certificate (mutual TLS; needs the two above). See :mod:`ratelimit.service.tls`.
+  client's certificate (mutual TLS; needs the two above). See :mod:`ratelimit.service.tls`;
+- ``RATELIMIT_RESPONSE_HEADERS``, default ``on``: ``ShouldRateLimit`` answers carry
+  ``RateLimit-Policy``, ``RateLimit`` and (when ``OVER_LIMIT``) ``Retry-After`` in
+  ``response_headers_to_add``, which Envoy adds to its client's response
+  (:mod:`ratelimit.service.envoy_headers`); ``off`` for none (also ``true``/``false``,
+  ``1``/``0``).
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ MAX_DESCRIPTORS = 100
 says otherwise. Envoy sends one per ``rate_limits`` entry of the route and its virtual host,
 a handful in practice; one request is one script on Redis, about 10 us of Redis time per
 descriptor, so 100 keeps a decision near the millisecond every other decision is held to."""
+SWITCH = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+"""The values of an on/off variable (any case)."""
 
 
 def default_metrics() -> str:
@@ -79,6 +86,7 @@ class ServiceConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
+    response_headers: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
@@ -162,6 +170,14 @@ class ServiceConfig:
                     "number, 1 or more"
                 )
             values["max_descriptors"] = int(text)
+        if found := read("RATELIMIT_RESPONSE_HEADERS"):
+            variable, text = found
+            if text.lower() not in SWITCH:
+                raise ConfigurationError(
+                    f"{variable}={text!r}: the headers Envoy passes on to clients are 'on' "
+                    "or 'off' (or true/false, 1/0)"
+                )
+            values["response_headers"] = SWITCH[text.lower()]
         values.update(tls_files(env))
         config = cls(**values)  # type: ignore[arg-type]
         if config.workers > 1 and config.storage.startswith("memory://"):

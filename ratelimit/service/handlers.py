@@ -4,7 +4,9 @@ gRPC servicers in :mod:`ratelimit.service.server` only translate errors):
 - ratio's ``RateLimit(owner, resource)``: ``RATELIMIT_RULES`` decided for that pair;
 - Envoy's RLS v3 ``ShouldRateLimit``: each descriptor mapped to its rules by the rules file,
   every enforced descriptor of one request decided together in one atomic decision (one
-  script on Redis), shadow descriptors in a second one that never refuses.
+  script on Redis), shadow descriptors in a second one that never refuses; the answer
+  carries the ``RateLimit`` headers Envoy passes on to its client
+  (:mod:`ratelimit.service.envoy_headers`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import Node, Or, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
+from ratelimit.service.envoy_headers import header_values
 from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector, selector_of
 from ratelimit.settings import check_cost
 
@@ -81,7 +84,9 @@ def ratio_tree(text: str, algorithm: str = SLIDING_LOG) -> CompiledTree:
 
 @dataclass
 class Handlers:
-    """What the servicers call. ``rules`` is swapped whole on a reload."""
+    """What the servicers call. ``rules`` is swapped whole on a reload.
+    ``response_headers``: Envoy's answers carry the headers of
+    :mod:`ratelimit.service.envoy_headers` for its client."""
 
     limiter: RateLimit
     ratio: CompiledTree
@@ -89,6 +94,7 @@ class Handlers:
     timeout: float
     max_descriptors: int = MAX_DESCRIPTORS
     metrics: ServiceMetrics | None = None
+    response_headers: bool = True
 
     async def rate_limit(self, request: ratio_pb2.RateLimitRequest) -> ratio_pb2.RateLimitResponse:
         if not request.owner or not request.resource:
@@ -170,15 +176,22 @@ class Handlers:
         groups: dict[tuple[bool, bool], list[tuple[int, DescriptorLimit, str, int]]] = {}
         for item in sorted(matched, key=lambda item: (item[1].shadow, item[1].always)):
             groups.setdefault((item[1].shadow, item[1].always), []).append(item)
+        reported: list[list[RuleState]] = [[] for _ in request.descriptors]
+        refusals: list[Decision] = []
         for (shadow, always), group in groups.items():
             record = overall == RLS.OK or always
             decision = await self._decide_group(request.domain, group, shadow, record, always)
             if not decision.allowed and not decision.shadow:
                 overall = RLS.OVER_LIMIT
-            limited = self._statuses(group, decision, statuses)
+                refusals.append(decision)
+            limited = self._statuses(group, decision, statuses, reported)
             if self.metrics is not None:
                 self.metrics.descriptors(request.domain, group, decision, statuses, limited)
-        return RLS(overall_code=overall, statuses=statuses)
+        answer = RLS(overall_code=overall, statuses=statuses)
+        if self.response_headers:
+            spans = [ENVOY_SPANS[request.descriptors[n].limit.unit] for n in blocked]
+            answer.response_headers_to_add.extend(header_values(reported, spans, refusals))
+        return answer
 
     async def _limit_of(
         self,
@@ -282,10 +295,13 @@ class Handlers:
         group: list[tuple[int, DescriptorLimit, str, int]],
         decision: Decision,
         statuses: list[RLS.DescriptorStatus],
+        reported: list[list[RuleState]],
     ) -> list[bool]:
-        """Fill in the statuses of ``group``'s descriptors; whether each one's own rules
-        refused (``True`` for a shadow descriptor too, whose status says OK)."""
-        # each descriptor's leaves follow the previous one's: one pass over the states
+        """Fill in the statuses of ``group``'s descriptors (their states also in
+        ``reported``, for the response headers); whether each one's own rules refused
+        (``True`` for a shadow descriptor too, whose status says OK)."""
+        # each descriptor's leaves follow the previous one's: one pass over the states;
+        # each descriptor's states are also ``reported`` (for the response headers)
         starts: list[int] = []
         descriptor_of_leaf: list[int] = []
         for i, (_, limit, _, _) in enumerate(group):
@@ -296,7 +312,7 @@ class Handlers:
             states[descriptor_of_leaf[state.leaf]].append(state)
         refused: list[bool] = []
         for (n, limit, _, _), start, mine in zip(group, starts, states, strict=True):
-            status = statuses[n]
+            status, reported[n] = statuses[n], mine
             if not mine:  # nothing counted (fail-open): the policy's answer
                 status.code = RLS.OK if decision.allowed or decision.shadow else RLS.OVER_LIMIT
                 refused.append(status.code == RLS.OVER_LIMIT)

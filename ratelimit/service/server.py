@@ -191,6 +191,7 @@ class Service:
             config.timeout,
             config.max_descriptors,
             self.metrics,
+            config.response_headers,
         )
         # SO_REUSEPORT only for the workers of one supervisor (which checked the port was
         # free); else a second service on a port in use is an error, not a silent half of
