@@ -20,7 +20,7 @@ WORKER = "RATELIMIT_WORKER"
 
 @dataclass
 class Observing:
-    hooks: list[Any]
+    limiter_hooks: list[Any]
     """The limiter's hooks."""
     flush: Callable[[], object] | None = None
     """What sends the last metrics when the service stops."""

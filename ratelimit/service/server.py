@@ -162,7 +162,7 @@ class Service:
         rules = config.rules_file
         self.rules = rules_file.load(rules, config.algorithm) if rules else None
         self.observing = observing(config.metrics)
-        hooks = self.observing.hooks
+        hooks = self.observing.limiter_hooks
         self.metrics = self.observing.prometheus
         if self.metrics is not None and self.rules is not None:
             self.metrics.rules(len(self.rules.limits))
