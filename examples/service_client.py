@@ -5,14 +5,16 @@ Envoy's RLS v3 ShouldRateLimit.
     python examples/service_client.py 127.0.0.1:50051
 
 Without an address it starts the service itself on a free port (memory://, or Redis with
-REDIS_URL set), asks it, and stops it.
+REDIS_URL set), asks it, prints what its Prometheus endpoint counted, and stops it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -49,6 +51,17 @@ async def ask(address: str) -> None:
                 for s in reply.statuses
             )
             print(f"envoy ShouldRateLimit #{n}: {RLS.Code.Name(reply.overall_code)}: {statuses}")
+            for header in reply.response_headers_to_add:  # Envoy adds these to its response
+                print(f"    {header.key}: {header.value}")
+
+
+def counted(metrics_url: str) -> None:
+    """What the service's /metrics says it decided."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+        text = answer.read().decode()
+    for line in text.splitlines():
+        if line.startswith("ratelimit_decisions_total"):
+            print(line)
 
 
 def main() -> None:
@@ -63,10 +76,13 @@ def main() -> None:
         "RATELIMIT_RULES_FILE": str(HERE / "service_rules.toml"),
         "RATELIMIT_STORAGE": os.environ.get("REDIS_URL", "memory://"),
         "RATELIMIT_NAMESPACE": f"service-example-{os.getpid()}",
-        "RATELIMIT_METRICS": "none",
+        "RATELIMIT_METRICS": "prometheus",  # ServiceProcess serves it on a free port
     }
     with ServiceProcess(env) as service:
         asyncio.run(ask(service.address))
+        found = re.search(r"metrics on (http://\S+/metrics)", service.output)
+        if found:
+            counted(found.group(1))
 
 
 if __name__ == "__main__":
