@@ -189,6 +189,19 @@ class ServiceConfig:
         return config
 
 
+def bare_host(host: str) -> str:
+    """``host`` without the brackets of an IPv6 address (``[::1]`` -> ``::1``), as sockets
+    take it."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def address(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets (``[::1]:50051``), as gRPC and URLs take
+    it."""
+    host = bare_host(host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def port(variable: str, text: str) -> int:
     """A port number from ``text``; ``ConfigurationError`` naming ``variable``."""
     if not text.isdigit() or not 0 <= int(text) <= 65535:

@@ -113,7 +113,7 @@ class Handlers:
             override=overridden is not None,
         )
         if self.metrics is not None:
-            self.metrics.ratio(decision)
+            self.metrics.ratio(decision, PAIR)
         over = not decision.allowed and not decision.shadow
         code = ratio_pb2.RateLimitResponse.OVER_LIMIT if over else ratio_pb2.RateLimitResponse.OK
         return ratio_pb2.RateLimitResponse(
@@ -122,6 +122,13 @@ class Handlers:
             retry_after=decision.retry_after,
             degraded=decision.degraded,
         )
+
+    def envoy_key(self, domain: str) -> str:
+        """The key of a domain's decisions (``envoy/<domain>``), ``envoy/(unknown)`` for a
+        domain the rules file lacks (a label never made of what a request sent)."""
+        rules = self.rules
+        known = rules is not None and domain in rules.domains
+        return f"envoy/{domain}" if known else "envoy/(unknown)"
 
     def _ratio_override(self, found: Override) -> CompiledTree | None:
         """An override's rules for ratio's API, as ``RATELIMIT_RULES`` reads them; ``None``
@@ -166,9 +173,8 @@ class Handlers:
         for n in blocked:
             statuses[n].code = RLS.OVER_LIMIT
             if self.metrics is not None:
-                self.metrics.blocked(
-                    request.domain, [e.key for e in request.descriptors[n].entries]
-                )
+                entries = [(e.key, e.value) for e in request.descriptors[n].entries]
+                self.metrics.blocked(request.domain, rules.match(request.domain, entries))
             statuses[n].current_limit.CopyFrom(RLS.RateLimit(name="0", requests_per_unit=0))
         # enforced descriptors in one atomic decision, each counting its own hits_addend;
         # then always_count ones in another, counted refused or not; then shadow ones in a
@@ -186,7 +192,9 @@ class Handlers:
                 refusals.append(decision)
             limited = self._statuses(group, decision, statuses, reported)
             if self.metrics is not None:
-                self.metrics.descriptors(request.domain, group, decision, statuses, limited)
+                self.metrics.descriptors(
+                    request.domain, group, decision, statuses, limited, reported
+                )
         answer = RLS(overall_code=overall, statuses=statuses)
         if self.response_headers:
             spans = [ENVOY_SPANS[request.descriptors[n].limit.unit] for n in blocked]

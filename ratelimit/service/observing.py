@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ratelimit.errors import ConfigurationError
-from ratelimit.service.config import ServiceConfig
+from ratelimit.service.config import ServiceConfig, address, bare_host
+from ratelimit.service.tls import described
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from ratelimit.service.prometheus import MetricsServer, ServiceMetrics
 
 WORKER = "RATELIMIT_WORKER"
@@ -33,17 +37,8 @@ class Observing:
         the port, or ``None``."""
         if self.prometheus is None or os.environ.get(WORKER):
             return None
-        from ratelimit.service.prometheus import MetricsServer
-
-        host = config.metrics_host or config.host
-        try:
-            self.server = MetricsServer(self.prometheus.registry, host, config.metrics_port)
-            return self.server.port
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot serve metrics on {host}:{config.metrics_port} "
-                f"(RATELIMIT_METRICS_PORT): {exc.strerror}"
-            ) from None
+        self.server = serve_metrics(self.prometheus.registry, config)
+        return self.server.port
 
     def close(self) -> None:
         """Send the last metrics and stop serving them."""
@@ -51,6 +46,34 @@ class Observing:
             self.flush()
         if self.server is not None:
             self.server.close()
+
+
+def serve_metrics(registry: CollectorRegistry, config: ServiceConfig) -> MetricsServer:
+    """``registry`` served at ``/metrics`` where ``config`` says; ``ConfigurationError``
+    naming the variables when it cannot be."""
+    from ratelimit.service.prometheus import MetricsServer
+
+    host = bare_host(config.metrics_host or config.host)
+    try:
+        return MetricsServer(registry, host, config.metrics_port)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve metrics on {address(host, config.metrics_port)} "
+            f"(RATELIMIT_METRICS_HOST, RATELIMIT_METRICS_PORT): {exc.strerror or exc}"
+        ) from None
+
+
+def start_line(config: ServiceConfig, port: int, metrics_port: int | None, workers: int = 1) -> str:
+    """What the service prints once it listens (tests and scripts read the address)."""
+    parts = [f"{workers} workers"] if workers > 1 else []
+    parts.append(f"storage {config.storage}")
+    if config.rules_file:
+        parts.append(f"rules file {Path(config.rules_file)}")
+    if metrics_port is not None:
+        where = address(config.metrics_host or config.host, metrics_port)
+        parts.append(f"metrics on http://{where}/metrics")
+    tls = described(config.tls_cert, config.tls_client_ca)
+    return f"ratelimit: serving on {address(config.host, port)} ({', '.join(parts)}{tls})"
 
 
 def observing(metrics: str) -> Observing:

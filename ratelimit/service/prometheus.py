@@ -6,10 +6,17 @@ Besides the library's (:mod:`ratelimit.prometheus`: decisions, latency, the stor
 
 - ``ratelimit_decisions_total{key, limit, outcome}`` counts each Envoy descriptor decided
   (``key`` ``envoy/<domain>``, ``limit`` the rules-file limit as ``[descriptor keys] rules``,
-  ``[remote_address] 10/m``) and each call of ratio's API (``key`` ``ratio``, ``limit`` the
-  deciding rule), as Envoy's own service counts per descriptor;
-- ``ratelimit_decision_duration_seconds{key}``: each call's time, from the request to its
-  answer;
+  ``[remote_address] 10/m``; ``[descriptor keys] (override)`` when an override or the
+  request's own ``limit`` replaced its rules, and ``(request limit)`` for a descriptor only
+  its own ``limit`` limits: never a value or a rate a request sent) and each call of ratio's
+  API (``key`` ``ratio``, ``limit`` the deciding rule), as Envoy's own service counts per
+  descriptor;
+- ``ratelimit_calls_total{key, code}``: calls by the gRPC status they ended with (``OK``,
+  also for an answer ``OVER_LIMIT``; ``INVALID_ARGUMENT``, ``NOT_FOUND`` for a domain the
+  rules file lacks, whose ``key`` is ``envoy/(unknown)``; ``CANCELLED`` when the caller gave
+  up, as past its deadline; ``UNAVAILABLE`` when refused undecided while stopping);
+- ``ratelimit_decision_duration_seconds{key}``: each call's time, from its arrival to its
+  answer or to the caller giving up (calls refused undecided while stopping excepted);
 - ``ratelimit_rules_reloads_total{result}`` (``ok`` or ``failed``),
   ``ratelimit_rules_in_force`` (limits in the rules file now) and
   ``ratelimit_rules_loaded_timestamp_seconds`` (when they were read);
@@ -22,10 +29,11 @@ their sum on the one metrics port.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
-from ratelimit.decision import Decision
+from ratelimit.decision import Decision, RuleState
 from ratelimit.extras import needs_extra
 from ratelimit.outcomes import ALLOWED, DEGRADED, NEAR_LIMIT, OVER_LIMIT, SHADOW, near, outcome
 from ratelimit.prometheus import PrometheusHook
@@ -50,9 +58,19 @@ NEAR_RATIO = 0.8
 limit (Envoy's reference service counts 80 % too)."""
 
 
-def limit_label(limit: DescriptorLimit) -> str:
-    """How a rules-file limit is named in metrics: its descriptor keys (and pinned values,
-    which come from the file) and its rules, never a request's values."""
+REQUEST_LIMIT = "(request limit)"
+"""The ``limit`` label of a descriptor that no rules-file limit matches, limited by its own
+``limit`` only (its keys and rate come from the request: never labels)."""
+
+
+def limit_label(limit: DescriptorLimit | None) -> str:
+    """How a descriptor's limit is named in metrics: the rules-file limit's descriptor keys
+    (and pinned values, from the file) and its rules, ``(override)`` for rules replaced by an
+    override or the request, never anything a request sent."""
+    if limit is None or limit.line == 0:  # made from the request's own limit
+        return REQUEST_LIMIT
+    if limit.override:
+        return f"[{limit.text}] (override)"
     return f"[{limit.text}] {limit.rules}"
 
 
@@ -89,6 +107,12 @@ class ServiceMetrics:
             registry=registry,
             multiprocess_mode="livemax",
         )
+        self.calls = Counter(
+            "ratelimit_calls",
+            "Calls by the gRPC status they ended with",
+            ("key", "code"),
+            registry=registry,
+        )
         self.in_flight = Gauge(
             "ratelimit_calls_in_flight",
             "Calls being decided",
@@ -107,17 +131,26 @@ class ServiceMetrics:
         if ok:
             self.rules(limits)
 
-    def observe(self, key: str, seconds: float) -> None:
-        self.hook.observe(key, seconds)
+    def called(self, key: str, code: str, seconds: float) -> None:
+        """One call of ``key`` that ended with gRPC status ``code`` after ``seconds``."""
+        self.calls.labels(key, code).inc()
+        if code != "UNAVAILABLE":  # refused undecided while stopping
+            self.hook.observe(key, seconds)
 
-    def ratio(self, decision: Decision) -> None:
-        """One call of ratio's API."""
-        rule = "" if decision.rule is None else str(decision.rule)
-        self.hook.count(decision.key, rule, outcome(decision, NEAR_RATIO))
+    def ratio(self, decision: Decision, internal: str) -> None:
+        """One call of ratio's API; ``internal``: the selector the service counts a rule
+        without one under, left out of the label."""
+        rule = decision.rule
+        if rule is not None and rule.selector == internal:
+            rule = dataclasses.replace(rule, selector=None)
+        self.hook.count(
+            decision.key, "" if rule is None else str(rule), outcome(decision, NEAR_RATIO)
+        )
 
-    def blocked(self, domain: str, keys: Sequence[str]) -> None:
-        """A descriptor whose own limit is 0 requests: refused."""
-        self.hook.count(f"envoy/{domain}", f"[{', '.join(keys)}] 0", OVER_LIMIT)
+    def blocked(self, domain: str, limit: DescriptorLimit | None) -> None:
+        """A descriptor whose own limit is 0 requests (refused); ``limit``: the rules-file
+        limit it matches, if any."""
+        self.hook.count(f"envoy/{domain}", limit_label(limit), OVER_LIMIT)
 
     def descriptors(
         self,
@@ -126,9 +159,11 @@ class ServiceMetrics:
         decision: Decision,
         statuses: Sequence[RLS.DescriptorStatus],
         limited: Sequence[bool],
+        states: Sequence[Sequence[RuleState]],
     ) -> None:
         """Each descriptor of one decided group, by what its status says (``limited``:
-        whether its own rules refused, which a shadow limit's status does not show)."""
+        whether its own rules refused, which a shadow limit's status does not show;
+        ``states``: each descriptor's rule states, by its position in the request)."""
         key = f"envoy/{domain}"
         for (n, limit, _, _), refused in zip(group, limited, strict=True):
             status = statuses[n]
@@ -138,10 +173,10 @@ class ServiceMetrics:
                 what = OVER_LIMIT
             elif refused:
                 what = SHADOW
+            elif any(near(s.rule.count, s.remaining, NEAR_RATIO) for s in states[n]):
+                what = NEAR_LIMIT  # any of its rules, not only the one with least left
             else:
-                count = status.current_limit.requests_per_unit
-                used = count and near(count, status.limit_remaining, NEAR_RATIO)
-                what = NEAR_LIMIT if used else ALLOWED
+                what = ALLOWED
             self.hook.count(key, limit_label(limit), what)
 
 

@@ -21,7 +21,6 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Coroutine
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratelimit.errors import BackendError, ConfigurationError, LockTimeoutError
@@ -29,8 +28,9 @@ from ratelimit.extras import needs_extra
 from ratelimit.limiter import RateLimit
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
-from ratelimit.service.observing import WORKER, observing
-from ratelimit.service.tls import described, server_credentials
+from ratelimit.service.config import address as host_port
+from ratelimit.service.observing import WORKER, observing, start_line
+from ratelimit.service.tls import server_credentials
 
 if TYPE_CHECKING:
     from ratelimit.service.prometheus import ServiceMetrics
@@ -108,25 +108,35 @@ class Traffic:
 async def _answered(
     traffic: Traffic, context: grpc.aio.ServicerContext[Any, Any], work: Awaitable[T], key: str
 ) -> T:
-    """One call's answer, counted in ``traffic`` (its time under ``key``); a request the
-    handlers refuse is aborted with its status code (``abort`` raises). While the service
-    stops, a new call is held undecided and then refused ``UNAVAILABLE``."""
+    """One call's answer, counted in ``traffic`` (under ``key``, with the status it ended
+    with); a request the handlers refuse is aborted with its status code (``abort`` raises).
+    While the service stops, a new call is held undecided and then refused ``UNAVAILABLE``."""
     traffic.last = started = time.monotonic()
-    if traffic.holding:
-        if isinstance(work, Coroutine):
-            work.close()  # never started: nothing decided, nothing counted
-        await traffic.released.wait()
-        await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
-    with traffic:
-        try:
-            answer = await work
-            if traffic.metrics is not None:
-                traffic.metrics.observe(key, time.monotonic() - started)
-            return answer
-        except InvalidRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except UnknownDomain as exc:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+    code = "UNKNOWN"
+    try:
+        if traffic.holding:
+            if isinstance(work, Coroutine):
+                work.close()  # never started: nothing decided, nothing counted
+            await traffic.released.wait()
+            code = "UNAVAILABLE"
+            await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
+        with traffic:
+            try:
+                answer = await work
+                code = "OK"
+                return answer
+            except InvalidRequest as exc:
+                code = "INVALID_ARGUMENT"
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            except UnknownDomain as exc:
+                code = "NOT_FOUND"
+                await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+            except asyncio.CancelledError:  # the caller gave up (its deadline passed)
+                code = "CANCELLED"
+                raise
+    finally:
+        if traffic.metrics is not None:
+            traffic.metrics.called(key, code, time.monotonic() - started)
     raise AssertionError("unreachable: abort raises")
 
 
@@ -151,7 +161,8 @@ class _Envoy(rls_pb2_grpc.RateLimitServiceServicer):
         self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> rls_pb2.RateLimitResponse:
         work = self.handlers.should_rate_limit(request)
-        return await _answered(self.traffic, context, work, f"envoy/{request.domain}")
+        key = self.handlers.envoy_key(request.domain)
+        return await _answered(self.traffic, context, work, key)
 
 
 class Service:
@@ -232,7 +243,7 @@ class Service:
         )
         reflection.enable_server_reflection(names, self.server)
         config = self.config
-        address = f"{config.host}:{config.port}"
+        address = host_port(config.host, config.port)
         credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
         try:
             if credentials is None:
@@ -341,12 +352,6 @@ async def serve(config: ServiceConfig) -> None:
     """Start the service, print where it listens, and serve until stopped."""
     service = Service(config)
     port = await service.start()
-    where = f"{config.host}:{port}"
-    rules = f", rules file {Path(config.rules_file)}" if config.rules_file else ""
-    if service.metrics_port is not None:
-        host = config.metrics_host or config.host
-        rules += f", metrics on http://{host}:{service.metrics_port}/metrics"
-    rules += described(config.tls_cert, config.tls_client_ca)
-    print(f"ratelimit: serving on {where} (storage {config.storage}{rules})", flush=True)
+    print(start_line(config, port, service.metrics_port), flush=True)
     await service.run()
     print("ratelimit: stopped", flush=True)
