@@ -280,12 +280,18 @@ class Service:
     def stop(self) -> None:
         self._stop.set()
 
-    async def run(self) -> None:
-        """Serve until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
+    def handle_signals(self) -> None:
+        """SIGTERM and SIGINT call :meth:`stop`, SIGHUP :meth:`reload` (from now on: before
+        this, SIGHUP's default ends the process). :func:`serve` calls it before it says where
+        it listens, which a supervisor of workers waits for before it forwards SIGHUP."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
+        self.handle_signals()
         watchers = [asyncio.create_task(self._watch()), asyncio.create_task(self._watch_store())]
         try:
             await self._stop.wait()
@@ -341,6 +347,7 @@ async def serve(config: ServiceConfig) -> None:
     """Start the service, print where it listens, and serve until stopped."""
     service = Service(config)
     port = await service.start()
+    service.handle_signals()
     where = f"{config.host}:{port}"
     rules = f", rules file {Path(config.rules_file)}" if config.rules_file else ""
     if service.metrics_port is not None:

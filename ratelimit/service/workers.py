@@ -8,7 +8,7 @@ one service per port behind a load balancer instead.
 
 - SIGTERM or SIGINT: every worker stops gracefully (each answers every call it took, see
   :meth:`ratelimit.service.server.Service.shutdown`), then the supervisor exits 0.
-- SIGHUP: every worker reloads the rules file.
+- SIGHUP: every worker reloads the rules file (one still starting, once it listens).
 - A worker that fails to start stops them all, and the supervisor exits with its code; one
   that dies later is started again (at most once a second).
 - Prometheus metrics: each worker writes its metrics to files in a directory the supervisor
@@ -66,6 +66,8 @@ class Worker:
     def __init__(self, number: int, env: Mapping[str, str]) -> None:
         self.number = number
         self.ready = threading.Event()
+        self.reload_asked = False
+        """A SIGHUP came while it was starting: it is forwarded once the worker listens."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ratelimit", "serve"],
             env={**env, WORKER: str(number)},
@@ -88,6 +90,13 @@ class Worker:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(sig)
+
+    def reload(self) -> None:
+        """SIGHUP, now if it listens (it handles SIGHUP from then on), else once it does:
+        SIGHUP's default would end a worker still starting."""
+        self.reload_asked = not self.ready.is_set()
+        if not self.reload_asked:
+            self.signal(signal.SIGHUP)
 
     def join(self) -> int:
         code = self.process.wait()
@@ -181,7 +190,10 @@ class Supervisor:
             if self._reload.is_set():
                 self._reload.clear()
                 for worker in self.workers:
-                    worker.signal(signal.SIGHUP)
+                    worker.reload()
+            for worker in self.workers:
+                if worker.reload_asked and worker.ready.is_set():
+                    worker.reload()
             for n, worker in enumerate(self.workers):
                 code = worker.process.poll()
                 if code is None or self._stopping.is_set():
