@@ -45,7 +45,9 @@ _SERVING = re.compile(r"^ratelimit: serving on ")
 
 def free_port(host: str, port: int) -> int:
     """``port`` on ``host`` if nothing listens there (a free one for 0), checked by binding
-    it without ``SO_REUSEPORT``; ``ConfigurationError`` when it is taken."""
+    it without ``SO_REUSEPORT``; ``ConfigurationError`` when it is taken. With
+    ``SO_REUSEADDR``, as gRPC binds: connections of a service stopped a moment ago, left in
+    ``TIME_WAIT``, do not hold the port (a listener still does)."""
     if not hasattr(socket, "SO_REUSEPORT"):
         raise ConfigurationError(
             "--workers above 1 needs SO_REUSEPORT, which this system lacks: run one service "
@@ -54,6 +56,7 @@ def free_port(host: str, port: int) -> int:
     try:
         family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
             return int(probe.getsockname()[1])
     except OSError as exc:
