@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
 from ratelimit.errors import ConfigurationError
@@ -61,6 +61,17 @@ def free_port(host: str, port: int) -> int:
             return int(probe.getsockname()[1])
     except OSError as exc:
         raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def stopped_code(codes: Sequence[int]) -> int:
+    """The supervisor's exit code from its workers' once told to stop: 0 when each stopped
+    (0, or ended by SIGTERM or SIGINT before it handled them), else the first other code, a
+    worker ended by signal N as ``128 + N`` (as shells say it; a ``max`` of the codes would
+    make a worker killed by SIGKILL, ``-9``, beside one that stopped, a clean stop)."""
+    for code in codes:
+        if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+            return code if code > 0 else 128 - code
+    return 0
 
 
 class Worker:
@@ -212,7 +223,7 @@ class Supervisor:
             worker.signal(signal.SIGTERM)
         codes = [worker.join() for worker in self.workers]
         print("ratelimit: stopped", flush=True)
-        return 0 if all(code in (0, -signal.SIGTERM) for code in codes) else max(codes)
+        return stopped_code(codes)
 
     def _signalled(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGHUP:
