@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Coroutine
 from pathlib import Path
@@ -214,6 +215,7 @@ class Service:
         )
         self._asked = False
         self._wake = asyncio.Event()
+        self._supervisor = os.getppid() if os.environ.get(WORKER) else None
 
     async def start(self) -> int:
         traffic = self.traffic
@@ -293,6 +295,8 @@ class Service:
         """Serve until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
         self.handle_signals()
         watchers = [asyncio.create_task(self._watch()), asyncio.create_task(self._watch_store())]
+        if self._supervisor is not None:
+            watchers.append(asyncio.create_task(self._watch_supervisor(self._supervisor)))
         try:
             await self._stop.wait()
         finally:
@@ -329,6 +333,19 @@ class Service:
         await stopping
         await self.limiter.aclose()
         self.observing.close()
+
+    async def _watch_supervisor(self, supervisor: int) -> None:
+        """A worker of ``--workers N`` stops when its supervisor is gone (one killed by
+        SIGKILL stops no worker), rather than serve the port on its own, unsupervised."""
+        while True:  # looked at: no event tells of a parent gone
+            await asyncio.sleep(WATCH_EVERY)
+            if os.getppid() != supervisor:
+                break
+        logger.warning("ratelimit: the supervisor (pid %d) is gone: stopping", supervisor)
+        nowhere = os.open(os.devnull, os.O_WRONLY)  # standard output was the supervisor's pipe
+        os.dup2(nowhere, sys.stdout.fileno())
+        os.close(nowhere)
+        self.stop()
 
     async def _watch(self) -> None:
         """Look at the rules file every second, and at once on SIGHUP."""

@@ -11,6 +11,8 @@ one service per port behind a load balancer instead.
 - SIGHUP: every worker reloads the rules file (one still starting, once it listens).
 - A worker that fails to start stops them all, and the supervisor exits with its code; one
   that dies later is started again (at most once a second).
+- A supervisor killed by SIGKILL (which stops no worker): each worker sees it gone within a
+  second and stops gracefully, rather than serve the port unsupervised.
 - Prometheus metrics: each worker writes its metrics to files in a directory the supervisor
   made (``prometheus_client``'s multiprocess mode), and the supervisor serves their sums at
   ``/metrics``.
