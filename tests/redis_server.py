@@ -98,6 +98,11 @@ class RedisServer:
     def version(self) -> str:
         return server_version(self.binary)
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (the benchmarks read its CPU time)."""
+        return None if self._process is None else self._process.pid
+
     def start(self) -> RedisServer:
         first: list[str] = []
         if self.config is not None:

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -225,6 +226,7 @@ class Service:
         )
         self._asked = False
         self._wake = asyncio.Event()
+        self._supervisor = os.getppid() if os.environ.get(WORKER) else None
 
     async def start(self) -> int:
         traffic = self.traffic
@@ -291,13 +293,21 @@ class Service:
     def stop(self) -> None:
         self._stop.set()
 
-    async def run(self) -> None:
-        """Serve until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
+    def handle_signals(self) -> None:
+        """SIGTERM and SIGINT call :meth:`stop`, SIGHUP :meth:`reload` (from now on: before
+        this, SIGHUP's default ends the process). :func:`serve` calls it before it says where
+        it listens, which a supervisor of workers waits for before it forwards SIGHUP."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop` (or SIGTERM/SIGINT), then shut down gracefully."""
+        self.handle_signals()
         watchers = [asyncio.create_task(self._watch()), asyncio.create_task(self._watch_store())]
+        if self._supervisor is not None:
+            watchers.append(asyncio.create_task(self._watch_supervisor(self._supervisor)))
         try:
             await self._stop.wait()
         finally:
@@ -335,6 +345,19 @@ class Service:
         await self.limiter.aclose()
         self.observing.close()
 
+    async def _watch_supervisor(self, supervisor: int) -> None:
+        """A worker of ``--workers N`` stops when its supervisor is gone (one killed by
+        SIGKILL stops no worker), rather than serve the port on its own, unsupervised."""
+        while True:  # looked at: no event tells of a parent gone
+            await asyncio.sleep(WATCH_EVERY)
+            if os.getppid() != supervisor:
+                break
+        logger.warning("ratelimit: the supervisor (pid %d) is gone: stopping", supervisor)
+        nowhere = os.open(os.devnull, os.O_WRONLY)  # standard output was the supervisor's pipe
+        os.dup2(nowhere, sys.stdout.fileno())
+        os.close(nowhere)
+        self.stop()
+
     async def _watch(self) -> None:
         """Look at the rules file every second, and at once on SIGHUP."""
         while self._watcher is not None:
@@ -352,6 +375,7 @@ async def serve(config: ServiceConfig) -> None:
     """Start the service, print where it listens, and serve until stopped."""
     service = Service(config)
     port = await service.start()
+    service.handle_signals()
     print(start_line(config, port, service.metrics_port), flush=True)
     await service.run()
     print("ratelimit: stopped", flush=True)

@@ -8,9 +8,11 @@ one service per port behind a load balancer instead.
 
 - SIGTERM or SIGINT: every worker stops gracefully (each answers every call it took, see
   :meth:`ratelimit.service.server.Service.shutdown`), then the supervisor exits 0.
-- SIGHUP: every worker reloads the rules file.
+- SIGHUP: every worker reloads the rules file (one still starting, once it listens).
 - A worker that fails to start stops them all, and the supervisor exits with its code; one
   that dies later is started again (at most once a second).
+- A supervisor killed by SIGKILL (which stops no worker): each worker sees it gone within a
+  second and stops gracefully, rather than serve the port unsupervised.
 - Prometheus metrics: each worker writes its metrics to files in a directory the supervisor
   made (``prometheus_client``'s multiprocess mode), and the supervisor serves their sums at
   ``/metrics``.
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
 from ratelimit.errors import ConfigurationError
@@ -45,7 +47,9 @@ _SERVING = re.compile(r"^ratelimit: serving on ")
 
 def free_port(host: str, port: int) -> int:
     """``port`` on ``host`` if nothing listens there (a free one for 0), checked by binding
-    it without ``SO_REUSEPORT``; ``ConfigurationError`` when it is taken."""
+    it without ``SO_REUSEPORT``; ``ConfigurationError`` when it is taken. With
+    ``SO_REUSEADDR``, as gRPC binds: connections of a service stopped a moment ago, left in
+    ``TIME_WAIT``, do not hold the port (a listener still does)."""
     if not hasattr(socket, "SO_REUSEPORT"):
         raise ConfigurationError(
             "--workers above 1 needs SO_REUSEPORT, which this system lacks: run one service "
@@ -54,10 +58,22 @@ def free_port(host: str, port: int) -> int:
     try:
         family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
             return int(probe.getsockname()[1])
     except OSError as exc:
         raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def stopped_code(codes: Sequence[int]) -> int:
+    """The supervisor's exit code from its workers' once told to stop: 0 when each stopped
+    (0, or ended by SIGTERM or SIGINT before it handled them), else the first other code, a
+    worker ended by signal N as ``128 + N`` (as shells say it; a ``max`` of the codes would
+    make a worker killed by SIGKILL, ``-9``, beside one that stopped, a clean stop)."""
+    for code in codes:
+        if code not in (0, -signal.SIGTERM, -signal.SIGINT):
+            return code if code > 0 else 128 - code
+    return 0
 
 
 class Worker:
@@ -66,6 +82,8 @@ class Worker:
     def __init__(self, number: int, env: Mapping[str, str]) -> None:
         self.number = number
         self.ready = threading.Event()
+        self.reload_asked = False
+        """A SIGHUP came while it was starting: it is forwarded once the worker listens."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ratelimit", "serve"],
             env={**env, WORKER: str(number)},
@@ -88,6 +106,13 @@ class Worker:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(sig)
+
+    def reload(self) -> None:
+        """SIGHUP, now if it listens (it handles SIGHUP from then on), else once it does:
+        SIGHUP's default would end a worker still starting."""
+        self.reload_asked = not self.ready.is_set()
+        if not self.reload_asked:
+            self.signal(signal.SIGHUP)
 
     def join(self) -> int:
         code = self.process.wait()
@@ -181,7 +206,10 @@ class Supervisor:
             if self._reload.is_set():
                 self._reload.clear()
                 for worker in self.workers:
-                    worker.signal(signal.SIGHUP)
+                    worker.reload()
+            for worker in self.workers:
+                if worker.reload_asked and worker.ready.is_set():
+                    worker.reload()
             for n, worker in enumerate(self.workers):
                 code = worker.process.poll()
                 if code is None or self._stopping.is_set():
@@ -197,7 +225,7 @@ class Supervisor:
             worker.signal(signal.SIGTERM)
         codes = [worker.join() for worker in self.workers]
         print("ratelimit: stopped", flush=True)
-        return 0 if all(code in (0, -signal.SIGTERM) for code in codes) else max(codes)
+        return stopped_code(codes)
 
     def _signalled(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGHUP:

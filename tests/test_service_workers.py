@@ -1,0 +1,324 @@
+"""``ratelimit serve --workers 2``: a real supervisor and its real worker processes on a real
+redis-server, driven by real gRPC clients (OS processes of their own, or channels here, each
+channel its own connection, which the kernel spreads over the workers). Which worker
+answered, and how many reloads each applied, is read from each worker's own metrics file
+(:mod:`tests.supervised`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from ratelimit.cli import main as cli
+from ratelimit.errors import ConfigurationError
+from ratelimit.service.config import ServiceConfig
+from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
+from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
+from ratelimit.service.workers import stopped_code
+from tests.service_process import ROOT, ServiceProcess, rules_env
+from tests.supervised import (
+    DEADLINE,
+    Client,
+    clients,
+    ended,
+    is_worker,
+    of_worker,
+    scrape,
+    supervised,
+    tell,
+    total,
+    wait_for,
+    workers,
+)
+from tests.workers_client import LOCAL_POOL
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.redis]
+RLS = rls_pb2.RateLimitResponse
+OK = ratio_pb2.RateLimitResponse.OK
+RULES = """\
+[[limit]]
+domain = "gw"
+descriptor = ["tenant"]
+rule = "3/m"
+
+[[limit]]
+domain = "gw"
+descriptor = ["plan"]
+rule = "1/m"
+"""
+WITHOUT_PLAN = RULES.split("\n\n")[0].replace('"3/m"', '"6/m"') + "\n"
+"""The rules rewritten: tenant 6/m, and no limit on plan. A change of the file seen by a
+worker's watcher never removes a limit (the file may be half written): only SIGHUP applies
+this file, so each worker that applies it heard SIGHUP."""
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[list[Client]]:
+    """Client processes a test starts, killed at its end if still running."""
+    started: list[Client] = []
+    yield started
+    for client in started:
+        if client.returncode is None:
+            client.kill()
+            await client.wait()
+
+
+async def spread_calls(address: str, channels: int, calls: int, owner: str) -> list[int]:
+    """``calls`` calls of ratio's API over ``channels`` fresh connections at once, round
+    robin; their codes."""
+    opened = [grpc.aio.insecure_channel(address, options=LOCAL_POOL) for _ in range(channels)]
+    try:
+        stubs = [ratio_pb2_grpc.RateLimitServiceStub(channel) for channel in opened]
+        request = ratio_pb2.RateLimitRequest(owner=owner, resource="work")
+        answers = await asyncio.gather(
+            *(stubs[n % channels].RateLimit(request, timeout=DEADLINE) for n in range(calls))
+        )
+    finally:
+        for channel in opened:
+            await channel.close()
+    return [answer.code for answer in answers]
+
+
+async def envoy_codes(address: str, key: str, value: str, calls: int) -> list[int]:
+    """One Envoy call after another for one descriptor, each over a fresh connection."""
+    codes: list[int] = []
+    for _ in range(calls):
+        async with grpc.aio.insecure_channel(address, options=LOCAL_POOL) as channel:
+            request = rls_pb2.RateLimitRequest(domain="gw")
+            request.descriptors.add().entries.add(key=key, value=value)
+            stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+            codes.append((await stub.ShouldRateLimit(request, timeout=DEADLINE)).overall_code)
+    return codes
+
+
+# --- the tests ---
+
+
+async def test_exact_across_client_processes_and_both_workers(
+    redis_url: str, processes: list[Client]
+) -> None:
+    """4 client processes of 4 connections each, 40 calls each at once for one (owner,
+    resource) under 50/m: exactly 50 admitted, by the two workers together."""
+    async with supervised(redis_url, {"RATELIMIT_RULES": "50/m"}) as service:
+        pids = await workers(service)
+        await clients(processes, service.address, 4, 4, 40, "shared")
+        await tell(processes)
+        assert await ended(processes) == {"OK": 50, "OVER_LIMIT": 110}
+        # each worker answered some: the 16 connections all on one worker, as the kernel
+        # hashes them, would be one chance in 2**15
+        answered = [total(of_worker(pid), "ratelimit_decisions_total") for pid in pids]
+        assert sum(answered) == 160, answered
+        assert all(n > 0 for n in answered), answered
+
+
+async def test_sigterm_under_traffic_stops_every_worker_cleanly(
+    redis_url: str, processes: list[Client]
+) -> None:
+    """SIGTERM while 3 client processes send calls: every call ends answered (OK,
+    OVER_LIMIT) or refused undecided (UNAVAILABLE), the supervisor exits 0, no worker is
+    left."""
+    async with supervised(redis_url, {"RATELIMIT_RULES": "20/m"}) as service:
+        pids = await workers(service)
+        await clients(processes, service.address, 3, 3, 0, "busy")
+        await tell(processes)
+
+        async def busy() -> bool | None:
+            decided = total(await scrape(service), "ratelimit_decisions_total")
+            return True if decided >= 200 else None
+
+        await wait_for(busy)
+        service.signal(signal.SIGTERM)
+        assert await asyncio.to_thread(service.wait, DEADLINE) == 0
+        codes = await ended(processes)
+        assert set(codes) <= {"OK", "OVER_LIMIT", "UNAVAILABLE"}, codes
+        assert codes["OK"] > 0, codes
+        assert codes["OVER_LIMIT"] > 0, codes
+        assert not [pid for pid in pids if is_worker(pid)]
+        assert service.lines[-1] == "ratelimit: stopped", service.output
+
+
+async def test_sighup_reloads_every_worker(redis_url: str, tmp_path: Path) -> None:
+    env = rules_env(tmp_path, RULES)
+    async with supervised(redis_url, env) as service:
+        pids = await workers(service)
+        assert await envoy_codes(service.address, "tenant", "a", 4) == [RLS.OK] * 3 + [
+            RLS.OVER_LIMIT
+        ]
+        await asyncio.to_thread(Path(env["RATELIMIT_RULES_FILE"]).write_text, WITHOUT_PLAN)
+        service.signal(signal.SIGHUP)
+        await reloaded(service, 2)
+        assert [
+            total(of_worker(pid), "ratelimit_rules_reloads_total", result="ok") for pid in pids
+        ] == [1, 1]
+        # calls over fresh connections, so over both workers: the new rules everywhere
+        after = await envoy_codes(service.address, "tenant", "b", 8)
+        assert after == [RLS.OK] * 6 + [RLS.OVER_LIMIT] * 2
+        assert await envoy_codes(service.address, "plan", "free", 3) == [RLS.OK] * 3
+
+
+async def reloaded(service: ServiceProcess, workers: int) -> None:
+    """Wait until the workers applied ``workers`` reloads in all."""
+
+    async def done() -> float | None:
+        ok = total(await scrape(service), "ratelimit_rules_reloads_total", result="ok")
+        return ok if ok >= workers else None
+
+    assert await wait_for(done) == workers
+
+
+async def said(service: ServiceProcess, pattern: str) -> None:
+    """Wait until the service's output has a line matching ``pattern``."""
+
+    async def found() -> bool | None:
+        return True if re.search(pattern, service.output) else None
+
+    await wait_for(found)
+
+
+async def test_a_killed_worker_is_started_again(redis_url: str) -> None:
+    async with supervised(redis_url, {"RATELIMIT_RULES": "1000/m"}) as service:
+        before = await workers(service)
+        killed = min(before)
+        os.kill(killed, signal.SIGKILL)
+        await said(service, r"ratelimit: worker \d exited with -9; starting it again")
+        now = await workers(service, unlike=frozenset({killed}))
+        # the service answers all along: the survivor takes every new connection until the
+        # new worker listens
+        assert await spread_calls(service.address, 6, 12, "after") == [OK] * 12
+        (started,) = now - before
+
+        async def answered_by_new_worker() -> bool | None:
+            await spread_calls(service.address, 4, 4, "more")
+            return True if total(of_worker(started), "ratelimit_decisions_total") else None
+
+        await wait_for(answered_by_new_worker)
+
+
+async def test_a_sighup_while_a_worker_starts_reaches_it_once_it_listens(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """SIGHUP's default ends a process: a worker still starting is told once it listens."""
+    env = rules_env(tmp_path, RULES)
+    async with supervised(redis_url, env) as service:
+        killed = min(await workers(service))
+        os.kill(killed, signal.SIGKILL)
+
+        await said(service, "exited with -9")
+        await asyncio.to_thread(Path(env["RATELIMIT_RULES_FILE"]).write_text, WITHOUT_PLAN)
+        service.signal(signal.SIGHUP)  # the new worker most likely still imports (a second)
+        await reloaded(service, 2)
+        assert service.output.count("exited with") == 1, service.output
+        assert await envoy_codes(service.address, "plan", "free", 3) == [RLS.OK] * 3
+
+
+async def test_metrics_are_summed_over_the_workers(redis_url: str) -> None:
+    async with supervised(redis_url, {"RATELIMIT_RULES": "1000/m"}) as service:
+        pids = await workers(service)
+        codes = await spread_calls(service.address, 8, 120, "counted")
+        assert codes == [OK] * 120
+        samples = await scrape(service)
+        assert total(samples, "ratelimit_decisions_total") == 120
+        assert total(samples, "ratelimit_decisions_total", key="ratio", outcome="allowed") == 120
+        assert [s.value for s in samples if s.name == "ratelimit_calls_in_flight"] == [0]
+        own = [total(of_worker(pid), "ratelimit_decisions_total") for pid in pids]
+        assert sum(own) == 120, own
+        assert all(own), own
+
+
+async def test_workers_stop_when_the_supervisor_is_killed(redis_url: str) -> None:
+    async with supervised(redis_url) as service:
+        pids = await workers(service)
+        service.signal(signal.SIGKILL)
+        await asyncio.to_thread(service.wait, DEADLINE)
+
+        async def gone() -> bool | None:
+            return None if any(is_worker(pid) for pid in pids) else True
+
+        await wait_for(gone)
+        assert service.output.count("the supervisor (pid") == 2, service.output
+
+
+# --- start failures ---
+
+
+def serve(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``ratelimit serve`` with ``RATELIMIT_*`` of this test only; it must not start."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("RATELIMIT_", "RATIO_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "ratelimit", "serve", *args],
+        env={**environ, "RATELIMIT_HOST": "127.0.0.1", "RATELIMIT_METRICS_PORT": "0", **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+
+
+def test_workers_on_memory_storage_are_refused() -> None:
+    done = serve("--workers", "2", RATELIMIT_PORT="0")
+    assert done.returncode == 3
+    assert "RATELIMIT_WORKERS=2 with storage memory://" in done.stderr
+
+
+def test_workers_on_a_port_in_use_are_refused(redis_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = serve("--workers", "2", "--port", port, RATELIMIT_STORAGE=redis_url)
+    assert done.returncode == 3
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "serving on" not in done.stdout
+
+
+async def test_a_port_in_time_wait_is_free_for_workers(redis_url: str) -> None:
+    """Connections a stopped service closed first stay in TIME_WAIT a minute; gRPC binds
+    despite them (SO_REUSEADDR), and so does the supervisor's check."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):
+            accepted, _ = listener.accept()
+            accepted.close()  # the server's side closes first: it is left in TIME_WAIT
+    with socket.socket() as plain, pytest.raises(OSError, match="in use"):
+        plain.bind(("127.0.0.1", port))  # held, for a bind without SO_REUSEADDR
+    async with supervised(redis_url, {"RATELIMIT_PORT": str(port)}) as service:
+        assert service.port == port
+
+
+@pytest.mark.parametrize(
+    ("args", "value"), [((), "0"), ((), "abc"), ((), "65"), (("--workers", "-1"), None)]
+)
+def test_a_bad_worker_count_is_named(
+    args: tuple[str, ...],
+    value: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if value is not None:
+        monkeypatch.setenv("RATELIMIT_WORKERS", value)
+    assert cli(["serve", *args]) == 3
+    assert (
+        f"RATELIMIT_WORKERS={value or '-1'!r}: the number of worker processes"
+        in capsys.readouterr().err
+    )
+    with pytest.raises(ConfigurationError, match="RATELIMIT_WORKERS"):
+        ServiceConfig.from_env({"RATELIMIT_WORKERS": value or "-1"})
+
+
+def test_the_exit_code_after_a_stop() -> None:
+    assert stopped_code([0, -signal.SIGTERM, -signal.SIGINT]) == 0
+    assert stopped_code([0, -signal.SIGKILL]) == 128 + signal.SIGKILL
+    assert stopped_code([0, 1]) == 1
