@@ -190,7 +190,7 @@ async def test_a_killed_worker_is_started_again(redis_url: str) -> None:
         before = await workers(service)
         killed = min(before)
         os.kill(killed, signal.SIGKILL)
-        await said(service, r"ratelimit: worker \d exited with -9; starting it again")
+        await said(service, r"ratelimit: worker \d was ended by SIGKILL; starting it again in 1 s")
         now = await workers(service, unlike=frozenset({killed}))
         # the service answers all along: the survivor takes every new connection until the
         # new worker listens
@@ -213,11 +213,11 @@ async def test_a_sighup_while_a_worker_starts_reaches_it_once_it_listens(
         killed = min(await workers(service))
         os.kill(killed, signal.SIGKILL)
 
-        await said(service, "exited with -9")
+        await said(service, "was ended by SIGKILL")
         await asyncio.to_thread(Path(env["RATELIMIT_RULES_FILE"]).write_text, WITHOUT_PLAN)
         service.signal(signal.SIGHUP)  # the new worker most likely still imports (a second)
         await reloaded(service, 2)
-        assert service.output.count("exited with") == 1, service.output
+        assert service.output.count("starting it again") == 1, service.output
         assert await envoy_codes(service.address, "plan", "free", 3) == [RLS.OK] * 3
 
 
@@ -322,3 +322,45 @@ def test_the_exit_code_after_a_stop() -> None:
     assert stopped_code([0, -signal.SIGTERM, -signal.SIGINT]) == 0
     assert stopped_code([0, -signal.SIGKILL]) == 128 + signal.SIGKILL
     assert stopped_code([0, 1]) == 1
+
+
+def test_a_worker_that_cannot_start_stops_the_service_naming_it(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The rules file is read by each worker: a bad one ends them before they listen."""
+    bad = tmp_path / "rules.toml"
+    bad.write_text('[[limit]]\ndomain = "gw"\n')  # no descriptor
+    done = serve("--workers", "2", RATELIMIT_PORT="0", RATELIMIT_STORAGE=redis_url,
+                 RATELIMIT_RULES_FILE=str(bad))  # fmt: skip
+    assert done.returncode == 3
+    assert re.search(r"cannot start: worker \d exited with 3 before it listened", done.stderr)
+    assert "serving on" not in done.stdout
+
+
+async def test_a_worker_that_keeps_failing_is_started_again_less_and_less_often(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The rules file made bad after the start: a killed worker cannot start again, and is
+    tried again after 2 s, then 4 s (not every second, forever); the other one serves."""
+    env = rules_env(tmp_path, RULES)
+    async with supervised(redis_url, env) as service:
+        killed = min(await workers(service))
+        await asyncio.to_thread(Path(env["RATELIMIT_RULES_FILE"]).write_text, "[[limit]]\n")
+        os.kill(killed, signal.SIGKILL)
+        await said(service, r"worker \d was ended by SIGKILL; starting it again in 1 s")
+        await said(service, r"worker \d exited with 3; starting it again in 2 s")
+        await said(service, r"worker \d exited with 3; starting it again in 4 s")
+        assert await envoy_codes(service.address, "tenant", "t", 3) == [RLS.OK] * 3
+
+
+async def test_a_worker_that_does_not_stop_is_killed(redis_url: str) -> None:
+    """A worker stopped (SIGSTOP) answers no SIGTERM: the supervisor kills it after its
+    grace and exits, rather than hang."""
+    async with supervised(redis_url, {"RATELIMIT_RULES": "1000/m"}) as service:
+        stuck = min(await workers(service))
+        os.kill(stuck, signal.SIGSTOP)
+        service.signal(signal.SIGTERM)
+        code = await asyncio.to_thread(service.wait, DEADLINE)
+        assert code == 128 + signal.SIGKILL  # a worker had to be killed: not a clean stop
+        assert re.search(r"worker \d did not stop: killed", service.output)
+        assert not is_worker(stuck)

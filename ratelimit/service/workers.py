@@ -9,8 +9,12 @@ one service per port behind a load balancer instead.
 - SIGTERM or SIGINT: every worker stops gracefully (each answers every call it took, see
   :meth:`ratelimit.service.server.Service.shutdown`), then the supervisor exits 0.
 - SIGHUP: every worker reloads the rules file (one still starting, once it listens).
-- A worker that fails to start stops them all, and the supervisor exits with its code; one
-  that dies later is started again (at most once a second).
+- A worker that fails to start stops them all, and the supervisor exits with its code (3
+  for a worker ended by a signal); one that dies later is started again, after a second,
+  and after twice as long each time it dies again before it listens (at most
+  :data:`RESTART_MOST`: a rules file made bad since does not make it spin).
+- A worker that has not stopped :data:`STOP_WITHIN` seconds after SIGTERM (it answers every
+  call it took within ``GRACE_SECONDS``) is killed: the supervisor never hangs.
 - A supervisor killed by SIGKILL (which stops no worker): each worker sees it gone within a
   second and stops gracefully, rather than serve the port unsupervised.
 - Prometheus metrics: each worker writes its metrics to files in a directory the supervisor
@@ -32,16 +36,27 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ratelimit.errors import ConfigurationError
-from ratelimit.service.config import ServiceConfig
-from ratelimit.service.observing import WORKER
-from ratelimit.service.tls import described
+from ratelimit.service.config import ServiceConfig, address, bare_host
+from ratelimit.service.observing import WORKER, serve_metrics, start_line
+from ratelimit.service.server import GRACE_SECONDS
+
+if TYPE_CHECKING:
+    from ratelimit.service.prometheus import MetricsServer
+
+FAILED = 3
+"""The exit code of a service that could not start."""
 
 START_WITHIN = 60.0
 """How long a worker may take to start listening."""
 RESTART_EVERY = 1.0
 """The least time between two starts of one worker."""
+RESTART_MOST = 30.0
+"""The most time between two starts of a worker that keeps dying before it listens."""
+STOP_WITHIN = GRACE_SECONDS + 5.0
+"""How long workers told to stop have, before they are killed."""
 _SERVING = re.compile(r"^ratelimit: serving on ")
 
 
@@ -56,13 +71,17 @@ def free_port(host: str, port: int) -> int:
             "per port behind a load balancer instead"
         )
     try:
-        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        found = socket.getaddrinfo(bare_host(host), port, type=socket.SOCK_STREAM)
+        family, kind, _, _, where = found[0]
         with socket.socket(family, kind) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
+            probe.bind(where)
             return int(probe.getsockname()[1])
     except OSError as exc:
-        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise ConfigurationError(
+            f"cannot listen on {address(host, port)} (RATELIMIT_HOST, RATELIMIT_PORT): "
+            f"{exc.strerror or exc}"
+        ) from None
 
 
 def stopped_code(codes: Sequence[int]) -> int:
@@ -74,6 +93,13 @@ def stopped_code(codes: Sequence[int]) -> int:
         if code not in (0, -signal.SIGTERM, -signal.SIGINT):
             return code if code > 0 else 128 - code
     return 0
+
+
+def ended(code: int) -> str:
+    """How a worker ended, from its exit code."""
+    if code < 0:
+        return f"was ended by {signal.Signals(-code).name}"
+    return f"exited with {code}"
 
 
 class Worker:
@@ -114,8 +140,15 @@ class Worker:
         if not self.reload_asked:
             self.signal(signal.SIGHUP)
 
-    def join(self) -> int:
-        code = self.process.wait()
+    def join(self, by: float | None = None) -> int:
+        """Its exit code once it ended; killed when still running at ``by`` (a
+        ``time.monotonic()`` instant)."""
+        try:
+            code = self.process.wait(None if by is None else max(by - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            print(f"ratelimit: worker {self.number} did not stop: killed", flush=True)
+            self.process.kill()
+            code = self.process.wait()
         self._relay.join(5)
         return code
 
@@ -129,8 +162,10 @@ class Supervisor:
         self.env = {**env, "RATELIMIT_PORT": str(self.port), "RATELIMIT_WORKERS": "1"}
         self.folder: str | None = None
         self.metrics_port: int | None = None
-        self._metrics_server: object | None = None
+        self._metrics_server: MetricsServer | None = None
         self.workers: list[Worker] = []
+        self._failures: dict[int, int] = {}
+        """Per worker number: how many times in a row it died before it listened."""
         self._stopping = threading.Event()
         self._reload = threading.Event()
 
@@ -139,16 +174,9 @@ class Supervisor:
             return
         self.folder = tempfile.mkdtemp(prefix="ratelimit-metrics-")
         self.env["PROMETHEUS_MULTIPROC_DIR"] = self.folder
-        from ratelimit.service.prometheus import MetricsServer, multiprocess_registry
+        from ratelimit.service.prometheus import multiprocess_registry
 
-        host, port = self.config.metrics_host or self.config.host, self.config.metrics_port
-        try:
-            server = MetricsServer(multiprocess_registry(self.folder), host, port)
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot serve metrics on {host}:{self.config.metrics_port} "
-                f"(RATELIMIT_METRICS_PORT): {exc.strerror}"
-            ) from None
+        server = serve_metrics(multiprocess_registry(self.folder), self.config)
         self._metrics_server, self.metrics_port = server, server.port
 
     def run(self) -> int:
@@ -167,10 +195,7 @@ class Supervisor:
             self._announce()
             return self._supervise()
         finally:
-            for worker in self.workers:
-                worker.signal(signal.SIGTERM)
-            for worker in self.workers:
-                worker.join()
+            self._stop_all()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self._clean()
@@ -181,25 +206,22 @@ class Supervisor:
         for worker in self.workers:
             while not worker.ready.wait(0.05):
                 code = worker.process.poll()
-                if code is not None or self._stopping.is_set():
-                    return code or 0
+                if self._stopping.is_set():
+                    return 0
+                if code is not None:
+                    print(
+                        f"cannot start: worker {worker.number} {ended(code)} before it listened",
+                        file=sys.stderr,
+                    )
+                    return code if code > 0 else FAILED
                 if time.monotonic() > deadline:
                     print(f"cannot start: worker {worker.number} did not start", file=sys.stderr)
-                    return 3
+                    return FAILED
         return None
 
     def _announce(self) -> None:
-        config = self.config
-        more = f", rules file {config.rules_file}" if config.rules_file else ""
-        if self.metrics_port is not None:
-            host = config.metrics_host or config.host
-            more += f", metrics on http://{host}:{self.metrics_port}/metrics"
-        more += described(config.tls_cert, config.tls_client_ca)
-        print(
-            f"ratelimit: serving on {config.host}:{self.port} ({config.workers} workers, "
-            f"storage {config.storage}{more})",
-            flush=True,
-        )
+        line = start_line(self.config, self.port, self.metrics_port, self.config.workers)
+        print(line, flush=True)
 
     def _supervise(self) -> int:
         while not self._stopping.wait(0.1):
@@ -212,20 +234,35 @@ class Supervisor:
                     worker.reload()
             for n, worker in enumerate(self.workers):
                 code = worker.process.poll()
+                if worker.ready.is_set():
+                    self._failures.pop(n, None)
                 if code is None or self._stopping.is_set():
                     continue
                 worker.join()
                 self._dead(worker)
-                wait = RESTART_EVERY - (time.monotonic() - worker.started)
+                failures = self._failures[n] = self._failures.get(n, 0) + (
+                    not worker.ready.is_set()
+                )
+                pause = min(RESTART_EVERY * 2 ** max(failures - 1, 0), RESTART_MOST)
+                print(
+                    f"ratelimit: worker {n} {ended(code)}; starting it again in {pause:.0f} s",
+                    flush=True,
+                )
+                wait = pause - (time.monotonic() - worker.started)
                 if wait > 0 and self._stopping.wait(wait):
                     break
-                print(f"ratelimit: worker {n} exited with {code}; starting it again", flush=True)
                 self.workers[n] = Worker(n, self.env)
-        for worker in self.workers:
-            worker.signal(signal.SIGTERM)
-        codes = [worker.join() for worker in self.workers]
+        codes = self._stop_all()
         print("ratelimit: stopped", flush=True)
         return stopped_code(codes)
+
+    def _stop_all(self) -> list[int]:
+        """SIGTERM every worker and wait for them, killing any still running after
+        :data:`STOP_WITHIN`; their exit codes."""
+        for worker in self.workers:
+            worker.signal(signal.SIGTERM)
+        by = time.monotonic() + STOP_WITHIN
+        return [worker.join(by) for worker in self.workers]
 
     def _signalled(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGHUP:
@@ -240,9 +277,8 @@ class Supervisor:
             multiprocess.mark_process_dead(worker.process.pid, self.folder)  # type: ignore[no-untyped-call]
 
     def _clean(self) -> None:
-        server = self._metrics_server
-        if server is not None:
-            server.close()  # type: ignore[attr-defined]
+        if self._metrics_server is not None:
+            self._metrics_server.close()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
 
