@@ -40,7 +40,7 @@ from ratelimit.errors import (
     LimiterClosedError,
     LockTimeoutError,
 )
-from ratelimit.selectors import CallSite, SelectorSources, resolve
+from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 from ratelimit.slots import SlotClaim, SlotLimit, claim_for, parse_slots
 from ratelimit.waiting import wait_seconds
 from ratelimit.wrapping import call_site, function_name, run_body, wrappable
@@ -138,6 +138,16 @@ class Concurrency:
 
     # --- decorator ---
 
+    def _bind(self, func: Callable[..., Any]) -> tuple[str, Parameters]:
+        """The key and parameters of a function these slots guard."""
+        parameters = wrappable(
+            func,
+            "concurrency",
+            "the slot would be given back before the iteration runs; hold it in the code that "
+            "consumes it",
+        )
+        return self._key if self._key is not None else function_name(func), parameters
+
     @overload
     def __call__(
         self, func: Callable[P, Awaitable[R]]
@@ -147,13 +157,7 @@ class Concurrency:
     def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
 
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
-        parameters = wrappable(
-            func,
-            "concurrency",
-            "the slot would be given back before the iteration runs; hold it in the code that "
-            "consumes it",
-        )
-        key = self._key if self._key is not None else function_name(func)
+        key, parameters = self._bind(func)
         is_coroutine = inspect.iscoroutinefunction(func)
 
         @functools.wraps(func)

@@ -12,7 +12,8 @@
     ├── SelectorNotFoundError (also LookupError)  selector, looked_in
     ├── LockTimeoutError (also TimeoutError)      lock, waited, retry_after
     ├── LimiterClosedError (also RuntimeError)    the limiter was used after aclose()
-    ├── EventLoopError (also RuntimeError)        two event loops ran one limiter at once
+    ├── EventLoopError (also RuntimeError)        two event loops ran one limiter at once,
+    │                                             or ratelimit.sync ran in an event loop
     ├── SourceValueError (also ValueError)        source, value: an HTTP value its type= cannot read
     ├── SettleError (also ValueError)             a decision that cannot be settled (again)
     └── BackendError                              the backend's own error is its __cause__
@@ -123,13 +124,17 @@ class LimiterClosedError(RateLimitError, RuntimeError):
 
 class EventLoopError(RateLimitError, RuntimeError):
     """The limiter was called from one event loop while another, still running (in another
-    thread), was using it. One loop after another is fine; two at once are not."""
+    thread), was using it (one loop after another is fine; two at once are not); or the
+    synchronous API (:mod:`ratelimit.sync`) was called from a running event loop."""
 
-    def __init__(self) -> None:
-        super().__init__(
+    def __init__(
+        self,
+        message: str = (
             "this RateLimit is in use by an event loop that is still running in another "
             "thread: make one RateLimit per thread's event loop"
-        )
+        ),
+    ) -> None:
+        super().__init__(message)
 
 
 class SettleError(RateLimitError, ValueError):

@@ -18,7 +18,7 @@ from ratelimit.overrides import Override, OverrideCache
 from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import to_tree
-from ratelimit.selectors import CallSite, SelectorSources, resolve, resolved_now
+from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 from ratelimit.settings import check_flag
 from ratelimit.waiting import admitted, wait_seconds
 from ratelimit.wrapping import call_site, function_name, run_body, wrappable
@@ -202,6 +202,33 @@ class Limit:
             )
             return None
 
+    async def _admit(self, key: str, site: CallSite, shadow: bool | None = None) -> Decision:
+        """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),
+        or raise ``RateLimitExceeded``: what the decorator does before the body runs."""
+        decider = self._decider
+        if shadow is None:
+            shadow = self._shadow
+        call, override = await self._call(key, site)
+        decision = await decider.decide(call, True, shadow, override=override)
+        if not decision.allowed and not decision.shadow:
+            if not self._wait:
+                raise RateLimitExceeded(decision)
+            decision = await admitted(
+                lambda: decider.decide(call, True, shadow, override=override),
+                self._wait,
+                first=decision,
+            )
+        return decision
+
+    async def _settled(self, decision: Decision, result: Any) -> None:
+        """Settle ``decision`` by ``settle=`` of the body's ``result``: what the decorator
+        does after the body returned."""
+        assert self._settle is not None
+        actual = self._settle(result)
+        if inspect.isawaitable(actual):
+            actual = await actual
+        await self._decider.settle(decision, actual)
+
     def _own_key(self) -> str:
         return GLOBAL_KEY if self._key is None else self._key
 
@@ -263,15 +290,9 @@ class Limit:
     ) -> None:
         return None
 
-    @overload
-    def __call__(
-        self, func: Callable[P, Awaitable[R]]
-    ) -> Callable[P, Coroutine[object, None, R]]: ...
-
-    @overload
-    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
-
-    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
+    def _bind(self, func: Callable[..., Any]) -> tuple[str, Parameters]:
+        """The key and parameters of a function this limit decorates (registered under the
+        function's name when it has no ``key=``)."""
         parameters = wrappable(
             func,
             "limit",
@@ -281,34 +302,32 @@ class Limit:
         key = self._key if self._key is not None else function_name(func)
         if self._compiled is not None and self._key is None:
             self._registry.register(key, self._compiled, self._sources)
+        return key, parameters
+
+    @overload
+    def __call__(
+        self, func: Callable[P, Awaitable[R]]
+    ) -> Callable[P, Coroutine[object, None, R]]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
+
+    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
+        key, parameters = self._bind(func)
         is_coroutine = inspect.iscoroutinefunction(func)
         shadow = self._shadow
-
-        decider = self._decider
         settle = self._settle
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
             site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
-            call, override = await self._call(key, site)
-            decision = await decider.decide(call, True, shadow, override=override)
-            if not decision.allowed and not decision.shadow:
-                if not self._wait:
-                    raise RateLimitExceeded(decision)
-                decision = await admitted(
-                    lambda: decider.decide(call, True, shadow, override=override),
-                    self._wait,
-                    first=decision,
-                )
+            decision = await self._admit(key, site, shadow)
             if is_coroutine:  # run_body's common case, inline: one coroutine less a call
                 result = await func(*args, **kwargs)
             else:
                 result = await run_body(func, is_coroutine, args, kwargs)
             if settle is not None:  # the body returned: what it really cost is known
-                actual = settle(result)
-                if inspect.isawaitable(actual):
-                    actual = await actual
-                await decider.settle(decision, actual)
+                await self._settled(decision, result)
             return result
 
         return limited

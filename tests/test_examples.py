@@ -27,6 +27,7 @@ EXPECTED = {
     "concurrency.py": "queued: 8 exports ran, at most 2 at once under user:2",
     "llm_tokens.py": "call 5: refused by api_key:2000 tokens/m",
     "tiers.py": "acme, raised: 4 of 6 admitted; refused by apikey:8/m (override)",
+    "threads.py": "8 searches by ann in 2 threads: 5 admitted under user:5/m",
 }
 ON_MEMORY = {
     **EXPECTED,

@@ -1,0 +1,168 @@
+"""Decisions per second of the synchronous API (``ratelimit.sync``) in threads, beside
+``limits``' synchronous strategies on the same Redis, at 1, 8 and 32 threads.
+
+    python bench/sync_api.py [--seconds 2] [--rounds 3] [--threads 1,8,32]
+
+Starts its own redis-server (or uses ``REDIS_URL``). Each decision is one admitted call for
+one of 10 000 users under ``user:1000/m`` (``limits``: ``1000/minute`` per user), made by
+a plain function in a thread: ours decorated with ``@rl.limit`` (the user from its
+argument), ``limits`` by ``strategy.hit``. Prints a Markdown table: decisions/s, p50 and
+p99 latency, the process's CPU per decision, and ours as a multiple of ``limits``' moving
+window (the exact equivalent of our default sliding log) at the same thread count.
+Figures are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ratelimit import RateLimitExceeded
+from ratelimit.sync import RateLimit
+from tests.redis_server import RedisServer
+
+USERS = 10_000
+LIMIT = 1000
+Decide = Callable[[str], bool]
+
+
+def ours(url: str, algorithm: str) -> tuple[Decide, Callable[[], None]]:
+    rl = RateLimit.from_url(url, f"bench-sync-{uuid.uuid4().hex[:6]}", algorithm=algorithm)
+
+    @rl.limit(f"user:{LIMIT}/m")
+    def work(user: str) -> None: ...
+
+    def decide(user: str) -> bool:
+        try:
+            work(user)
+        except RateLimitExceeded:
+            return False
+        return True
+
+    return decide, rl.close
+
+
+def limits_strategy(url: str, name: str) -> tuple[Decide, Callable[[], None]]:
+    from limits import RateLimitItemPerMinute, strategies
+    from limits.storage import RedisStorage
+
+    storage = RedisStorage(url, key_prefix=f"bench-{uuid.uuid4().hex[:6]}", max_connections=64)
+    limiter = getattr(strategies, name)(storage)
+    item = RateLimitItemPerMinute(LIMIT)
+
+    def decide(user: str) -> bool:
+        return bool(limiter.hit(item, "work", user))
+
+    def close() -> None:
+        storage.reset()
+
+    return decide, close
+
+
+CONTENDERS: dict[str, Callable[[str], tuple[Decide, Callable[[], None]]]] = {
+    "ratelimit.sync: sliding log (default)": lambda url: ours(url, "sliding-log"),
+    "ratelimit.sync: gcra": lambda url: ours(url, "gcra"),
+    "ratelimit.sync: fixed window": lambda url: ours(url, "fixed-window"),
+    "limits: moving window": lambda url: limits_strategy(url, "MovingWindowRateLimiter"),
+    "limits: sliding-window counter": lambda url: limits_strategy(
+        url, "SlidingWindowCounterRateLimiter"
+    ),
+    "limits: fixed window": lambda url: limits_strategy(url, "FixedWindowRateLimiter"),
+}
+BASELINE = "limits: moving window"
+
+
+def run(decide: Decide, seconds: float, threads: int) -> tuple[float, list[float], float]:
+    """Decisions/s, latencies, and CPU seconds of this process per decision."""
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    start = threading.Barrier(threads + 1)
+    stop = time.perf_counter() + seconds + 1e9  # set for real once all are ready
+
+    def worker(n: int) -> None:
+        mine = latencies[n]
+        i = n * 7919
+        start.wait()
+        while time.perf_counter() < stop:
+            user = f"user-{i % USERS}"
+            i += 1
+            began = time.perf_counter()
+            if not decide(user):
+                raise RuntimeError("a call was refused: the benchmark measures admitted calls")
+            mine.append(time.perf_counter() - began)
+
+    pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for thread in pool:
+        thread.start()
+    cpu = time.process_time()
+    began = time.perf_counter()
+    stop = began + seconds
+    start.wait()
+    for thread in pool:
+        thread.join()
+    elapsed = time.perf_counter() - began
+    cpu = time.process_time() - cpu
+    flat = [x for mine in latencies for x in mine]
+    return len(flat) / elapsed, flat, cpu / max(len(flat), 1)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", default="1,8,32")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.threads.split(",")]
+    with ExitStack() as stack:
+        url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
+        print(
+            f"Python {platform.python_version()}, {os.cpu_count()} cores, redis {url}; "
+            f"{args.seconds} s per row, median of {args.rounds}; user:{LIMIT}/m over "
+            f"{USERS} users\n"
+        )
+        results: dict[tuple[str, int], list[tuple[float, list[float], float]]] = {}
+        for _ in range(args.rounds):  # rounds interleaved: noise hits every contender alike
+            for name, make in CONTENDERS.items():
+                decide, close = make(url)
+                try:
+                    for threads in counts:
+                        results.setdefault((name, threads), []).append(
+                            run(decide, args.seconds, threads)
+                        )
+                finally:
+                    close()
+        print("| contender | threads | decisions/s | p50 µs | p99 µs | CPU µs per decision |"
+              " vs limits' moving window |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for threads in counts:
+            base = statistics.median(r[0] for r in results[(BASELINE, threads)])
+            for name in CONTENDERS:
+                runs = results[(name, threads)]
+                rate = statistics.median(r[0] for r in runs)
+                median_run: Any = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+                _, lat, cpu = median_run
+                print(
+                    f"| {name} | {threads} | {rate:,.0f} | {percentile(lat, 0.5) * 1e6:,.0f} | "
+                    f"{percentile(lat, 0.99) * 1e6:,.0f} | {cpu * 1e6:,.1f} | "
+                    f"{rate / base:.2f}x |"
+                )
+
+
+if __name__ == "__main__":
+    main()

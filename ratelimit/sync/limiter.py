@@ -1,0 +1,317 @@
+"""``ratelimit.sync.RateLimit``: the same limits for plain functions and threads.
+
+::
+
+    from ratelimit.sync import RateLimit
+
+    rl = RateLimit.from_url("redis://localhost:6379", namespace="shop")
+
+    @rl.limit("user:3/m")
+    def search(user: str, q: str) -> list[str]: ...      # still a def
+
+    with rl.limit("10/s", key="export"):
+        ...
+
+It is :class:`ratelimit.RateLimit` run on an event loop in a thread of its own
+(:mod:`ratelimit.sync.portal`): the same rules, selectors, algorithms, stores, settings,
+costs, settle, overrides, hooks and failure policy, one implementation. Any number of
+threads share one limiter, and the automatic pipeline sends the decisions of all of them to
+Redis together. Selector callables, ``cost=`` and ``settle=`` callables run on that loop's
+thread, with the calling thread's context variables (Flask's ``request`` and ``g`` are
+seen): keep them quick, as every thread waits for them.
+
+**Fork-safe.** A process forked after the limiter was used (a gunicorn worker, made from a
+preloaded app) gets its own loop and connections at its first call: a limiter made by
+:meth:`RateLimit.from_url` opens them anew (``memory://``: a new, empty store, as a new
+process has); one made from a storage object raises ``ConfigurationError`` in the child,
+as the parent's connections cannot be shared. Calling it from a running event loop raises
+``EventLoopError``, pointing to the async API.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+from ratelimit.chosen import RulesLike
+from ratelimit.concurrency import DEFAULT_LEASE
+from ratelimit.costs import CostLike, CostValue
+from ratelimit.decision import Decision
+from ratelimit.errors import ConfigurationError
+from ratelimit.limit import Limit as AsyncLimit
+from ratelimit.limiter import RateLimit as AsyncRateLimit
+from ratelimit.overrides import Override
+from ratelimit.plan import CompiledTree, Cost
+from ratelimit.rules import RuleLike
+from ratelimit.settings import Settings
+from ratelimit.sync.limits import Concurrency, Limit
+from ratelimit.sync.portal import Portal
+
+T = TypeVar("T")
+_limiters = 0
+_count_lock = threading.Lock()
+
+
+class RateLimit:
+    """Synchronous rate limits shared by every process that points at the same storage.
+
+    ``storage``: a backend object or a ``redis.asyncio`` client, as
+    :class:`ratelimit.RateLimit` takes (a limiter made so cannot follow a ``fork()``; use
+    :meth:`from_url` where processes fork). The keywords are :class:`~ratelimit.Settings`,
+    checked here.
+    """
+
+    def __init__(
+        self,
+        storage: object,
+        namespace: str | None = None,
+        *,
+        settings: Settings | None = None,
+        **keywords: Any,
+    ) -> None:
+        def make() -> AsyncRateLimit:
+            return AsyncRateLimit(storage, namespace, settings=settings, **keywords)
+
+        self._open(make, reopens=False)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        namespace: str | None = None,
+        *,
+        settings: Settings | None = None,
+        **keywords: Any,
+    ) -> RateLimit:
+        """Open storage by URL, as :meth:`ratelimit.RateLimit.from_url` (the same settings
+        and client options); a forked child opens it again at its first call."""
+
+        def make() -> AsyncRateLimit:
+            return AsyncRateLimit.from_url(url, namespace, settings=settings, **keywords)
+
+        limiter = cls.__new__(cls)
+        limiter._open(make, reopens=True)
+        return limiter
+
+    def _open(self, make: Callable[[], AsyncRateLimit], reopens: bool) -> None:
+        global _limiters
+        with _count_lock:
+            _limiters += 1
+            number = _limiters
+        self._make = make
+        self._reopens = reopens
+        self.twins: list[weakref.ref[Any]] = []
+        """Its limits, oldest first: made again, in order, in a forked child."""
+        self.portal = Portal(f"ratelimit.sync-{number}")
+        self._limiter = self._built()  # settings checked here, in the caller's thread
+        self.generation = 0
+        """Counts the async limiters this one has had (a forked child makes another)."""
+
+    def _built(self) -> AsyncRateLimit:
+        async def build() -> AsyncRateLimit:  # made on its loop, which its client binds to
+            return self._make()
+
+        return self.portal.run(build)
+
+    @property
+    def limiter(self) -> AsyncRateLimit:
+        """The :class:`ratelimit.RateLimit` this one runs (this process's own)."""
+        if self.portal.forked:
+            if not self._reopens:
+                raise ConfigurationError(
+                    "this ratelimit.sync.RateLimit was made from a storage object in the parent "
+                    "process, whose connections a forked child cannot share: make it with "
+                    "RateLimit.from_url (which opens them again after a fork), or in each "
+                    "worker process"
+                )
+            self._limiter = self._built()
+            self.generation += 1
+        return self._limiter
+
+    def run(self, make: Callable[[AsyncRateLimit], Coroutine[Any, Any, T]]) -> T:
+        """Run ``make(limiter)`` on the limiter's loop and wait for it: for your own calls
+        of the async API."""
+        limiter = self.limiter
+        return self.portal.run(lambda: make(limiter))
+
+    # --- what the limiter says about itself ---
+
+    @property
+    def settings(self) -> Settings:
+        return self._limiter.settings
+
+    @property
+    def namespace(self) -> str:
+        return self._limiter.namespace
+
+    @property
+    def algorithm(self) -> str:
+        return self._limiter.algorithm
+
+    @property
+    def storage_failing(self) -> bool:
+        return self.limiter.storage_failing
+
+    @property
+    def queued(self) -> int:
+        return self.limiter.queued
+
+    @property
+    def overrides(self) -> Overrides:
+        """This namespace's overrides (:class:`~ratelimit.overriding.Overrides`), blocking."""
+        return Overrides(self)
+
+    # --- limits ---
+
+    def limit(
+        self,
+        rules: RulesLike | None = None,
+        key: str | None = None,
+        selector: object | None = None,
+        *,
+        cost: CostLike = 1,
+        settle: Callable[[Any], CostValue] | None = None,
+        wait: float | bool = False,
+        shadow: bool | None = None,
+        **selectors: object,
+    ) -> Limit:
+        """A limit as ``@decorator`` of a plain function (which stays one) or in ``with``;
+        the arguments of :meth:`ratelimit.RateLimit.limit`. ``wait``: how long a refused
+        call blocks its thread for admission."""
+        options: dict[str, Any] = {"cost": cost, "settle": settle, "wait": wait}
+        options["shadow"] = shadow
+
+        def make(limiter: AsyncRateLimit) -> AsyncLimit:
+            limit = cast(Callable[..., AsyncLimit], limiter.limit)  # its overloads, untyped
+            return limit(rules, key, selector, **options, **selectors)
+
+        return Limit(self, make)
+
+    def concurrency(
+        self,
+        limits: str,
+        key: str | None = None,
+        selector: object | None = None,
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: float | bool = False,
+        **selectors: object,
+    ) -> Concurrency:
+        """At most N bodies at once, as ``@decorator`` or in ``with``; the arguments of
+        :meth:`ratelimit.RateLimit.concurrency`. The lease is renewed on the limiter's
+        loop while the body runs in its thread."""
+        return Concurrency(
+            self,
+            lambda limiter: limiter.concurrency(
+                limits, key, selector, lease=lease, wait=wait, **selectors
+            ),
+        )
+
+    # --- the one door, for front ends (WSGI, Flask, Django) ---
+
+    def check(self, compiled: CompiledTree, cost: Cost | CostValue = 1) -> Cost:
+        return self._limiter.check(compiled, cost)
+
+    def decide(
+        self,
+        compiled: CompiledTree,
+        key: str,
+        values: tuple[str | None, ...] = (),
+        *,
+        cost: Cost | Mapping[str, float] = 1,
+        shadow: bool | None = None,
+        record: bool = True,
+        within: float | None = None,
+        override: bool = False,
+    ) -> Decision:
+        """:meth:`ratelimit.RateLimit.decide`, blocking."""
+        return self.run(
+            lambda limiter: limiter.decide(
+                compiled, key, values, cost=cost, shadow=shadow, record=record, within=within,
+                override=override,
+            )
+        )  # fmt: skip
+
+    def settle(self, decision: Decision, actual: CostValue) -> bool:
+        return self.run(lambda limiter: limiter.settle(decision, actual))
+
+    def record(
+        self,
+        compiled: CompiledTree,
+        key: str,
+        values: tuple[str | None, ...] = (),
+        *,
+        cost: Cost | Mapping[str, float] = 1,
+    ) -> bool:
+        return self.run(lambda limiter: limiter.record(compiled, key, values, cost=cost))
+
+    def ping(self, within: float | None = None) -> None:
+        self.run(lambda limiter: limiter.ping(within))
+
+    def setup(self) -> str:
+        return self.run(lambda limiter: limiter.setup())
+
+    def flush(self) -> None:
+        self.run(lambda limiter: limiter.flush())
+
+    def increment(
+        self, key: str, window_size: float, value: float = 1, weight: float | None = None
+    ) -> float:
+        return self.run(lambda limiter: limiter.increment(key, window_size, value, weight))
+
+    def sliding_window(self, key: str, window_size: float, weight: float | None = None) -> float:
+        return self.run(lambda limiter: limiter.sliding_window(key, window_size, weight))
+
+    # --- closing ---
+
+    def close(self) -> None:
+        """Close the storage (after counting what is queued) and stop the loop's thread.
+        Using the limiter afterwards raises ``LimiterClosedError``."""
+        if self.portal.forked:
+            return  # the parent's: nothing of this process to close
+        limiter = self._limiter
+        self.portal.close(limiter.aclose)
+
+    def __enter__(self) -> RateLimit:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Overrides:
+    """:class:`ratelimit.overriding.Overrides`, blocking."""
+
+    def __init__(self, limiter: RateLimit) -> None:
+        self._limiter = limiter
+
+    def set(
+        self, key: str, rules: RuleLike, /, *, ttl: float | None = None, **values: str | int
+    ) -> Override:
+        return self._limiter.run(lambda rl: rl.overrides.set(key, rules, ttl=ttl, **values))
+
+    def get(self, key: str, /, **values: str | int) -> Override | None:
+        return self._limiter.run(lambda rl: rl.overrides.get(key, **values))
+
+    def delete(self, key: str, /, **values: str | int) -> bool:
+        return self._limiter.run(lambda rl: rl.overrides.delete(key, **values))
+
+    def list(self, key: str | None = None) -> Sequence[Override]:
+        return self._limiter.run(lambda rl: rl.overrides.list(key))
+
+    def in_force(self, key: str, /, **values: str | int | None) -> Override | None:
+        return self._limiter.run(lambda rl: rl.overrides.in_force(key, **values))
+
+    def refresh(self) -> None:
+        self._limiter.run(lambda rl: rl.overrides.refresh())
+
+    def find(self, key: str, values: Mapping[str, str | None]) -> Override | None:
+        return self._limiter.run(lambda rl: rl.overrides.find(key, values))

@@ -1,0 +1,195 @@
+"""The sync API's ``Limit`` and ``Concurrency``: decorators of plain functions, ``with``
+blocks and blocking methods, each running its async twin (:class:`ratelimit.Limit`,
+:class:`ratelimit.Concurrency`) on the limiter's loop."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import weakref
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+
+from ratelimit.concurrency import Concurrency as AsyncConcurrency
+from ratelimit.concurrency import Held
+from ratelimit.costs import CostValue
+from ratelimit.decision import Decision
+from ratelimit.limit import Limit as AsyncLimit
+from ratelimit.sync.portal import Portal
+from ratelimit.wrapping import call_site, function_name
+
+if TYPE_CHECKING:
+    from ratelimit.limiter import RateLimit as AsyncRateLimit
+
+
+class RateLimit(Protocol):
+    """What a limit needs of the :class:`ratelimit.sync.RateLimit` that made it."""
+
+    portal: Portal
+    generation: int
+    twins: list[weakref.ref[_Twin[Any]]]
+    """Its limits, oldest first (dead ones dropped now and then)."""
+
+    @property
+    def limiter(self) -> AsyncRateLimit: ...
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+A = TypeVar("A", AsyncLimit, AsyncConcurrency)
+
+
+class _Twin(Generic[A]):
+    """The async limit this one runs, made again with the limiter's (a forked child's own),
+    with the functions it decorates bound to it again, in the order they were."""
+
+    def __init__(self, owner: RateLimit, make: Callable[[AsyncRateLimit], A]) -> None:
+        self._owner: RateLimit = owner
+        self._make: Callable[[AsyncRateLimit], A] = make
+        self._generation = owner.generation
+        self._twin: A = make(owner.limiter)  # a bad rule or setting fails here, when made
+        self._bound: list[Callable[..., Any]] = []
+        owner_twins(owner).append(weakref.ref(self))
+
+    def twin(self) -> A:
+        owner = self._owner
+        limiter = owner.limiter  # a forked child makes its own here
+        if self._generation != owner.generation:
+            remake(owner, limiter)
+        return self._twin
+
+    def _remake(self, limiter: AsyncRateLimit, generation: int) -> None:
+        self._twin = self._make(limiter)
+        for func in self._bound:
+            self._twin._bind(func)
+        self._generation = generation
+
+    def _decorates(self, func: Callable[..., Any]) -> tuple[str, Any]:
+        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(
+                f"ratelimit.sync decorates plain functions, not async def "
+                f"{function_name(func)}: use ratelimit.RateLimit for coroutines"
+            )
+        bound = self.twin()._bind(func)
+        self._bound.append(func)
+        return bound
+
+
+def owner_twins(owner: RateLimit) -> list[weakref.ref[_Twin[Any]]]:
+    """The limits made by ``owner``, oldest first (dead ones dropped now and then)."""
+    twins = owner.twins
+    if len(twins) % 1024 == 1023:
+        twins[:] = [ref for ref in twins if ref() is not None]
+    return twins
+
+
+_remaking = threading.Lock()
+
+
+def remake(owner: RateLimit, limiter: AsyncRateLimit) -> None:
+    """Make every limit of ``owner`` again on ``limiter``, oldest first (a limit reusing
+    another's ``key=`` finds its rules registered)."""
+    with _remaking:
+        for ref in list(owner_twins(owner)):
+            twin = ref()
+            if twin is not None and twin._generation != owner.generation:
+                twin._remake(limiter, owner.generation)
+
+
+class Limit(_Twin[AsyncLimit]):
+    """Rules bound to a :class:`~ratelimit.sync.RateLimit`: a decorator of plain functions,
+    a ``with`` block, or blocking methods (see :class:`ratelimit.Limit`)."""
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        key, parameters = self._decorates(func)
+        portal = self._owner.portal
+
+        @functools.wraps(func)
+        def limited(*args: P.args, **kwargs: P.kwargs) -> R:
+            site = call_site(func, parameters, args, kwargs)
+            limit = self.twin()
+            decision = portal.run(lambda: limit._admit(key, site))
+            result = func(*args, **kwargs)
+            if limit._settle is not None:
+                portal.run(lambda: limit._settled(decision, result))
+            return result
+
+        return limited
+
+    def decide(self, *, cost: CostValue | None = None) -> Decision:
+        limit = self.twin()
+        return self._owner.portal.run(lambda: limit.decide(cost=cost))
+
+    def peek(self, *, cost: CostValue | None = None) -> Decision:
+        limit = self.twin()
+        return self._owner.portal.run(lambda: limit.peek(cost=cost))
+
+    def reset(self) -> None:
+        limit = self.twin()
+        self._owner.portal.run(limit.reset)
+
+    def acquire(
+        self, wait: float | bool | None = None, *, cost: CostValue | None = None
+    ) -> Decision:
+        """Be admitted, blocking up to ``wait`` seconds (default: the limit's ``wait=``),
+        or raise ``RateLimitExceeded``."""
+        limit = self.twin()
+        return self._owner.portal.run(lambda: limit.acquire(wait, cost=cost))
+
+    def settle(self, decision: Decision, actual: CostValue) -> bool:
+        limit = self.twin()
+        return self._owner.portal.run(lambda: limit.settle(decision, actual))
+
+    def __enter__(self) -> Decision:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+class Concurrency(_Twin[AsyncConcurrency]):
+    """Slots bound to a :class:`~ratelimit.sync.RateLimit`: a decorator of plain functions
+    or a ``with`` block (see :class:`ratelimit.Concurrency`)."""
+
+    def __init__(self, owner: RateLimit, make: Callable[[AsyncRateLimit], AsyncConcurrency]):
+        super().__init__(owner, make)
+        self._held = threading.local()
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        key, parameters = self._decorates(func)
+        portal = self._owner.portal
+
+        @functools.wraps(func)
+        def limited(*args: P.args, **kwargs: P.kwargs) -> R:
+            site = call_site(func, parameters, args, kwargs)
+            slots = self.twin()
+            held, _ = portal.run(lambda: slots._enter(key, site))
+            try:
+                return func(*args, **kwargs)
+            finally:
+                portal.run(lambda: slots._exit(held))
+
+        return limited
+
+    def __enter__(self) -> Decision:
+        slots = self.twin()
+        held, decision = self._owner.portal.run(lambda: slots._enter(slots._key or "", None))
+        stack: list[tuple[AsyncConcurrency, Held]] = self._held.__dict__.setdefault("stack", [])
+        stack.append((slots, held))
+        return decision
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        slots, held = self._held.stack.pop()
+        self._owner.portal.run(lambda: slots._exit(held))
