@@ -13,23 +13,47 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeAlias
-from wsgiref.types import StartResponse, WSGIEnvironment
+from typing import Any, Protocol, TypeAlias
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from ratelimit.asgi.headers import problem_headers, unreadable
 from ratelimit.asgi.limits import HTTPLimit, HTTPResponse
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import SourceValueError
-
-if TYPE_CHECKING:
-    from ratelimit.wsgi.middleware import RateLimitMiddleware
+from ratelimit.slots import SlotLimit
+from ratelimit.sync.limiter import RateLimit
 
 ExcInfo: TypeAlias = (
     "tuple[type[BaseException], BaseException, TracebackType] | tuple[None, None, None] | None"
 )
 """``start_response``'s ``exc_info`` (PEP 3333)."""
 logger = logging.getLogger("ratelimit.wsgi")
+
+
+class Middleware(Protocol):
+    """What an exchange asks of the middleware (:class:`ratelimit.wsgi.RateLimitMiddleware`)."""
+
+    @property
+    def app(self) -> WSGIApplication: ...
+
+    @property
+    def limiter(self) -> RateLimit: ...
+
+    def headers_for(
+        self, decisions: Sequence[Decision], full: SlotLimit | None = None
+    ) -> list[tuple[str, str]]: ...
+
+    def refuse(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        request: HTTPRequest,
+        decision: Decision,
+        decisions: Sequence[Decision],
+        full: SlotLimit | None = None,
+        exc_info: ExcInfo = None,
+    ) -> Iterable[bytes]: ...
 
 
 def as_text(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
@@ -54,7 +78,7 @@ class Exchange:
 
     def __init__(
         self,
-        middleware: RateLimitMiddleware,
+        middleware: Middleware,
         environ: WSGIEnvironment,
         start_response: StartResponse,
         request: HTTPRequest,
