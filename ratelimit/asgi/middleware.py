@@ -32,7 +32,7 @@ from ratelimit.asgi.headers import (
 from ratelimit.asgi.limits import HTTPResponse
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
-from ratelimit.asgi.routes import Route, pattern
+from ratelimit.asgi.routes import Route, RouteTable
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit
@@ -87,14 +87,9 @@ class RateLimitMiddleware:
             raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
         self.app = app
         self.limiter = limiter
-        self.routes = tuple(routes)
-        for route in self.routes:
-            if not isinstance(route, Route):
-                raise TypeError(f"routes take ratelimit.asgi.Route objects, not {route!r}")
-            route.limit.check(limiter)
-        if isinstance(exclude, str):
-            exclude = [exclude]
-        self.exclude = tuple(pattern(path, "exclude") for path in exclude)
+        self.table = RouteTable(routes, exclude, limiter)
+        self.routes = self.table.routes
+        self.exclude = self.table.exclude
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
         self.headers = bool(headers)
         self.legacy_headers = bool(legacy_headers)
@@ -104,16 +99,7 @@ class RateLimitMiddleware:
         """The route that decides a request (the first that matches), with its path
         parameters; ``None`` for excluded and unmatched paths. ``path``: as the application
         routes on it (without ``root_path``)."""
-        if any(excluded.fullmatch(path) for excluded in self.exclude):
-            return None
-        return self._match(method, path)
-
-    def _match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
-        for route in self.routes:
-            params = route.match(method, path)
-            if params is not None:
-                return route, params
-        return None
+        return self.table.route_for(method, path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -121,13 +107,13 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         path = route_path(scope)
-        if any(excluded.fullmatch(path) for excluded in self.exclude):
+        if self.table.excluded(path):
             await self.app(scope, receive, send)
             return
         decisions: list[Decision] = []
         scope = {**scope, DECISIONS: decisions}
         method = "WEBSOCKET" if kind == "websocket" else scope.get("method", "GET")
-        found = self._match(method, path)
+        found = self.table.match(method, path)
         request = None
         if found is not None:
             route, params = found

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ratelimit.asgi.limits import HTTPCost, HTTPLimit, HTTPSettle
 from ratelimit.errors import ConfigurationError
+from ratelimit.limiter import RateLimit
 from ratelimit.rules import RuleLike
 
 _PARAMETER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
@@ -104,3 +105,39 @@ class Route:
 
     def __repr__(self) -> str:
         return f"Route({self.path!r}, '{self.limit.compiled.tree}', key={self.key!r})"
+
+
+class RouteTable:
+    """A middleware's routes and excluded paths, checked when made: what the ASGI and the
+    WSGI middleware share. ``routes``: :class:`Route` objects, the first match deciding,
+    each checked against ``limiter`` (its cost admissible under its rules); ``exclude``:
+    path patterns that never touch the limiter, checked first."""
+
+    __slots__ = ("exclude", "routes")
+
+    def __init__(self, routes: Sequence[Route], exclude: Iterable[str], limiter: RateLimit) -> None:
+        self.routes = tuple(routes)
+        for route in self.routes:
+            if not isinstance(route, Route):
+                raise TypeError(f"routes take ratelimit.asgi.Route objects, not {route!r}")
+            route.limit.check(limiter)
+        if isinstance(exclude, str):
+            exclude = [exclude]
+        self.exclude = tuple(pattern(path, "exclude") for path in exclude)
+
+    def excluded(self, path: str) -> bool:
+        """Whether ``path`` (as the application routes on it) is excluded."""
+        return any(excluded.fullmatch(path) for excluded in self.exclude)
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The first route that matches, with its path parameters (exclusions unchecked)."""
+        for route in self.routes:
+            params = route.match(method, path)
+            if params is not None:
+                return route, params
+        return None
+
+    def route_for(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The route that decides a request, with its path parameters; ``None`` for
+        excluded and unmatched paths."""
+        return None if self.excluded(path) else self.match(method, path)

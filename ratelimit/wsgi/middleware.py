@@ -1,0 +1,181 @@
+"""``RateLimitMiddleware``: the ASGI middleware's limits for any PEP 3333 application (Flask,
+Django, Bottle, Pyramid, plain WSGI), on the synchronous limiter.
+
+Per request, as :class:`ratelimit.asgi.RateLimitMiddleware` does: excluded paths pass
+untouched; otherwise the **first** :class:`~ratelimit.asgi.Route` that matches the method
+and path (``PATH_INFO``: the path without ``SCRIPT_NAME``) decides, through the limiter's
+one door. A refused request never reaches the application: it gets a 429 with
+``Retry-After`` and problem details (or 503 when the storage failed and
+``on_error="deny"``); a selector value its ``type`` cannot read gets 422. Every response
+the limiter decided carries ``RateLimit-Policy`` / ``RateLimit``, added as the application
+calls ``start_response``; a route with ``settle=`` settles from the status and headers given
+there. The body streams through untouched.
+
+A ``RateLimitExceeded`` the application raises (a ``@rl.limit`` function of
+:mod:`ratelimit.sync` called by a view) becomes the same 429 while no body has been sent,
+whether it is raised by the call or while its body is produced.
+
+Framework-free: routes, sources, client addresses and the header fields are the ASGI
+package's (:mod:`ratelimit.asgi`); :mod:`ratelimit.wsgi.environ` gives them a WSGI request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeAlias
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+from ratelimit.asgi.headers import (
+    problem,
+    rate_limit_headers,
+    refusal_headers,
+    unreadable,
+)
+from ratelimit.asgi.proxies import TrustedProxies
+from ratelimit.asgi.request import HTTPRequest, route_path
+from ratelimit.asgi.routes import Route, RouteTable
+from ratelimit.decision import Decision
+from ratelimit.errors import SourceValueError
+from ratelimit.limiter import RateLimit as AsyncRateLimit
+from ratelimit.slots import SlotLimit
+from ratelimit.sync.limiter import RateLimit
+from ratelimit.wsgi.environ import scope_of
+from ratelimit.wsgi.response import Exchange, ExcInfo, answer, as_text
+
+Refused: TypeAlias = Callable[[HTTPRequest, Decision], WSGIApplication]
+
+DECISIONS = "ratelimit.decisions"
+"""Environ key of the list of decisions made for one request (the middleware's, and any the
+application adds), read when the response starts."""
+STATE = "ratelimit.decision"
+"""Environ key of the route's decision (absent when no route decided)."""
+
+
+class RateLimitMiddleware:
+    """Limit a WSGI application's requests by route.
+
+    ``limiter``: the :class:`ratelimit.sync.RateLimit` that counts. The other arguments are
+    :class:`ratelimit.asgi.RateLimitMiddleware`'s: ``routes`` (:class:`~ratelimit.asgi.Route`
+    limits, the first match deciding), ``exclude`` (path patterns that never touch the
+    limiter), ``trusted_proxies``, ``forwarded_header`` and ``ipv6_prefix`` (see
+    :class:`~ratelimit.asgi.TrustedProxies`; by default the client is ``REMOTE_ADDR``),
+    ``headers`` and ``legacy_headers``. ``refused``: a function of (request, decision)
+    returning the WSGI application that answers a 429 (default: RFC 9457 problem details).
+    Everything is checked here.
+
+    Example (Flask)::
+
+        from ratelimit.sync import RateLimit
+        from ratelimit.wsgi import RateLimitMiddleware, Route
+
+        rl = RateLimit.from_url("redis://localhost:6379")
+        app.wsgi_app = RateLimitMiddleware(
+            app.wsgi_app, rl, [Route("/login", "ip:5/m", methods=["POST"])], exclude=["/health"]
+        )
+    """
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        limiter: RateLimit,
+        routes: Sequence[Route] = (),
+        *,
+        exclude: Iterable[str] = (),
+        trusted_proxies: Iterable[str] = (),
+        forwarded_header: str = "x-forwarded-for",
+        ipv6_prefix: int = 64,
+        headers: bool = True,
+        legacy_headers: bool = False,
+        refused: Refused | None = None,
+    ) -> None:
+        if not isinstance(limiter, RateLimit):
+            hint = (
+                " (the async ratelimit.RateLimit is for ratelimit.asgi.RateLimitMiddleware)"
+                if isinstance(limiter, AsyncRateLimit)
+                else ""
+            )
+            raise TypeError(
+                f"limiter must be a ratelimit.sync.RateLimit, not {type(limiter).__name__}{hint}"
+            )
+        if not callable(app):
+            raise TypeError(f"app must be a WSGI application (a callable), not {app!r}")
+        if refused is not None and not callable(refused):
+            raise TypeError(f"refused must be a function of (request, decision), not {refused!r}")
+        self.app = app
+        self.limiter = limiter
+        self.table = RouteTable(routes, exclude, limiter.limiter)
+        self.routes = self.table.routes
+        self.exclude = self.table.exclude
+        self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
+        self.headers = bool(headers)
+        self.legacy_headers = bool(legacy_headers)
+        self.refused = refused
+
+    def route_for(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The route that decides a request (the first that matches), with its path
+        parameters; ``None`` for excluded and unmatched paths. ``path``: ``PATH_INFO``."""
+        return self.table.route_for(method, path)
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        scope = scope_of(environ)
+        path = route_path(scope)
+        if self.table.excluded(path):
+            return self.app(environ, start_response)
+        decisions: list[Decision] = []
+        environ[DECISIONS] = decisions
+        found = self.table.match(scope["method"], path)
+        request = HTTPRequest(scope, self.proxies, None if found is None else found[1])
+        if found is not None:
+            route = found[0]
+            try:
+                decision = self.limiter.run(
+                    lambda limiter: route.limit.decide(limiter, request, route.key)
+                )
+            except SourceValueError as exc:
+                return answer(start_response, *unreadable(exc))
+            decisions.append(decision)
+            environ[STATE] = decision
+            if not decision.allowed and not decision.shadow:
+                return self.refuse(environ, start_response, request, decision, decisions)
+        exchange = Exchange(self, environ, start_response, request, decisions)
+        exchange.settle = None if found is None or not found[0].limit.settle else found[0].limit
+        return exchange.run()
+
+    def headers_for(
+        self, decisions: Sequence[Decision], full: SlotLimit | None = None
+    ) -> list[tuple[str, str]]:
+        """The rate-limit headers of a response these decisions decided (none when off)."""
+        if not self.headers or not decisions:
+            return []
+        return as_text(rate_limit_headers(decisions, self.legacy_headers, full))
+
+    def refuse(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        request: HTTPRequest,
+        decision: Decision,
+        decisions: Sequence[Decision],
+        full: SlotLimit | None = None,
+        exc_info: ExcInfo = None,
+    ) -> Iterable[bytes]:
+        """The answer to a refused request: the ``refused`` application's, or problem
+        details (always for a 503), with the rate-limit headers. ``exc_info``: given when
+        the application had started a response that this one replaces."""
+        added = self.headers_for(decisions, full)
+        if self.refused is not None and not decision.degraded:
+            application = self.refused(request, decision)
+            retry = as_text(refusal_headers(decision, b"")[2:])
+
+            def start_with_headers(
+                status: str, headers: list[tuple[str, str]], info: ExcInfo = None
+            ) -> Callable[[bytes], object]:
+                headers = [*headers, *added]
+                if all(name.lower() != "retry-after" for name, _ in headers):
+                    headers += retry
+                return start_response(status, headers, info or exc_info)
+
+            return application(environ, start_with_headers)
+        status, body = problem(decision)
+        retry = as_text(refusal_headers(decision, body)[2:])
+        return answer(start_response, status, body, [*retry, *added], exc_info)
