@@ -317,3 +317,112 @@ def test_a_limiter_made_from_a_storage_object_refuses_a_forked_child() -> None:
         child.join(30)
     assert "ConfigurationError" in said
     assert "RateLimit.from_url" in said
+
+
+# --- closing, and what must never hang ---
+
+
+def test_closing_under_calls_answers_every_caller() -> None:
+    """Threads mid-call when the limiter closes: each gets its decision or
+    ``LimiterClosedError``, none waits for ever, no thread of the limiter is left."""
+    for _ in range(5):
+        rl = RateLimit.from_url("memory://")
+        limit = rl.limit("1000/m", key="k", wait=True)
+        outcomes: list[str] = []
+        started = threading.Barrier(7)
+
+        def call(
+            limit: Any = limit, outcomes: list[str] = outcomes, started: Any = started
+        ) -> None:
+            started.wait(10)
+            for _ in range(50):
+                try:
+                    limit.decide()
+                except LimiterClosedError:
+                    outcomes.append("closed")
+                    return
+            outcomes.append("done")
+
+        threads = [threading.Thread(target=call) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        started.wait(10)
+        rl.close()
+        for thread in threads:
+            thread.join(30)
+            assert not thread.is_alive()  # none hangs
+        assert len(outcomes) == 6
+        assert not [t for t in threading.enumerate() if t.name.startswith("ratelimit.sync")]
+
+
+def test_close_from_the_loop_or_an_event_loop_is_refused_and_changes_nothing() -> None:
+    with RateLimit.from_url("memory://") as rl:
+        seen: list[BaseException] = []
+
+        def closing_selector() -> str:
+            try:
+                rl.close()
+            except EventLoopError as exc:
+                seen.append(exc)
+            return "u"
+
+        rl.limit("user:5/m", key="k", user=closing_selector).decide()
+        assert isinstance(seen[0], EventLoopError)
+
+        async def inside() -> None:
+            with pytest.raises(EventLoopError):
+                rl.close()
+
+        asyncio.run(inside())
+        assert rl.limit("5/m", key="still").decide().allowed  # not closed by either
+
+
+def test_failed_construction_and_calls_after_close_leave_no_thread() -> None:
+    def threads() -> int:
+        return sum(t.name.startswith("ratelimit.sync") for t in threading.enumerate())
+
+    before = threads()
+    for _ in range(5):
+        with pytest.raises(ConfigurationError):
+            RateLimit.from_url("memory://", on_error="maybe")
+    assert threads() == before
+    rl = RateLimit.from_url("memory://")
+    rl.close()
+    with pytest.raises(LimiterClosedError):
+        rl.limit("5/m", key="k").decide()
+    assert threads() == before
+
+
+def _first_calls_at_once(rl: RateLimit, queue: Any) -> None:
+    errors: list[str] = []
+    go = threading.Barrier(8)
+
+    def first() -> None:
+        go.wait(10)
+        try:
+            rl.limit("100/h", key="race").decide()
+        except Exception as exc:  # reported to the parent
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=first) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    queue.put((rl.generation, errors))
+
+
+@pytest.mark.redis
+def test_the_threads_of_a_forked_child_calling_at_once_share_one_new_limiter(
+    redis_url: str,
+) -> None:
+    context = multiprocessing.get_context("fork")
+    with RateLimit.from_url(redis_url, f"fork-{uuid.uuid4().hex[:8]}") as rl:
+        rl.limit("100/h", key="race").decide()
+        queue = context.Queue()
+        child = context.Process(target=_first_calls_at_once, args=(rl, queue))
+        child.start()
+        generation, errors = queue.get(timeout=30)
+        child.join(30)
+    assert errors == []
+    assert generation == 1  # built once, not once per thread

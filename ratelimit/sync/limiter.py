@@ -30,6 +30,9 @@ as the parent's connections cannot be shared. Calling it from a running event lo
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -106,9 +109,18 @@ class RateLimit:
         self.twins: list[weakref.ref[Any]] = []
         """Its limits, oldest first: made again, in order, in a forked child."""
         self.portal = Portal(f"ratelimit.sync-{number}")
-        self._limiter = self._built()  # settings checked here, in the caller's thread
+        self._rebuilding = threading.Lock()
+        try:
+            self._limiter = self._built()  # settings checked here, in the caller's thread
+        except BaseException:
+            self.portal.close()  # no thread left behind by a bad setting
+            raise
+        self._pid = os.getpid()
         self.generation = 0
         """Counts the async limiters this one has had (a forked child makes another)."""
+        own = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _after_fork(own))
+        atexit.register(_close_at_exit, own)
 
     def _built(self) -> AsyncRateLimit:
         async def build() -> AsyncRateLimit:  # made on its loop, which its client binds to
@@ -119,16 +131,20 @@ class RateLimit:
     @property
     def limiter(self) -> AsyncRateLimit:
         """The :class:`ratelimit.RateLimit` this one runs (this process's own)."""
-        if self.portal.forked:
-            if not self._reopens:
-                raise ConfigurationError(
-                    "this ratelimit.sync.RateLimit was made from a storage object in the parent "
-                    "process, whose connections a forked child cannot share: make it with "
-                    "RateLimit.from_url (which opens them again after a fork), or in each "
-                    "worker process"
-                )
-            self._limiter = self._built()
-            self.generation += 1
+        if self._pid == os.getpid():
+            return self._limiter
+        with self._rebuilding:  # the threads of a forked child call at once: one builds
+            if self._pid != os.getpid():
+                if not self._reopens:
+                    raise ConfigurationError(
+                        "this ratelimit.sync.RateLimit was made from a storage object in the "
+                        "parent process, whose connections a forked child cannot share: make "
+                        "it with RateLimit.from_url (which opens them again after a fork), or "
+                        "in each worker process"
+                    )
+                self._limiter = self._built()
+                self.generation += 1
+                self._pid = os.getpid()
         return self._limiter
 
     def run(self, make: Callable[[AsyncRateLimit], Coroutine[Any, Any, T]]) -> T:
@@ -268,9 +284,12 @@ class RateLimit:
     # --- closing ---
 
     def close(self) -> None:
-        """Close the storage (after counting what is queued) and stop the loop's thread.
-        Using the limiter afterwards raises ``LimiterClosedError``."""
-        if self.portal.forked:
+        """Close the storage (after counting what is queued), fail the calls still waiting
+        with ``LimiterClosedError``, and stop the loop's thread; using the limiter
+        afterwards raises the same. Also done when the interpreter exits, so that counts
+        queued by ``background=True`` are not lost. A client you passed in is yours to
+        close: ``rl.run(lambda _: client.aclose())`` first."""
+        if self._pid != os.getpid():
             return  # the parent's: nothing of this process to close
         limiter = self._limiter
         self.portal.close(limiter.aclose)
@@ -285,6 +304,19 @@ class RateLimit:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _after_fork(own: weakref.ref[RateLimit]) -> None:
+    limiter = own()
+    if limiter is not None:
+        limiter._rebuilding = threading.Lock()  # another thread may have held it
+
+
+def _close_at_exit(own: weakref.ref[RateLimit]) -> None:
+    limiter = own()
+    if limiter is not None and not limiter.portal.closed:
+        with contextlib.suppress(Exception):
+            limiter.close()
 
 
 class Overrides:

@@ -170,7 +170,7 @@ class Concurrency(_Twin[AsyncConcurrency]):
         def limited(*args: P.args, **kwargs: P.kwargs) -> R:
             site = call_site(func, parameters, args, kwargs)
             slots = self.twin()
-            held, _ = portal.run(lambda: slots._enter(key, site))
+            held, _ = portal.run(lambda: slots._enter(key, site), lambda got: slots._exit(got[0]))
             try:
                 return func(*args, **kwargs)
             finally:
@@ -180,7 +180,9 @@ class Concurrency(_Twin[AsyncConcurrency]):
 
     def __enter__(self) -> Decision:
         slots = self.twin()
-        held, decision = self._owner.portal.run(lambda: slots._enter(slots._key or "", None))
+        held, decision = self._owner.portal.run(
+            lambda: slots._enter(slots._key or "", None), lambda got: slots._exit(got[0])
+        )
         stack: list[tuple[AsyncConcurrency, Held]] = self._held.__dict__.setdefault("stack", [])
         stack.append((slots, held))
         return decision

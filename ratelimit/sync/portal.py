@@ -6,9 +6,16 @@ the same pipeline, and the automatic pipeline batches the decisions of all threa
 one script call. A coroutine runs with a copy of the calling thread's context variables, so
 selector callables that read them (Flask's ``request`` and ``g``) see the caller's.
 
-After ``fork()`` the child has no such thread (threads do not survive a fork) and must not
-use the parent's connections: the next call in the child starts a new loop, and the
-limiter opens new connections (see :class:`ratelimit.sync.RateLimit`).
+- A caller interrupted while it waits (``KeyboardInterrupt``, any exception raised in its
+  thread) cancels its coroutine on the loop: a wait for admission or for a concurrency
+  slot ends there, counting and holding nothing.
+- :meth:`Portal.close` fails the calls still queued and cancels those still running
+  (``LimiterClosedError``), then stops the thread; later calls raise the same, and none
+  waits for ever.
+- After ``fork()`` the child has no such thread (threads do not survive a fork) and must
+  not use the parent's connections: the next call in the child starts a new loop, and the
+  limiter opens new connections (see :class:`ratelimit.sync.RateLimit`). Its locks are
+  made anew in the child, as a lock another thread held at the fork would stay held.
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ import concurrent.futures
 import contextvars
 import os
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ratelimit.errors import EventLoopError
+from ratelimit.errors import EventLoopError, LimiterClosedError
 
 T = TypeVar("T")
 
@@ -30,6 +38,11 @@ IN_LOOP = (
     "ratelimit.sync was called from a running event loop, which it would block: in async "
     "code use ratelimit.RateLimit (await rl.limit(...).decide(), async with rl.limit(...))"
 )
+CLOSED = "this ratelimit.sync.RateLimit"
+LOOKING_EVERY = 1.0
+"""How often a waiting caller looks whether the loop is still there (a closed one, or one
+stopped under it): it then raises instead of waiting for ever."""
+CLOSE_WITHIN = 10.0
 
 
 class Portal:
@@ -44,8 +57,11 @@ class Portal:
         self._pid = 0
         self._pending: collections.deque[_Call] = collections.deque()
         self._waking = False
+        self.closed = False
         self.started = 0
         """How many loops were started (a forked child starts its own)."""
+        own = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _after_fork(own))
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop of this process, started if there is none."""
@@ -53,6 +69,8 @@ class Portal:
         if loop is not None and self._pid == os.getpid():
             return loop
         with self._lock:
+            if self.closed:
+                raise LimiterClosedError(CLOSED)
             if self._loop is None or self._pid != os.getpid():
                 self._start()
             assert self._loop is not None
@@ -80,13 +98,7 @@ class Portal:
         self._loop, self._thread, self._pid = loop, thread, os.getpid()
         self.started += 1
 
-    def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run the coroutine ``make()`` gives on the loop, in this thread's context, and
-        block until it is done: its result, or its exception raised here.
-
-        The hand-over is cheap under load: calls queue, and the loop is woken (a write to
-        its self-pipe) only when it is not already about to take them; each caller waits
-        on a lock of its own, which the loop releases."""
+    def _check_caller(self) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -95,13 +107,49 @@ class Portal:
             raise EventLoopError(IN_LOOP)
         if threading.current_thread() is self._thread:
             raise EventLoopError(IN_LOOP)  # a selector of the sync API calling it again
-        loop = self.loop()
+
+    def run(
+        self,
+        make: Callable[[], Coroutine[Any, Any, T]],
+        undo: Callable[[T], Coroutine[Any, Any, object]] | None = None,
+    ) -> T:
+        """Run the coroutine ``make()`` gives on the loop, in this thread's context, and
+        block until it is done: its result, or its exception raised here. ``undo``: what
+        gives its result back when the caller was interrupted just as it came (a slot
+        taken).
+
+        The hand-over is cheap under load: calls queue, and the loop is woken (a write to
+        its self-pipe) only when it is not already about to take them; each caller waits
+        on a lock of its own, which the loop releases."""
+        self._check_caller()
+        if self.closed:
+            raise LimiterClosedError(CLOSED)
+        return self._run(make, self.loop(), undo)
+
+    def _run(
+        self,
+        make: Callable[[], Coroutine[Any, Any, T]],
+        loop: Any,
+        undo: Callable[[T], Coroutine[Any, Any, object]] | None = None,
+    ) -> T:
         call = _Call(make, contextvars.copy_context())
         self._pending.append(call)
         if not self._waking:
             self._waking = True
             loop.call_soon_threadsafe(self._take)
-        call.done.acquire()  # released by the loop once the coroutine is done
+        try:
+            while not call.done.acquire(timeout=LOOKING_EVERY):
+                thread = self._thread
+                if loop.is_closed() or thread is None or not thread.is_alive():
+                    raise LimiterClosedError(CLOSED)  # closed, or stopped, under this call
+        except BaseException:
+            self._cancel(call, loop)
+            task = call.task
+            came = task is not None and task.done() and not task.cancelled()
+            if undo is not None and came and call.error is None:  # it came all the same
+                given = asyncio.run_coroutine_threadsafe(undo(call.result), loop)
+                given.result(CLOSE_WITHIN)
+            raise
         if call.error is not None:
             raise call.error
         return call.result  # type: ignore[no-any-return]
@@ -113,50 +161,111 @@ class Portal:
         assert loop is not None
         while pending:
             call = pending.popleft()
-            try:
-                task = loop.create_task(call.make(), context=call.context)
-            except BaseException as exc:  # handed to the caller
-                call.error = exc
-                call.done.release()
+            if self.closed and not call.closing:
+                call.fail(LimiterClosedError(CLOSED))
                 continue
-            task.add_done_callback(call.finished)
+            try:
+                call.task = loop.create_task(call.make(), context=call.context)
+            except BaseException as exc:  # handed to the caller
+                call.fail(exc)
+                continue
+            call.task.add_done_callback(call.finished)
+
+    def _cancel(self, call: _Call, loop: asyncio.AbstractEventLoop) -> None:
+        """The caller of ``call`` stopped waiting: cancel its coroutine and wait a moment
+        for it to unwind (a wait for a slot gives back nothing it did not take)."""
+
+        def cancel() -> None:
+            if call.task is not None:
+                call.task.cancel()
+            elif call in self._pending:  # not started: never will be
+                self._pending.remove(call)
+                call.fail(concurrent.futures.CancelledError())
+
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(cancel)
+            call.done.acquire(timeout=CLOSE_WITHIN)
 
     def close(self, last: Callable[[], Coroutine[Any, Any, object]] | None = None) -> None:
-        """Run ``last()`` (closing what the loop holds), then stop the loop and its thread.
-        Nothing in a forked child: the loop is its parent's."""
+        """Run ``last()`` (closing what the loop holds), fail every call still queued or
+        running with ``LimiterClosedError``, then stop the loop and its thread. Nothing in
+        a forked child (the loop is its parent's) or when closed already."""
+        self._check_caller()
         with self._lock:
             loop, thread = self._loop, self._thread
+            if self.closed:
+                return
+            self.closed = True
             if loop is None or thread is None or self._pid != os.getpid():
                 self._loop = self._thread = None
                 return
         try:
             if last is not None:
-                self.run(last)
+                closing = _Call(last, contextvars.copy_context(), closing=True)
+                self._pending.append(closing)
+                loop.call_soon_threadsafe(self._take)
+                closing.done.acquire(timeout=CLOSE_WITHIN)
         finally:
+            asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(CLOSE_WITHIN)
+            loop.call_soon_threadsafe(self._fail_pending)
             loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
+            thread.join(CLOSE_WITHIN)
             if not thread.is_alive():
                 loop.close()
-            self._loop = self._thread = None
+            self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        while self._pending:
+            self._pending.popleft().fail(LimiterClosedError(CLOSED))
+
+
+async def _cancel_all() -> None:
+    """Cancel every task of the loop but this one, and let them unwind."""
+    mine = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not mine]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=CLOSE_WITHIN)
+
+
+def _after_fork(own: weakref.ref[Portal]) -> None:
+    """In a forked child: new locks (another thread of the parent may have held them)."""
+    portal = own()
+    if portal is not None:
+        portal._lock = threading.Lock()
+        portal._pending = collections.deque()
+        portal._waking = False
 
 
 class _Call:
     """One coroutine handed to the loop: how to make it, the caller's context, and what
     came of it; ``done`` is released once it is known."""
 
-    __slots__ = ("context", "done", "error", "make", "result")
+    __slots__ = ("closing", "context", "done", "error", "make", "result", "task")
 
-    def __init__(self, make: Callable[[], Coroutine[Any, Any, Any]], context: contextvars.Context):
+    def __init__(
+        self,
+        make: Callable[[], Coroutine[Any, Any, Any]],
+        context: contextvars.Context,
+        closing: bool = False,
+    ) -> None:
         self.make = make
         self.context = context
+        self.closing = closing
         self.result: Any = None
         self.error: BaseException | None = None
+        self.task: asyncio.Task[Any] | None = None
         self.done = threading.Lock()
         self.done.acquire()
 
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.release()
+
     def finished(self, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            self.error = concurrent.futures.CancelledError()
+        if task.cancelled():  # by close() (a caller that gave up reads nothing)
+            self.error = LimiterClosedError(CLOSED)
         elif (exc := task.exception()) is not None:
             self.error = exc
         else:
