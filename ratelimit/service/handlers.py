@@ -308,8 +308,7 @@ class Handlers:
         """Fill in the statuses of ``group``'s descriptors (their states also in
         ``reported``, for the response headers); whether each one's own rules refused
         (``True`` for a shadow descriptor too, whose status says OK)."""
-        # each descriptor's leaves follow the previous one's: one pass over the states;
-        # each descriptor's states are also ``reported`` (for the response headers)
+        # each descriptor's leaves follow the previous one's: one pass over the states
         starts: list[int] = []
         descriptor_of_leaf: list[int] = []
         for i, (_, limit, _, _) in enumerate(group):
