@@ -368,3 +368,42 @@ def test_a_refused_request_never_reaches_the_app(rl: RateLimit) -> None:
     statuses = [call(app, "/x")[0][:3] for _ in range(4)]
     assert statuses == ["200", "200", "429", "429"]
     assert reached == ["/x", "/x"]
+
+
+def test_extra_or_missing_leading_slashes_count_on_the_route(rl: RateLimit) -> None:
+    """Werkzeug (Flask) routes ``//login`` and ``login`` as ``/login``: so must the limit,
+    else a spelling gets past it (found by a red team: 5 of 5 through under ``3/m``)."""
+    app = RateLimitMiddleware(
+        ok, rl, [Route("/login", "ip:3/m", methods=["POST"]), Route("/*", "ip:100/m")]
+    )
+    codes = [call(app, path, "POST")[0][:3] for path in ("//login", "login", "///login", "/login")]
+    assert codes == ["200", "200", "200", "429"]
+    assert call(app, "", "GET")[1]["ratelimit-policy"]  # the root: counted by /*
+
+
+def test_an_ipv6_zone_is_not_a_client_of_its_own() -> None:
+    """``2001:db8::1%7`` and ``%8`` are one address: a zone must not open a new counter."""
+    from ratelimit.asgi import TrustedProxies
+
+    proxies = TrustedProxies(["127.0.0.1"], 128)
+    assert proxies.grouped("2001:db8::1%7") == proxies.grouped("2001:db8::1%8") == "2001:db8::1"
+
+
+def test_a_client_cannot_add_its_own_real_ip_to_the_proxys(rl: RateLimit) -> None:
+    """A WSGI server joins ``X_Real_IP`` (the client's) with the proxy's ``X-Real-IP``
+    into one value: a header of one address that holds two is trusted for neither, and the
+    request counts as the proxy's, not as a client of the attacker's choosing."""
+    app = RateLimitMiddleware(
+        ok,
+        rl,
+        [Route("/login", "ip:3/m")],
+        trusted_proxies=["10.0.0.1"],
+        forwarded_header="x-real-ip",
+    )
+    peer = {"REMOTE_ADDR": "10.0.0.1"}
+    codes = [
+        call(app, "/login", **peer, HTTP_X_REAL_IP=f"198.51.100.7, 9.9.9.{n}")[0][:3]
+        for n in range(4)
+    ]
+    assert codes == ["200", "200", "200", "429"]
+    assert call(app, "/login", **peer, HTTP_X_REAL_IP="198.51.100.8")[0].startswith("200")

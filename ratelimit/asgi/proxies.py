@@ -145,6 +145,8 @@ class TrustedProxies:
             if name.lower() == wanted:
                 text = value.decode("latin-1")
                 hops += _forwarded_for(text) if wanted == b"forwarded" else _listed(text)
+        if wanted == b"x-real-ip" and len(hops) > 1:  # one address, or a client's own too
+            return []  # (a WSGI server joins X_Real_IP with X-Real-IP): trust neither
         return hops
 
     def grouped(self, address: str) -> str:
@@ -227,6 +229,8 @@ def _grouped(address: str, ipv6_prefix: int) -> str:
     if parsed is None:
         return address
     if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.scope_id is not None:  # "fe80::1%eth0": one host, whatever its zone
+            parsed = ipaddress.IPv6Address(parsed.packed)
         if parsed.ipv4_mapped is not None:
             return str(parsed.ipv4_mapped)
         if ipv6_prefix < 128:

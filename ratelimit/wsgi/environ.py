@@ -69,3 +69,11 @@ def _port(value: object) -> int:
         return int(str(value))
     except ValueError:
         return 0
+
+
+def routed(path: str) -> str:
+    """The path routes and exclusions match: with one leading slash, as Werkzeug (Flask)
+    routes ``//login`` and ``login`` as ``/login`` (an empty path is ``/``). Matching a
+    spelling the application serves as ``/login`` on another route would let it past
+    ``/login``'s limit."""
+    return "/" + path.lstrip("/")

@@ -39,7 +39,7 @@ from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.slots import SlotLimit
 from ratelimit.sync.limiter import RateLimit
-from ratelimit.wsgi.environ import scope_of
+from ratelimit.wsgi.environ import routed, scope_of
 from ratelimit.wsgi.response import Exchange, ExcInfo, answer, as_text
 
 Refused: TypeAlias = Callable[[HTTPRequest, Decision], WSGIApplication]
@@ -118,7 +118,7 @@ class RateLimitMiddleware:
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         scope = scope_of(environ)
-        path = route_path(scope)
+        path = routed(route_path(scope))
         if self.table.excluded(path):
             return self.app(environ, start_response)
         decisions: list[Decision] = []
