@@ -12,6 +12,8 @@ EXTRAS = {
     "prometheus": "ratelimit.prometheus",
     "server": "the rate-limit service (ratelimit serve)",
     "postgres": "postgresql://",
+    "flask": "ratelimit.flask",
+    "django": "ratelimit.django",
 }
 """Each extra, and what needs it."""
 

@@ -22,6 +22,8 @@ EXPECTED = {
     "event_loops.py": "run 2: 40 of 300 admitted, 100 in all under 100/h",
     "settings.py": "admin: 3 of 5 admitted under 3/m",
     "web_app.py": "POST /login ann #4: 429",
+    "flask_app.py": "POST /login ann #4: 429",
+    "django_app.py": "POST /login ann #4: 429",
     "service_client.py": "envoy ShouldRateLimit #3: OVER_LIMIT",
     "bursts.py": "10/s burst 30: 129 of 600 calls in 10 s",
     "concurrency.py": "queued: 8 exports ran, at most 2 at once under user:2",

@@ -22,6 +22,7 @@ package's (:mod:`ratelimit.asgi`); :mod:`ratelimit.wsgi.environ` gives them a WS
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TypeAlias
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
@@ -31,6 +32,7 @@ from ratelimit.asgi.headers import (
     refusal_headers,
     unreadable,
 )
+from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, RouteTable
@@ -49,6 +51,20 @@ DECISIONS = "ratelimit.decisions"
 application adds), read when the response starts."""
 STATE = "ratelimit.decision"
 """Environ key of the route's decision (absent when no route decided)."""
+
+
+@dataclass(slots=True)
+class Gate:
+    """One request past the routes: its view for sources, the decisions made for it (the
+    route's, and any a view adds), and what came of the route's: ``refused`` (its refused
+    decision), ``unreadable`` (a selector value its source could not read), ``settle``
+    (the route's limit, when it settles from the response)."""
+
+    request: HTTPRequest
+    decisions: list[Decision]
+    refused: Decision | None = None
+    unreadable: SourceValueError | None = None
+    settle: HTTPLimit | None = None
 
 
 class RateLimitMiddleware:
@@ -117,14 +133,30 @@ class RateLimitMiddleware:
         return self.table.route_for(method, path)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        gate = self.gate(environ)
+        if gate is None:
+            return self.app(environ, start_response)
+        if gate.unreadable is not None:
+            return answer(start_response, *unreadable(gate.unreadable))
+        if gate.refused is not None:
+            return self.refuse(environ, start_response, gate.request, gate.refused, gate.decisions)
+        exchange = Exchange(self, environ, start_response, gate.request, gate.decisions)
+        exchange.settle = gate.settle
+        return exchange.run()
+
+    def gate(self, environ: WSGIEnvironment) -> Gate | None:
+        """The route's decision on one request (``None`` for an excluded path): what this
+        middleware and the Django one (:mod:`ratelimit.django`) both do first. Sets
+        ``environ[DECISIONS]`` (and ``environ[STATE]`` when a route decided)."""
         scope = scope_of(environ)
         path = routed(route_path(scope))
         if self.table.excluded(path):
-            return self.app(environ, start_response)
+            return None
         decisions: list[Decision] = []
         environ[DECISIONS] = decisions
         found = self.table.match(scope["method"], path)
         request = HTTPRequest(scope, self.proxies, None if found is None else found[1])
+        gate = Gate(request, decisions)
         if found is not None:
             route = found[0]
             try:
@@ -132,14 +164,15 @@ class RateLimitMiddleware:
                     lambda limiter: route.limit.decide(limiter, request, route.key)
                 )
             except SourceValueError as exc:
-                return answer(start_response, *unreadable(exc))
+                gate.unreadable = exc
+                return gate
             decisions.append(decision)
             environ[STATE] = decision
             if not decision.allowed and not decision.shadow:
-                return self.refuse(environ, start_response, request, decision, decisions)
-        exchange = Exchange(self, environ, start_response, request, decisions)
-        exchange.settle = None if found is None or not found[0].limit.settle else found[0].limit
-        return exchange.run()
+                gate.refused = decision
+            elif route.limit.settle:
+                gate.settle = route.limit
+        return gate
 
     def headers_for(
         self, decisions: Sequence[Decision], full: SlotLimit | None = None

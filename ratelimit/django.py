@@ -1,0 +1,338 @@
+"""Django: :class:`RateLimitMiddleware` (app-wide routes, headers and refusals, configured
+in ``settings.RATELIMIT``) and the :func:`limit` view decorator with the request's values.
+
+``settings.py``::
+
+    MIDDLEWARE = [..., "ratelimit.django.RateLimitMiddleware"]
+    RATELIMIT = {
+        "limiter": "mysite.limits.rl",  # a ratelimit.sync.RateLimit, its dotted path, or a URL
+        "routes": [Route("/ping", "ip:5/m", methods=["GET"])],
+        "exclude": ["/health"],
+    }
+
+``views.py``::
+
+    from ratelimit.django import json_field, limit
+
+    @limit("username:3/m", username=json_field("username"))
+    def login(request): ...
+
+``RATELIMIT``'s other keys are :class:`ratelimit.wsgi.RateLimitMiddleware`'s arguments:
+``trusted_proxies``, ``forwarded_header``, ``ipv6_prefix`` (what views' ``ip`` selectors
+read too), ``headers``, ``legacy_headers``, and ``refused``: here a function of the Django
+request and the decision returning the ``HttpResponse`` of a 429. A refused request never
+reaches its view: it gets a 429 with ``Retry-After`` and problem details (503 when the
+storage failed under ``on_error="deny"``); every response a limit decided carries
+``RateLimit-Policy`` / ``RateLimit``. A ``RateLimitExceeded`` a view raises (a ``@rl.limit``
+function of :mod:`ratelimit.sync`) is answered the same, not as a 500. Routes match
+``request.path_info``, the path without ``SCRIPT_NAME``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ratelimit.extras import needs_extra
+
+with needs_extra("django"):
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.http import HttpRequest, HttpResponse, HttpResponseBase
+    from django.utils.module_loading import import_string
+
+from ratelimit.asgi.headers import problem_headers, retry_after, unreadable
+from ratelimit.asgi.limits import HTTPCost, HTTPResponse
+from ratelimit.asgi.request import HTTPRequest
+from ratelimit.asgi.routes import Route
+from ratelimit.asgi.sources import (
+    Source,
+    client_ip,
+    header,
+    json_field,
+    path_param,
+    query_param,
+    user,
+)
+from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.errors import SourceValueError
+from ratelimit.rules import RuleLike
+from ratelimit.slots import SlotLimit
+from ratelimit.sync.limiter import RateLimit
+from ratelimit.wsgi.environ import scope_of
+from ratelimit.wsgi.middleware import DECISIONS
+from ratelimit.wsgi.middleware import RateLimitMiddleware as WSGIMiddleware
+from ratelimit.wsgi.response import as_text
+from ratelimit.wsgi.views import ViewLimit, captured
+
+__all__ = [
+    "RateLimitMiddleware",
+    "Route",
+    "Source",
+    "client_ip",
+    "header",
+    "json_field",
+    "limit",
+    "path_param",
+    "query_param",
+    "user",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Refused = Callable[[HttpRequest, Decision], HttpResponseBase]
+OPTIONS = frozenset(
+    {
+        "limiter",
+        "routes",
+        "exclude",
+        "trusted_proxies",
+        "forwarded_header",
+        "ipv6_prefix",
+        "headers",
+        "legacy_headers",
+        "refused",
+    }
+)
+
+
+class Config:
+    """``settings.RATELIMIT``, checked: the limiter, the WSGI middleware that holds the
+    routes and answers refusals, and the ``refused`` function."""
+
+    def __init__(self, given: object) -> None:
+        if not isinstance(given, dict):
+            raise ImproperlyConfigured(
+                f"settings.RATELIMIT must be a dict with at least 'limiter', not {given!r}"
+            )
+        unknown = sorted(set(given) - OPTIONS)
+        if unknown:
+            raise ImproperlyConfigured(
+                f"settings.RATELIMIT: unknown key {', '.join(map(repr, unknown))}; the keys "
+                f"are {', '.join(sorted(OPTIONS))}"
+            )
+        if "limiter" not in given:
+            raise ImproperlyConfigured(
+                "settings.RATELIMIT needs 'limiter': a ratelimit.sync.RateLimit, its dotted "
+                "path ('mysite.limits.rl'), or a storage URL ('redis://localhost:6379')"
+            )
+        options = dict(given)
+        self.limiter = _limiter(options.pop("limiter"))
+        refused = options.pop("refused", None)
+        if refused is not None and not callable(refused):
+            raise ImproperlyConfigured(
+                f"settings.RATELIMIT['refused'] must be a function of (request, decision) "
+                f"returning an HttpResponse, not {refused!r}"
+            )
+        self.refused: Refused | None = refused
+        try:
+            self.wsgi = WSGIMiddleware(_unset, self.limiter, **options)
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"settings.RATELIMIT: {exc}") from exc
+
+    def refusal(
+        self, request: HttpRequest, decision: Decision, full: SlotLimit | None = None
+    ) -> HttpResponseBase:
+        """The answer to a refused request (without the rate-limit headers, which the
+        caller adds): ``refused``'s, with ``Retry-After``, or problem details."""
+        if self.refused is not None and not decision.degraded:
+            response = self.refused(request, decision)
+            if not response.has_header("Retry-After"):
+                response["Retry-After"] = str(retry_after(decision))
+            return response
+        environ = request.META
+        view = HTTPRequest(scope_of(environ), self.wsgi.proxies)
+        status, headers, body = captured(
+            lambda env, start: self.wsgi.refuse(env, start, view, decision, (), full), environ
+        )
+        return HttpResponse(body, status=status, headers=dict(headers))
+
+    def add_headers(self, response: HttpResponseBase, decisions: Sequence[Decision]) -> None:
+        """The rate-limit headers of ``decisions`` on ``response``."""
+        for name, value in self.wsgi.headers_for(decisions):
+            response[name] = value
+
+
+_lock = threading.Lock()
+_configs: dict[int, tuple[object, Config]] = {}  # the settings kept: no id is reused
+_by_url: dict[str, RateLimit] = {}
+
+
+def configured() -> Config:
+    """``settings.RATELIMIT``, read and checked once per process (again if it is
+    replaced, as ``override_settings`` does)."""
+    given = getattr(settings, "RATELIMIT", None)
+    if given is None:
+        raise ImproperlyConfigured(
+            "ratelimit.django needs settings.RATELIMIT = {'limiter': ...}: a "
+            "ratelimit.sync.RateLimit, its dotted path, or a storage URL"
+        )
+    with _lock:
+        found = _configs.get(id(given))
+        if found is None:
+            found = _configs[id(given)] = (given, Config(given))
+        return found[1]
+
+
+def _limiter(value: object) -> RateLimit:
+    """The limiter ``settings.RATELIMIT['limiter']`` names."""
+    if isinstance(value, str) and "://" in value:
+        limiter = _by_url.get(value)
+        if limiter is None:
+            limiter = _by_url[value] = RateLimit.from_url(value)
+        return limiter
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except ImportError as exc:
+            raise ImproperlyConfigured(f"settings.RATELIMIT['limiter']: {exc}") from exc
+    if not isinstance(value, RateLimit):
+        raise ImproperlyConfigured(
+            f"settings.RATELIMIT['limiter'] must be a ratelimit.sync.RateLimit, its dotted "
+            f"path or a storage URL, not {value!r}"
+        )
+    return value
+
+
+class RateLimitMiddleware:
+    """Django middleware: the routes of ``settings.RATELIMIT`` decided before the view,
+    the rate-limit headers added to every response a limit decided (a route's or a view's),
+    and a view's ``RateLimitExceeded`` answered as a 429. Put it first in ``MIDDLEWARE``
+    (before anything that does work you would limit)."""
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+        self.config = configured()
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        config = self.config
+        gate = config.wsgi.gate(request.META)
+        if gate is None:
+            return self.get_response(request)
+        if gate.unreadable is not None:
+            return _unreadable(gate.unreadable)
+        if gate.refused is not None:
+            response = config.refusal(request, gate.refused)
+        else:
+            response = self.get_response(request)
+            if gate.settle is not None:
+                answer = HTTPResponse(
+                    response.status_code, {k.lower(): v for k, v in response.items()}
+                )
+                limit, view, decision = gate.settle, gate.request, gate.decisions[0]
+                config.limiter.run(lambda rl: limit.settled(rl, view, answer, decision))
+        config.add_headers(response, gate.decisions)
+        return response
+
+    def process_exception(
+        self, request: HttpRequest, exception: Exception
+    ) -> HttpResponseBase | None:
+        """A view's ``RateLimitExceeded`` (429) or ``SourceValueError`` (422)."""
+        if isinstance(exception, SourceValueError):
+            return _unreadable(exception)
+        if not isinstance(exception, RateLimitExceeded):
+            return None
+        decisions = request.META.get(DECISIONS)
+        if isinstance(decisions, list) and all(d is not exception.decision for d in decisions):
+            decisions.append(exception.decision)
+        return self.config.refusal(request, exception.decision, getattr(exception, "limit", None))
+
+
+def limit(
+    rules: RuleLike,
+    *,
+    key: str | None = None,
+    cost: HTTPCost = 1,
+    shadow: bool | None = None,
+    limiter: RateLimit | None = None,
+    **sources: Any,
+) -> Callable[[F], F]:
+    """Limit a view, checked here. ``rules``, ``cost`` and ``shadow`` as for
+    :class:`~ratelimit.asgi.Route`; ``**sources``: where each selector's value comes from
+    (``header``, ``query_param``, ``path_param`` for the URL pattern's arguments,
+    ``json_field`` for the JSON body, ``user`` for ``request.user``, or a function of the
+    :class:`~ratelimit.asgi.HTTPRequest`; a selector named ``ip`` reads the client).
+    ``key``: the counters' name, by default the method and the URL pattern (``"POST
+    /login/"``; ``HEAD`` counts as ``GET``). ``limiter``: by default
+    ``settings.RATELIMIT``'s. The view reads its decision as ``request.ratelimit``.
+    Without the middleware the view still answers 429, with the headers."""
+    config = configured()
+    chosen = config.limiter if limiter is None else limiter
+    where = f"limit({rules!r})"
+    view_limit = ViewLimit(chosen, rules, key, cost, shadow, config.wsgi.proxies, sources, where)
+
+    def decorate(view: F) -> F:
+        if inspect.iscoroutinefunction(view):
+            raise TypeError(
+                f"ratelimit.django.limit: {view.__qualname__} is an async view, where the "
+                "synchronous limiter cannot wait; limit it with the middleware's routes"
+            )
+
+        @functools.wraps(view)
+        def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            match = request.resolver_match
+            environ = request.META
+            alone = not isinstance(environ.get(DECISIONS), list)  # no middleware
+            try:
+                decision = view_limit.decide(
+                    environ,
+                    _view_key(request, view),
+                    None if match is None else match.kwargs,
+                    lambda: _json(request),
+                    _user(request) if view_limit.needs_user else None,
+                )
+            except SourceValueError as exc:
+                return _unreadable(exc)
+            except RateLimitExceeded as exc:
+                response = config.refusal(request, exc.decision)
+                if alone:
+                    config.add_headers(response, [exc.decision])
+                return response
+            request.ratelimit = decision
+            response = view(request, *args, **kwargs)
+            if alone and isinstance(response, HttpResponseBase):
+                config.add_headers(response, [decision])
+            return response
+
+        return limited  # type: ignore[return-value]
+
+    return decorate
+
+
+def _view_key(request: HttpRequest, view: Callable[..., Any]) -> str:
+    """The method (``HEAD`` as ``GET``) and the URL pattern, else the view's name."""
+    method = "GET" if request.method == "HEAD" else str(request.method)
+    match = request.resolver_match
+    route = None if match is None else match.route
+    if route:
+        return f"{method} /{route.lstrip('^')}"
+    return f"{method} {view.__module__}.{view.__qualname__}"
+
+
+def _json(request: HttpRequest) -> Any:
+    try:
+        return json.loads(request.body)
+    except Exception:  # not JSON, or a body the view already read as a stream: no value
+        return None
+
+
+def _user(request: HttpRequest) -> Any:
+    """``request.user`` when authenticated, read in the request's thread (where Django's
+    session and database connection are)."""
+    who = getattr(request, "user", None)
+    return who if who is not None and who.is_authenticated else None
+
+
+def _unreadable(exc: SourceValueError) -> HttpResponse:
+    status, body = unreadable(exc)
+    return HttpResponse(body, status=status, headers=dict(as_text(problem_headers(body))))
+
+
+def _unset(environ: Any, start_response: Any) -> list[bytes]:  # pragma: no cover
+    raise RuntimeError("ratelimit.django's WSGI middleware serves no application")

@@ -1,0 +1,212 @@
+"""Flask: :class:`FlaskRateLimit` puts the WSGI middleware in front of an application (its
+app-wide routes, headers and refusals) and limits single views with the request's values.
+
+Example::
+
+    from flask import Flask
+    from ratelimit.flask import FlaskRateLimit, Route, header, json_field
+    from ratelimit.sync import RateLimit
+
+    app = Flask(__name__)
+    rl = RateLimit.from_url("redis://localhost:6379")
+    limits = FlaskRateLimit(rl, app, routes=[Route("/ping", "ip:5/m")], exclude=["/health"])
+
+    @app.post("/login")
+    @limits.limit("username:3/m", username=json_field("username"))
+    def login(): ...
+
+A refused view never runs: Flask answers 429 with ``Retry-After`` and problem details (503
+when the storage failed under ``on_error="deny"``), the middleware's answer (or its
+``refused=``), with ``RateLimit-Policy`` / ``RateLimit`` headers on every response a limit
+decided. A ``RateLimitExceeded`` a view raises (a ``@rl.limit`` function of
+:mod:`ratelimit.sync` that it calls) is answered the same, not as Flask's 500.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from ratelimit.extras import needs_extra
+
+with needs_extra("flask"):
+    import flask
+    from werkzeug.wrappers import Response
+
+from ratelimit.asgi.headers import problem_headers, unreadable
+from ratelimit.asgi.limits import HTTPCost
+from ratelimit.asgi.proxies import TrustedProxies
+from ratelimit.asgi.request import HTTPRequest
+from ratelimit.asgi.routes import Route
+from ratelimit.asgi.sources import (
+    Source,
+    client_ip,
+    header,
+    json_field,
+    path_param,
+    query_param,
+    user,
+)
+from ratelimit.decision import RateLimitExceeded
+from ratelimit.errors import ConfigurationError, SourceValueError
+from ratelimit.rules import RuleLike
+from ratelimit.sync.limiter import RateLimit
+from ratelimit.wsgi.environ import scope_of
+from ratelimit.wsgi.middleware import DECISIONS, RateLimitMiddleware, Refused
+from ratelimit.wsgi.response import as_text
+from ratelimit.wsgi.views import ViewLimit, captured
+
+__all__ = [
+    "FlaskRateLimit",
+    "Route",
+    "Source",
+    "client_ip",
+    "header",
+    "json_field",
+    "path_param",
+    "query_param",
+    "user",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXTENSION = "ratelimit"
+"""The key of ``app.extensions`` holding the application's middleware."""
+
+
+class FlaskRateLimit:
+    """Rate limits for Flask applications, on ``limiter`` (a :class:`ratelimit.sync.RateLimit`).
+
+    ``app``: the application, or none yet (call :meth:`init_app` from an application
+    factory). The keywords are :class:`ratelimit.wsgi.RateLimitMiddleware`'s, checked here:
+    ``routes`` (app-wide :class:`~ratelimit.asgi.Route` limits, matched on the path without
+    ``SCRIPT_NAME``), ``exclude``, ``trusted_proxies``, ``forwarded_header``,
+    ``ipv6_prefix`` (also what views' ``ip`` selectors read), ``headers``,
+    ``legacy_headers`` and ``refused``.
+    """
+
+    def __init__(
+        self,
+        limiter: RateLimit,
+        app: flask.Flask | None = None,
+        *,
+        routes: Sequence[Route] = (),
+        exclude: Iterable[str] = (),
+        trusted_proxies: Iterable[str] = (),
+        forwarded_header: str = "x-forwarded-for",
+        ipv6_prefix: int = 64,
+        headers: bool = True,
+        legacy_headers: bool = False,
+        refused: Refused | None = None,
+    ) -> None:
+        self.options: dict[str, Any] = {
+            "routes": tuple(routes),
+            "exclude": tuple([exclude] if isinstance(exclude, str) else exclude),
+            "trusted_proxies": tuple(
+                [trusted_proxies] if isinstance(trusted_proxies, str) else trusted_proxies
+            ),
+            "forwarded_header": forwarded_header,
+            "ipv6_prefix": ipv6_prefix,
+            "headers": headers,
+            "legacy_headers": legacy_headers,
+            "refused": refused,
+        }
+        self.middleware = RateLimitMiddleware(_unset, limiter, **self.options)  # checks them
+        self.limiter = limiter
+        self.proxies: TrustedProxies = self.middleware.proxies
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: flask.Flask) -> None:
+        """Put the middleware in front of ``app`` (``app.wsgi_app``) and answer the
+        ``RateLimitExceeded`` (429) and ``SourceValueError`` (422) of its views."""
+        if not isinstance(app, flask.Flask):
+            raise TypeError(f"init_app takes a flask.Flask application, not {app!r}")
+        if EXTENSION in app.extensions:
+            raise ConfigurationError(f"{app.name!r} has rate limits already (init_app twice)")
+        middleware = RateLimitMiddleware(app.wsgi_app, self.limiter, **self.options)
+        app.wsgi_app = middleware  # type: ignore[method-assign]
+        app.extensions[EXTENSION] = middleware
+        app.register_error_handler(RateLimitExceeded, _refused)
+        app.register_error_handler(SourceValueError, _unreadable)
+
+    def limit(
+        self,
+        rules: RuleLike,
+        *,
+        key: str | None = None,
+        cost: HTTPCost = 1,
+        shadow: bool | None = None,
+        **sources: Any,
+    ) -> Callable[[F], F]:
+        """Limit a view, checked here. ``rules``, ``cost`` and ``shadow`` as for
+        :class:`~ratelimit.asgi.Route`; ``**sources``: where each selector's value comes
+        from (``header``, ``query_param``, ``path_param`` for the view's URL variables,
+        ``json_field`` for the JSON body, ``user``, or a function of the
+        :class:`~ratelimit.asgi.HTTPRequest`; a selector named ``ip`` reads the client).
+        ``key``: the counters' name, by default the method and the URL rule
+        (``"POST /login"``; ``HEAD`` counts as ``GET``, whose view it runs). Put it below
+        ``@app.route``."""
+        limit = ViewLimit(
+            self.limiter, rules, key, cost, shadow, self.proxies, sources,
+            f"FlaskRateLimit.limit({rules!r})",
+        )  # fmt: skip
+
+        def decorate(view: F) -> F:
+            if inspect.iscoroutinefunction(view):
+                raise TypeError(
+                    f"FlaskRateLimit.limit: {view.__qualname__} is an async view, which Flask "
+                    "runs on an event loop where the synchronous limiter cannot wait; limit "
+                    "it with the app-wide routes (FlaskRateLimit(routes=[...]))"
+                )
+
+            @functools.wraps(view)
+            def limited(*args: Any, **kwargs: Any) -> Any:
+                request = flask.request
+                flask.g.ratelimit = limit.decide(
+                    request.environ,
+                    _view_key(request, view),
+                    request.view_args,
+                    lambda: request.get_json(silent=True),
+                )
+                return view(*args, **kwargs)
+
+            return limited  # type: ignore[return-value]
+
+        return decorate
+
+
+def _view_key(request: flask.Request, view: Callable[..., Any]) -> str:
+    """The method (``HEAD`` as ``GET``) and the URL rule (``"POST /login"``), else the
+    view's qualified name."""
+    method = "GET" if request.method == "HEAD" else request.method
+    rule = request.url_rule
+    if rule is not None:
+        return f"{method} {rule.rule}"
+    return f"{method} {view.__module__}.{view.__qualname__}"
+
+
+def _refused(exc: RateLimitExceeded) -> Response:
+    """A view's refusal, answered as the middleware answers a route's."""
+    environ = flask.request.environ
+    middleware = flask.current_app.extensions[EXTENSION]
+    decisions = environ.get(DECISIONS)
+    if isinstance(decisions, list) and all(d is not exc.decision for d in decisions):
+        decisions.append(exc.decision)  # the middleware adds the headers of them all
+    request = HTTPRequest(scope_of(environ), middleware.proxies)
+    full = getattr(exc, "limit", None)  # a concurrency limit's full slots
+    status, headers, body = captured(
+        lambda env, start: middleware.refuse(env, start, request, exc.decision, (), full),
+        environ,
+    )
+    return Response(body, status, headers)
+
+
+def _unreadable(exc: SourceValueError) -> Response:
+    status, body = unreadable(exc)
+    return Response(body, status, as_text(problem_headers(body)))
+
+
+def _unset(environ: Any, start_response: Any) -> Iterable[bytes]:  # pragma: no cover
+    raise RuntimeError("FlaskRateLimit's own middleware serves no application")

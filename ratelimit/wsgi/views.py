@@ -1,0 +1,128 @@
+"""What the Flask and Django view decorators share: :class:`ViewLimit`, one view's limit
+decided for a WSGI request with the framework's values (path parameters, the JSON body),
+and :func:`captured`, a WSGI application's answer as status, headers and body, so that the
+frameworks answer a refusal with the middleware's own (problem details, or ``refused=``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from wsgiref.types import WSGIApplication, WSGIEnvironment
+
+from ratelimit.asgi.limits import HTTPCost, HTTPLimit
+from ratelimit.asgi.proxies import TrustedProxies
+from ratelimit.asgi.request import HTTPRequest
+from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.limiter import RateLimit as AsyncRateLimit
+from ratelimit.rules import RuleLike
+from ratelimit.sync.limiter import RateLimit
+from ratelimit.wsgi.environ import scope_of
+from ratelimit.wsgi.middleware import DECISIONS, STATE
+from ratelimit.wsgi.response import ExcInfo
+
+logger = logging.getLogger("ratelimit.wsgi")
+
+
+class ViewLimit:
+    """A limit on one view, checked when made: ``rules``, ``key``, ``cost`` and ``shadow``
+    as for :class:`~ratelimit.asgi.Route`, ``sources`` as its ``**sources`` (body fields
+    included: ``json_field``), ``proxies`` the client address's trusted proxies. ``where``
+    names it in error messages."""
+
+    __slots__ = ("limit", "limiter", "needs_body", "needs_user", "proxies")
+
+    def __init__(
+        self,
+        limiter: RateLimit,
+        rules: RuleLike,
+        key: str | None,
+        cost: HTTPCost,
+        shadow: bool | None,
+        proxies: TrustedProxies,
+        sources: dict[str, Any],
+        where: str,
+    ) -> None:
+        if not isinstance(limiter, RateLimit):
+            hint = (
+                " (the async ratelimit.RateLimit is for async code: ratelimit.asgi)"
+                if isinstance(limiter, AsyncRateLimit)
+                else ""
+            )
+            raise TypeError(
+                f"{where}: limiter must be a ratelimit.sync.RateLimit, not "
+                f"{type(limiter).__name__}{hint}"
+            )
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True)
+        self.limit.check(limiter.limiter)
+        self.limiter = limiter
+        self.proxies = proxies
+        given = self.limit.sources.values()
+        self.needs_body = any(source.needs_body for source in given)
+        self.needs_user = any(source.what.startswith("user(") for source in given)
+
+    def decide(
+        self,
+        environ: WSGIEnvironment,
+        key: str,
+        path_params: Mapping[str, Any] | None = None,
+        read_json: Callable[[], Any] | None = None,
+        user: Any = None,
+    ) -> Decision:
+        """Decide one request under this limit's key, else ``key`` (the view's): the
+        decision when admitted (or in shadow mode), else ``RateLimitExceeded``. A selector
+        value its source cannot read raises ``SourceValueError``. ``read_json``: reads the
+        body as JSON, called here (in the request's thread) when a source needs it. The
+        decision joins ``environ[DECISIONS]`` when a middleware made it (whose response
+        then carries its headers), and is ``environ[STATE]``. ``user``: the authenticated
+        user ``user()`` sources read (default: ``REMOTE_USER``)."""
+        body = None
+        if self.needs_body and read_json is not None:
+            try:
+                parsed = read_json()
+            except (ValueError, UnicodeDecodeError):
+                parsed = None
+
+            async def body() -> Any:
+                return parsed
+
+        params = {name: str(value) for name, value in (path_params or {}).items()}
+        scope = scope_of(environ)
+        if user is not None:
+            scope["user"] = user
+        request = HTTPRequest(scope, self.proxies, params, body)
+        limit, chosen = self.limit, self.limit.key or key
+        decision = self.limiter.run(lambda limiter: limit.decide(limiter, request, chosen))
+        environ[STATE] = decision
+        decisions = environ.get(DECISIONS)
+        if isinstance(decisions, list):
+            decisions.append(decision)
+        if decision.allowed or decision.shadow:
+            return decision
+        raise RateLimitExceeded(decision)
+
+
+def captured(
+    application: WSGIApplication, environ: WSGIEnvironment
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Run a WSGI ``application`` (a refusal) and return its status code, headers and
+    body."""
+    started: list[tuple[str, list[tuple[str, str]]]] = []
+    written: list[bytes] = []
+
+    def start_response(
+        status: str, headers: list[tuple[str, str]], exc_info: ExcInfo = None
+    ) -> Callable[[bytes], object]:
+        started[:] = [(status, list(headers))]
+        return written.append
+
+    result: Iterable[bytes] = application(environ, start_response)
+    try:
+        written.extend(result)
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    status, headers = started[0]
+    return int(status.split(None, 1)[0]), headers, b"".join(written)
