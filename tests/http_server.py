@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -64,7 +64,7 @@ class UvicornServer:
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 30.0) -> UvicornServer:
+    def start(self, timeout: float = 30.0) -> Self:
         self.process = subprocess.Popen(
             self.command, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
@@ -72,7 +72,7 @@ class UvicornServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 code = self.process.returncode
-                raise RuntimeError(f"uvicorn exited with {code}:\n{self.stop()}")
+                raise RuntimeError(f"{self.command[2]} exited with {code}:\n{self.stop()}")
             try:
                 if self.uds and not _listening(self.uds):
                     raise httpx.ConnectError("not listening yet")
@@ -82,7 +82,7 @@ class UvicornServer:
             except httpx.TransportError:
                 time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"uvicorn did not answer within {timeout} s")
+        raise RuntimeError(f"{self.command[2]} did not answer within {timeout} s")
 
     def client(self, **options: Any) -> httpx.AsyncClient:
         """An httpx client for this server (over its unix socket when it has one)."""
@@ -112,7 +112,7 @@ class UvicornServer:
         self.process = None
         return output
 
-    def __enter__(self) -> UvicornServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
