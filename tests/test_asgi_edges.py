@@ -423,3 +423,23 @@ async def test_a_route_limits_key_never_follows_the_path_asked_for(route: str) -
             except Exception as exc:  # HTTPException without the middleware
                 answers.append(getattr(exc, "status_code", 500))
     assert answers == [200, 200, 200] + [429] * 7
+
+
+async def test_a_route_limits_head_requests_count_as_get() -> None:
+    """Starlette answers ``HEAD`` with the ``GET`` endpoint: counted under its own key, a
+    client would get the limit twice (once by GET, once by HEAD)."""
+    limit = RouteLimit(RateLimit(MemoryBackend()), "ip:2/h")
+
+    async def page(request: Request) -> PlainTextResponse:
+        await limit.check(request)
+        return PlainTextResponse("page")
+
+    app = Starlette(routes=[StarletteRoute("/page", page)])
+    async with client(app) as http:
+        answers = []
+        for method in ("GET", "HEAD", "GET", "HEAD"):
+            try:
+                answers.append((await http.request(method, "/page")).status_code)
+            except Exception as exc:  # HTTPException without the middleware
+                answers.append(getattr(exc, "status_code", 500))
+    assert answers == [200, 200, 429, 429]

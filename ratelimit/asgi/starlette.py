@@ -122,9 +122,11 @@ def _route_key(request: HTTPConnection, rules: object) -> str:
     (``"POST /login"``; Starlette and FastAPI set ``scope["route"]``, within the
     application that holds it, so neither ``root_path`` nor a mount's prefix enters it),
     else its endpoint's qualified name (Starlette versions that set only
-    ``scope["endpoint"]``), else the rules themselves."""
+    ``scope["endpoint"]``), else the rules themselves. ``HEAD`` counts as ``GET``."""
     scope = request.scope
     method = scope.get("method", "WEBSOCKET")
+    if method == "HEAD":  # the GET endpoint's answer, without its body: the GET's counters
+        method = "GET"
     path = getattr(scope.get("route"), "path", None)
     if path:
         return f"{method} {path}"
