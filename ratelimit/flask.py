@@ -164,6 +164,12 @@ class FlaskRateLimit:
             @functools.wraps(view)
             def limited(*args: Any, **kwargs: Any) -> Any:
                 request = flask.request
+                if EXTENSION not in flask.current_app.extensions:
+                    raise ConfigurationError(
+                        f"{flask.current_app.name!r} has no FlaskRateLimit: give the "
+                        "application to FlaskRateLimit(rl, app) or limits.init_app(app), "
+                        "which answers refusals with 429"
+                    )
                 flask.g.ratelimit = limit.decide(
                     request.environ,
                     _view_key(request, view),

@@ -286,6 +286,20 @@ def test_bad_configuration_fails_when_made(rl: RateLimit) -> None:
         limits.limit("2/m")(coroutine_view)
 
 
+def test_a_view_of_an_application_without_init_app_says_so(rl: RateLimit) -> None:
+    limits = FlaskRateLimit(rl)
+    app = Flask(__name__)
+
+    @app.get("/v")
+    @limits.limit("1/m")
+    def v() -> str:
+        return "v"
+
+    app.testing = True  # the error reaches the test
+    with pytest.raises(ConfigurationError, match="init_app"):
+        app.test_client().get("/v")
+
+
 def test_a_view_refusal_is_raised_as_rate_limit_exceeded_for_handlers_of_your_own(
     rl: RateLimit,
 ) -> None:
