@@ -122,6 +122,43 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
+Results = dict[tuple[str, int], list[tuple[float, list[float], float]]]
+
+
+def measure(url: str, seconds: float, rounds: int, counts: list[int]) -> Results:
+    """Every contender at each thread count in ``counts``, ``rounds`` times, on the Redis at
+    ``url`` (also what ``bench/wsgi.py`` runs for its table of the sync API alone)."""
+    results: Results = {}
+    for _ in range(rounds):  # rounds interleaved: noise hits every contender alike
+        for name, make in CONTENDERS.items():
+            decide, close = make(url)
+            try:
+                for threads in counts:
+                    results.setdefault((name, threads), []).append(run(decide, seconds, threads))
+            finally:
+                close()
+    return results
+
+
+def print_table(results: Results, counts: list[int]) -> None:
+    """The Markdown table of :func:`measure`'s results (medians of the rounds)."""
+    print("| contender | threads | decisions/s | p50 µs | p99 µs | CPU µs per decision |"
+          " vs limits' moving window |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for threads in counts:
+        base = statistics.median(r[0] for r in results[(BASELINE, threads)])
+        for name in CONTENDERS:
+            runs = results[(name, threads)]
+            rate = statistics.median(r[0] for r in runs)
+            median_run: Any = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+            _, lat, cpu = median_run
+            print(
+                f"| {name} | {threads} | {rate:,.0f} | {percentile(lat, 0.5) * 1e6:,.0f} | "
+                f"{percentile(lat, 0.99) * 1e6:,.0f} | {cpu * 1e6:,.1f} | "
+                f"{rate / base:.2f}x |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0)
@@ -136,32 +173,8 @@ def main() -> None:
             f"{args.seconds} s per row, median of {args.rounds}; user:{LIMIT}/m over "
             f"{USERS} users\n"
         )
-        results: dict[tuple[str, int], list[tuple[float, list[float], float]]] = {}
-        for _ in range(args.rounds):  # rounds interleaved: noise hits every contender alike
-            for name, make in CONTENDERS.items():
-                decide, close = make(url)
-                try:
-                    for threads in counts:
-                        results.setdefault((name, threads), []).append(
-                            run(decide, args.seconds, threads)
-                        )
-                finally:
-                    close()
-        print("| contender | threads | decisions/s | p50 µs | p99 µs | CPU µs per decision |"
-              " vs limits' moving window |")  # fmt: skip
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for threads in counts:
-            base = statistics.median(r[0] for r in results[(BASELINE, threads)])
-            for name in CONTENDERS:
-                runs = results[(name, threads)]
-                rate = statistics.median(r[0] for r in runs)
-                median_run: Any = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-                _, lat, cpu = median_run
-                print(
-                    f"| {name} | {threads} | {rate:,.0f} | {percentile(lat, 0.5) * 1e6:,.0f} | "
-                    f"{percentile(lat, 0.99) * 1e6:,.0f} | {cpu * 1e6:,.1f} | "
-                    f"{rate / base:.2f}x |"
-                )
+        results = measure(url, args.seconds, args.rounds, counts)
+        print_table(results, counts)
 
 
 if __name__ == "__main__":
