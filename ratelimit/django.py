@@ -336,8 +336,10 @@ def _without_language(request: HttpRequest, route: str) -> str:
 def _json(request: HttpRequest) -> Any:
     try:
         return json.loads(request.body)
-    except RequestDataTooBig:  # Django's 400: a view reading the stream would read it
-        raise
+    except RequestDataTooBig:
+        if request.content_type == "multipart/form-data":
+            return None  # an upload, which Django's parser streams: no JSON
+        raise  # Django's 400: a view reading the stream (DRF) would read what we could not
     except Exception:  # not JSON, or a body the view already read as a stream: no value
         return None
 

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 from django.conf.urls.i18n import i18n_patterns
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.wsgi import get_wsgi_application
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.test import override_settings
@@ -49,6 +50,11 @@ def export() -> bytes:
     return b"data"
 
 
+@limit("username:2/m", username=json_field("username"))
+def upload(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(request.FILES["file"].read())
+
+
 def streamed(request: HttpRequest) -> StreamingHttpResponse:
     return StreamingHttpResponse(chunk() for _ in "a")  # refused as the body starts
 
@@ -62,6 +68,7 @@ class Urls:
 
     urlpatterns: ClassVar[list[Any]] = [
         path("stream-login", from_stream),
+        path("upload", upload),
         path("streamed", streamed),
         path("health", excluded),  # excluded in settings.RATELIMIT
         *i18n_patterns(path("hello", hello)),
@@ -98,8 +105,10 @@ def test_a_body_too_large_to_read_is_refused_not_unlimited() -> None:
         http = client()
         big = [http.post("/stream-login", large, content_type="application/json") for _ in "abc"]
         fits = [http.post("/stream-login", small, content_type="application/json") for _ in "ab"]
+        upload = http.post("/upload", {"file": SimpleUploadedFile("f", b"x" * 200)})
     assert [a.status_code for a in big] == [400, 400, 400]
     assert [a.status_code for a in fits] == [200, 200]
+    assert upload.content == b"x" * 200  # a file, streamed by Django's parser: no JSON
 
 
 def test_a_refusal_raised_inside_a_view_on_an_excluded_path_has_its_headers() -> None:
