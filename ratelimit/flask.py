@@ -211,7 +211,10 @@ def _json(request: flask.Request) -> Any:
     ``get_json(force=True)``), left for the view: cached, and its stream readable again."""
     data = request.get_data(cache=True)
     request.stream = io.BytesIO(data)  # Werkzeug's cached_property takes a value
-    return flask.current_app.json.loads(data)
+    try:
+        return flask.current_app.json.loads(data)
+    except RecursionError:  # nested deeper than the parser goes: no value, not a 500
+        return None
 
 
 def _refused(exc: RateLimitExceeded) -> Response:

@@ -64,6 +64,22 @@ def test_the_view_still_reads_the_body_the_limit_read(rl: RateLimit) -> None:
     assert client.post("/form", data={"username": "bob"}).text == "bob"
 
 
+def test_a_body_nested_too_deep_for_the_parser_is_no_value_not_a_500(rl: RateLimit) -> None:
+    app = Flask(__name__)
+    limits = FlaskRateLimit(rl, app)
+
+    @app.post("/f")
+    @limits.limit("username:1/m", username=json_field("username"))
+    def f() -> str:
+        return flask.request.form.get("username", "no form")
+
+    client = app.test_client()
+    deep = "[" * 100_000
+    answers = [client.post("/f", data=deep, content_type=kind) for kind in
+               ("application/json", "text/plain")]  # fmt: skip
+    assert [(a.status_code, a.text) for a in answers] == [(200, "no form")] * 2
+
+
 def test_your_handler_takes_precedence_even_registered_before_init_app(rl: RateLimit) -> None:
     app = Flask(__name__)
 
