@@ -41,9 +41,11 @@ from ratelimit.extras import needs_extra
 
 with needs_extra("django"):
     from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
+    from django.conf.urls.i18n import is_language_prefix_patterns_used
+    from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
     from django.http import HttpRequest, HttpResponse, HttpResponseBase
     from django.utils.module_loading import import_string
+    from django.utils.translation import get_language
 
 from ratelimit.asgi.headers import problem_headers, retry_after, unreadable
 from ratelimit.asgi.limits import HTTPCost, HTTPResponse
@@ -239,9 +241,13 @@ class RateLimitMiddleware:
         if not isinstance(exception, RateLimitExceeded):
             return None
         decisions = request.META.get(DECISIONS)
-        if isinstance(decisions, list) and all(d is not exception.decision for d in decisions):
+        full = getattr(exception, "limit", None)  # a concurrency limit's full slots
+        response = self.config.refusal(request, exception.decision, full)
+        if not isinstance(decisions, list):  # an excluded path: __call__ adds no headers
+            self.config.add_headers(response, [exception.decision])
+        elif all(d is not exception.decision for d in decisions):
             decisions.append(exception.decision)
-        return self.config.refusal(request, exception.decision, getattr(exception, "limit", None))
+        return response
 
 
 def limit(
@@ -258,8 +264,9 @@ def limit(
     (``header``, ``query_param``, ``path_param`` for the URL pattern's arguments,
     ``json_field`` for the JSON body, ``user`` for ``request.user``, or a function of the
     :class:`~ratelimit.asgi.HTTPRequest`; a selector named ``ip`` reads the client).
-    ``key``: the counters' name, by default the method and the URL pattern (``"POST
-    /login/"``; ``HEAD`` counts as ``GET``). ``limiter``: by default
+    ``key``: the counters' name, by default the URL pattern for every method (``"ANY
+    /login/"``: a function view runs for any method a client names; ``i18n_patterns``'
+    language prefix left out). ``limiter``: by default
     ``settings.RATELIMIT``'s. The view reads its decision as ``request.ratelimit``.
     Without the middleware the view still answers 429, with the headers."""
     config = configured()
@@ -306,18 +313,33 @@ def limit(
 
 
 def _view_key(request: HttpRequest, view: Callable[..., Any]) -> str:
-    """The method (``HEAD`` as ``GET``) and the URL pattern, else the view's name."""
-    method = "GET" if request.method == "HEAD" else str(request.method)
+    """``ANY`` and the URL pattern (without ``i18n_patterns``' language prefix), else the
+    view's name. Never the method: a function view runs for any method a client names, and
+    each name would be a counter of its own."""
     match = request.resolver_match
     route = None if match is None else match.route
     if route:
-        return f"{method} /{route.lstrip('^')}"
-    return f"{method} {view.__module__}.{view.__qualname__}"
+        return f"ANY /{_without_language(request, route).lstrip('^')}"
+    return f"ANY {view.__module__}.{view.__qualname__}"
+
+
+def _without_language(request: HttpRequest, route: str) -> str:
+    """``route`` without the language prefix ``i18n_patterns`` put before it (``fr/``), so
+    that every language's URL of one view counts on one key."""
+    urlconf = getattr(request, "urlconf", settings.ROOT_URLCONF)
+    if not is_language_prefix_patterns_used(urlconf)[0]:
+        return route
+    prefix = f"{get_language() or settings.LANGUAGE_CODE}/"
+    return route[len(prefix) :] if route.startswith(prefix) else route
 
 
 def _json(request: HttpRequest) -> Any:
     try:
         return json.loads(request.body)
+    except RequestDataTooBig:
+        if request.content_type == "multipart/form-data":
+            return None  # an upload, which Django's parser streams: no JSON
+        raise  # Django's 400: a view reading the stream (DRF) would read what we could not
     except Exception:  # not JSON, or a body the view already read as a stream: no value
         return None
 

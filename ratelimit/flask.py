@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import io
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -49,7 +50,7 @@ from ratelimit.asgi.sources import (
     query_param,
     user,
 )
-from ratelimit.decision import RateLimitExceeded
+from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import ConfigurationError, SourceValueError
 from ratelimit.rules import RuleLike
 from ratelimit.sync.limiter import RateLimit
@@ -128,8 +129,11 @@ class FlaskRateLimit:
         middleware = RateLimitMiddleware(app.wsgi_app, self.limiter, **self.options)
         app.wsgi_app = middleware  # type: ignore[method-assign]
         app.extensions[EXTENSION] = middleware
-        app.register_error_handler(RateLimitExceeded, _refused)
-        app.register_error_handler(SourceValueError, _unreadable)
+        own = app.error_handler_spec[None][None]  # yours, registered before, stay
+        if RateLimitExceeded not in own:
+            app.register_error_handler(RateLimitExceeded, _refused)
+        if SourceValueError not in own:
+            app.register_error_handler(SourceValueError, _unreadable)
 
     def limit(
         self,
@@ -170,12 +174,21 @@ class FlaskRateLimit:
                         "application to FlaskRateLimit(rl, app) or limits.init_app(app), "
                         "which answers refusals with 429"
                     )
-                flask.g.ratelimit = limit.decide(
+                decision = flask.g.ratelimit = limit.decide(
                     request.environ,
                     _view_key(request, view),
                     request.view_args,
-                    lambda: request.get_json(silent=True),
+                    lambda: _json(request),
                 )
+                if not isinstance(request.environ.get(DECISIONS), list):  # an excluded path
+
+                    @flask.after_this_request
+                    def add_headers(response: Response) -> Response:
+                        middleware = flask.current_app.extensions[EXTENSION]
+                        for name, value in middleware.headers_for([decision]):
+                            response.headers[name] = value
+                        return response
+
                 return view(*args, **kwargs)
 
             return limited  # type: ignore[return-value]
@@ -193,17 +206,31 @@ def _view_key(request: flask.Request, view: Callable[..., Any]) -> str:
     return f"{method} {view.__module__}.{view.__qualname__}"
 
 
+def _json(request: flask.Request) -> Any:
+    """The body as JSON whatever its content type (a view may read it with
+    ``get_json(force=True)``), left for the view: cached, and its stream readable again."""
+    data = request.get_data(cache=True)
+    request.stream = io.BytesIO(data)  # Werkzeug's cached_property takes a value
+    try:
+        return flask.current_app.json.loads(data)
+    except RecursionError:  # nested deeper than the parser goes: no value, not a 500
+        return None
+
+
 def _refused(exc: RateLimitExceeded) -> Response:
     """A view's refusal, answered as the middleware answers a route's."""
     environ = flask.request.environ
     middleware = flask.current_app.extensions[EXTENSION]
     decisions = environ.get(DECISIONS)
-    if isinstance(decisions, list) and all(d is not exc.decision for d in decisions):
+    own: list[Decision] = []  # the decisions whose headers this answer carries itself
+    if not isinstance(decisions, list):  # an excluded path: the middleware adds none
+        own.append(exc.decision)
+    elif all(d is not exc.decision for d in decisions):
         decisions.append(exc.decision)  # the middleware adds the headers of them all
     request = HTTPRequest(scope_of(environ), middleware.proxies)
     full = getattr(exc, "limit", None)  # a concurrency limit's full slots
     status, headers, body = captured(
-        lambda env, start: middleware.refuse(env, start, request, exc.decision, (), full),
+        lambda env, start: middleware.refuse(env, start, request, exc.decision, own, full),
         environ,
     )
     return Response(body, status, headers)
