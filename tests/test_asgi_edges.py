@@ -443,3 +443,23 @@ async def test_a_route_limits_head_requests_count_as_get() -> None:
             except Exception as exc:  # HTTPException without the middleware
                 answers.append(getattr(exc, "status_code", 500))
     assert answers == [200, 200, 429, 429]
+
+
+async def test_route_limit_reads_json_nested_past_the_parser_as_no_value() -> None:
+    """``[[[[...`` deeper than Python's parser goes is no value (the rule does not apply),
+    not a 500 before the endpoint runs."""
+    rl = RateLimit(MemoryBackend())
+    login = RouteLimit(rl, "username:1/m", username=json_field("username"))
+
+    async def endpoint(request: Request) -> PlainTextResponse:
+        await login.check(request)
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[StarletteRoute("/login", endpoint, methods=["POST"])])
+    deep = "[" * 100_000
+    async with client(app) as http:
+        answers = [
+            await http.post("/login", content=deep, headers={"content-type": "application/json"})
+            for _ in range(2)
+        ]
+    assert statuses(answers) == [200, 200]

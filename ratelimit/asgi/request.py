@@ -153,7 +153,7 @@ class HTTPRequest:
                 )
             try:
                 self._json = await self._body()
-            except (ValueError, UnicodeDecodeError):  # not JSON: no value
+            except (ValueError, UnicodeDecodeError, RecursionError):  # not JSON: no value
                 self._json = None
         return self._json
 
