@@ -68,6 +68,7 @@ __all__ = [
     "json_field",
     "path_param",
     "query_param",
+    "refusal",
     "user",
 ]
 
@@ -131,7 +132,7 @@ class FlaskRateLimit:
         app.extensions[EXTENSION] = middleware
         own = app.error_handler_spec[None][None]  # yours, registered before, stay
         if RateLimitExceeded not in own:
-            app.register_error_handler(RateLimitExceeded, _refused)
+            app.register_error_handler(RateLimitExceeded, refusal)
         if SourceValueError not in own:
             app.register_error_handler(SourceValueError, _unreadable)
 
@@ -217,8 +218,11 @@ def _json(request: flask.Request) -> Any:
         return None
 
 
-def _refused(exc: RateLimitExceeded) -> Response:
-    """A view's refusal, answered as the middleware answers a route's."""
+def refusal(exc: RateLimitExceeded) -> Response:
+    """The answer to ``exc`` in a request of an application with :class:`FlaskRateLimit`:
+    the middleware's 429 (503 when the store failed under ``on_error="deny"``), or its
+    ``refused=``. The application's handler for ``RateLimitExceeded``; call it from a
+    handler of your own that Flask asks first (a blueprint's ``errorhandler(Exception)``)."""
     environ = flask.request.environ
     middleware = flask.current_app.extensions[EXTENSION]
     decisions = environ.get(DECISIONS)

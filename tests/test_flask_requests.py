@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import flask
 import pytest
 from flask import Blueprint, Flask
 
 from ratelimit import MemoryBackend, RateLimitExceeded
-from ratelimit.flask import FlaskRateLimit, json_field
+from ratelimit.flask import FlaskRateLimit, json_field, refusal
 from ratelimit.sync import RateLimit
 from tests.test_wsgi import sf_list
 
@@ -146,3 +147,30 @@ def test_a_blueprints_catch_all_handler_does_not_turn_a_refusal_into_a_500(
     app.register_blueprint(api, url_prefix="/v1")
     client = app.test_client()
     assert [client.get("/v1/b").status_code for _ in "ab"] == [200, 429]
+
+
+def test_a_catch_all_handler_of_yours_can_answer_a_refusal_as_the_middleware_does(
+    rl: RateLimit,
+) -> None:
+    app = Flask(__name__)
+    limits = FlaskRateLimit(rl, app)
+    api = Blueprint("api", __name__)
+
+    @api.errorhandler(Exception)
+    def internal(exc: Exception) -> Any:
+        if isinstance(exc, RateLimitExceeded):
+            return refusal(exc)
+        return {"error": "internal"}, 500
+
+    @api.get("/b")
+    @limits.limit("1/m")
+    def b() -> str:
+        return "b"
+
+    app.register_blueprint(api, url_prefix="/v1")
+    client = app.test_client()
+    answers = [client.get("/v1/b") for _ in "ab"]
+    assert [a.status_code for a in answers] == [200, 429]
+    assert answers[1].headers["Content-Type"] == "application/problem+json"
+    assert answers[1].headers["Retry-After"] == "60"
+    assert sf_list(answers[1].headers["RateLimit"]) == {"1/m": {"r": 0, "t": 60}}
