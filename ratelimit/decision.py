@@ -48,7 +48,7 @@ class Decision:
     - ``key``: the limit's key.
     - ``degraded``: the storage failed and the failure policy (``on_error``) decided
       instead. The hit may still have been counted, if the storage did its part before
-      the failure reached the caller (see the README, "When Redis fails"). Also set on
+      the failure reached the caller (see the docs, "When the store fails"). Also set on
       the refusal of a call whose command-engine lock stayed held past ``lock_timeout``
       (nothing counted; refused whatever ``on_error`` says, except ``"raise"``).
     - ``shadow``: a refusal in shadow mode: ``allowed`` is ``False`` (what the rules, or

@@ -16,7 +16,7 @@ point operations in the same order, so every backend decides alike
 
 A new algorithm is one module here with an :class:`Algorithm` subclass, one line in
 :data:`BY_NAME`, its Lua and SQL where stores keep it, and a line in the table of each
-backend that supports it (see README, "Architecture").
+backend that supports it (see the docs, "Architecture").
 
 Twins: code written more than once, in other languages or for other stores, that must agree.
 Change one, change them all; the named tests hold each set together.
