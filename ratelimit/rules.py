@@ -145,14 +145,23 @@ class _Composite:
 
 
 class And(_Composite):
-    """Limited only when every child is limited ."""
+    """Limited only when every child is limited: a quota with a burst allowance, say.
+    Children are rule texts, :class:`Rule` objects or other trees.
+
+    Example: ``And("apikey:100/h", Or("10/s", "15/m"))``, which the text
+    ``"apikey:100/h & (10/s | 15/m)"`` also writes, refuses a key only once it has 100
+    calls in the hour and 10 in the second or 15 in the minute."""
 
     __slots__ = ()
     operator = "&"
 
 
 class Or(_Composite):
-    """Limited when any child is limited."""
+    """Limited when any child is limited: several limits that all apply. Children are
+    rule texts, :class:`Rule` objects or other trees.
+
+    Example: ``Or("10/s", "15/m")``, the text ``"10/s | 15/m"``, or ``limits``' own
+    ``"10/second;15/minute"``."""
 
     __slots__ = ()
     operator = "|"

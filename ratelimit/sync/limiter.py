@@ -229,6 +229,8 @@ class RateLimit:
     # --- the one door, for front ends (WSGI, Flask, Django) ---
 
     def check(self, compiled: CompiledTree, cost: Cost | CostValue = 1) -> Cost:
+        """:meth:`ratelimit.RateLimit.check`: ``ConfigurationError`` unless every rule
+        can admit ``cost``."""
         return self._limiter.check(compiled, cost)
 
     def decide(
@@ -252,6 +254,8 @@ class RateLimit:
         )  # fmt: skip
 
     def settle(self, decision: Decision, actual: CostValue) -> bool:
+        """:meth:`ratelimit.RateLimit.settle`, blocking: record what an admitted call
+        really cost."""
         return self.run(lambda limiter: limiter.settle(decision, actual))
 
     def record(
@@ -262,23 +266,31 @@ class RateLimit:
         *,
         cost: Cost | Mapping[str, float] = 1,
     ) -> bool:
+        """:meth:`ratelimit.RateLimit.record`, blocking: count a call past the limit if
+        need be, deciding nothing."""
         return self.run(lambda limiter: limiter.record(compiled, key, values, cost=cost))
 
     def ping(self, within: float | None = None) -> None:
+        """:meth:`ratelimit.RateLimit.ping`, blocking: ``BackendError`` when the store
+        does not answer within ``within`` seconds."""
         self.run(lambda limiter: limiter.ping(within))
 
     def setup(self) -> str:
+        """:meth:`ratelimit.RateLimit.setup`, blocking: prepare the store now."""
         return self.run(lambda limiter: limiter.setup())
 
     def flush(self) -> None:
+        """:meth:`ratelimit.RateLimit.flush`, blocking: count every queued call now."""
         self.run(lambda limiter: limiter.flush())
 
     def increment(
         self, key: str, window_size: float, value: float = 1, weight: float | None = None
     ) -> float:
+        """:meth:`ratelimit.RateLimit.increment`, blocking."""
         return self.run(lambda limiter: limiter.increment(key, window_size, value, weight))
 
     def sliding_window(self, key: str, window_size: float, weight: float | None = None) -> float:
+        """:meth:`ratelimit.RateLimit.sliding_window`, blocking."""
         return self.run(lambda limiter: limiter.sliding_window(key, window_size, weight))
 
     # --- closing ---
@@ -328,22 +340,30 @@ class Overrides:
     def set(
         self, key: str, rules: RuleLike, /, *, ttl: float | None = None, **values: str | int
     ) -> Override:
+        """Set the rules of ``key`` for these selector values (none: every call of the key),
+        for ``ttl`` seconds or until deleted; the new :class:`~ratelimit.Override`."""
         return self._limiter.run(lambda rl: rl.overrides.set(key, rules, ttl=ttl, **values))
 
     def get(self, key: str, /, **values: str | int) -> Override | None:
+        """The override of ``key`` for exactly these values, or ``None``."""
         return self._limiter.run(lambda rl: rl.overrides.get(key, **values))
 
     def delete(self, key: str, /, **values: str | int) -> bool:
+        """Delete the override of ``key`` for these values; whether there was one."""
         return self._limiter.run(lambda rl: rl.overrides.delete(key, **values))
 
     def list(self, key: str | None = None) -> Sequence[Override]:
+        """The overrides in force, of ``key`` or of every key."""
         return self._limiter.run(lambda rl: rl.overrides.list(key))
 
     def in_force(self, key: str, /, **values: str | int | None) -> Override | None:
+        """The override a call of ``key`` with these values decides under, or ``None``."""
         return self._limiter.run(lambda rl: rl.overrides.in_force(key, **values))
 
     def refresh(self) -> None:
+        """Read the overrides from the store now, not at the next refresh."""
         self._limiter.run(lambda rl: rl.overrides.refresh())
 
     def find(self, key: str, values: Mapping[str, str | None]) -> Override | None:
+        """As :meth:`in_force`, from the cache the decisions read."""
         return self._limiter.run(lambda rl: rl.overrides.find(key, values))

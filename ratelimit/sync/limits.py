@@ -119,14 +119,18 @@ class Limit(_Twin[AsyncLimit]):
         return limited
 
     def decide(self, *, cost: CostValue | None = None) -> Decision:
+        """Decide one call without raising (:meth:`ratelimit.Limit.decide`): counted only
+        if ``Decision.allowed``."""
         limit = self.twin()
         return self._owner.portal.run(lambda: limit.decide(cost=cost))
 
     def peek(self, *, cost: CostValue | None = None) -> Decision:
+        """The decision :meth:`decide` would give, recording nothing."""
         limit = self.twin()
         return self._owner.portal.run(lambda: limit.peek(cost=cost))
 
     def reset(self) -> None:
+        """Forget the hits of this limit's identifiers."""
         limit = self.twin()
         self._owner.portal.run(limit.reset)
 
@@ -139,6 +143,8 @@ class Limit(_Twin[AsyncLimit]):
         return self._owner.portal.run(lambda: limit.acquire(wait, cost=cost))
 
     def settle(self, decision: Decision, actual: CostValue) -> bool:
+        """Record what the call ``decision`` admitted really cost
+        (:meth:`ratelimit.Limit.settle`)."""
         limit = self.twin()
         return self._owner.portal.run(lambda: limit.settle(decision, actual))
 
