@@ -86,6 +86,14 @@ class FlaskRateLimit:
     ``SCRIPT_NAME``), ``exclude``, ``trusted_proxies``, ``forwarded_header``,
     ``ipv6_prefix`` (also what views' ``ip`` selectors read), ``headers``,
     ``legacy_headers`` and ``refused``.
+
+    Example::
+
+        limits = FlaskRateLimit(rl, app, routes=[Route("/ping", "ip:5/m")])
+
+        @app.post("/login")
+        @limits.limit("username:3/m", username=json_field("username"))
+        def login(): ...
     """
 
     def __init__(

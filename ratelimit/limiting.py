@@ -199,6 +199,20 @@ class LimitMaker:
         ``shadow``: decide and count as usual, but let refused calls through, marked
         ``Decision.shadow`` for hooks and logs (default: the limiter's ``shadow`` setting).
         ``**selectors``: selector values as literals, callables or async callables.
+
+        Raises ``RuleSyntaxError`` for a bad rule and ``ConfigurationError`` for a cost or
+        a selector the rules cannot take, here; a refused call raises
+        ``RateLimitExceeded`` (or waits, with ``wait``).
+
+        Example::
+
+            @rl.limit("apikey:100/h & (10/s | 15/m)", apikey=get_api_key)
+            async def search(q: str) -> list[str]: ...
+
+            async with rl.limit("user:3/m", user=name, key="login"):
+                ...
+
+            decision = await rl.limit("user:3/m", user=name, key="login").decide()
         """
         typed: type[Limit] = Limit
         if settle is not None:

@@ -65,6 +65,16 @@ class RateLimit:
     :class:`ratelimit.RateLimit` takes (a limiter made so cannot follow a ``fork()``; use
     :meth:`from_url` where processes fork). The keywords are :class:`~ratelimit.Settings`,
     checked here.
+
+    Example::
+
+        rl = RateLimit.from_url("redis://localhost:6379", namespace="shop")
+
+        @rl.limit("user:3/m")
+        def search(user: str, q: str) -> list[str]: ...   # still a def
+
+        with rl.limit("10/s", key="export"):
+            ...
     """
 
     def __init__(
