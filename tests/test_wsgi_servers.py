@@ -136,6 +136,7 @@ def test_redis_killed_mid_traffic_is_the_policy_never_a_500(
 ) -> None:
     server = serve(app, own_redis.url, workers=2, RATELIMIT_TEST_ON_ERROR=on_error)
     answers: list[tuple[str, int]] = []  # (before, during or after the kill, status)
+    killing = threading.Event()
     killed = threading.Event()
     stop = threading.Event()
 
@@ -146,7 +147,8 @@ def test_redis_killed_mid_traffic_is_the_policy_never_a_500(
                 n += 1
                 started = killed.is_set()
                 status = http.get("/keyed", headers={"X-API-Key": f"k{n % 50}"}).status_code
-                when = "after" if started else "during" if killed.is_set() else "before"
+                # "before": answered before the kill began; "after": asked once it ended
+                when = "after" if started else "during" if killing.is_set() else "before"
                 answers.append((when, status))
 
     try:
@@ -158,6 +160,7 @@ def test_redis_killed_mid_traffic_is_the_policy_never_a_500(
             sum(1 for when, _ in answers if when == "before") < 40 and time.monotonic() < deadline
         ):
             time.sleep(0.01)  # waiting for traffic to flow, not for a window
+        killing.set()
         own_redis.stop()
         killed.set()
         while sum(1 for when, _ in answers if when == "after") < 40 and time.monotonic() < deadline:
