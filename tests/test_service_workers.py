@@ -125,8 +125,8 @@ async def test_sigterm_under_traffic_stops_every_worker_cleanly(
     redis_url: str, processes: list[Client]
 ) -> None:
     """SIGTERM while 3 client processes send calls: every call ends answered (OK,
-    OVER_LIMIT) or refused undecided (UNAVAILABLE), the supervisor exits 0, no worker is
-    left."""
+    OVER_LIMIT) or refused undecided (UNAVAILABLE; CANCELLED by gRPC for the rare call that
+    reached a worker as it stopped), the supervisor exits 0, no worker is left."""
     async with supervised(redis_url, {"RATELIMIT_RULES": "20/m"}) as service:
         pids = await workers(service)
         await clients(processes, service.address, 3, 3, 0, "busy")
@@ -140,7 +140,10 @@ async def test_sigterm_under_traffic_stops_every_worker_cleanly(
         service.signal(signal.SIGTERM)
         assert await asyncio.to_thread(service.wait, DEADLINE) == 0
         codes = await ended(processes)
-        assert set(codes) <= {"OK", "OVER_LIMIT", "UNAVAILABLE"}, codes
+        # CANCELLED: gRPC's, for a call in transit as a worker stopped (a client retrying at
+        # once after an UNAVAILABLE): rare, 4 in 13 661 once in CI (docs/service.md, SIGTERM)
+        assert set(codes) <= {"OK", "OVER_LIMIT", "UNAVAILABLE", "CANCELLED"}, codes
+        assert codes["CANCELLED"] * 100 <= sum(codes.values()), codes
         assert codes["OK"] > 0, codes
         assert codes["OVER_LIMIT"] > 0, codes
         assert not [pid for pid in pids if is_worker(pid)]
