@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import fakeredis
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from ratelimit import (
     BackendError,
@@ -18,7 +19,7 @@ from ratelimit import (
     RateLimit,
     RateLimitExceeded,
 )
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 
 TIMEOUT = 0.25
 MARGIN = 0.5  # scheduling slack on a loaded 2-core machine
@@ -171,4 +172,20 @@ async def test_at_maxmemory_both_engines_still_refuse_a_full_key(
         await client.config_set("maxmemory", 0)
     assert (refused.allowed, refused.degraded) == (False, False)  # commands: was admitted
     assert fresh.degraded  # could not be recorded: the failure policy decided
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("on_error", "allowed"), [("allow", True), ("deny", False)])
+async def test_a_cluster_with_no_reachable_node_follows_the_policy(
+    on_error: str, allowed: bool
+) -> None:
+    """redis-py raises ``RedisClusterException`` (not a ``RedisError``) when no node of a
+    cluster answers: it is the store failing, answered by ``on_error`` like any other."""
+    client = RedisCluster(host="127.0.0.1", port=free_port())  # nothing listens there
+    rl = RateLimit(client, on_error=on_error)
+    decision = await rl.limit("5/m", key="cluster-down").decide()
+    assert decision.degraded
+    assert decision.allowed is allowed
+    with pytest.raises(BackendError, match="Cluster cannot be connected"):
+        await RateLimit(client, on_error="raise").limit("5/m", key="cluster-down").decide()
     await client.aclose()

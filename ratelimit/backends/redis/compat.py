@@ -42,8 +42,12 @@ if _VALKEY is not None:
     CLIENTS += (_VALKEY[0].Valkey, _VALKEY[2])
     CLUSTERS += (_VALKEY[2],)
 
-ServerError = _both("RedisError", "ValkeyError")
-"""Anything the client raises for the server or the way to it."""
+ServerError = (
+    *_both("RedisError", "ValkeyError"),
+    *_both("RedisClusterException", "ValkeyClusterException"),
+)
+"""Anything the client raises for the server or the way to it (a cluster none of whose
+nodes answers raises ``RedisClusterException``, which is not a ``RedisError``)."""
 ServerOrTimeout: tuple[type[BaseException], ...] = (*ServerError, TimeoutError)
 ConnectionError = _both("ConnectionError")
 NoScriptError = _both("NoScriptError")
