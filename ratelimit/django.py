@@ -69,7 +69,7 @@ from ratelimit.wsgi.environ import scope_of
 from ratelimit.wsgi.middleware import DECISIONS
 from ratelimit.wsgi.middleware import RateLimitMiddleware as WSGIMiddleware
 from ratelimit.wsgi.response import as_text
-from ratelimit.wsgi.views import ViewLimit, captured
+from ratelimit.wsgi.views import ViewLimit, captured, no_application
 
 __all__ = [
     "RateLimitMiddleware",
@@ -131,7 +131,7 @@ class Config:
             )
         self.refused: Refused | None = refused
         try:
-            self.wsgi = WSGIMiddleware(_unset, self.limiter, **options)
+            self.wsgi = WSGIMiddleware(no_application, self.limiter, **options)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"settings.RATELIMIT: {exc}") from exc
 
@@ -354,7 +354,3 @@ def _user(request: HttpRequest) -> Any:
 def _unreadable(exc: SourceValueError) -> HttpResponse:
     status, body = unreadable(exc)
     return HttpResponse(body, status=status, headers=dict(as_text(problem_headers(body))))
-
-
-def _unset(environ: Any, start_response: Any) -> list[bytes]:  # pragma: no cover
-    raise RuntimeError("ratelimit.django's WSGI middleware serves no application")

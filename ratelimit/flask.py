@@ -57,7 +57,7 @@ from ratelimit.sync.limiter import RateLimit
 from ratelimit.wsgi.environ import scope_of
 from ratelimit.wsgi.middleware import DECISIONS, RateLimitMiddleware, Refused
 from ratelimit.wsgi.response import as_text
-from ratelimit.wsgi.views import ViewLimit, captured
+from ratelimit.wsgi.views import ViewLimit, captured, no_application
 
 __all__ = [
     "FlaskRateLimit",
@@ -122,7 +122,9 @@ class FlaskRateLimit:
             "legacy_headers": legacy_headers,
             "refused": refused,
         }
-        self.middleware = RateLimitMiddleware(_unset, limiter, **self.options)  # checks them
+        self.middleware = RateLimitMiddleware(
+            no_application, limiter, **self.options
+        )  # checks them
         self.limiter = limiter
         self.proxies: TrustedProxies = self.middleware.proxies
         if app is not None:
@@ -251,7 +253,3 @@ def refusal(exc: RateLimitExceeded) -> Response:
 def _unreadable(exc: SourceValueError) -> Response:
     status, body = unreadable(exc)
     return Response(body, status, as_text(problem_headers(body)))
-
-
-def _unset(environ: Any, start_response: Any) -> Iterable[bytes]:  # pragma: no cover
-    raise RuntimeError("FlaskRateLimit's own middleware serves no application")

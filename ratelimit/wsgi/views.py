@@ -6,7 +6,6 @@ frameworks answer a refusal with the middleware's own (problem details, or ``ref
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from wsgiref.types import WSGIApplication, WSGIEnvironment
@@ -22,7 +21,11 @@ from ratelimit.wsgi.environ import scope_of
 from ratelimit.wsgi.middleware import DECISIONS, STATE
 from ratelimit.wsgi.response import ExcInfo
 
-logger = logging.getLogger("ratelimit.wsgi")
+
+def no_application(environ: WSGIEnvironment, start_response: object) -> Iterable[bytes]:
+    """The application of a middleware kept only for its routes and refusals (the Flask
+    helper's checked settings, the Django middleware's), which serves nothing."""
+    raise RuntimeError("this WSGI middleware is kept for its routes and serves no application")
 
 
 class ViewLimit:
