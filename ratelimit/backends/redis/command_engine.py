@@ -40,8 +40,12 @@ from ratelimit.backends.redis.client import (
     close_client,
 )
 from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
-from ratelimit.backends.redis.connections import ConnectionGate, forget_other_loops_of
-from ratelimit.backends.redis.errors import mapped
+from ratelimit.backends.redis.connections import (
+    ConnectionGate,
+    close_idle,
+    forget_other_loops_of,
+)
+from ratelimit.backends.redis.errors import replied
 from ratelimit.backends.redis.keys import (
     counter_key,
     lock_key,
@@ -182,8 +186,8 @@ class RedisCommandBackend(RedisOverrides):
             raise LimiterClosedError("this Redis backend")
         if self._loop.loop is not asyncio.get_running_loop():
             self._bind()
-        # A LockTimeoutError is contention, not an outage: mapped() lets it through.
-        with mapped(f"to {what}", self.timeout):
+        # A LockTimeoutError is contention, not an outage: replied() lets it through.
+        async with replied(self._close_idle, f"to {what}", self.timeout):
             try:
                 return await self._once(namespace, key, work, always_lock)
             except OutOfMemoryError:
@@ -191,6 +195,9 @@ class RedisCommandBackend(RedisOverrides):
                     raise
                 async with self._gate.slot(), asyncio.timeout(self.timeout):
                     return await refuse_only()
+
+    async def _close_idle(self) -> None:
+        await close_idle(self.client)
 
     async def _once(
         self, namespace: str, key: str, work: Callable[[], Awaitable[T]], locked: bool = False

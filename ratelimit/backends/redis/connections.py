@@ -58,6 +58,19 @@ def read_timeout(client: Any) -> float:
     return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else math.inf
 
 
+async def close_idle(client: Any) -> None:
+    """Close the connections ``client`` holds idle (a ``Redis``'s pool's, or every node's of
+    a ``RedisCluster``), so that the next calls connect anew. Never raises."""
+    with contextlib.suppress(Exception):
+        pool = pool_of(client)
+        if pool is not None:
+            await pool.disconnect(inuse_connections=False)
+            return
+        for node in client.get_nodes():
+            for connection in tuple(getattr(node, "_free", ())):
+                await connection.disconnect()
+
+
 def closed_by_server(connection: Any) -> bool:
     """Whether Redis closed ``connection`` (a restart) and the event loop has read that."""
     reader = getattr(connection, "_reader", None)

@@ -5,12 +5,20 @@ Redis answered, a dropped connection or a socket error leaves the block as a
 ``BackendError`` naming what was being done, with the original as its ``__cause__``, which
 the failure policy (``on_error``) then answers. The package's own errors (a
 ``LockTimeoutError``, which is also a ``TimeoutError``) pass through unchanged.
+
+A reply that is not one Redis gives to what was asked (:data:`NOT_A_REPLY` raised reading
+it) means something else answered: another server at the address, or a socket connected to
+itself, which reads its own request back (a client reconnecting to a stopped server's port
+in the ephemeral range may be given that port as its own end). :func:`replied` and
+:func:`not_a_reply` make that a ``BackendError`` too; the engine closes the client's idle
+connections first (:func:`~ratelimit.backends.redis.connections.close_idle`), so that the
+next calls connect again instead of reading their own requests back.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from ratelimit.backends.redis.compat import ServerError
 from ratelimit.errors import BackendError, RateLimitError
@@ -48,3 +56,35 @@ def mapped(doing: str, timeout: float | None) -> Iterator[None]:
         if not is_backend_failure(exc):
             raise
         raise backend_error(exc, doing, timeout) from exc
+
+
+NOT_A_REPLY = (ValueError, TypeError, IndexError)
+"""What reading a reply raises when it is not a reply of Redis to what was asked."""
+
+CloseIdle = Callable[[], Awaitable[None]]
+"""Closes the connections a client (or a pipeline) holds idle, so that the next calls
+connect anew: one of them carried a reply that was not Redis's."""
+
+
+def not_a_reply(exc: BaseException, doing: str) -> BackendError:
+    """The ``BackendError`` for a reply that ``exc`` says is not Redis's, met while
+    ``doing``; its caller closed the client's idle connections first."""
+    error = BackendError(
+        f"redis failed {doing}: what answered is not a reply of Redis ({exc}); is a Redis "
+        "server at that address? The client's idle connections were closed, to connect again"
+    )
+    error.__cause__ = exc
+    return error
+
+
+@contextlib.asynccontextmanager
+async def replied(close_idle: CloseIdle, doing: str, deadline: float | None) -> AsyncIterator[None]:
+    """:func:`mapped` (``deadline`` is the block's timeout, for the message), and a reply
+    that is not Redis's (:data:`NOT_A_REPLY` raised in the block, which reads it) a
+    ``BackendError`` too, after ``close_idle()``."""
+    try:
+        with mapped(doing, deadline):
+            yield
+    except NOT_A_REPLY as exc:
+        await close_idle()
+        raise not_a_reply(exc, doing) from exc

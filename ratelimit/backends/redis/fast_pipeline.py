@@ -23,6 +23,7 @@ from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 
 from ratelimit.backends.redis.client import redis_py_version
 from ratelimit.backends.redis.connections import (
+    close_idle,
     closed_by_server,
     forget_other_loops,
     spare,
@@ -75,6 +76,7 @@ class ConnectionPipeline(Pipeline):
         join: bool = True,
     ) -> None:
         super().__init__(timeout, batch=batch, in_flight=in_flight, join=join)
+        self._client = client
         self._pool = client.connection_pool
         self._kept: Any = None  # the one connection kept between batches, if any
 
@@ -84,6 +86,11 @@ class ConnectionPipeline(Pipeline):
     async def _rebind(self) -> None:
         self._kept = None  # the old loop's: forgotten with the others below
         forget_other_loops(self._pool)
+
+    async def close_idle(self) -> None:
+        if self._kept is not None:
+            await self._kept.disconnect(nowait=True)  # still ours: it reconnects when used
+        await close_idle(self._client)
 
     async def _connection(self) -> Any:
         """A connection from the pool. When the pool has none left while this pipeline holds

@@ -18,7 +18,7 @@ from typing import Any
 
 from ratelimit.backends.naming import PREFIX, encode_part
 from ratelimit.backends.redis.compat import WatchError
-from ratelimit.backends.redis.errors import mapped
+from ratelimit.backends.redis.errors import replied
 from ratelimit.errors import LimiterClosedError
 
 VERSION = ""
@@ -63,32 +63,36 @@ class RedisOverrides:
     _closed: bool
     prunes_with_scripts = True
 
+    async def _close_idle(self) -> None:
+        """Close the client's idle connections (one carried a reply that was not Redis's)."""
+        raise NotImplementedError
+
     def _overrides_open(self) -> None:
         if self._closed:
             raise LimiterClosedError("this Redis backend")
 
     async def overrides_version(self, namespace: str) -> int:
         self._overrides_open()
-        with mapped("reading the overrides' version", self.timeout):
+        async with replied(self._close_idle, "reading the overrides' version", self.timeout):
             async with asyncio.timeout(self.timeout):
                 version = await self.client.hget(overrides_key(namespace), VERSION)
-        return 0 if version is None else int(version)
+            return 0 if version is None else int(version)
 
     async def overrides_load(self, namespace: str) -> tuple[int, dict[str, str]]:
         self._overrides_open()
-        with mapped("reading the overrides", self.timeout):
+        async with replied(self._close_idle, "reading the overrides", self.timeout):
             async with asyncio.timeout(self.timeout):
                 stored = await self.client.hgetall(overrides_key(namespace))
-        table = {_text(field): _text(value) for field, value in stored.items()}
-        version = table.pop(VERSION, None)
-        return (0 if version is None else int(version)), table
+            table = {_text(field): _text(value) for field, value in stored.items()}
+            version = table.pop(VERSION, None)
+            return (0 if version is None else int(version)), table
 
     async def overrides_write(
         self, namespace: str, identity: str, record: str | None, expires: float | None
     ) -> bool:
         self._overrides_open()
         key = overrides_key(namespace)
-        with mapped("writing an override", self.timeout):
+        async with replied(self._close_idle, "writing an override", self.timeout):
             async with asyncio.timeout(self.timeout):
                 pipe = self.client.pipeline(transaction=False)
                 pipe.hexists(key, identity)
@@ -104,7 +108,7 @@ class RedisOverrides:
         self._overrides_open()
         if not keys:
             return
-        with mapped("announcing limited keys", self.timeout):
+        async with replied(self._close_idle, "announcing limited keys", self.timeout):
             async with asyncio.timeout(self.timeout):
                 await self.client.hset(
                     overrides_key(namespace), mapping={ANNOUNCED + key: "" for key in keys}
@@ -113,7 +117,7 @@ class RedisOverrides:
     async def overrides_prune(self, namespace: str, now: float) -> int:
         self._overrides_open()
         key = overrides_key(namespace)
-        with mapped("pruning expired overrides", self.timeout):
+        async with replied(self._close_idle, "pruning expired overrides", self.timeout):
             async with asyncio.timeout(self.timeout):
                 if self.prunes_with_scripts:
                     return int(await self.client.eval(PRUNE_LUA, 1, key, repr(now)))

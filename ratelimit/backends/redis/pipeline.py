@@ -39,8 +39,17 @@ from redis.asyncio.cluster import RedisCluster
 
 from ratelimit.backends.redis.batch import combine, split
 from ratelimit.backends.redis.compat import CLUSTERS, NoScriptError, ResponseError
-from ratelimit.backends.redis.connections import forget_other_loops_of, pool_exhausted
-from ratelimit.backends.redis.errors import backend_error, is_backend_failure
+from ratelimit.backends.redis.connections import (
+    close_idle,
+    forget_other_loops_of,
+    pool_exhausted,
+)
+from ratelimit.backends.redis.errors import (
+    NOT_A_REPLY,
+    backend_error,
+    is_backend_failure,
+    not_a_reply,
+)
 from ratelimit.backends.redis.resp import Command
 from ratelimit.errors import BackendError
 from ratelimit.loops import LoopBinding
@@ -111,6 +120,9 @@ class Pipeline:
         self._in_flight += 1  # alone: sent at once, from the caller's task
         try:
             reply = (await self._run([command]))[0]
+        except NOT_A_REPLY as exc:  # raised by the client reading what answered
+            await self.close_idle()
+            raise self._error(key, exc) from exc
         except Exception as exc:
             if not is_backend_failure(exc):
                 raise
@@ -136,6 +148,10 @@ class Pipeline:
 
     async def _rebind(self) -> None:
         """Let go of what belongs to another event loop (subclasses)."""
+
+    async def close_idle(self) -> None:
+        """Close the idle connections of the client (and any this pipeline keeps): one of
+        them carried a reply that was not Redis's (subclasses)."""
 
     def _has_room(self) -> bool:
         """Whether a connection is free for one more batch now."""
@@ -167,6 +183,8 @@ class Pipeline:
         try:
             replies = await self._run([c for c, _, _ in live]) if live else []
         except Exception as exc:  # the whole batch failed: each caller gets its own error
+            if isinstance(exc, NOT_A_REPLY):
+                await self.close_idle()
             replies = [exc] * len(live)
         except BaseException:
             for _, _, future in live:
@@ -240,6 +258,8 @@ class Pipeline:
 
     def _error(self, key: str, exc: Exception) -> BackendError:
         """A fresh error for one call (a batch's callers never share one instance)."""
+        if isinstance(exc, NOT_A_REPLY):
+            return not_a_reply(exc, f"to decide key {key!r}")
         return backend_error(exc, f"to decide key {key!r}", self.timeout)
 
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
@@ -280,6 +300,9 @@ class ClientPipeline(Pipeline):
 
     async def _rebind(self) -> None:
         forget_other_loops_of(self._client)
+
+    async def close_idle(self) -> None:
+        await close_idle(self._client)
 
     async def _exchange(self, commands: list[Command]) -> list[Reply | Exception]:
         replies = await self._pipelined(commands)

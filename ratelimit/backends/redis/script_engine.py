@@ -26,7 +26,13 @@ from redis.commands.core import AsyncScript
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.redis import fast_pipeline
 from ratelimit.backends.redis.client import SCHEMES, RedisClient, close_client, redis_py_version
-from ratelimit.backends.redis.errors import backend_error, mapped
+from ratelimit.backends.redis.errors import (
+    NOT_A_REPLY,
+    backend_error,
+    mapped,
+    not_a_reply,
+    replied,
+)
 from ratelimit.backends.redis.keys import (
     counter_key,
     plan_keys,
@@ -121,6 +127,9 @@ class RedisScriptBackend(RedisOverrides):
         if self._closed:
             raise LimiterClosedError("this Redis backend")
 
+    async def _close_idle(self) -> None:
+        await self._pipeline.close_idle()
+
     async def decide(self, plan: Plan) -> Decision:
         if self._closed:
             self._open()
@@ -128,13 +137,20 @@ class RedisScriptBackend(RedisOverrides):
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
         command = command_of(plan) if self.clock is None else plan_command(plan, self.clock)
         reply = await self._pipeline.call(command, plan.key)
-        allowed, now, *flat = reply
-        if BY_ALGORITHM[plan.algorithm.name].whole:
-            numbers: list[float] = [int(n) for n in flat]
-        else:
-            numbers = [float(n) for n in flat]
-        decision = evaluate(plan, int(now), list(zip(numbers[0::2], numbers[1::2], strict=True)))
-        if decision.allowed != bool(allowed):  # pragma: no cover - would be a bug in one of two
+        try:
+            allowed, now, *flat = reply
+            if BY_ALGORITHM[plan.algorithm.name].whole:
+                numbers: list[float] = [int(n) for n in flat]
+            else:
+                numbers = [float(n) for n in flat]
+            counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
+            if allowed not in (0, 1) or len(counts) != len(plan.compiled.rules):
+                raise ValueError(f"{reply!r:.80}")
+            decision = evaluate(plan, int(now), counts)
+        except NOT_A_REPLY as exc:
+            await self._close_idle()
+            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        if decision.allowed != allowed:  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
 
@@ -180,7 +196,8 @@ class RedisScriptBackend(RedisOverrides):
         reply = await self._pipeline.call(
             Command(SLOTS_SCRIPT, keys, args, pack_args(args)), claim.key
         )
-        return bool(int(reply[0])), tuple(int(n) for n in reply[2:])
+        async with replied(self._close_idle, f"to hold slots of key {claim.key!r}", self.timeout):
+            return bool(int(reply[0])), tuple(int(n) for n in reply[2:])
 
     async def settle(self, settlement: Settlement) -> None:
         if self._closed:
@@ -209,10 +226,12 @@ class RedisScriptBackend(RedisOverrides):
             repr(update.value),
             b"" if update.weight is None else repr(update.weight),
         )
-        with mapped(f"to update counter {update.identifier.key!r}", self.timeout):
+        async with replied(
+            self._close_idle, f"to update counter {update.identifier.key!r}", self.timeout
+        ):
             async with asyncio.timeout(self.timeout):
                 rate = await self._update_script(keys=[counter_key(update.identifier)], args=args)
-        return float(rate)
+            return float(rate)
 
     async def sync_counters(
         self, pushes: Sequence[Push]
@@ -236,14 +255,12 @@ class RedisScriptBackend(RedisOverrides):
             if isinstance(reply, Exception):
                 totals.append(backend_error(reply, "to sync a counter", SYNC_TIMEOUT))
                 continue
-            server_now = int(reply[0])
-            by_size: Totals = {}
-            for n in range(1, len(reply), 5):
-                windows = by_size.setdefault(int(reply[n]), {})
-                for index, count in ((reply[n + 1], reply[n + 2]), (reply[n + 3], reply[n + 4])):
-                    if int(index) >= 0:
-                        windows[int(index)] = float(count)
-            totals.append(by_size)
+            try:
+                totals.append(synced(reply))
+                server_now = int(reply[0])
+            except NOT_A_REPLY as exc:
+                await self._close_idle()
+                totals.append(not_a_reply(exc, "to sync a counter"))
         return server_now, totals
 
     async def aclose(self) -> None:
@@ -253,6 +270,17 @@ class RedisScriptBackend(RedisOverrides):
         await self._pipeline.aclose()
         if self._owns_client:
             await close_client(self.client)
+
+
+def synced(reply: list[bytes]) -> Totals:
+    """The totals in a reply of ``counter_sync.lua``: per window size, its windows' counts."""
+    by_size: Totals = {}
+    for n in range(1, len(reply), 5):
+        windows = by_size.setdefault(int(reply[n]), {})
+        for index, count in ((reply[n + 1], reply[n + 2]), (reply[n + 3], reply[n + 4])):
+            if int(index) >= 0:
+                windows[int(index)] = float(count)
+    return by_size
 
 
 def pipeline_for(
