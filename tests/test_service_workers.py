@@ -42,7 +42,7 @@ from tests.supervised import (
 )
 from tests.workers_client import LOCAL_POOL
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.redis]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.redis, pytest.mark.once]
 RLS = rls_pb2.RateLimitResponse
 OK = ratio_pb2.RateLimitResponse.OK
 RULES = """\
