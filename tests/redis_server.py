@@ -64,18 +64,26 @@ def ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
+def ports_outside_ephemeral(span: int = 0) -> list[int]:
+    """The ports from :data:`LOWEST` up that, with ``port + span``, lie outside the
+    ephemeral range."""
+    ephemeral = ephemeral_ports()
+    return [
+        p for p in range(LOWEST, 65_536 - span) if p not in ephemeral and p + span not in ephemeral
+    ]
+
+
 def free_port(*, span: int = 0) -> int:
     """A free port on 127.0.0.1 for a test server, with ``port + span`` free too (a cluster
-    node's bus port, ``span=10_000``), both outside the ephemeral range.
+    node's bus port, ``span=10_000``), both outside the ephemeral range when it leaves room.
 
     Outside, because a client that keeps reconnecting to a stopped server's port inside that
     range is sooner or later given that very port as its own end (a TCP self-connect, about
     one attempt in 15 000 here): it then reads its own request back as the reply, and a
-    killed node seems to answer. Where the range leaves too little room, any free port."""
-    ephemeral = ephemeral_ports()
-    outside = [p for p in range(LOWEST, 65_536 - span) if p not in ephemeral]
-    outside = [p for p in outside if p + span not in ephemeral]
-    for port in random.sample(outside, min(len(outside), 200)):
+    killed node seems to answer. Where the range leaves no room, any free ports."""
+    outside = ports_outside_ephemeral(span)
+    candidates = outside if len(outside) >= 1_000 else range(LOWEST, 65_536 - span)
+    for port in random.sample(candidates, 200):
         try:
             for candidate in {port, port + span}:
                 with socket.socket() as sock:
@@ -83,12 +91,7 @@ def free_port(*, span: int = 0) -> int:
         except OSError:
             continue
         return port
-    if span:
-        raise RuntimeError(f"no free pair of ports {span} apart outside {ephemeral}")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        any_port: int = sock.getsockname()[1]
-        return any_port
+    raise RuntimeError(f"no free port (and port + {span}) found in 200 tries")
 
 
 def free_cluster_port() -> int:

@@ -122,8 +122,8 @@ def combine(commands: list[Command], by_slot: bool) -> tuple[list[Command], Layo
 def split(replies: Sequence[object], layout: Layout) -> list[object]:
     """The replies of the commands :func:`combine` was given, in their order, from the
     replies to what it sent. A batch call that failed as a whole gives each of its calls
-    that error. ``ValueError`` when a batch call's reply is not a list of one reply per
-    call: not a reply of the batch script, so something other than Redis answered."""
+    that error; one whose reply is not a list of one reply per call (not the batch
+    script's: something other than Redis answered) gives each a ``ValueError`` saying so."""
     result: list[object] = [None] * sum(map(len, layout))
     for positions, reply in zip(layout, replies, strict=True):
         if len(positions) == 1:
@@ -132,7 +132,7 @@ def split(replies: Sequence[object], layout: Layout) -> list[object]:
         if not isinstance(reply, Exception) and (
             not isinstance(reply, list) or len(reply) != len(positions)
         ):
-            raise ValueError(f"a batch of {len(positions)} calls answered {reply!r:.200}")
+            reply = ValueError(f"a batch of {len(positions)} calls answered {reply!r:.200}")
         for n, position in enumerate(positions):
             result[position] = reply if isinstance(reply, Exception) else reply[n]
     return result

@@ -59,16 +59,27 @@ def read_timeout(client: Any) -> float:
 
 
 async def close_idle(client: Any) -> None:
-    """Close the connections ``client`` holds idle (a ``Redis``'s pool's, or every node's of
-    a ``RedisCluster``), so that the next calls connect anew. Never raises."""
+    """Close the connections ``client`` holds idle (a ``Redis``'s pool's or its single
+    connection, or every node's of a ``RedisCluster``), so that the next calls connect
+    anew. Each is closed without waiting (``nowait``), so no other task is handed one
+    half closed meanwhile; one in use by another task is left alone. Never raises."""
     with contextlib.suppress(Exception):
+        single = getattr(client, "connection", None)
+        if single is not None:  # a client of one connection: closed between its commands
+            lock = getattr(client, "_single_conn_lock", None)
+            async with lock if lock is not None else contextlib.nullcontext():
+                await single.disconnect(nowait=True)
         pool = pool_of(client)
         if pool is not None:
-            await pool.disconnect(inuse_connections=False)
+            idle = getattr(pool, "_available_connections", None)
+            if idle is None:
+                await pool.disconnect(inuse_connections=False)
+            for connection in tuple(idle or ()):
+                await connection.disconnect(nowait=True)
             return
         for node in client.get_nodes():
             for connection in tuple(getattr(node, "_free", ())):
-                await connection.disconnect()
+                await connection.disconnect(nowait=True)
 
 
 def closed_by_server(connection: Any) -> bool:

@@ -58,8 +58,16 @@ def mapped(doing: str, timeout: float | None) -> Iterator[None]:
         raise backend_error(exc, doing, timeout) from exc
 
 
-NOT_A_REPLY = (ValueError, TypeError, IndexError)
-"""What reading a reply raises when it is not a reply of Redis to what was asked."""
+NOT_A_REPLY = (ValueError, TypeError, IndexError, AttributeError, KeyError)
+"""What reading a reply raises when it is not a reply of Redis to what was asked (redis-py
+reading a ``HELLO`` reply that is not a map raises ``AttributeError``). The package's own
+errors (some are ``ValueError`` subclasses) are never taken for one."""
+
+
+def is_not_a_reply(exc: BaseException) -> bool:
+    """Whether ``exc`` says a reply was not Redis's (:data:`NOT_A_REPLY`, not ours)."""
+    return isinstance(exc, NOT_A_REPLY) and not isinstance(exc, RateLimitError)
+
 
 CloseIdle = Callable[[], Awaitable[None]]
 """Closes the connections a client (or a pipeline) holds idle, so that the next calls
@@ -86,5 +94,7 @@ async def replied(close_idle: CloseIdle, doing: str, deadline: float | None) -> 
         with mapped(doing, deadline):
             yield
     except NOT_A_REPLY as exc:
+        if not is_not_a_reply(exc):
+            raise
         await close_idle()
         raise not_a_reply(exc, doing) from exc

@@ -45,9 +45,9 @@ from ratelimit.backends.redis.connections import (
     pool_exhausted,
 )
 from ratelimit.backends.redis.errors import (
-    NOT_A_REPLY,
     backend_error,
     is_backend_failure,
+    is_not_a_reply,
     not_a_reply,
 )
 from ratelimit.backends.redis.resp import Command
@@ -120,18 +120,17 @@ class Pipeline:
         self._in_flight += 1  # alone: sent at once, from the caller's task
         try:
             reply = (await self._run([command]))[0]
-        except NOT_A_REPLY as exc:  # raised by the client reading what answered
-            await self.close_idle()
-            raise self._error(key, exc) from exc
         except Exception as exc:
-            if not is_backend_failure(exc):
+            reply = exc  # raised by the client, reading what answered, or by Redis
+            if not is_backend_failure(exc) and not is_not_a_reply(exc):
                 raise
-            raise self._error(key, exc) from exc
         finally:
             self._in_flight -= 1
             if self._pending:
                 self._schedule()  # queued while this call was out
         if isinstance(reply, Exception):
+            if is_not_a_reply(reply):
+                await self.close_idle()
             raise self._error(key, reply) from reply
         return reply
 
@@ -183,8 +182,6 @@ class Pipeline:
         try:
             replies = await self._run([c for c, _, _ in live]) if live else []
         except Exception as exc:  # the whole batch failed: each caller gets its own error
-            if isinstance(exc, NOT_A_REPLY):
-                await self.close_idle()
             replies = [exc] * len(live)
         except BaseException:
             for _, _, future in live:
@@ -201,6 +198,8 @@ class Pipeline:
         # Scheduled after the callers' wake-ups: what they ask next is queued while this
         # batch still counts as in flight, so it goes out together instead of one alone.
         asyncio.get_running_loop().call_soon(self._done)
+        if any(is_not_a_reply(reply) for reply in replies):
+            await self.close_idle()  # before the callers run: their next calls reconnect
 
     def _done(self) -> None:
         self._in_flight -= 1
@@ -258,7 +257,7 @@ class Pipeline:
 
     def _error(self, key: str, exc: Exception) -> BackendError:
         """A fresh error for one call (a batch's callers never share one instance)."""
-        if isinstance(exc, NOT_A_REPLY):
+        if is_not_a_reply(exc):
             return not_a_reply(exc, f"to decide key {key!r}")
         return backend_error(exc, f"to decide key {key!r}", self.timeout)
 

@@ -146,10 +146,11 @@ class RedisScriptBackend(RedisOverrides):
             counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
             if allowed not in (0, 1) or len(counts) != len(plan.compiled.rules):
                 raise ValueError(f"{reply!r:.80}")
-            decision = evaluate(plan, int(now), counts)
+            now_us = int(now)
         except NOT_A_REPLY as exc:
             await self._close_idle()
             raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        decision = evaluate(plan, now_us, counts)
         if decision.allowed != allowed:  # pragma: no cover - would be a bug in one of two
             raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
         return decision
@@ -256,11 +257,13 @@ class RedisScriptBackend(RedisOverrides):
                 totals.append(backend_error(reply, "to sync a counter", SYNC_TIMEOUT))
                 continue
             try:
-                totals.append(synced(reply))
-                server_now = int(reply[0])
+                now_us, by_size = int(reply[0]), synced(reply)
             except NOT_A_REPLY as exc:
                 await self._close_idle()
                 totals.append(not_a_reply(exc, "to sync a counter"))
+                continue
+            server_now = now_us
+            totals.append(by_size)
         return server_now, totals
 
     async def aclose(self) -> None:
