@@ -264,7 +264,7 @@ def limit(
     (``header``, ``query_param``, ``path_param`` for the URL pattern's arguments,
     ``json_field`` for the JSON body, ``user`` for ``request.user``, or a function of the
     :class:`~ratelimit.asgi.HTTPRequest`; a selector named ``ip`` reads the client).
-    ``key``: the counters' name, by default the URL pattern for every method (``"ANY
+    ``key``: the counters' name, by default the URL pattern for every method (``"view ANY
     /login/"``: a function view runs for any method a client names; ``i18n_patterns``'
     language prefix left out). ``limiter``: by default
     ``settings.RATELIMIT``'s. The view reads its decision as ``request.ratelimit``.
@@ -313,14 +313,15 @@ def limit(
 
 
 def _view_key(request: HttpRequest, view: Callable[..., Any]) -> str:
-    """``ANY`` and the URL pattern (without ``i18n_patterns``' language prefix), else the
-    view's name. Never the method: a function view runs for any method a client names, and
-    each name would be a counter of its own."""
+    """``view ANY`` and the URL pattern (without ``i18n_patterns``' language prefix), else
+    the view's name (``view`` as the other front ends' view limits have it). Never the
+    method: a function view runs for any method a client names, and each name would be a
+    counter of its own."""
     match = request.resolver_match
     route = None if match is None else match.route
     if route:
-        return f"ANY /{_without_language(request, route).lstrip('^')}"
-    return f"ANY {view.__module__}.{view.__qualname__}"
+        return f"view ANY /{_without_language(request, route).lstrip('^')}"
+    return f"view ANY {view.__module__}.{view.__qualname__}"
 
 
 def _without_language(request: HttpRequest, route: str) -> str:

@@ -160,8 +160,9 @@ class FlaskRateLimit:
         from (``header``, ``query_param``, ``path_param`` for the view's URL variables,
         ``json_field`` for the JSON body, ``user``, or a function of the
         :class:`~ratelimit.asgi.HTTPRequest`; a selector named ``ip`` reads the client).
-        ``key``: the counters' name, by default the method and the URL rule
-        (``"POST /login"``; ``HEAD`` counts as ``GET``, whose view it runs). Put it below
+        ``key``: the counters' name, by default ``view``, the method and the URL rule
+        (``"view POST /login"``; ``HEAD`` counts as ``GET``, whose view it runs; apart from
+        a ``Route``'s ``"POST /login"``). Put it below
         ``@app.route``."""
         limit = ViewLimit(
             self.limiter, rules, key, cost, shadow, self.proxies, sources,
@@ -208,13 +209,13 @@ class FlaskRateLimit:
 
 
 def _view_key(request: flask.Request, view: Callable[..., Any]) -> str:
-    """The method (``HEAD`` as ``GET``) and the URL rule (``"POST /login"``), else the
-    view's qualified name."""
+    """``view``, the method (``HEAD`` as ``GET``) and the URL rule (``"view POST /login"``),
+    else the view's qualified name."""
     method = "GET" if request.method == "HEAD" else request.method
     rule = request.url_rule
     if rule is not None:
-        return f"{method} {rule.rule}"
-    return f"{method} {view.__module__}.{view.__qualname__}"
+        return f"view {method} {rule.rule}"
+    return f"view {method} {view.__module__}.{view.__qualname__}"
 
 
 def _json(request: flask.Request) -> Any:

@@ -298,6 +298,25 @@ async def test_routes_with_one_key_share_a_cap_across_paths() -> None:
     assert others == [200, 200, 429]  # 2 logins + 2 pages reach the shared 4/m
 
 
+async def test_a_route_and_a_route_limit_on_one_endpoint_keep_counters_of_their_own() -> None:
+    """Both count ``ip`` for ``GET /page``: on one counter each request counted twice, and
+    the route limit's 3/m refused the second request."""
+    rl = RateLimit(MemoryBackend())
+    limit = RouteLimit(rl, "ip:3/m")
+
+    async def page(request: Request) -> PlainTextResponse:
+        await limit(request)
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[StarletteRoute("/page", page)])
+    app.add_middleware(
+        RateLimitMiddleware, limiter=rl, routes=[Route("/page", "ip:10/m", methods=["GET"])]
+    )
+    async with client(app) as http:
+        answers = [(await http.get("/page")).status_code for _ in range(4)]
+    assert answers == [200, 200, 200, 429]  # the route limit's own 3/m
+
+
 async def test_head_counts_as_the_get_it_runs() -> None:
     rl = RateLimit(MemoryBackend())
     async with client(app_with(rl, [Route("/page", "ip:2/m", methods=["GET"])])) as http:

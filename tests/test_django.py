@@ -68,7 +68,7 @@ def test_path_arguments_the_url_pattern_as_key_and_head_as_get() -> None:
     first = http.get(f"/items/{item}")
     head = http.head(f"/items/{item}")
     third = http.get(f"/items/{item}")
-    assert first.content == b"ANY /items/<int:item>"  # one key for every method
+    assert first.content == b"view ANY /items/<int:item>"  # one key for every method
     assert [first.status_code, head.status_code, third.status_code] == [200, 200, 429]
     assert http.get(f"/items/{item + 1}").status_code == 200
 

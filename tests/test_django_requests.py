@@ -92,7 +92,7 @@ def test_a_language_prefix_is_not_a_view_of_its_own() -> None:
         http = client()
         answers = [http.get(f"/{language}/hello") for language in ("en", "fr", "de")]
     assert [a.status_code for a in answers] == [200, 200, 429]
-    assert answers[0].content == b"ANY /hello"
+    assert answers[0].content == b"view ANY /hello"
 
 
 def test_a_body_too_large_to_read_is_refused_not_unlimited() -> None:

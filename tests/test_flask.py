@@ -51,6 +51,20 @@ def test_app_wide_routes_and_exclusions(rl: RateLimit) -> None:
     assert "RateLimit" not in health.headers
 
 
+def test_a_route_and_a_view_limit_on_one_view_keep_counters_of_their_own(
+    rl: RateLimit,
+) -> None:
+    app = Flask(__name__)
+    limits = FlaskRateLimit(rl, app, routes=[Route("/page", "ip:10/m", methods=["GET"])])
+
+    @app.get("/page")
+    @limits.limit("ip:3/m")
+    def page() -> str:
+        return "ok"
+
+    assert statuses(app.test_client(), "/page", 4) == [200, 200, 200, 429]
+
+
 def test_a_view_limit_reads_the_json_body_and_counts_per_value(rl: RateLimit) -> None:
     app = Flask(__name__)
     limits = FlaskRateLimit(rl, app)
@@ -92,7 +106,7 @@ def test_view_key_is_the_url_rule_and_head_counts_as_get(rl: RateLimit) -> None:
     assert one == [200, 200]
     assert client.get("/items/1").status_code == 429  # HEAD took the second
     assert client.get("/items/2").status_code == 200
-    assert seen[0] == "GET /items/<int:item>"
+    assert seen[0] == "view GET /items/<int:item>"
 
 
 def test_a_blueprint_views_key_holds_its_prefix(rl: RateLimit) -> None:
@@ -107,7 +121,7 @@ def test_a_blueprint_views_key_holds_its_prefix(rl: RateLimit) -> None:
 
     app.register_blueprint(api)
     client = app.test_client()
-    assert client.get("/v1/ping").text == "GET /v1/ping"
+    assert client.get("/v1/ping").text == "view GET /v1/ping"
     assert statuses(client, "/v1/ping", 2) == [200, 429]
 
 

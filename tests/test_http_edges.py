@@ -203,7 +203,7 @@ async def check_paths(server: UvicornServer, prefix: str, root: str) -> None:
     assert statuses(other) == [200] * 3 + [429]
     assert statuses(items) == [200, 200, 429]
     # the dependency's key is the route's template, the same under any prefix
-    assert [item.json()["key"] for item in items[:2]] == ["GET /items/{item}"] * 2
+    assert [item.json()["key"] for item in items[:2]] == ["view GET /items/{item}"] * 2
     assert items[0].json()["path"] == f"{root}/items/0"
 
 

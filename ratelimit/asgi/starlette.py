@@ -50,11 +50,13 @@ class RouteLimit:
     ``RateLimit.limit``, ``cost`` as for :class:`~ratelimit.asgi.Route` (a callable gets
     the :class:`~ratelimit.asgi.HTTPRequest`; a dependency cannot see the response: settle
     in the endpoint with ``await rl.settle(request.state.ratelimit, actual)``, or give the
-    route's ``settle=`` to the middleware) (``key`` defaults to the method and the route's
-    path template within its application, e.g. ``"POST /login"``, the same under
-    ``root_path`` or a mount); ``**sources`` as for :class:`~ratelimit.asgi.Route`, body
-    fields included; ``trusted_proxies``, ``forwarded_header`` and ``ipv6_prefix`` as for
-    the middleware (a selector named ``ip`` reads the client)."""
+    route's ``settle=`` to the middleware) (``key`` defaults to ``view``, the method and the
+    route's path template within its application, e.g. ``"view POST /login"``, the same
+    under ``root_path`` or a mount; never a middleware ``Route``'s default key, so the two
+    never count on one counter unless given one ``key``); ``**sources`` as for
+    :class:`~ratelimit.asgi.Route`, body fields included; ``trusted_proxies``,
+    ``forwarded_header`` and ``ipv6_prefix`` as for the middleware (a selector named ``ip``
+    reads the client)."""
 
     def __init__(
         self,
@@ -117,21 +119,22 @@ class RouteLimit:
 
 
 def _route_key(request: HTTPConnection, rules: object) -> str:
-    """The method and what names the route, never the path a client asked for (which it
-    can vary at will: ``/items/1``, ``/items/2``): the route's path template
-    (``"POST /login"``; Starlette and FastAPI set ``scope["route"]``, within the
+    """``view``, the method and what names the route, never the path a client asked for
+    (which it can vary at will: ``/items/1``, ``/items/2``): the route's path template
+    (``"view POST /login"``; Starlette and FastAPI set ``scope["route"]``, within the
     application that holds it, so neither ``root_path`` nor a mount's prefix enters it),
     else its endpoint's qualified name (Starlette versions that set only
-    ``scope["endpoint"]``), else the rules themselves. ``HEAD`` counts as ``GET``."""
+    ``scope["endpoint"]``), else the rules themselves. ``HEAD`` counts as ``GET``. The
+    ``view`` keeps it apart from a middleware ``Route``'s ``"POST /login"``."""
     scope = request.scope
     method = scope.get("method", "WEBSOCKET")
     if method == "HEAD":  # the GET endpoint's answer, without its body: the GET's counters
         method = "GET"
     path = getattr(scope.get("route"), "path", None)
     if path:
-        return f"{method} {path}"
+        return f"view {method} {path}"
     endpoint = scope.get("endpoint")
     name = getattr(endpoint, "__qualname__", None)
     if name:
-        return f"{method} {getattr(endpoint, '__module__', '')}.{name}"
-    return f"{method} {rules}"
+        return f"view {method} {getattr(endpoint, '__module__', '')}.{name}"
+    return f"view {method} {rules}"
