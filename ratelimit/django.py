@@ -50,7 +50,7 @@ with needs_extra("django"):
 from ratelimit.asgi.headers import problem_headers, retry_after, unreadable
 from ratelimit.asgi.limits import HTTPCost, HTTPResponse
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.asgi.routes import Route
+from ratelimit.asgi.routes import Route, view_key
 from ratelimit.asgi.sources import (
     Source,
     client_ip,
@@ -320,8 +320,8 @@ def _view_key(request: HttpRequest, view: Callable[..., Any]) -> str:
     match = request.resolver_match
     route = None if match is None else match.route
     if route:
-        return f"view ANY /{_without_language(request, route).lstrip('^')}"
-    return f"view ANY {view.__module__}.{view.__qualname__}"
+        return view_key("ANY", f"/{_without_language(request, route).lstrip('^')}")
+    return view_key("ANY", f"{view.__module__}.{view.__qualname__}")
 
 
 def _without_language(request: HttpRequest, route: str) -> str:

@@ -40,7 +40,7 @@ from ratelimit.asgi.headers import problem_headers, unreadable
 from ratelimit.asgi.limits import HTTPCost
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.asgi.routes import Route
+from ratelimit.asgi.routes import Route, view_key
 from ratelimit.asgi.sources import (
     Source,
     client_ip,
@@ -214,8 +214,8 @@ def _view_key(request: flask.Request, view: Callable[..., Any]) -> str:
     method = "GET" if request.method == "HEAD" else request.method
     rule = request.url_rule
     if rule is not None:
-        return f"view {method} {rule.rule}"
-    return f"view {method} {view.__module__}.{view.__qualname__}"
+        return view_key(method, rule.rule)
+    return view_key(method, f"{view.__module__}.{view.__qualname__}")
 
 
 def _json(request: flask.Request) -> Any:

@@ -107,6 +107,14 @@ class Route:
         return f"Route({self.path!r}, '{self.limit.compiled.tree}', key={self.key!r})"
 
 
+def view_key(method: str, name: str) -> str:
+    """The default key of a view limit (``RouteLimit``, the Flask and Django view limits):
+    ``"view GET /items/{item}"``. The ``view`` keeps it apart from a :class:`Route` on the
+    same methods and pattern (``"GET /items/{item}"``), so that a route and a view limit
+    counting one selector never count a request twice on one counter."""
+    return f"view {method} {name}"
+
+
 class RouteTable:
     """A middleware's routes and excluded paths, checked when made: what the ASGI and the
     WSGI middleware share. ``routes``: :class:`Route` objects, the first match deciding,

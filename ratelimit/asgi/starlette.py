@@ -37,6 +37,7 @@ from ratelimit.asgi.limits import HTTPCost, HTTPLimit
 from ratelimit.asgi.middleware import DECISIONS, STATE
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
+from ratelimit.asgi.routes import view_key
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit
@@ -124,17 +125,17 @@ def _route_key(request: HTTPConnection, rules: object) -> str:
     (``"view POST /login"``; Starlette and FastAPI set ``scope["route"]``, within the
     application that holds it, so neither ``root_path`` nor a mount's prefix enters it),
     else its endpoint's qualified name (Starlette versions that set only
-    ``scope["endpoint"]``), else the rules themselves. ``HEAD`` counts as ``GET``. The
-    ``view`` keeps it apart from a middleware ``Route``'s ``"POST /login"``."""
+    ``scope["endpoint"]``), else the rules themselves (:func:`~ratelimit.asgi.routes.view_key`).
+    ``HEAD`` counts as ``GET``."""
     scope = request.scope
     method = scope.get("method", "WEBSOCKET")
     if method == "HEAD":  # the GET endpoint's answer, without its body: the GET's counters
         method = "GET"
     path = getattr(scope.get("route"), "path", None)
     if path:
-        return f"view {method} {path}"
+        return view_key(method, path)
     endpoint = scope.get("endpoint")
     name = getattr(endpoint, "__qualname__", None)
     if name:
-        return f"view {method} {getattr(endpoint, '__module__', '')}.{name}"
-    return f"view {method} {rules}"
+        return view_key(method, f"{getattr(endpoint, '__module__', '')}.{name}")
+    return view_key(method, str(rules))
