@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -101,6 +102,35 @@ async def test_redis_paused_then_resumed(server: RedisServer) -> None:
         decision = await rl.limit("10/m", key=f"after-{n}").decide()
         assert not decision.degraded
         assert decision.remaining == 9
+    await client.aclose()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["scripts", "commands"])
+@pytest.mark.parametrize("on_error", ["allow", "deny"])
+async def test_a_paused_redis_answers_many_callers_of_one_key_within_the_deadline(
+    server: RedisServer, use_scripts: bool, on_error: str
+) -> None:
+    """100 callers of one key while Redis is paused: each is answered by the policy within
+    its deadline. The command engine's callers queue for the key's lock behind a ``SET NX``
+    that Redis never answers; they waited out ``lock_timeout`` (10 s) in turn."""
+    client = aioredis.Redis.from_url(server.url)
+    rl = RateLimit(client, "q", use_scripts=use_scripts, on_error=on_error, timeout=TIMEOUT)
+    limit = rl.limit("1000/m", key="one")
+    assert (await limit.decide()).allowed  # connections open before the pause
+    server.pause()
+    try:
+        outcomes = await asyncio.gather(*(timed(limit.decide) for _ in range(100)))
+    finally:
+        server.resume()
+    slowest = max(took for _, took in outcomes)
+    assert slowest < TIMEOUT + MARGIN, slowest
+    for outcome, _ in outcomes:
+        assert isinstance(outcome, Decision)
+        assert outcome.degraded
+        assert outcome.allowed is (on_error == "allow")
+    decision = await rl.limit("10/m", key="after").decide()  # back once Redis answers
+    assert not decision.degraded
     await client.aclose()
 
 

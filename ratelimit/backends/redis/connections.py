@@ -211,7 +211,7 @@ class ConnectionGate:
         except asyncio.CancelledError:
             if granted.done() and not granted.cancelled():
                 self._give()  # handed a slot while being cancelled: pass it on
-            else:
+            elif granted in queue:  # a _give() may have dropped it once cancelled
                 queue.remove(granted)
             raise
 

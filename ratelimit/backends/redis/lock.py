@@ -128,6 +128,7 @@ class RedisLock:
         self._owner: str | None = None  # the token of this process's holder
         self._yield = False  # this process just gave it back: let other processes in
         self._setting: asyncio.Task[Setting] | None = None
+        self._unanswered = 0  # tries a caller gave up on, Redis not answering in time
         self._waking: asyncio.Task[bool] | None = None
         self._heeding: asyncio.Future[Any] | None = None  # what the first caller awaits
         self._seen: tuple[int, float] | None = None  # (holder's ttl left in ms, when seen)
@@ -146,6 +147,7 @@ class RedisLock:
         clock = asyncio.get_running_loop().time  # the loop's clock, which its timers follow
         started = clock()
         deadline = started + self.timeout if math.isfinite(self.timeout) else None
+        unanswered = self._unanswered
         self._queued += 1
         try:
             async with asyncio.timeout_at(deadline):
@@ -155,7 +157,7 @@ class RedisLock:
         finally:
             self._queued -= 1
         try:
-            token = await self._contend(started, deadline)
+            token = await self._contend(started, deadline, unanswered)
         except BaseException:
             self._line.release()
             raise
@@ -176,12 +178,12 @@ class RedisLock:
 
     # --- waiting for the lock: the first caller of this process in line ---
 
-    async def _contend(self, started: float, deadline: float | None) -> str:
+    async def _contend(self, started: float, deadline: float | None, unanswered: int) -> str:
         clock = asyncio.get_running_loop().time
         wait_first, self._yield = self._yield, False
         while True:
             if not wait_first:
-                token, taken = await self._try_set()
+                token, taken = await self._try_set(unanswered)
                 if taken:
                     return token
             wait_first = False
@@ -190,15 +192,27 @@ class RedisLock:
                 raise LockTimeoutError(self.name, clock() - started, self._holder_left())
             await self._wait_for_turn(left)
 
-    async def _try_set(self) -> tuple[str, bool]:
+    async def _try_set(self, unanswered: int) -> tuple[str, bool]:
         """One ``SET NX`` within ``round_trip_timeout``: the try in flight if a caller
-        that left started one, else a new one."""
+        that left started one, else a new one.
+
+        A caller that gave up on the try in flight while this one waited in line saw
+        Redis not answer: this one fails at once too (``TimeoutError``, an outage the
+        failure policy answers) rather than wait a deadline of its own behind it, so that
+        the callers of one key behind a paused Redis are all answered within theirs."""
         attempt = self._setting
         if attempt is None:
             attempt = self._spawn(self._set(secrets.token_hex(16)))
             self._setting = attempt
             attempt.add_done_callback(self._set_done)
-        token, taken, ttl_left = await self._heed(attempt, self.round_trip_timeout)
+        elif self._unanswered != unanswered:
+            raise TimeoutError
+        try:
+            token, taken, ttl_left = await self._heed(attempt, self.round_trip_timeout)
+        except TimeoutError:
+            if not attempt.done():
+                self._unanswered += 1
+            raise
         self._seen = (ttl_left, asyncio.get_running_loop().time())
         return token, taken
 
