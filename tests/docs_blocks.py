@@ -8,12 +8,17 @@ settings file, a view module); fragments are counted, at most one block in ten.
 Blocks run in the main thread, with no event loop running (so the sync API can be used);
 a block with a top-level ``await`` runs on one event loop the page keeps in a thread of its
 own. ``redis://localhost:6379`` in a block is the Redis the tests started.
+
+A block that imports a peer library (the migration guide's "before" code) runs only where
+that library is installed (the ``bench`` extra); elsewhere it is left out and named, so the
+README's test command passes with the ``test`` extra alone.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import importlib.util
 import re
 import sys
 import threading
@@ -25,6 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^(\s*)```(\w*)[^\n]*$")
 FRAGMENT = "<!-- fragment -->"
+PEERS = {"limits", "slowapi", "fastapi_limiter", "pyrate_limiter", "flask_limiter"}
+"""Libraries a block may import that only the ``bench`` extra installs."""
+LEFT_OUT = "left out: "
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,16 @@ class Block:
     @property
     def where(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+    def missing(self) -> list[str]:
+        """The peer libraries the block imports that are not installed here."""
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(self.code)):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+        return sorted(n for n in names & PEERS if importlib.util.find_spec(n) is None)
 
 
 def pages() -> list[Path]:
@@ -83,16 +101,21 @@ class PageLoop:
         self.thread.join(10)
 
 
-def run_page(page: Path, redis_url: str) -> int:
-    """Run the page's blocks; the number run."""
+def run_page(page: Path, redis_url: str) -> tuple[int, list[str]]:
+    """Run the page's blocks; the number run, and the blocks left out (peers missing)."""
     module = types.ModuleType("docs_page")  # a module of its own: dataclasses look it up
     sys.modules[module.__name__] = module
     namespace: dict[str, Any] = module.__dict__
     loop: PageLoop | None = None
     ran = 0
+    left_out: list[str] = []
     try:
         for block in blocks(page):
             if block.fragment:
+                continue
+            missing = block.missing()
+            if missing:
+                left_out.append(f"{block.where} needs {', '.join(missing)}")
                 continue
             code = block.code.replace("redis://localhost:6379", redis_url)
             compiled = compile(code, block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
@@ -104,8 +127,11 @@ def run_page(page: Path, redis_url: str) -> int:
     finally:
         if loop is not None:
             loop.close()
-    return ran
+    return ran, left_out
 
 
 if __name__ == "__main__":
-    print(run_page(Path(sys.argv[1]).resolve(), sys.argv[2] if len(sys.argv) > 2 else "memory://"))
+    ran, left_out = run_page(Path(sys.argv[1]).resolve(), *sys.argv[2:3] or ["memory://"])
+    for where in left_out:
+        print(f"{LEFT_OUT}{where}")
+    print(ran)  # the last line

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import ROOT, blocks, pages
+from tests.docs_blocks import LEFT_OUT, ROOT, blocks, pages
 
 pytestmark = pytest.mark.timeout(180)
 RUNNABLE = [page for page in pages() if any(not b.fragment for b in blocks(page))]
@@ -35,8 +35,11 @@ def test_every_block_of_the_page_runs(page: Path, redis_url: str) -> None:
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=150,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    ran = int(done.stdout.strip().splitlines()[-1])
-    assert ran == sum(not b.fragment for b in blocks(page))
+    *printed, ran = done.stdout.strip().splitlines()
+    left_out = [line.removeprefix(LEFT_OUT) for line in printed if line.startswith(LEFT_OUT)]
+    assert int(ran) + len(left_out) == sum(not b.fragment for b in blocks(page))
+    if left_out:  # the rest of the page ran and passed
+        pytest.skip(f"ran {ran} blocks; left out {'; '.join(left_out)} (the bench extra)")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="the docs extra")
