@@ -53,7 +53,8 @@ from ratelimit.backends.redis.keys import (
     slot_fields,
     window_fields,
 )
-from ratelimit.backends.redis.lock import SETTLE_TIMEOUT, Blocking, RedisLock, settle
+from ratelimit.backends.redis.lock import RedisLock
+from ratelimit.backends.redis.lock_tasks import SETTLE_TIMEOUT, Blocking, settle
 from ratelimit.backends.redis.overrides import RedisOverrides
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError

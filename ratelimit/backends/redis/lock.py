@@ -45,6 +45,7 @@ from ratelimit.backends.redis.compat import (
     WatchError,
 )
 from ratelimit.backends.redis.connections import ConnectionGate, read_timeout
+from ratelimit.backends.redis.lock_tasks import LATE, Blocking, consume
 from ratelimit.errors import LockTimeoutError
 
 MAX_BLOCK = 1.0
@@ -52,36 +53,11 @@ MAX_BLOCK = 1.0
 dropped) costs a waiter at most this long."""
 MIN_BLOCK = 0.01
 """Shorter waits than this are not worth a blocked connection: the caller tries again."""
-MAX_BLOCKING = 16
-"""Most ``BLPOP`` s one engine has blocked at once when its pool has no limit."""
-SETTLE_TIMEOUT = 1.0
-"""How long closing the engine waits for lock give-backs when it has no ``timeout``."""
 
 T = TypeVar("T")
 Setting = tuple[str, bool, int]
 """One ``SET NX`` try: its token, whether the lock is ours, and the holder's ttl left (ms,
 ``-1`` none, ``-2`` gone)."""
-
-
-class Blocking:
-    """How many ``BLPOP`` s one engine may have blocked at once (each holds a connection of
-    the pool), and whether the server takes ``BLPOP`` at all."""
-
-    def __init__(self, gate: ConnectionGate | None = None) -> None:
-        size = None if gate is None else gate.size
-        self.most = MAX_BLOCKING if size is None else max(1, size // 4)
-        self.blocked = 0
-        self.supported = True
-        self.waits: set[asyncio.Future[Any]] = set()  # the BLPOPs under way
-
-    def take(self) -> bool:
-        if not self.supported or self.blocked >= self.most:
-            return False
-        self.blocked += 1
-        return True
-
-    def give(self) -> None:
-        self.blocked -= 1
 
 
 class RedisLock:
@@ -121,7 +97,7 @@ class RedisLock:
         self._jitter = jitter
         self._gate = gate or ConnectionGate(None)
         self._blocking = blocking or Blocking(self._gate)
-        self._tasks = _LATE if tasks is None else tasks  # what runs apart: see settle()
+        self._tasks = LATE if tasks is None else tasks  # what runs apart: see settle()
         self._most_block = min(MAX_BLOCK, read_timeout(client) / 2)
         self._line = asyncio.Lock()  # this process's callers, first come first served
         self._queued = 0  # callers of this process waiting behind the first
@@ -306,12 +282,12 @@ class RedisLock:
         return popped is not None
 
     def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``work`` apart from its caller, kept (and awaited by :func:`settle`) until
-        done."""
+        """Run ``work`` apart from its caller, kept until done (and awaited by
+        :func:`~.lock_tasks.settle`)."""
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(_consume)
+        task.add_done_callback(consume)
         return task
 
     def _holder_left(self) -> float | None:
@@ -386,27 +362,3 @@ class _Held:
             pass  # the lock expires after its ttl; the block's own outcome stands
         except asyncio.CancelledError:
             raise  # it goes on in the background
-
-
-_LATE: set[asyncio.Future[Any]] = set()
-"""What locks made without a ``tasks`` set run apart from their callers."""
-
-
-async def settle(tasks: set[asyncio.Future[Any]], blocking: Blocking, seconds: float) -> None:
-    """Let what locks run apart from their callers (``tasks``: give-backs, tries whose
-    caller left) finish for up to ``seconds``, cancelling the ``BLPOP`` s at once and the
-    rest after, so that nothing is left pending when the event loop closes."""
-    for wait in list(blocking.waits):
-        wait.cancel()
-    if tasks:
-        await asyncio.wait(list(tasks), timeout=seconds)
-    left = list(tasks)
-    for task in left:
-        task.cancel()
-    await asyncio.gather(*left, return_exceptions=True)
-
-
-def _consume(task: asyncio.Future[Any]) -> None:
-    """Retrieve a background task's outcome so that asyncio does not report it."""
-    if not task.cancelled():
-        task.exception()
