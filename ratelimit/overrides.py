@@ -47,6 +47,8 @@ ANNOUNCED = "key:"
 """The prefix of a key's announcement in the store's table (override ids start ``[``)."""
 MAX_ANNOUNCED = 10_000
 """At most this many keys are announced per process (keys made from requests are many)."""
+MAX_TTL = 10 * 365 * 86_400.0
+"""The longest ``ttl=`` an override takes (ten years): its expiry stays a date."""
 WARN_EVERY = 60.0
 """Seconds between two warnings of the same unusable override or failing refresh."""
 
@@ -123,9 +125,12 @@ def decode(identity: str, record: str) -> Override | None:
         key, pairs = json.loads(identity)
         fields = json.loads(record)
         values = tuple((str(name), str(value)) for name, value in pairs)
-        override = Override(
-            str(key), values, str(fields["rules"]), fields.get("expires"), fields.get("at", 0.0)
-        )
+        expires, at = fields.get("expires"), fields.get("at", 0.0)
+        if expires is not None and not _is_time(expires):
+            raise TypeError(f"expires is not a time: {expires!r}")
+        if not _is_time(at):
+            raise TypeError(f"at is not a time: {at!r}")
+        override = Override(str(key), values, str(fields["rules"]), expires, at)
         override.compiled  # noqa: B018 - a text that does not parse is reported here
     except (ValueError, TypeError, KeyError, RateLimitError) as exc:
         logger.warning("ratelimit: an override in the store cannot be read (%s): %s", identity, exc)
@@ -133,14 +138,24 @@ def decode(identity: str, record: str) -> Override | None:
     return override
 
 
+def _is_time(value: object) -> bool:
+    """Whether ``value`` is seconds since the epoch as a record keeps them (a number)."""
+    return type(value) in (int, float) and not math.isnan(value)  # type: ignore[arg-type]
+
+
 def check_ttl(ttl: object) -> float | None:
-    """``ttl=``: ``None`` or seconds above 0."""
+    """``ttl=``: ``None`` or seconds above 0, at most :data:`MAX_TTL`."""
     if ttl is None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
         raise TypeError(f"ttl must be a number of seconds, or None, not {ttl!r}")
     if ttl <= 0:
         raise ValueError(f"ttl must be above 0 seconds, not {ttl!r}")
+    if ttl > MAX_TTL:
+        raise ValueError(
+            f"ttl must be at most {MAX_TTL:.0f} seconds (ten years), not {ttl!r}; "
+            "ttl=None keeps an override until it is deleted"
+        )
     return float(ttl)
 
 
