@@ -47,6 +47,8 @@ ANNOUNCED = "key:"
 """The prefix of a key's announcement in the store's table (override ids start ``[``)."""
 MAX_ANNOUNCED = 10_000
 """At most this many keys are announced per process (keys made from requests are many)."""
+MAX_ANNOUNCED_BYTES = 1_000
+"""The longest key announced, in UTF-8 bytes (PostgreSQL's index takes about 2 700)."""
 MAX_TTL = 10 * 365 * 86_400.0
 """The longest ``ttl=`` an override takes (ten years): its expiry stays a date."""
 WARN_EVERY = 60.0
@@ -136,6 +138,17 @@ def decode(identity: str, record: str) -> Override | None:
         logger.warning("ratelimit: an override in the store cannot be read (%s): %s", identity, exc)
         return None
     return override
+
+
+def announceable(key: str) -> bool:
+    """Whether every store can keep ``key`` in its table of announced keys: UTF-8 text (no
+    lone surrogate) without a NUL byte, of at most :data:`MAX_ANNOUNCED_BYTES`. Others are
+    never announced (announcing is best effort: ``ratelimit override set`` warns of them)."""
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError:
+        return False
+    return size <= MAX_ANNOUNCED_BYTES and "\x00" not in key
 
 
 def _is_time(value: object) -> bool:
@@ -275,17 +288,23 @@ class OverrideCache:
             await self.check()
 
     async def announce(self) -> None:
-        """Tell the store the keys this process decided since it last did; raises as the
-        store fails."""
-        if self.pending:
-            announcing = sorted(self.pending)
+        """Tell the store the keys this process decided since it last did. Best effort:
+        a store that fails is logged (at most once a minute), and those keys are told
+        again when decided again; it never stops a reading."""
+        if not self.pending:
+            return
+        announcing = sorted(self.pending)
+        self.pending.difference_update(announcing)  # whatever comes: the queue stays bounded
+        try:
             await self.store.overrides_announce(self.namespace, announcing)
-            self._announced.update(announcing)
-            self.pending.difference_update(announcing)
+        except (RateLimitError, OSError, ValueError) as exc:
+            self.warn("announce", f"limited keys not announced (best effort): {exc}")
+            return
+        self._announced.update(announcing)
 
     async def _check(self) -> None:
+        await self.announce()
         try:
-            await self.announce()
             version = await self.store.overrides_version(self.namespace)
             if version != self.version:
                 version, table = await self.store.overrides_load(self.namespace)
@@ -366,7 +385,11 @@ class OverrideCache:
         """Whether ``key`` has overrides now: a decision's first question. A call is
         decided under ``key`` here, which the store is told at the next check."""
         self.used = True
-        if key not in self._announced and len(self._announced) < MAX_ANNOUNCED:
+        if (
+            key not in self._announced
+            and len(self._announced) + len(self.pending) < MAX_ANNOUNCED
+            and announceable(key)
+        ):
             self.pending.add(key)
         return key in self.keys
 

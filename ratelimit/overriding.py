@@ -127,7 +127,7 @@ class Overrides:
     async def refresh(self) -> None:
         """Read the overrides from the store now, into this process's copy (its task does
         every ``override_refresh`` seconds), and tell it the keys this process decided
-        since it last did; raises as the store fails."""
+        since it last did (best effort: logged when it fails); raises as reading fails."""
         await self._store()[0].announce()
         await self._load()
 

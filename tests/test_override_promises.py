@@ -1,0 +1,143 @@
+"""Overrides keep the promises of DESIGN §9 on every store (memory, Redis with both engines,
+PostgreSQL): the store orders them (never a writer's clock), a limit lowered below a call's
+cost refuses it, and announcing the keys a process limits never blocks reading them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ratelimit.overrides import MAX_ANNOUNCED
+from tests.conftest import FakeClock
+from tests.test_overrides import Maker, admitted, make
+
+__all__ = ["make"]  # the fixture, shared with tests/test_overrides.py
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_the_last_set_wins_whatever_the_setters_clocks(make: Maker) -> None:
+    ahead, behind = FakeClock(), FakeClock()
+    behind.advance(-30)  # 30 s of skew between two processes
+    first, second = make(ahead), make(behind, override_refresh=0)
+    limit = second.limit("apikey:2/m & user:2/m", key="search", apikey="abc", user="bob")
+    await first.overrides.set("search", "apikey:3/m & user:3/m", apikey="abc")
+    await second.overrides.set("search", "apikey:4/m & user:4/m", user="bob")  # set last
+    assert str((await limit.peek()).rule).endswith(":4/m")
+    found = await first.overrides.in_force("search", apikey="abc", user="bob")
+    assert found is not None
+    assert found.rules == "apikey:4/m & user:4/m"
+
+
+async def test_the_last_set_wins_at_equal_instants(make: Maker, clock: FakeClock) -> None:
+    rl = make(clock, override_refresh=0)
+    limit = rl.limit("apikey:2/m & user:2/m", key="search", apikey="abc", user="bob")
+    await rl.overrides.set("search", "apikey:5/m & user:5/m", user="bob")
+    await rl.overrides.set("search", "apikey:6/m & user:6/m", apikey="abc")  # same instant
+    assert str((await limit.peek()).rule).endswith(":6/m")
+    await rl.overrides.set("search", "apikey:7/m & user:7/m", user="bob")
+    assert str((await limit.peek()).rule).endswith(":7/m")
+    other = make(clock)  # another process reads the store's order
+    found = await other.overrides.in_force("search", apikey="abc", user="bob")
+    assert found is not None
+    assert found.rules == "apikey:7/m & user:7/m"
+
+
+ALGORITHMS = ["sliding-log", "sliding-window", "fixed-window", "gcra"]
+
+
+def _made(make: Maker, clock: FakeClock, algorithm: str) -> Any:
+    """A limiter of ``algorithm`` on the store (``None``: the store decides no such)."""
+    storage: Any = make(clock).storage
+    decided = getattr(storage, "algorithms", None)
+    if decided is not None and algorithm not in decided:
+        pytest.skip(f"{type(storage).__name__} decides no {algorithm}")
+    return make(clock, algorithm=algorithm)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_an_override_below_a_calls_cost_refuses_it(
+    make: Maker, clock: FakeClock, algorithm: str
+) -> None:
+    rl = _made(make, clock, algorithm)
+    limit = rl.limit("apikey:100/h", key="search", apikey="abc", cost=10)
+    assert await admitted(limit, 1) == 1
+    await rl.overrides.set("search", "apikey:5/h", apikey="abc")  # lowered below one call
+    refused = await limit.decide()
+    assert not refused.allowed
+    assert refused.override
+    assert str(refused.rule) == "apikey:5/h"
+    assert 0 < refused.retry_after < float("inf")
+    assert await admitted(limit, 3) == 0
+    clock.advance(7200)  # however long it waits
+    assert await admitted(limit, 1) == 0
+    other = rl.limit("apikey:100/h", key="search", apikey="xyz", cost=10)
+    assert await admitted(other, 1) == 1  # another caller keeps the limit's own rules
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_a_per_call_cost_above_an_override_is_refused(
+    make: Maker, clock: FakeClock, algorithm: str
+) -> None:
+    rl = _made(make, clock, algorithm)
+    limit = rl.limit("apikey:100 tokens/h", key="chat", apikey="abc", cost={"tokens": 1})
+    await rl.overrides.set("chat", "apikey:50 tokens/h", apikey="abc")
+    assert (await limit.decide(cost={"tokens": 40})).allowed
+    refused = await limit.decide(cost={"tokens": 60})  # above the override's whole count
+    assert not refused.allowed
+    assert refused.override
+
+
+def _unannounceable(storage: object) -> list[str]:
+    """Keys this store cannot keep in its table of announced keys."""
+    kind = type(storage).__name__
+    if "Postgres" in kind:
+        return ["nul\x00byte", "k" * 4096]
+    if "Redis" in kind:
+        return ["lone\ud800surrogate"]
+    return []
+
+
+async def test_a_key_the_store_cannot_announce_never_stops_refreshes(
+    make: Maker, clock: FakeClock
+) -> None:
+    setter, app = make(clock), make(clock, override_refresh=0)  # app reads at every decision
+    storage: Any = app.storage
+    bad = _unannounceable(storage)
+    failing = False
+    if not bad:  # memory keeps any key: its announcing fails instead
+        announce = storage.overrides_announce
+
+        async def refused(namespace: str, keys: Any) -> None:
+            if failing:
+                raise ConnectionError("announcing refused")
+            await announce(namespace, keys)
+
+        storage.overrides_announce = refused
+        failing, bad = True, ["any"]
+    for key in bad:
+        await app.limit("10/h", key=key).peek()
+    limit = app.limit("apikey:1/h", key="search", apikey="abc")
+    assert await admitted(limit, 1) == 1
+    await setter.overrides.set("search", "apikey:5/h", apikey="abc")  # set later
+    assert await admitted(limit, 10) == 4  # 5 in all: the override was read
+    await app.overrides.refresh()  # best effort too: reads, and raises nothing
+    assert await setter.overrides.known("search") is not failing
+
+
+async def test_the_announce_queue_is_bounded(make: Maker, clock: FakeClock) -> None:
+    app = make(clock, override_refresh=60)
+    storage: Any = app.storage
+
+    async def down(namespace: str, keys: Any) -> None:
+        raise ConnectionError("announcing refused")
+
+    storage.overrides_announce = down
+    cache: Any = app._decider.overrides
+    assert cache is not None
+    for n in range(MAX_ANNOUNCED + 50):
+        cache.has(f"key-{n}")
+    assert len(cache.pending) <= MAX_ANNOUNCED
+    await cache.check()  # fails to announce: the queue does not keep growing
+    assert len(cache.pending) <= MAX_ANNOUNCED
