@@ -18,7 +18,9 @@ still bounds them). A lookup is a dictionary read: a key without overrides costs
 more, however many other keys have some.
 
 The store keeps, per namespace, a version (bumped by each change) and a table from an
-override's identity (:func:`override_id`) to its record (:func:`encode`); the keys its
+override's identity (:func:`override_id`) to its record (:func:`encode`, stamped with the
+version its write made: the store's order, :func:`winner`; the records' own module is
+:mod:`ratelimit.override_records`); the keys its
 limits use are announced in the same table (``key:<key>``, no version bump), so that the
 command line can warn of an override for a key nothing limits.
 """
@@ -26,18 +28,25 @@ command line can warn of an override for a key nothing limits.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ratelimit.backends.base import OverrideStore
 from ratelimit.errors import RateLimitError
-from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.override_records import MAX_ANNOUNCED_BYTES as MAX_ANNOUNCED_BYTES
+from ratelimit.override_records import MAX_TTL as MAX_TTL
+from ratelimit.override_records import Override as Override
+from ratelimit.override_records import Values as Values
+from ratelimit.override_records import announceable as announceable
+from ratelimit.override_records import check_ttl as check_ttl
+from ratelimit.override_records import decode as decode
+from ratelimit.override_records import encode as encode
+from ratelimit.override_records import override_id as override_id
+from ratelimit.override_records import values_of as values_of
+from ratelimit.override_records import winner as winner
 
 logger = logging.getLogger("ratelimit")
 
@@ -47,138 +56,11 @@ ANNOUNCED = "key:"
 """The prefix of a key's announcement in the store's table (override ids start ``[``)."""
 MAX_ANNOUNCED = 10_000
 """At most this many keys are announced per process (keys made from requests are many)."""
-MAX_ANNOUNCED_BYTES = 1_000
-"""The longest key announced, in UTF-8 bytes (PostgreSQL's index takes about 2 700)."""
-MAX_TTL = 10 * 365 * 86_400.0
-"""The longest ``ttl=`` an override takes (ten years): its expiry stays a date."""
 WARN_EVERY = 60.0
 """Seconds between two warnings of the same unusable override or failing refresh."""
 
-Values = tuple[tuple[str, str], ...]
-"""An override's selector values: (name, value) pairs sorted by name."""
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """Rules that replace those of ``key`` for calls with every one of ``values``.
-
-    - ``key``: the limit's key;
-    - ``values``: (selector, value) pairs, sorted by selector; empty for every call;
-    - ``rules``: the rules in force instead, as text;
-    - ``expires``: when it stops applying (seconds since the epoch), ``None`` for never;
-    - ``at``: when it was set (seconds since the epoch).
-    """
-
-    key: str
-    values: Values
-    rules: str
-    expires: float | None = None
-    at: float = 0.0
-
-    @property
-    def compiled(self) -> CompiledTree:
-        """The rules, compiled (parsed once per distinct text)."""
-        return compile_tree(to_tree(self.rules))
-
-    @property
-    def selectors(self) -> dict[str, str]:
-        """``values`` as a mapping."""
-        return dict(self.values)
-
-    def live(self, now: float) -> bool:
-        """Whether it applies at ``now`` (seconds since the epoch)."""
-        return self.expires is None or now < self.expires
-
-    def __str__(self) -> str:
-        who = " ".join(f"{name}={value}" for name, value in self.values) or "every call"
-        return f"{self.key} [{who}]: {self.rules}"
-
-
-def values_of(values: Mapping[str, object]) -> Values:
-    """Selector values as an override keeps them (text, sorted by name); ``TypeError`` or
-    ``ValueError`` naming a bad one."""
-    pairs = []
-    for name, value in values.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"a selector name is a name such as apikey, not {name!r}")
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise TypeError(f"the value of {name} must be text or a whole number, not {value!r}")
-        if value == "":
-            raise ValueError(f"the value of {name} must not be empty")
-        pairs.append((name, str(value)))
-    return tuple(sorted(pairs))
-
-
-def override_id(key: str, values: Values) -> str:
-    """The store's name of the override of ``key`` for ``values``: one per pair."""
-    return json.dumps([key, [list(pair) for pair in values]], ensure_ascii=False)
-
-
-def encode(override: Override) -> str:
-    """What the store keeps of an override besides its id."""
-    record = {"rules": override.rules, "expires": override.expires, "at": override.at}
-    return json.dumps(record, ensure_ascii=False)
-
-
-def decode(identity: str, record: str) -> Override | None:
-    """The override a store's entry holds; ``None`` (and a warning) when it cannot be read,
-    so that one bad entry never stops the others."""
-    try:
-        key, pairs = json.loads(identity)
-        fields = json.loads(record)
-        values = tuple((str(name), str(value)) for name, value in pairs)
-        expires, at = fields.get("expires"), fields.get("at", 0.0)
-        if expires is not None and not _is_time(expires):
-            raise TypeError(f"expires is not a time: {expires!r}")
-        if not _is_time(at):
-            raise TypeError(f"at is not a time: {at!r}")
-        override = Override(str(key), values, str(fields["rules"]), expires, at)
-        override.compiled  # noqa: B018 - a text that does not parse is reported here
-    except (ValueError, TypeError, KeyError, RateLimitError) as exc:
-        logger.warning("ratelimit: an override in the store cannot be read (%s): %s", identity, exc)
-        return None
-    return override
-
-
-def announceable(key: str) -> bool:
-    """Whether every store can keep ``key`` in its table of announced keys: UTF-8 text (no
-    lone surrogate) without a NUL byte, of at most :data:`MAX_ANNOUNCED_BYTES`. Others are
-    never announced (announcing is best effort: ``ratelimit override set`` warns of them)."""
-    try:
-        size = len(key.encode())
-    except UnicodeEncodeError:
-        return False
-    return size <= MAX_ANNOUNCED_BYTES and "\x00" not in key
-
-
-def _is_time(value: object) -> bool:
-    """Whether ``value`` is seconds since the epoch as a record keeps them (a number)."""
-    return type(value) in (int, float) and not math.isnan(value)  # type: ignore[arg-type]
-
-
-def check_ttl(ttl: object) -> float | None:
-    """``ttl=``: ``None`` or seconds above 0, at most :data:`MAX_TTL`."""
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
-        raise TypeError(f"ttl must be a number of seconds, or None, not {ttl!r}")
-    if ttl <= 0:
-        raise ValueError(f"ttl must be above 0 seconds, not {ttl!r}")
-    if ttl > MAX_TTL:
-        raise ValueError(
-            f"ttl must be at most {MAX_TTL:.0f} seconds (ten years), not {ttl!r}; "
-            "ttl=None keeps an override until it is deleted"
-        )
-    return float(ttl)
-
-
 _running_loop = asyncio._get_running_loop
 """The running event loop or ``None``, without raising: on every decision's path."""
-
-
-def winner(found: Iterable[Override]) -> Override | None:
-    """Of the overrides matching one call, the one in force: most values, then set last."""
-    return max(found, key=lambda o: (len(o.values), o.at, o.values), default=None)
 
 
 class OverrideCache:

@@ -70,7 +70,8 @@ class Overrides:
         seconds = check_ttl(ttl)
         cache, store = self._store()
         now = cache.now()
-        override = Override(key, pairs, str(tree), None if seconds is None else now + seconds, now)
+        expires = None if seconds is None else now + seconds
+        override = Override(key, pairs, str(tree), expires, now, version=None)  # the store's
         identity = override_id(key, pairs)
         await store.overrides_write(cache.namespace, identity, encode(override), override.expires)
         cache.put(identity, override, key, pairs)

@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from ratelimit.overrides import MAX_ANNOUNCED
+from ratelimit import MemoryBackend, RateLimit
+from ratelimit.backends.postgres import PostgresBackend
+from ratelimit.overrides import (
+    MAX_ANNOUNCED,
+    Override,
+    OverrideCache,
+    encode,
+    override_id,
+    winner,
+)
 from tests.conftest import FakeClock
 from tests.test_overrides import Maker, admitted, make
 
@@ -141,3 +150,54 @@ async def test_the_announce_queue_is_bounded(make: Maker, clock: FakeClock) -> N
     assert len(cache.pending) <= MAX_ANNOUNCED
     await cache.check()  # fails to announce: the queue does not keep growing
     assert len(cache.pending) <= MAX_ANNOUNCED
+
+
+def test_overrides_written_before_the_store_kept_an_order_rank_below() -> None:
+    legacy_new = Override("k", (("user", "bob"),), "1/m", None, at=2_000.0, version=0)
+    legacy_old = Override("k", (("apikey", "abc"),), "2/m", None, at=1_000.0, version=0)
+    assert winner([legacy_old, legacy_new]) is legacy_new  # among them: the latest `at`
+    ordered = Override("k", (("apikey", "abc"),), "3/m", None, at=10.0, version=1)
+    assert winner([legacy_new, ordered]) is ordered  # any the store ordered is later
+    unread = Override("k", (("user", "bob"),), "4/m", None, at=5.0, version=None)
+    assert winner([ordered, unread]) is unread  # written here, not yet read back: last
+    table = {override_id("k", legacy_new.values): encode(legacy_new)}  # no "version"
+    cache = OverrideCache(MemoryBackend(), "ns", 1.0, None)
+    cache.load(1, table)
+    assert cache.match("k", {"user": "bob"}) == legacy_new
+
+
+@pytest.mark.postgres
+async def test_postgres_adds_the_order_to_an_older_table(postgres_url: str, namespace: str) -> None:
+    import asyncpg
+
+    first = RateLimit(PostgresBackend(postgres_url), namespace, algorithm="sliding-window")
+    await first.setup()
+    db = await asyncpg.connect(postgres_url)
+    try:  # the table as an older version left it: no column, an older mark
+        await db.execute("ALTER TABLE ratelimit_overrides DROP COLUMN version")
+        await db.execute("COMMENT ON TABLE ratelimit_counters IS 'ratelimit schema older'")
+        record = encode(Override("search", (("apikey", "abc"),), "apikey:5/h", None, 1.0))
+        identity = override_id("search", (("apikey", "abc"),))
+        await db.execute(
+            "INSERT INTO ratelimit_overrides (namespace, id, record) VALUES ($1, $2, $3)",
+            namespace,
+            identity,
+            record,
+        )
+    finally:
+        await db.close()
+    await first.aclose()
+    rl = RateLimit(PostgresBackend(postgres_url), namespace, algorithm="sliding-window")
+    try:
+        assert "updated" in await rl.setup()
+        kept = await rl.overrides.get("search", apikey="abc")
+        assert kept is not None
+        assert kept.version == 0  # written before: ranks below any written now
+        await rl.overrides.set("search", "apikey:7/h", user="bob")
+        found = await rl.overrides.in_force("search", apikey="abc", user="bob")
+        assert found is not None
+        assert found.rules == "apikey:7/h"
+        assert found.version is not None
+        assert found.version > 0
+    finally:
+        await rl.aclose()

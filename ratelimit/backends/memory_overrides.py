@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ratelimit.backends.base import stamped
 from ratelimit.errors import LimiterClosedError
 
 _ANNOUNCED = "key:"
@@ -35,16 +36,16 @@ class OverrideTables:
     ) -> bool:
         version, table, expiry = self._table(namespace)
         existed = identity in table
+        version[0] += 1
         if record is None:
             table.pop(identity, None)
             expiry.pop(identity, None)
         else:
-            table[identity] = record
+            table[identity] = stamped(record, version[0])
             if expires is None:
                 expiry.pop(identity, None)
             else:
                 expiry[identity] = expires
-        version[0] += 1
         return existed
 
     async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:

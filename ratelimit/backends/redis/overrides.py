@@ -1,7 +1,10 @@
 """Overrides on Redis (:class:`~ratelimit.backends.base.OverrideStore` for both engines):
 one hash per namespace, ``rl:{<namespace>}:overrides``, from an override's identity to its
-record, with the version in its empty field. Writes are plain commands in one pipeline (no
-Lua), so they work wherever the engines do, Redis Cluster included (one key: one slot).
+record, with the version in its empty field. A write reads the version and writes the
+next one with the record stamped with it (:func:`~ratelimit.backends.base.stamped`: the
+store orders overrides, never a writer's clock) in a ``WATCH``/``MULTI`` transaction,
+tried again when another write came between; plain commands (no Lua), so they work
+wherever the engines do, Redis Cluster included (one key: one slot).
 
 Pruning expired overrides deletes each only if it is still as it expired: the script
 engine in one Lua script, the command engine (for servers that refuse Lua) in a
@@ -16,14 +19,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ratelimit.backends.base import stamped
 from ratelimit.backends.naming import PREFIX, encode_part
 from ratelimit.backends.redis.compat import WatchError
 from ratelimit.backends.redis.errors import replied
-from ratelimit.errors import LimiterClosedError
+from ratelimit.errors import BackendError, LimiterClosedError
 
 VERSION = ""
 """The hash field holding the version (no identity is empty)."""
 ANNOUNCED = "key:"
+WRITE_TRIES = 100
+"""How many times a write is tried while other writes keep coming between (then it fails)."""
 
 PRUNE_LUA = """
 local now = tonumber(ARGV[1])
@@ -94,15 +100,33 @@ class RedisOverrides:
         key = overrides_key(namespace)
         async with replied(self._close_idle, "writing an override", self.timeout):
             async with asyncio.timeout(self.timeout):
-                pipe = self.client.pipeline(transaction=False)
-                pipe.hexists(key, identity)
-                if record is None:
-                    pipe.hdel(key, identity)
-                else:
-                    pipe.hset(key, identity, record)
-                pipe.hincrby(key, VERSION, 1)
-                existed, _, _ = await pipe.execute()
-        return bool(existed)
+                for _ in range(WRITE_TRIES):
+                    existed = await self._write_watching(key, identity, record)
+                    if existed is not None:
+                        return existed
+        raise BackendError(
+            f"redis: an override of namespace {namespace!r} not written: other writes came "
+            f"between each of {WRITE_TRIES} tries"
+        )
+
+    async def _write_watching(self, key: str, identity: str, record: str | None) -> bool | None:
+        """One try of a write; ``None`` when another write came between."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            await pipe.watch(key)
+            current = await pipe.hget(key, VERSION)
+            existed = bool(await pipe.hexists(key, identity))
+            version = (0 if current is None else int(current)) + 1
+            pipe.multi()
+            pipe.hset(key, VERSION, version)
+            if record is None:
+                pipe.hdel(key, identity)
+            else:
+                pipe.hset(key, identity, stamped(record, version))
+            try:
+                await pipe.execute()
+            except WatchError:
+                return None
+        return existed
 
     async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:
         self._overrides_open()
