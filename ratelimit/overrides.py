@@ -56,6 +56,8 @@ ANNOUNCED = "key:"
 """The prefix of a key's announcement in the store's table (override ids start ``[``)."""
 MAX_ANNOUNCED = 10_000
 """At most this many keys are announced per process (keys made from requests are many)."""
+ANNOUNCE_AGAIN = 86_400.0
+"""Seconds after which a process announces its keys again (as it decides them)."""
 WARN_EVERY = 60.0
 """Seconds between two warnings of the same unusable override or failing refresh."""
 
@@ -75,6 +77,7 @@ class OverrideCache:
 
     __slots__ = (
         "_announced",
+        "_announced_since",
         "_checking",
         "_loop",
         "_pairs",
@@ -121,6 +124,7 @@ class OverrideCache:
         self._whole: dict[str, list[Override]] = {}
         self._pairs: dict[tuple[str, str, str], list[Override]] = {}
         self._announced: set[str] = set()
+        self._announced_since = -math.inf
         self.pending: set[str] = set()
         """Keys of this process not yet announced to the store."""
         self._checking: asyncio.Future[None] | None = None
@@ -172,7 +176,13 @@ class OverrideCache:
     async def announce(self) -> None:
         """Tell the store the keys this process decided since it last did. Best effort:
         a store that fails is logged (at most once a minute), and those keys are told
-        again when decided again; it never stops a reading."""
+        again when decided again; it never stops a reading. Every
+        :data:`ANNOUNCE_AGAIN` seconds, the keys are told again as they are decided (the
+        store prunes keys not told for :data:`~ratelimit.backends.base.ANNOUNCED_FOR`)."""
+        now = self._wall()
+        if not now - ANNOUNCE_AGAIN < self._announced_since <= now:
+            self._announced.clear()
+            self._announced_since = now
         if not self.pending:
             return
         announcing = sorted(self.pending)

@@ -10,7 +10,10 @@ import pytest
 
 from ratelimit import MemoryBackend, RateLimit
 from ratelimit.backends.postgres import PostgresBackend
+from ratelimit.backends.redis.overrides import overrides_key
 from ratelimit.overrides import (
+    ANNOUNCE_AGAIN,
+    ANNOUNCED,
     MAX_ANNOUNCED,
     Override,
     OverrideCache,
@@ -201,3 +204,52 @@ async def test_postgres_adds_the_order_to_an_older_table(postgres_url: str, name
         assert found.version > 0
     finally:
         await rl.aclose()
+
+
+async def _plant(storage: Any, namespace: str, key: str, record: str) -> None:
+    """An announcement of ``key`` as a store would keep it, with ``record`` (its time)."""
+    identity = ANNOUNCED + key
+    kind = type(storage).__name__
+    if "Postgres" in kind:
+        await storage._guarded(
+            lambda db: db.execute(
+                "INSERT INTO ratelimit_overrides (namespace, id, record) VALUES ($1, $2, $3)",
+                namespace,
+                identity,
+                record,
+            ),
+            "plant",
+        )
+    elif "Redis" in kind:
+        await storage.client.hset(overrides_key(namespace), identity, record)
+    else:
+        storage._table(namespace)[1][identity] = record
+
+
+async def test_announced_keys_are_pruned_once_old(make: Maker, clock: FakeClock) -> None:
+    app, operator = make(clock), make(clock)
+    await app.limit("10/m", key="fresh").decide()
+    await app.overrides.refresh()
+    storage: Any = app.storage
+    await _plant(storage, app.namespace, "stale", "1000.5")  # announced in 1970
+    await _plant(storage, app.namespace, "undated", "")  # by a version that kept no time
+    assert await operator.overrides.known("stale")
+    await operator.overrides.set("other", "5/m")  # a process's first write prunes
+    assert not await operator.overrides.known("stale")
+    assert not await operator.overrides.known("undated")
+    assert await operator.overrides.known("fresh")
+
+
+async def test_a_process_announces_its_keys_again_every_day(clock: FakeClock) -> None:
+    rl = RateLimit(MemoryBackend(clock=clock))
+    limit = rl.limit("10/m", key="search")
+    await limit.decide()
+    await rl.overrides.refresh()
+    store: Any = rl.storage
+    first = store._table(rl.namespace)[1][ANNOUNCED + "search"]
+    clock.advance(ANNOUNCE_AGAIN + 1)
+    await rl.overrides.refresh()  # a day on: the keys are told again as they are decided
+    await limit.decide()
+    await rl.overrides.refresh()
+    assert float(store._table(rl.namespace)[1][ANNOUNCED + "search"]) > float(first)
+    await rl.aclose()

@@ -140,6 +140,11 @@ class SettleStore(Protocol):
         ...
 
 
+ANNOUNCED_FOR = 7 * 86_400
+"""Seconds an announced key stays in a store's table without being announced again (a
+process announces each of its keys again every day): pruned with expired overrides."""
+
+
 def stamped(record: str, version: int) -> str:
     """``record`` (an override's, a JSON object) with the store's order in it: the
     namespace's ``version`` its write made (:meth:`OverrideStore.overrides_write`). A
@@ -185,12 +190,14 @@ class OverrideStore(Protocol):
         ...
 
     async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:
-        """Record that a process limits ``keys`` (the version stays)."""
+        """Record that a process limits ``keys`` now, by the store's clock (the record: its
+        seconds; the version stays)."""
         ...
 
     async def overrides_prune(self, namespace: str, now: float) -> int:
         """Delete the overrides expired at ``now`` (seconds since the epoch), each only if
-        still as it expired; returns how many."""
+        still as it expired, and the keys not announced for :data:`ANNOUNCED_FOR` seconds
+        by the store's clock; returns how many overrides."""
         ...
 
 

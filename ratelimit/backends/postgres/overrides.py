@@ -22,9 +22,12 @@ FROM ratelimit_overrides WHERE namespace = $1
 """
 ANNOUNCE = """
 INSERT INTO ratelimit_overrides (namespace, id, record, expires)
-SELECT $1, 'key:' || k, '', NULL FROM unnest($2::text[]) AS k
-ON CONFLICT (namespace, id) DO NOTHING
+SELECT $1, 'key:' || k, extract(epoch FROM clock_timestamp())::text, NULL
+FROM unnest($2::text[]) AS k
+ON CONFLICT (namespace, id) DO UPDATE SET record = excluded.record
 """
+"""Announced keys carry the database's time, and are pruned by ``ratelimit_override_prune``
+once 7 days old (:data:`~ratelimit.backends.base.ANNOUNCED_FOR`)."""
 
 
 class PostgresOverrides:

@@ -355,6 +355,8 @@ END;
 $$;
 
 -- Delete the overrides of p_namespace expired at p_now; bump the version if any went.
+-- Keys announced over 7 days ago (by the database's clock; records empty: announced before
+-- they were dated) go too, without a version bump.
 CREATE OR REPLACE FUNCTION ratelimit_override_prune(
     p_namespace text, p_now double precision
 ) RETURNS integer
@@ -366,6 +368,11 @@ BEGIN
     ON CONFLICT (namespace) DO UPDATE SET version = v.version;
     DELETE FROM ratelimit_overrides WHERE namespace = p_namespace AND expires <= p_now;
     GET DIAGNOSTICS pruned = ROW_COUNT;
+    DELETE FROM ratelimit_overrides
+    WHERE namespace = p_namespace AND id LIKE 'key:%'
+      AND CASE WHEN record ~ '^[0-9]+(\.[0-9]+)?$'
+               THEN record::double precision <= extract(epoch FROM now()) - 604800
+               ELSE true END;
     IF pruned > 0 THEN
         UPDATE ratelimit_override_versions SET version = version + 1
         WHERE namespace = p_namespace;
