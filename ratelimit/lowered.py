@@ -11,10 +11,12 @@ changes or expires).
 from __future__ import annotations
 
 from ratelimit.algorithms import Algorithm, named
+from ratelimit.costs import CostValue, per_leaf
 from ratelimit.decision import Decision, RuleState, make_decision
 from ratelimit.errors import ConfigurationError
 from ratelimit.plan import OP_AND, OP_LEAF, CompiledTree, Cost, cached_plan
 from ratelimit.rules import Rule
+from ratelimit.settings import check_cost
 
 
 def beyond(
@@ -61,3 +63,28 @@ def refusal(compiled: CompiledTree, key: str, rule: Rule) -> Decision:
     span = rule.span_ms / 1000
     state = RuleState(rule, compiled.rules.index(rule), True, 0, span)
     return make_decision(False, span, rule, 0, key, (state,))
+
+
+def lowered(
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    values: tuple[str | None, ...],
+    cost: Cost | CostValue,
+    algorithm: Algorithm | str,
+) -> tuple[Cost, Rule] | None:
+    """For front ends of their own (the HTTP edge): a call of ``cost`` that an override's
+    rules ``compiled`` refused to check (``RateLimit.check`` raised), as ``RateLimit.decide``
+    takes its cost, and the rule that can never admit it (pass it as ``override=``); ``None``
+    when the cost is wrong for another reason (then ``check``'s error stands)."""
+    chosen = named(algorithm)
+    try:
+        if isinstance(cost, tuple):
+            check_cost(compiled, cost, chosen, bounded=False)
+            counted: Cost = cost
+        else:
+            counted = per_leaf(compiled, cost, chosen, "cost", bounded=False)
+    except ConfigurationError:
+        return None
+    rule = beyond(compiled, namespace, key, values, counted, chosen)
+    return None if rule is None else (counted, rule)

@@ -253,3 +253,18 @@ async def test_a_process_announces_its_keys_again_every_day(clock: FakeClock) ->
     await rl.overrides.refresh()
     assert float(store._table(rl.namespace)[1][ANNOUNCED + "search"]) > float(first)
     await rl.aclose()
+
+
+async def test_a_route_lowered_below_its_cost_refuses(make: Maker, clock: FakeClock) -> None:
+    from ratelimit.asgi import Route, header
+    from tests.test_asgi import app_with, client
+
+    rl = make(clock)
+    route = Route("/a", "api:100/h", key="search", cost=10, api=header("x-api-key"))
+    async with client(app_with(rl, [route])) as http:
+        assert (await http.get("/a", headers={"x-api-key": "k"})).status_code == 200
+        await rl.overrides.set("search", "api:5/h", api="k")
+        refused = await http.get("/a", headers={"x-api-key": "k"})
+        assert refused.status_code == 429
+        assert refused.headers["ratelimit-policy"] == '"api:5/h";q=5;w=3600'
+        assert (await http.get("/a", headers={"x-api-key": "j"})).status_code == 200
