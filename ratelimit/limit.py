@@ -20,7 +20,7 @@ from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import Rule, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
-from ratelimit.settings import check_flag
+from ratelimit.settings import check_cost, check_flag
 from ratelimit.waiting import admitted, wait_seconds
 from ratelimit.wrapping import call_site, function_name, run_body, wrappable
 
@@ -200,20 +200,35 @@ class Limit:
                 more = await resolve(missing, self._registered(key).sources, key, call)
                 named.update(zip(missing, more, strict=True))
             own = tuple(named[s] for s in tree.selectors)
+            if cost is None and self._cost.fixed:  # the fixed cost, checked once per tree
+                try:
+                    return await self._counted(key, call, cost, tree, own), True
+                except ConfigurationError:  # perhaps a limit lowered below the call's cost
+                    counted = await self._counted(key, call, cost, tree, own, bounded=False)
+                    return self._lowered(counted)
+            # a cost of this call's own: worked out once (a callable is called once)
+            counted = await self._counted(key, call, cost, tree, own, bounded=False)
             try:
-                return await self._counted(key, call, cost, tree, own), True
-            except ConfigurationError:  # perhaps a limit lowered below the call's cost
-                lowered = await self._counted(key, call, cost, tree, own, bounded=False)
-                rule = beyond(*lowered)
-                if rule is None:
-                    raise
-                return lowered, rule
+                check_cost(tree, counted.cost, self._decider.algorithm)
+            except ConfigurationError:
+                return self._lowered(counted)
+            return counted, True
         except (ConfigurationError, SelectorNotFoundError) as exc:
             overrides.warn(
                 (key, found.values),
                 f"override {found} not applied; key {key!r} keeps its own rules: {exc}",
             )
             return None
+
+    @staticmethod
+    def _lowered(counted: CallKey) -> tuple[CallKey, Rule]:
+        """``counted`` with the rule of its override that can never admit its cost; the
+        cost's own ``ConfigurationError`` when none is (:func:`~ratelimit.lowered.beyond`)."""
+        rule = beyond(*counted)
+        if rule is None:
+            check_cost(counted.compiled, counted.cost, counted.algorithm)  # raises: why
+            raise ConfigurationError(f"cost {counted.cost!r} cannot be counted")
+        return counted, rule
 
     async def _admit(self, key: str, site: CallSite, shadow: bool | None = None) -> Decision:
         """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),

@@ -190,7 +190,12 @@ class OverrideCache:
         try:
             await self.store.overrides_announce(self.namespace, announcing)
         except (RateLimitError, OSError, ValueError) as exc:
-            self.warn("announce", f"limited keys not announced (best effort): {exc}")
+            quiet = not self.read or self.failing()  # an outage the decisions report
+            self.warn(
+                "announce",
+                f"limited keys not announced (best effort): {exc}",
+                logging.INFO if quiet else logging.WARNING,
+            )
             return
         self._announced.update(announcing)
 

@@ -33,6 +33,8 @@ def test_override_commands_on_postgres_as_the_docs_write_them(
     assert cli(["override", "list", *store]) == 0
     assert capsys.readouterr().out.count("\n") == 1
     assert cli(["override", "list", *store, "--key", "search"]) == 0
+    assert cli(["peek", *store, "--key", "search", "apikey:100/h", "apikey=abc"]) == 0
+    assert "rules in force: apikey:1000/h (override of apikey='abc'" in capsys.readouterr().out
     assert cli(["override", "delete", *key]) == 0
     assert cli(["override", "get", *key]) == 1  # none left
     out = capsys.readouterr()

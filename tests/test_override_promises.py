@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ratelimit import MemoryBackend, RateLimit
+from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.redis.overrides import overrides_key
 from ratelimit.overrides import (
@@ -268,3 +268,25 @@ async def test_a_route_lowered_below_its_cost_refuses(make: Maker, clock: FakeCl
         assert refused.status_code == 429
         assert refused.headers["ratelimit-policy"] == '"api:5/h";q=5;w=3600'
         assert (await http.get("/a", headers={"x-api-key": "j"})).status_code == 200
+
+
+async def test_a_cost_callable_is_called_once_under_a_lowered_override(
+    make: Maker, clock: FakeClock
+) -> None:
+    rl = make(clock)
+    calls: list[str] = []
+
+    def cost(apikey: str) -> int:
+        calls.append(apikey)
+        return 10
+
+    @rl.limit("apikey:100/h", key="search", cost=cost)
+    async def search(apikey: str) -> str:
+        return apikey
+
+    await rl.overrides.set("search", "apikey:5/h", apikey="abc")
+    with pytest.raises(RateLimitExceeded) as refused:
+        await search("abc")
+    assert str(refused.value.rule) == "apikey:5/h"
+    assert calls == ["abc"]
+    assert await search("xyz") == "xyz"
