@@ -4,6 +4,7 @@ cost refuses it, and announcing the keys a process limits never blocks reading t
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -290,3 +291,20 @@ async def test_a_cost_callable_is_called_once_under_a_lowered_override(
     assert str(refused.value.rule) == "apikey:5/h"
     assert calls == ["abc"]
     assert await search("xyz") == "xyz"
+
+
+async def test_concurrent_writes_each_get_a_version_of_their_own(
+    make: Maker, clock: FakeClock
+) -> None:
+    setters = [make(clock) for _ in range(4)]
+    await asyncio.gather(
+        *(
+            setter.overrides.set("search", f"apikey:{n + 1}/m", apikey=f"k{n}")
+            for n in range(20)
+            for setter in setters[n % 4 : n % 4 + 1]
+        )
+    )
+    found = await make(clock).overrides.list("search")
+    assert len(found) == 20
+    versions = sorted(o.version or 0 for o in found)
+    assert versions == list(range(versions[0], versions[0] + 20))  # one each, no gaps
