@@ -32,14 +32,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ratelimit import cli_overrides
-from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG, SLIDING_WINDOW
+from ratelimit.algorithms import ALGORITHMS, SLIDING_WINDOW
 from ratelimit.backends.urls import redacted
 from ratelimit.cli_common import (
+    ALGORITHM_HELP,
     FAILED,
     INVALID,
     OK,
     REFUSED,
     STORAGE_HELP,
+    default_algorithm,
     limiter_of,
     storage_of,
     values_of,
@@ -228,8 +230,8 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--algorithm",
             choices=ALGORITHMS,
-            default=os.environ.get("RATELIMIT_ALGORITHM", SLIDING_LOG),
-            help="the algorithm the limit's counters were kept by (default sliding-log)",
+            default=default_algorithm(),
+            help=ALGORITHM_HELP,
         )
         command.add_argument("--key", required=True, help="the limit's key")
         command.add_argument("rules", help="the limit's rules, such as 'user:5/m'")
@@ -244,8 +246,8 @@ def parser() -> argparse.ArgumentParser:
     override.add_argument(
         "--algorithm",
         choices=ALGORITHMS,
-        default=os.environ.get("RATELIMIT_ALGORITHM", SLIDING_LOG),
-        help="the limiters' algorithm, which the rules must suit (default sliding-log)",
+        default=default_algorithm(),
+        help=ALGORITHM_HELP + "; the rules set must suit it",
     )
     override.add_argument("--key", help="the limit's key (list: all keys without it)")
     override.add_argument("--ttl", type=float, help="seconds until it expires (set)")

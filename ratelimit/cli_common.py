@@ -7,13 +7,35 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
+from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
+from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
 from ratelimit.backends.urls import redacted, storage_url_problem
 from ratelimit.limiter import RateLimit
 
 OK, REFUSED, USAGE, FAILED = 0, 1, 2, 3
 INVALID = REFUSED
 STORAGE_HELP = "a storage URL (default: $RATELIMIT_STORAGE, else memory://)"
+ALGORITHM_HELP = (
+    "the limiters' algorithm (default: $RATELIMIT_ALGORITHM, else the store's own: "
+    "sliding-window on PostgreSQL, sliding-log elsewhere)"
+)
+
+
+def default_algorithm() -> str | None:
+    """``--algorithm``'s default: ``RATELIMIT_ALGORITHM``, else ``None`` (the store's own,
+    :func:`algorithm_of`)."""
+    return os.environ.get("RATELIMIT_ALGORITHM", "").strip() or None
+
+
+def algorithm_of(args: argparse.Namespace, storage: str) -> str:
+    """The algorithm a command's limiter uses: ``--algorithm`` when given, else the one the
+    store decides by default (PostgreSQL decides no sliding log: the sliding window)."""
+    given: str | None = args.algorithm
+    if given:
+        return given
+    return SLIDING_WINDOW if urlsplit(storage).scheme in POSTGRES_SCHEMES else SLIDING_LOG
 
 
 def values_of(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -46,9 +68,9 @@ def who(values: dict[str, str]) -> str:
 
 
 def limiter_of(args: argparse.Namespace, storage: str) -> RateLimit:
-    """The limiter a command works through: ``--namespace`` and ``--algorithm`` of
-    ``args``, and ``on_error="raise"`` (a storage that fails is reported, never guessed
-    at)."""
+    """The limiter a command works through: ``--namespace`` and the algorithm
+    (:func:`algorithm_of`) of ``args``, and ``on_error="raise"`` (a storage that fails is
+    reported, never guessed at)."""
     return RateLimit.from_url(
-        storage, namespace=args.namespace, on_error="raise", algorithm=args.algorithm
+        storage, namespace=args.namespace, on_error="raise", algorithm=algorithm_of(args, storage)
     )

@@ -27,9 +27,14 @@ PAIR = re.compile(r"[A-Za-z_]\w*=")
 
 
 def until(override: Override) -> str:
+    """When ``override`` expires, in words (``""``: never). An expiry past what a calendar
+    shows (kept by an older version, which took any ``ttl``) is said in seconds."""
     if override.expires is None:
         return ""
-    return f", until {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(override.expires))} UTC"
+    try:
+        return f", until {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(override.expires))} UTC"
+    except (OverflowError, OSError, ValueError):
+        return f", until {override.expires:.0f} seconds after the epoch"
 
 
 def _override_args(
@@ -53,6 +58,8 @@ def _override_args(
 
 async def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     values, rules = _override_args(args, parser)
+    if args.action != "set":  # reading and deleting records: no rules to suit an algorithm
+        args.algorithm = None
     storage = storage_of(args)
     if storage is None:
         return FAILED

@@ -46,12 +46,14 @@ def per_leaf(
     algorithm: Algorithm,
     what: str,
     settled: bool = False,
+    bounded: bool = True,
 ) -> Cost:
     """``value`` (a :data:`CostValue`) as the plan takes it, checked against every rule of
     ``compiled`` under ``algorithm`` (``None``: a number checked alone);
     ``ConfigurationError`` naming ``what`` (where the cost came from) otherwise.
     ``settled``: a call's real cost, after it ran (0 allowed, no bound:
-    :meth:`~ratelimit.algorithms.Algorithm.check_actual`)."""
+    :meth:`~ratelimit.algorithms.Algorithm.check_actual`). ``bounded=False``: a cost
+    above what a rule admits at once passes (:func:`~ratelimit.settings.check_cost`)."""
     check = algorithm.check_actual if settled else algorithm.check_cost_type
     if isinstance(value, Mapping) and compiled is not None:
         named = units(compiled)
@@ -82,7 +84,7 @@ def per_leaf(
     if settled or compiled is None:
         return cost
     try:
-        check_cost(compiled, cost, algorithm)
+        check_cost(compiled, cost, algorithm, bounded)
     except ConfigurationError as exc:
         if what in _PLAIN:
             raise
@@ -133,8 +135,11 @@ class CallCost:
         if self._function is None:
             self.of(compiled, algorithm)
 
-    def of(self, compiled: CompiledTree, algorithm: Algorithm) -> Cost:
-        """The fixed cost, as the plan takes it for ``compiled`` (computed once)."""
+    def of(self, compiled: CompiledTree, algorithm: Algorithm, bounded: bool = True) -> Cost:
+        """The fixed cost, as the plan takes it for ``compiled`` (computed once).
+        ``bounded=False``: see :func:`per_leaf` (an override's rules, computed per call)."""
+        if not bounded:
+            return per_leaf(compiled, self._given, algorithm, "cost", bounded=False)
         cost = self._fixed.get(compiled)
         if cost is None:
             cost = self._fixed[compiled] = per_leaf(compiled, self._given, algorithm, "cost")
@@ -146,15 +151,17 @@ class CallCost:
         algorithm: Algorithm,
         args: tuple[Any, ...] = (),
         kwargs: Mapping[str, Any] | None = None,
+        bounded: bool = True,
     ) -> Cost:
         """This call's cost: the fixed one, or what the callable answers for ``args``."""
         function = self._function
         if function is None:
-            return self.of(compiled, algorithm)
+            return self.of(compiled, algorithm, bounded)
         value = function(*args, **(kwargs or {}))
         if inspect.isawaitable(value):
             value = await value
-        return per_leaf(compiled, value, algorithm, f"the cost {_name(function)} returned")
+        what = f"the cost {_name(function)} returned"
+        return per_leaf(compiled, value, algorithm, what, bounded=bounded)
 
 
 def _name(function: Callable[..., Any]) -> str:

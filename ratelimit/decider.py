@@ -43,6 +43,7 @@ from ratelimit.errors import (
     LockTimeoutError,
 )
 from ratelimit.hooks import Hooks
+from ratelimit.lowered import refusal
 from ratelimit.overrides import OverrideCache
 from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan, compile_tree
 from ratelimit.policy import FailurePolicy
@@ -166,20 +167,26 @@ class Decider:
         record: bool = True,
         shadow: bool = False,
         within: float | None = None,
-        override: bool = False,
+        override: bool | Rule = False,
     ) -> Decision:
         """Decide ``call``; with ``record=False`` only say what would be decided. With
         ``shadow``, a refusal comes back marked ``shadow=True`` (and is logged): the front
         end lets the call through. Nothing else changes: a refused call records nothing,
         and the refusal is remembered in the denial cache as any other. ``within``: seconds
         the whole decision may take, past which the failure policy answers. ``override``:
-        ``call``'s rules are an override's (the decision says so)."""
+        ``call``'s rules are an override's (the decision says so); a rule of them instead:
+        one that can never admit the call's cost, which it refuses without asking the
+        storage (:mod:`ratelimit.lowered`)."""
         if within is not None:
             return await self._decide_within(call, record, shadow, within, override)
         if self.closed:
             raise LimiterClosedError()
         started = _clock() if self.hooks.timed else 0.0
-        decision = self.denials.get(call)  # still refused: the storage is not asked again
+        decision = (  # still refused: the storage is not asked again
+            self.denials.get(call)
+            if override.__class__ is bool
+            else refusal(call.compiled, call.key, override)  # type: ignore[arg-type]
+        )
         if decision is None and self.background is not None and record:
             self.background.submit(call, cached_plan(*call))  # admitted now, counted later
             decision = make_decision(True, 0.0, None, None, call.key)
@@ -209,7 +216,7 @@ class Decider:
         return decision
 
     async def _decide_within(
-        self, call: CallKey, record: bool, shadow: bool, within: float, override: bool
+        self, call: CallKey, record: bool, shadow: bool, within: float, override: bool | Rule
     ) -> Decision:
         started = _clock()
         try:

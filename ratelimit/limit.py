@@ -14,12 +14,13 @@ from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
+from ratelimit.lowered import beyond
 from ratelimit.overrides import Override, OverrideCache
 from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.registry import Registration, Registry
-from ratelimit.rules import to_tree
+from ratelimit.rules import Rule, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
-from ratelimit.settings import check_flag
+from ratelimit.settings import check_cost, check_flag
 from ratelimit.waiting import admitted, wait_seconds
 from ratelimit.wrapping import call_site, function_name, run_body, wrappable
 
@@ -99,10 +100,11 @@ class Limit:
 
     async def _call(
         self, key: str, call: CallSite | None, cost: CostValue | None = None
-    ) -> tuple[CallKey, bool]:
+    ) -> tuple[CallKey, bool | Rule]:
         """What identifies one call under ``key``: its rules (an override's when one is in
-        force: then ``True`` comes with it), selector values and cost (``cost``, given for
-        this call; else the limit's, of the call's arguments)."""
+        force: then ``True`` comes with it, or the rule of it that can never admit the
+        call's cost), selector values and cost (``cost``, given for this call; else the
+        limit's, of the call's arguments)."""
         registration = self._registered(key)
         rules = registration.compiled
         chosen = None
@@ -131,7 +133,7 @@ class Limit:
                 if found is not None:
                     overridden = await self._overridden(overrides, found, key, call, cost, named)
                     if overridden is not None:
-                        return overridden, True
+                        return overridden
         if cost is None and self._cost.fixed:  # most calls: no coroutine for the cost
             return self._call_key(
                 key, compiled, values, self._cost.of(compiled, decider.algorithm)
@@ -153,11 +155,12 @@ class Limit:
         cost: CostValue | None,
         compiled: CompiledTree,
         values: tuple[str | None, ...],
+        bounded: bool = True,
     ) -> CallKey:
-        if cost is None and self._cost.fixed:
+        if cost is None and self._cost.fixed and bounded:
             counted = self._cost.of(compiled, self._decider.algorithm)
         else:
-            counted = await self._cost_of(call, cost, compiled, self._decider.algorithm)
+            counted = await self._cost_of(call, cost, compiled, self._decider.algorithm, bounded)
         return self._call_key(key, compiled, values, counted)
 
     async def _cost_of(
@@ -166,14 +169,15 @@ class Limit:
         cost: CostValue | None,
         compiled: CompiledTree,
         algorithm: Algorithm,
+        bounded: bool = True,
     ) -> Cost:
         """The cost of one call: ``cost``, given for this call; else the limit's callable's
         answer for the call's arguments."""
         if cost is not None:
-            return per_leaf(compiled, cost, algorithm, "cost")
+            return per_leaf(compiled, cost, algorithm, "cost", bounded=bounded)
         if call is None:
-            return await self._cost.call(compiled, algorithm)
-        return await self._cost.call(compiled, algorithm, call.args, call.kwargs)
+            return await self._cost.call(compiled, algorithm, bounded=bounded)
+        return await self._cost.call(compiled, algorithm, call.args, call.kwargs, bounded)
 
     async def _overridden(
         self,
@@ -183,10 +187,12 @@ class Limit:
         call: CallSite | None,
         cost: CostValue | None,
         named: dict[str, str | None],
-    ) -> CallKey | None:
-        """The call under ``found``, the override in force for its values (``named``);
-        ``None`` for the limit's own rules when it cannot apply to the call (a selector it
-        names that this limit cannot resolve, a cost its rules cannot count: logged)."""
+    ) -> tuple[CallKey, bool | Rule] | None:
+        """The call under ``found``, the override in force for its values (``named``), and
+        ``True``; ``None`` for the limit's own rules when it cannot apply to the call (a
+        selector it names that this limit cannot resolve, a cost its rules cannot count:
+        logged). A cost above what its rules admit at once comes with the rule that
+        refuses it (:mod:`ratelimit.lowered`)."""
         try:
             tree = found.compiled
             missing = [s for s in tree.selectors if s not in named]
@@ -194,13 +200,35 @@ class Limit:
                 more = await resolve(missing, self._registered(key).sources, key, call)
                 named.update(zip(missing, more, strict=True))
             own = tuple(named[s] for s in tree.selectors)
-            return await self._counted(key, call, cost, tree, own)
+            if cost is None and self._cost.fixed:  # the fixed cost, checked once per tree
+                try:
+                    return await self._counted(key, call, cost, tree, own), True
+                except ConfigurationError:  # perhaps a limit lowered below the call's cost
+                    counted = await self._counted(key, call, cost, tree, own, bounded=False)
+                    return self._lowered(counted)
+            # a cost of this call's own: worked out once (a callable is called once)
+            counted = await self._counted(key, call, cost, tree, own, bounded=False)
+            try:
+                check_cost(tree, counted.cost, self._decider.algorithm)
+            except ConfigurationError:
+                return self._lowered(counted)
+            return counted, True
         except (ConfigurationError, SelectorNotFoundError) as exc:
             overrides.warn(
                 (key, found.values),
                 f"override {found} not applied; key {key!r} keeps its own rules: {exc}",
             )
             return None
+
+    @staticmethod
+    def _lowered(counted: CallKey) -> tuple[CallKey, Rule]:
+        """``counted`` with the rule of its override that can never admit its cost; the
+        cost's own ``ConfigurationError`` when none is (:func:`~ratelimit.lowered.beyond`)."""
+        rule = beyond(*counted)
+        if rule is None:
+            check_cost(counted.compiled, counted.cost, counted.algorithm)  # raises: why
+            raise ConfigurationError(f"cost {counted.cost!r} cannot be counted")
+        return counted, rule
 
     async def _admit(self, key: str, site: CallSite, shadow: bool | None = None) -> Decision:
         """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),

@@ -40,6 +40,7 @@ from ratelimit.overriding import Overrides
 from ratelimit.plan import CompiledTree, Cost
 from ratelimit.policy import FailurePolicy
 from ratelimit.registry import Registry
+from ratelimit.rules import Rule
 from ratelimit.settings import (
     Settings,
     SettingsKeywords,
@@ -227,7 +228,7 @@ class RateLimit(LimitMaker):
         shadow: bool | None = None,
         record: bool = True,
         within: float | None = None,
-        override: bool = False,
+        override: bool | Rule = False,
     ) -> Decision:
         """Decide one call of ``key`` under ``compiled``: the one door into the decision
         pipeline (denial cache, background counting, failure policy, storage, hooks) for
@@ -240,7 +241,8 @@ class RateLimit(LimitMaker):
         (``on_error``) answers, as for any storage failure, and hooks see that answer.
         ``override``: ``compiled`` is the rules of an override
         (:meth:`rl.overrides.find <ratelimit.overriding.Overrides.find>`), which the
-        decision then says (``Decision.override``).
+        decision then says (``Decision.override``); or the rule of them that can never
+        admit ``cost`` (:func:`ratelimit.lowered.lowered`), which refuses the call.
 
         Example::
 

@@ -18,7 +18,9 @@ still bounds them). A lookup is a dictionary read: a key without overrides costs
 more, however many other keys have some.
 
 The store keeps, per namespace, a version (bumped by each change) and a table from an
-override's identity (:func:`override_id`) to its record (:func:`encode`); the keys its
+override's identity (:func:`override_id`) to its record (:func:`encode`, stamped with the
+version its write made: the store's order, :func:`winner`; the records' own module is
+:mod:`ratelimit.override_records`); the keys its
 limits use are announced in the same table (``key:<key>``, no version bump), so that the
 command line can warn of an override for a key nothing limits.
 """
@@ -26,18 +28,25 @@ command line can warn of an override for a key nothing limits.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ratelimit.backends.base import OverrideStore
 from ratelimit.errors import RateLimitError
-from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.override_records import MAX_ANNOUNCED_BYTES as MAX_ANNOUNCED_BYTES
+from ratelimit.override_records import MAX_TTL as MAX_TTL
+from ratelimit.override_records import Override as Override
+from ratelimit.override_records import Values as Values
+from ratelimit.override_records import announceable as announceable
+from ratelimit.override_records import check_ttl as check_ttl
+from ratelimit.override_records import decode as decode
+from ratelimit.override_records import encode as encode
+from ratelimit.override_records import override_id as override_id
+from ratelimit.override_records import values_of as values_of
+from ratelimit.override_records import winner as winner
 
 logger = logging.getLogger("ratelimit")
 
@@ -47,110 +56,13 @@ ANNOUNCED = "key:"
 """The prefix of a key's announcement in the store's table (override ids start ``[``)."""
 MAX_ANNOUNCED = 10_000
 """At most this many keys are announced per process (keys made from requests are many)."""
+ANNOUNCE_AGAIN = 86_400.0
+"""Seconds after which a process announces its keys again (as it decides them)."""
 WARN_EVERY = 60.0
 """Seconds between two warnings of the same unusable override or failing refresh."""
 
-Values = tuple[tuple[str, str], ...]
-"""An override's selector values: (name, value) pairs sorted by name."""
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """Rules that replace those of ``key`` for calls with every one of ``values``.
-
-    - ``key``: the limit's key;
-    - ``values``: (selector, value) pairs, sorted by selector; empty for every call;
-    - ``rules``: the rules in force instead, as text;
-    - ``expires``: when it stops applying (seconds since the epoch), ``None`` for never;
-    - ``at``: when it was set (seconds since the epoch).
-    """
-
-    key: str
-    values: Values
-    rules: str
-    expires: float | None = None
-    at: float = 0.0
-
-    @property
-    def compiled(self) -> CompiledTree:
-        """The rules, compiled (parsed once per distinct text)."""
-        return compile_tree(to_tree(self.rules))
-
-    @property
-    def selectors(self) -> dict[str, str]:
-        """``values`` as a mapping."""
-        return dict(self.values)
-
-    def live(self, now: float) -> bool:
-        """Whether it applies at ``now`` (seconds since the epoch)."""
-        return self.expires is None or now < self.expires
-
-    def __str__(self) -> str:
-        who = " ".join(f"{name}={value}" for name, value in self.values) or "every call"
-        return f"{self.key} [{who}]: {self.rules}"
-
-
-def values_of(values: Mapping[str, object]) -> Values:
-    """Selector values as an override keeps them (text, sorted by name); ``TypeError`` or
-    ``ValueError`` naming a bad one."""
-    pairs = []
-    for name, value in values.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"a selector name is a name such as apikey, not {name!r}")
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise TypeError(f"the value of {name} must be text or a whole number, not {value!r}")
-        if value == "":
-            raise ValueError(f"the value of {name} must not be empty")
-        pairs.append((name, str(value)))
-    return tuple(sorted(pairs))
-
-
-def override_id(key: str, values: Values) -> str:
-    """The store's name of the override of ``key`` for ``values``: one per pair."""
-    return json.dumps([key, [list(pair) for pair in values]], ensure_ascii=False)
-
-
-def encode(override: Override) -> str:
-    """What the store keeps of an override besides its id."""
-    record = {"rules": override.rules, "expires": override.expires, "at": override.at}
-    return json.dumps(record, ensure_ascii=False)
-
-
-def decode(identity: str, record: str) -> Override | None:
-    """The override a store's entry holds; ``None`` (and a warning) when it cannot be read,
-    so that one bad entry never stops the others."""
-    try:
-        key, pairs = json.loads(identity)
-        fields = json.loads(record)
-        values = tuple((str(name), str(value)) for name, value in pairs)
-        override = Override(
-            str(key), values, str(fields["rules"]), fields.get("expires"), fields.get("at", 0.0)
-        )
-        override.compiled  # noqa: B018 - a text that does not parse is reported here
-    except (ValueError, TypeError, KeyError, RateLimitError) as exc:
-        logger.warning("ratelimit: an override in the store cannot be read (%s): %s", identity, exc)
-        return None
-    return override
-
-
-def check_ttl(ttl: object) -> float | None:
-    """``ttl=``: ``None`` or seconds above 0."""
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
-        raise TypeError(f"ttl must be a number of seconds, or None, not {ttl!r}")
-    if ttl <= 0:
-        raise ValueError(f"ttl must be above 0 seconds, not {ttl!r}")
-    return float(ttl)
-
-
 _running_loop = asyncio._get_running_loop
 """The running event loop or ``None``, without raising: on every decision's path."""
-
-
-def winner(found: Iterable[Override]) -> Override | None:
-    """Of the overrides matching one call, the one in force: most values, then set last."""
-    return max(found, key=lambda o: (len(o.values), o.at, o.values), default=None)
 
 
 class OverrideCache:
@@ -165,6 +77,7 @@ class OverrideCache:
 
     __slots__ = (
         "_announced",
+        "_announced_since",
         "_checking",
         "_loop",
         "_pairs",
@@ -211,6 +124,7 @@ class OverrideCache:
         self._whole: dict[str, list[Override]] = {}
         self._pairs: dict[tuple[str, str, str], list[Override]] = {}
         self._announced: set[str] = set()
+        self._announced_since = -math.inf
         self.pending: set[str] = set()
         """Keys of this process not yet announced to the store."""
         self._checking: asyncio.Future[None] | None = None
@@ -260,17 +174,34 @@ class OverrideCache:
             await self.check()
 
     async def announce(self) -> None:
-        """Tell the store the keys this process decided since it last did; raises as the
-        store fails."""
-        if self.pending:
-            announcing = sorted(self.pending)
+        """Tell the store the keys this process decided since it last did. Best effort:
+        a store that fails is logged (at most once a minute), and those keys are told
+        again when decided again; it never stops a reading. Every
+        :data:`ANNOUNCE_AGAIN` seconds, the keys are told again as they are decided (the
+        store prunes keys not told for :data:`~ratelimit.backends.base.ANNOUNCED_FOR`)."""
+        now = self._wall()
+        if not now - ANNOUNCE_AGAIN < self._announced_since <= now:
+            self._announced.clear()
+            self._announced_since = now
+        if not self.pending:
+            return
+        announcing = sorted(self.pending)
+        self.pending.difference_update(announcing)  # whatever comes: the queue stays bounded
+        try:
             await self.store.overrides_announce(self.namespace, announcing)
-            self._announced.update(announcing)
-            self.pending.difference_update(announcing)
+        except (RateLimitError, OSError, ValueError) as exc:
+            quiet = not self.read or self.failing()  # an outage the decisions report
+            self.warn(
+                "announce",
+                f"limited keys not announced (best effort): {exc}",
+                logging.INFO if quiet else logging.WARNING,
+            )
+            return
+        self._announced.update(announcing)
 
     async def _check(self) -> None:
+        await self.announce()
         try:
-            await self.announce()
             version = await self.store.overrides_version(self.namespace)
             if version != self.version:
                 version, table = await self.store.overrides_load(self.namespace)
@@ -351,7 +282,11 @@ class OverrideCache:
         """Whether ``key`` has overrides now: a decision's first question. A call is
         decided under ``key`` here, which the store is told at the next check."""
         self.used = True
-        if key not in self._announced and len(self._announced) < MAX_ANNOUNCED:
+        if (
+            key not in self._announced
+            and len(self._announced) + len(self.pending) < MAX_ANNOUNCED
+            and announceable(key)
+        ):
             self.pending.add(key)
         return key in self.keys
 

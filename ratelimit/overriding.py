@@ -70,7 +70,8 @@ class Overrides:
         seconds = check_ttl(ttl)
         cache, store = self._store()
         now = cache.now()
-        override = Override(key, pairs, str(tree), None if seconds is None else now + seconds, now)
+        expires = None if seconds is None else now + seconds
+        override = Override(key, pairs, str(tree), expires, now, version=None)  # the store's
         identity = override_id(key, pairs)
         await store.overrides_write(cache.namespace, identity, encode(override), override.expires)
         cache.put(identity, override, key, pairs)
@@ -127,7 +128,7 @@ class Overrides:
     async def refresh(self) -> None:
         """Read the overrides from the store now, into this process's copy (its task does
         every ``override_refresh`` seconds), and tell it the keys this process decided
-        since it last did; raises as the store fails."""
+        since it last did (best effort: logged when it fails); raises as reading fails."""
         await self._store()[0].announce()
         await self._load()
 

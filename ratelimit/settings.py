@@ -230,11 +230,15 @@ def check_cost_type(cost: object, algorithm: Algorithm | str) -> None:
     named(algorithm).check_cost_type(cost)
 
 
-def check_cost(compiled: CompiledTree, cost: Cost, algorithm: Algorithm | str) -> None:
+def check_cost(
+    compiled: CompiledTree, cost: Cost, algorithm: Algorithm | str, bounded: bool = True
+) -> None:
     """A call of ``cost`` can be admitted by every rule of ``compiled`` under ``algorithm``,
     within its bounds (:meth:`~ratelimit.algorithms.Algorithm.check_rule` and
     :meth:`~ratelimit.algorithms.Algorithm.check_cost`). ``cost``: one number, or one per
-    rule (leaf) of ``compiled``, each checked against its own rule."""
+    rule (leaf) of ``compiled``, each checked against its own rule. ``bounded=False``: the
+    rules are not asked to admit it at once (an override lowered below a call's cost,
+    which then refuses it)."""
     chosen = named(algorithm)
     if isinstance(cost, tuple):
         if len(cost) != len(compiled.rules):
@@ -244,10 +248,10 @@ def check_cost(compiled: CompiledTree, cost: Cost, algorithm: Algorithm | str) -
             )
         for leaf_cost, rule in zip(cost, compiled.rules, strict=True):
             chosen.check_cost_type(leaf_cost)
-            check_cost(compile_tree(rule), leaf_cost, chosen)
+            check_cost(compile_tree(rule), leaf_cost, chosen, bounded)
         return
     for rule in compiled.rules:
-        chosen.check_rule(rule, cost)
+        chosen.check_rule(rule, cost if bounded else 0)
     chosen.check_cost(cost)
 
 

@@ -24,9 +24,10 @@ from ratelimit.costs import CostValue, units
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError, RateLimitError
 from ratelimit.limiter import RateLimit
+from ratelimit.lowered import lowered
 from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import RuleLike, to_tree
+from ratelimit.rules import Rule, RuleLike, to_tree
 
 logger = logging.getLogger("ratelimit.asgi")
 
@@ -147,9 +148,18 @@ class HTTPLimit:
         cost = self.given_cost
         if callable(cost) and not isinstance(cost, Mapping):
             cost = await self._cost_of(request)
-        checked = limiter.check(tree, cost)
         own = tuple(named[name] for name in tree.selectors)
-        return await limiter.decide(tree, key, own, cost=checked, shadow=self.shadow, override=True)
+        override: bool | Rule = True
+        try:
+            checked = limiter.check(tree, cost)
+        except ConfigurationError:  # perhaps lowered below the request's cost: refused
+            found_lowered = lowered(tree, limiter.namespace, key, own, cost, limiter.algorithm)
+            if found_lowered is None:
+                raise
+            checked, override = found_lowered
+        return await limiter.decide(
+            tree, key, own, cost=checked, shadow=self.shadow, override=override
+        )
 
     async def _cost_of(self, request: HTTPRequest) -> CostValue:
         cost = self.given_cost(request)

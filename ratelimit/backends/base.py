@@ -6,6 +6,7 @@ does not say.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeGuard, runtime_checkable
 
@@ -139,11 +140,36 @@ class SettleStore(Protocol):
         ...
 
 
+ANNOUNCED_FOR = 7 * 86_400
+"""Seconds an announced key stays in a store's table without being announced again (a
+process announces each of its keys again every day): pruned with expired overrides."""
+
+
+def stamped(record: str, version: int) -> str:
+    """``record`` (an override's, a JSON object) with the store's order in it: the
+    namespace's ``version`` its write made (:meth:`OverrideStore.overrides_write`). A
+    record that is no JSON object is kept as it is (reading it reports it)."""
+    try:
+        fields = json.loads(record)
+    except ValueError:
+        return record
+    if not isinstance(fields, dict):
+        return record
+    fields["version"] = version
+    return json.dumps(fields, ensure_ascii=False)
+
+
 @runtime_checkable
 class OverrideStore(Protocol):
     """A store that keeps overrides (``rl.overrides``, :mod:`ratelimit.overrides`): per
     namespace, a version and a table from an override's identity to its record, which
-    also holds the keys processes announced (identities ``key:<key>``, records empty)."""
+    also holds the keys processes announced (identities ``key:<key>``, records empty).
+
+    The store orders the overrides, never a writer's clock: each write makes the next
+    version of the namespace, and the record read back carries it as ``"version"``
+    (:func:`stamped`), so that of two overrides matching one call equally, the one whose
+    write came last wins in every process. A record without one (written before the
+    store kept it) ranks below every one with."""
 
     async def overrides_version(self, namespace: str) -> int:
         """The version of ``namespace``'s overrides: it changes with every write (0 for
@@ -158,17 +184,20 @@ class OverrideStore(Protocol):
         self, namespace: str, identity: str, record: str | None, expires: float | None
     ) -> bool:
         """Keep ``record`` under ``identity`` (``None``: delete it), with when it expires
-        (seconds since the epoch; ``None``: never), and change the version. Returns whether
-        ``identity`` was there before."""
+        (seconds since the epoch; ``None``: never), and make the namespace's next version,
+        atomically: the record is read back :func:`stamped` with that version. Returns
+        whether ``identity`` was there before."""
         ...
 
     async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:
-        """Record that a process limits ``keys`` (the version stays)."""
+        """Record that a process limits ``keys`` now, by the store's clock (the record: its
+        seconds; the version stays)."""
         ...
 
     async def overrides_prune(self, namespace: str, now: float) -> int:
         """Delete the overrides expired at ``now`` (seconds since the epoch), each only if
-        still as it expired; returns how many."""
+        still as it expired, and the keys not announced for :data:`ANNOUNCED_FOR` seconds
+        by the store's clock; returns how many overrides."""
         ...
 
 

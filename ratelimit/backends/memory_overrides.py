@@ -4,17 +4,21 @@ table, as the other stores keep them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
+from ratelimit.backends.base import ANNOUNCED_FOR, stamped
 from ratelimit.errors import LimiterClosedError
 
 _ANNOUNCED = "key:"
 
 
 class OverrideTables:
-    """A mixin: the memory backend's overrides. Its host sets ``_closed``."""
+    """A mixin: the memory backend's overrides. Its host sets ``_closed`` and ``clock``
+    (injected, else ``None``: the time of day dates announcements)."""
 
     _closed: bool
+    clock: Callable[[], float] | None
     _override_tables: dict[str, tuple[list[int], dict[str, str], dict[str, float]]]
 
     def _table(self, namespace: str) -> tuple[list[int], dict[str, str], dict[str, float]]:
@@ -35,22 +39,23 @@ class OverrideTables:
     ) -> bool:
         version, table, expiry = self._table(namespace)
         existed = identity in table
+        version[0] += 1
         if record is None:
             table.pop(identity, None)
             expiry.pop(identity, None)
         else:
-            table[identity] = record
+            table[identity] = stamped(record, version[0])
             if expires is None:
                 expiry.pop(identity, None)
             else:
                 expiry[identity] = expires
-        version[0] += 1
         return existed
 
     async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:
         table = self._table(namespace)[1]
+        at = repr((self.clock or time.time)())
         for key in keys:
-            table.setdefault(_ANNOUNCED + key, "")
+            table[_ANNOUNCED + key] = at
 
     async def overrides_prune(self, namespace: str, now: float) -> int:
         version, table, expiry = self._table(namespace)
@@ -59,4 +64,17 @@ class OverrideTables:
             del table[identity], expiry[identity]
         if expired:
             version[0] += 1
+        horizon = (self.clock or time.time)() - ANNOUNCED_FOR
+        for identity in [i for i, at in table.items() if i.startswith(_ANNOUNCED)]:
+            if _older(table[identity], horizon):
+                del table[identity]
         return len(expired)
+
+
+def _older(announced: str, horizon: float) -> bool:
+    """Whether an announcement's record (its seconds; empty before they were kept) is older
+    than ``horizon``."""
+    try:
+        return float(announced) <= horizon
+    except ValueError:
+        return True

@@ -307,48 +307,56 @@ END;
 $$;
 
 -- Overrides (rl.overrides): per namespace, a table from an override's identity to its
--- record (with when it expires, seconds since the epoch), and a version every write bumps.
--- Keys processes announced sit in the same table (ids 'key:<key>', records empty).
+-- record (with when it expires, seconds since the epoch, and the namespace's version its
+-- write made: the store's order of overrides, NULL for one written before it was kept),
+-- and a version every write bumps. Keys processes announced sit in the same table (ids
+-- 'key:<key>', records empty).
 CREATE TABLE IF NOT EXISTS ratelimit_overrides (
     namespace text NOT NULL,
     id text NOT NULL,
     record text NOT NULL,
     expires double precision,
+    version bigint,
     PRIMARY KEY (namespace, id)
 );
+ALTER TABLE ratelimit_overrides ADD COLUMN IF NOT EXISTS version bigint;
 
 CREATE TABLE IF NOT EXISTS ratelimit_override_versions (
     namespace text PRIMARY KEY,
     version bigint NOT NULL
 );
 
--- Keep p_record under p_id (NULL: delete it) and bump the version, whose row lock orders
--- the writers of one namespace. Returns whether p_id was there before.
+-- Keep p_record under p_id (NULL: delete it) with the namespace's next version, whose
+-- row lock orders the writers of one namespace. Returns whether p_id was there before.
 CREATE OR REPLACE FUNCTION ratelimit_override_write(
     p_namespace text, p_id text, p_record text, p_expires double precision
 ) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     existed boolean;
+    made bigint;
 BEGIN
     INSERT INTO ratelimit_override_versions AS v (namespace, version) VALUES (p_namespace, 1)
-    ON CONFLICT (namespace) DO UPDATE SET version = v.version + 1;
+    ON CONFLICT (namespace) DO UPDATE SET version = v.version + 1
+    RETURNING v.version INTO made;
     existed := EXISTS (
         SELECT 1 FROM ratelimit_overrides WHERE namespace = p_namespace AND id = p_id
     );
     IF p_record IS NULL THEN
         DELETE FROM ratelimit_overrides WHERE namespace = p_namespace AND id = p_id;
     ELSE
-        INSERT INTO ratelimit_overrides (namespace, id, record, expires)
-        VALUES (p_namespace, p_id, p_record, p_expires)
+        INSERT INTO ratelimit_overrides (namespace, id, record, expires, version)
+        VALUES (p_namespace, p_id, p_record, p_expires, made)
         ON CONFLICT (namespace, id) DO UPDATE
-        SET record = excluded.record, expires = excluded.expires;
+        SET record = excluded.record, expires = excluded.expires, version = excluded.version;
     END IF;
     RETURN existed;
 END;
 $$;
 
 -- Delete the overrides of p_namespace expired at p_now; bump the version if any went.
+-- Keys announced over 7 days ago (by the database's clock; records empty: announced before
+-- they were dated) go too, without a version bump.
 CREATE OR REPLACE FUNCTION ratelimit_override_prune(
     p_namespace text, p_now double precision
 ) RETURNS integer
@@ -360,6 +368,11 @@ BEGIN
     ON CONFLICT (namespace) DO UPDATE SET version = v.version;
     DELETE FROM ratelimit_overrides WHERE namespace = p_namespace AND expires <= p_now;
     GET DIAGNOSTICS pruned = ROW_COUNT;
+    DELETE FROM ratelimit_overrides
+    WHERE namespace = p_namespace AND id LIKE 'key:%'
+      AND CASE WHEN record ~ '^[0-9]+(\.[0-9]+)?$'
+               THEN record::double precision <= extract(epoch FROM now()) - 604800
+               ELSE true END;
     IF pruned > 0 THEN
         UPDATE ratelimit_override_versions SET version = version + 1
         WHERE namespace = p_namespace;

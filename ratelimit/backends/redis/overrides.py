@@ -1,9 +1,14 @@
 """Overrides on Redis (:class:`~ratelimit.backends.base.OverrideStore` for both engines):
 one hash per namespace, ``rl:{<namespace>}:overrides``, from an override's identity to its
-record, with the version in its empty field. Writes are plain commands in one pipeline (no
-Lua), so they work wherever the engines do, Redis Cluster included (one key: one slot).
+record, with the version in its empty field. A write reads the version and writes the
+next one with the record stamped with it (:func:`~ratelimit.backends.base.stamped`: the
+store orders overrides, never a writer's clock) in a ``WATCH``/``MULTI`` transaction,
+tried again when another write came between; plain commands (no Lua), so they work
+wherever the engines do, Redis Cluster included (one key: one slot).
 
-Pruning expired overrides deletes each only if it is still as it expired: the script
+Announced keys carry the server's time (``TIME``) and are pruned with expired overrides
+once :data:`~ratelimit.backends.base.ANNOUNCED_FOR` old. Pruning expired overrides deletes
+each only if it is still as it expired: the script
 engine in one Lua script, the command engine (for servers that refuse Lua) in a
 ``WATCH``/``MULTI`` transaction that gives up, until the next prune, when another write
 came between.
@@ -16,17 +21,21 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ratelimit.backends.base import ANNOUNCED_FOR, stamped
 from ratelimit.backends.naming import PREFIX, encode_part
 from ratelimit.backends.redis.compat import WatchError
 from ratelimit.backends.redis.errors import replied
-from ratelimit.errors import LimiterClosedError
+from ratelimit.errors import BackendError, LimiterClosedError
 
 VERSION = ""
 """The hash field holding the version (no identity is empty)."""
 ANNOUNCED = "key:"
+WRITE_TRIES = 100
+"""How many times a write is tried while other writes keep coming between (then it fails)."""
 
 PRUNE_LUA = """
 local now = tonumber(ARGV[1])
+local horizon = tonumber(ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
 local pruned = 0
 for i = 1, #all, 2 do
@@ -37,6 +46,9 @@ for i = 1, #all, 2 do
       redis.call('HDEL', KEYS[1], all[i])
       pruned = pruned + 1
     end
+  elseif string.sub(all[i], 1, 4) == 'key:' then
+    local at = tonumber(all[i + 1])
+    if at == nil or at <= horizon then redis.call('HDEL', KEYS[1], all[i]) end
   end
 end
 if pruned > 0 then redis.call('HINCRBY', KEYS[1], '', 1) end
@@ -94,15 +106,33 @@ class RedisOverrides:
         key = overrides_key(namespace)
         async with replied(self._close_idle, "writing an override", self.timeout):
             async with asyncio.timeout(self.timeout):
-                pipe = self.client.pipeline(transaction=False)
-                pipe.hexists(key, identity)
-                if record is None:
-                    pipe.hdel(key, identity)
-                else:
-                    pipe.hset(key, identity, record)
-                pipe.hincrby(key, VERSION, 1)
-                existed, _, _ = await pipe.execute()
-        return bool(existed)
+                for _ in range(WRITE_TRIES):
+                    existed = await self._write_watching(key, identity, record)
+                    if existed is not None:
+                        return existed
+        raise BackendError(
+            f"redis: an override of namespace {namespace!r} not written: other writes came "
+            f"between each of {WRITE_TRIES} tries"
+        )
+
+    async def _write_watching(self, key: str, identity: str, record: str | None) -> bool | None:
+        """One try of a write; ``None`` when another write came between."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            await pipe.watch(key)
+            current = await pipe.hget(key, VERSION)
+            existed = bool(await pipe.hexists(key, identity))
+            version = (0 if current is None else int(current)) + 1
+            pipe.multi()
+            pipe.hset(key, VERSION, version)
+            if record is None:
+                pipe.hdel(key, identity)
+            else:
+                pipe.hset(key, identity, stamped(record, version))
+            try:
+                await pipe.execute()
+            except WatchError:
+                return None
+        return existed
 
     async def overrides_announce(self, namespace: str, keys: Sequence[str]) -> None:
         self._overrides_open()
@@ -110,20 +140,27 @@ class RedisOverrides:
             return
         async with replied(self._close_idle, "announcing limited keys", self.timeout):
             async with asyncio.timeout(self.timeout):
+                at = repr(await self._server_seconds())
                 await self.client.hset(
-                    overrides_key(namespace), mapping={ANNOUNCED + key: "" for key in keys}
+                    overrides_key(namespace), mapping={ANNOUNCED + key: at for key in keys}
                 )
+
+    async def _server_seconds(self) -> float:
+        """The server's clock (``TIME``), in seconds: what dates announcements."""
+        seconds, micros = await self.client.time()
+        return int(seconds) + int(micros) / 1_000_000
 
     async def overrides_prune(self, namespace: str, now: float) -> int:
         self._overrides_open()
         key = overrides_key(namespace)
         async with replied(self._close_idle, "pruning expired overrides", self.timeout):
             async with asyncio.timeout(self.timeout):
+                horizon = await self._server_seconds() - ANNOUNCED_FOR
                 if self.prunes_with_scripts:
-                    return int(await self.client.eval(PRUNE_LUA, 1, key, repr(now)))
-                return await self._prune_watching(key, now)
+                    return int(await self.client.eval(PRUNE_LUA, 1, key, repr(now), repr(horizon)))
+                return await self._prune_watching(key, now, horizon)
 
-    async def _prune_watching(self, key: str, now: float) -> int:
+    async def _prune_watching(self, key: str, now: float, horizon: float) -> int:
         async with self.client.pipeline(transaction=True) as pipe:
             await pipe.watch(key)
             stored = await pipe.hgetall(key)
@@ -132,17 +169,32 @@ class RedisOverrides:
                 for field, record in stored.items()
                 if _text(field).startswith("[") and _expired(_text(record), now)
             ]
-            if not expired:
+            stale = [
+                field
+                for field, record in stored.items()
+                if _text(field).startswith(ANNOUNCED) and _older(_text(record), horizon)
+            ]
+            if not expired and not stale:
                 await pipe.unwatch()
                 return 0
             pipe.multi()
-            pipe.hdel(key, *expired)
-            pipe.hincrby(key, VERSION, 1)
+            pipe.hdel(key, *expired, *stale)
+            if expired:
+                pipe.hincrby(key, VERSION, 1)
             try:
                 await pipe.execute()
             except WatchError:  # written meanwhile: left for the next prune
                 return 0
         return len(expired)
+
+
+def _older(announced: str, horizon: float) -> bool:
+    """Whether an announcement (its seconds; empty before they were kept) is older than
+    ``horizon``."""
+    try:
+        return float(announced) <= horizon
+    except ValueError:
+        return True
 
 
 def _expired(record: str, now: float) -> bool:

@@ -1,0 +1,90 @@
+"""Calls an override lowered below their cost: the override's rules refuse them here,
+without asking the store (DESIGN §9: "a limit lowered below a call's cost refuses it").
+
+A call of cost 10 under an override ``apikey:5/h`` can never be admitted, however little
+is counted; the stores' evaluators (Lua, SQL, Python) take only costs a rule can admit at
+once, so such a call is never sent to them. Its refusal names the rule, with what is left
+(0) and a ``retry_after`` of that rule's span (the call is refused until the override
+changes or expires).
+"""
+
+from __future__ import annotations
+
+from ratelimit.algorithms import Algorithm, named
+from ratelimit.costs import CostValue, per_leaf
+from ratelimit.decision import Decision, RuleState, make_decision
+from ratelimit.errors import ConfigurationError
+from ratelimit.plan import OP_AND, OP_LEAF, CompiledTree, Cost, cached_plan
+from ratelimit.rules import Rule
+from ratelimit.settings import check_cost
+
+
+def beyond(
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    values: tuple[str | None, ...],
+    cost: Cost,
+    algorithm: Algorithm | str,
+) -> Rule | None:
+    """The rule of ``compiled`` that refuses a call of ``cost`` however little is counted
+    (its count, or under GCRA its burst, below the call's cost on it), or ``None`` when the
+    tree could admit the call (as :func:`~ratelimit.evaluation.evaluate` walks it: an
+    ``|`` is limited when any child is, an ``&`` when all are)."""
+    chosen = named(algorithm)
+    plan = cached_plan(compiled, namespace, key, values, cost, chosen, False)
+    over = set()
+    for leaf, rule in enumerate(compiled.rules):
+        if plan.leaf_identifiers[leaf] < 0:  # its selector did not resolve: counts nothing
+            continue
+        try:
+            chosen.check_rule(rule, plan.leaf_cost(leaf))
+        except ConfigurationError:
+            over.add(leaf)
+    if not over or not _limited(compiled.program, 0, over)[0]:
+        return None
+    return compiled.rules[min(over)]
+
+
+def _limited(program: tuple[int, ...], pos: int, over: set[int]) -> tuple[bool, int]:
+    op, operand = program[pos], program[pos + 1]
+    pos += 2
+    if op == OP_LEAF:
+        return operand in over, pos
+    children = []
+    for _ in range(operand):
+        child, pos = _limited(program, pos, over)
+        children.append(child)
+    return (all(children) if op == OP_AND else any(children)), pos
+
+
+def refusal(compiled: CompiledTree, key: str, rule: Rule) -> Decision:
+    """The refusal of a call of ``key`` that ``rule`` (of ``compiled``) can never admit."""
+    span = rule.span_ms / 1000
+    state = RuleState(rule, compiled.rules.index(rule), True, 0, span)
+    return make_decision(False, span, rule, 0, key, (state,))
+
+
+def lowered(
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    values: tuple[str | None, ...],
+    cost: Cost | CostValue,
+    algorithm: Algorithm | str,
+) -> tuple[Cost, Rule] | None:
+    """For front ends of their own (the HTTP edge): a call of ``cost`` that an override's
+    rules ``compiled`` refused to check (``RateLimit.check`` raised), as ``RateLimit.decide``
+    takes its cost, and the rule that can never admit it (pass it as ``override=``); ``None``
+    when the cost is wrong for another reason (then ``check``'s error stands)."""
+    chosen = named(algorithm)
+    try:
+        if isinstance(cost, tuple):
+            check_cost(compiled, cost, chosen, bounded=False)
+            counted: Cost = cost
+        else:
+            counted = per_leaf(compiled, cost, chosen, "cost", bounded=False)
+    except ConfigurationError:
+        return None
+    rule = beyond(compiled, namespace, key, values, counted, chosen)
+    return None if rule is None else (counted, rule)
