@@ -76,22 +76,27 @@ EXCESS_BURSTS = 1000
 than ten years ahead of now). Past it, later calls wait no longer."""
 
 
-def gcra_settled(rule: Rule, tat: Arrival, delta: int, now_us: int) -> Arrival:
+def gcra_settled(
+    rule: Rule, tat: Arrival, delta: int, now_us: int, held: Arrival = (0, 0)
+) -> Arrival:
     """The arrival time after a settle of ``delta`` hits at ``now_us``: an excess pushes it
     on from now, past the burst's tolerance (the work was done), by at most
-    :data:`EXCESS_BURSTS` bursts and to at most ten years ahead; a refund pulls it back,
-    never before now. ``gcra.lua``'s settle computes it a burst at a time, each step exact
-    in doubles."""
+    :data:`EXCESS_BURSTS` bursts and to at most ten years ahead; a refund pulls it back by
+    ``-delta`` intervals, but never by more than the reservation still holds (``held``,
+    the arrival time it pushed the rule's to, less now: what has drained since never
+    comes back) and never before now. ``gcra.lua``'s settle computes it a burst at a time,
+    each step exact in doubles."""
     count, span = rule.count, rule.span_ms * US_PER_MS
     now = now_us * count
     stored = tat[0] * count + tat[1]
     if delta > 0:
         hits = min(delta, EXCESS_BURSTS * gcra_burst(rule))
         moved = min(max(stored, now) + hits * span, now + MAX_SPAN_MS * US_PER_MS * count)
-    elif stored <= now:
-        return tat  # nothing left to take back: the bucket is full
     else:
-        moved = max(stored + delta * span, now)
+        still = held[0] * count + held[1] - now  # what the reservation holds yet
+        if stored <= now or still <= 0:
+            return tat  # nothing left to take back: the bucket is full, or it drained
+        moved = max(stored + delta * span, stored - still, now)
     us, remainder = divmod(moved, count)
     return us, remainder
 
@@ -155,3 +160,7 @@ class Gcra(Algorithm):
     ) -> float:
         tat = (int(counted[0]), int(counted[1]))
         return min(refund, gcra_moved(rule, reserved, tat, at_us))
+
+    def held_until(self, rule: Rule, reserved: float, counted: Counted, at_us: int) -> Counted:
+        tat = (int(counted[0]), int(counted[1]))
+        return gcra_next(rule, reserved, tat, at_us)

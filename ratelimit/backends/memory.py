@@ -43,7 +43,7 @@ from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import decided, evaluate
 from ratelimit.plan import CounterUpdate, Identifier, Plan
 from ratelimit.settings import check_clock
-from ratelimit.settling import Settlement
+from ratelimit.settling import Settlement, held_arrival
 from ratelimit.slots import SlotClaim
 
 
@@ -319,13 +319,15 @@ class MemoryBackend(OverrideTables):
         plan = settlement.plan
         times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
         for position, (k, rule) in enumerate(times):
-            delta = int(settlement.deltas[slots.index(position)])
+            leaf = slots.index(position)
+            delta = int(settlement.deltas[leaf])
             identifier = plan.identifiers[k]
             entry = self._arrivals.get(identifier)
             if entry is None or entry.expires_us <= now:
                 entry = Arrivals()
             field = gcra_field(rule)
-            settled = gcra_settled(rule, entry.tats.get(field, (0, 0)), delta, now)
+            held = held_arrival(settlement, leaf)
+            settled = gcra_settled(rule, entry.tats.get(field, (0, 0)), delta, now, held)
             entry.tats[field] = settled
             entry.expires_us = max(entry.expires_us, settled[0] + 1)
             self._arrivals[identifier] = entry

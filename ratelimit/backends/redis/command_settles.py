@@ -40,7 +40,7 @@ from ratelimit.backends.redis.keys import (
     slot_fields,
     window_fields,
 )
-from ratelimit.settling import Settlement
+from ratelimit.settling import Settlement, held_arrival
 
 
 async def settle_logs(engine: Engine, settlement: Settlement) -> None:
@@ -134,9 +134,10 @@ async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
     now = await engine._now(replies, keys[0])
     write = engine.client.pipeline(transaction=True)
     for position, (key, (_i, rule), stored) in enumerate(zip(keys, times, replies, strict=True)):
-        delta = int(settlement.deltas[slots.index(position)])
+        leaf = slots.index(position)
+        delta = int(settlement.deltas[leaf])
         tat = arrival(stored)
-        settled = gcra_settled(rule, tat, delta, now)
+        settled = gcra_settled(rule, tat, delta, now, held_arrival(settlement, leaf))
         if delta == 0 or settled == tat:
             continue
         keep = settled[0] - now + 1

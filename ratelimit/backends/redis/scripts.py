@@ -184,8 +184,9 @@ _NO_TIME = pack_args((b"",))
 
 def settle_command(settlement: Settlement, clock: Clock | None = None) -> Command:
     """The ``EVALSHA`` of one settle: the settle script of the plan's algorithm, the keys
-    its decision used, the tree, per leaf its key and its delta, and the reservation's
-    time (see ``settle_*.lua``)."""
+    its decision used, the tree, per leaf its key and its delta, the reservation's time,
+    the script's extra arguments and, last, per leaf until when the reservation holds
+    (``Settlement.held``, read by ``settle_gcra.lua``; see ``settle_*.lua``)."""
     plan = settlement.plan
     scripted = BY_ALGORITHM[plan.algorithm.name]
     slots, _ = scripted.slots(plan.compiled, plan.leaf_identifiers)
@@ -198,6 +199,7 @@ def settle_command(settlement: Settlement, clock: Clock | None = None) -> Comman
         " ".join(deltas).encode(),
         str(settlement.at_us).encode(),
         *scripted.extra(plan.compiled),
+        " ".join(f"{int(us)} {int(remainder)}" for us, remainder in settlement.held).encode(),
     )
     return Command(scripted.settle, scripted.keys(plan), args, pack_args(args))
 
