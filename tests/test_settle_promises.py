@@ -1,7 +1,7 @@
 """What a settle promises on every store (memory, fakeredis and real Redis on both engines,
 PostgreSQL) and algorithm it concerns: a refund gives back only what the reservation still
-holds (never capacity that has drained), a cancelled settle is never lost, and a cost per
-rule passes the checks a number does (issue 35, items 1, 3 and 4)."""
+holds (never capacity that has drained, never across a reset), a cancelled settle is never
+lost, and a cost per rule passes the checks a number does (issue 35, items 1-4)."""
 
 from __future__ import annotations
 
@@ -97,6 +97,40 @@ async def test_a_gcra_refund_gives_back_only_what_has_not_drained(
     assert (await limit.decide(cost=6)).allowed  # the 6 that came back are taken
     assert await limit.settle(reserved, 0)
     assert await admitted(limit, 6) == 4
+
+
+# --- item 2: a refund of a call reserved before reset() ---
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_a_refund_of_a_call_reserved_before_a_reset_takes_nothing_after_it(
+    make: Maker, clock: FakeClock, algorithm: str
+) -> None:
+    rl = make(algorithm)
+    limit = rl.limit("user:10/h", key="reset", user="u")
+    reserved = await limit.decide(cost=10)
+    assert reserved.allowed
+    clock.advance(1)
+    await limit.reset()
+    clock.advance(1)
+    assert (await limit.decide(cost=10)).allowed  # the limit again, after the reset
+    clock.advance(1)
+    assert await limit.settle(reserved, 0)  # what it reserved was forgotten already
+    assert await admitted(limit, 3) == 0
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_a_refund_after_a_reset_leaves_hits_before_it_forgotten(
+    make: Maker, clock: FakeClock, algorithm: str
+) -> None:
+    rl = make(algorithm)
+    limit = rl.limit("user:10/h", key="reset2", user="u")
+    reserved = await limit.decide(cost=4)
+    clock.advance(1)
+    await limit.reset()
+    clock.advance(1)
+    assert await limit.settle(reserved, 9)  # an excess of 5 is recorded now, reset or not
+    assert await admitted(limit, 7) == 5
 
 
 # --- item 3: a cancelled settle is never lost ---

@@ -82,3 +82,26 @@ def counter_update_rate(
     if update.weight is None:
         return counter_rate(current, previous, now_us, update.size_us, sliding=True)
     return current + previous * update.weight
+
+
+def reset_keep_us(plan: Plan) -> int:
+    """How long a reset's mark on ``plan``'s identifiers is kept: as long as a call
+    reserved before it could still be refunded (two windows of the largest span; a GCRA
+    rule's burst tolerance), so that such a refund takes nothing counted after the reset."""
+    keep = 0
+    for rule in plan.compiled.rules:
+        span_us = rule.span_ms * 1000
+        keep = max(keep, 2 * span_us, -(-gcra_burst(rule) * span_us // rule.count))
+    return keep
+
+
+INJECTED_CLOCK_KEEP_MS = 3_600_000
+"""With an injected clock (tests), Redis still expires on its own: marks last an hour at
+least, as arrival times do."""
+
+
+def reset_keep_ms(plan: Plan, injected: bool) -> int:
+    """:func:`reset_keep_us` in whole milliseconds for Redis's ``PX`` (``injected``: a
+    clock of the caller's, whose time Redis's expiry does not follow)."""
+    keep = -(-reset_keep_us(plan) // 1000)
+    return max(keep, INJECTED_CLOCK_KEEP_MS) if injected else keep

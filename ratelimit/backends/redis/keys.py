@@ -14,6 +14,7 @@ names of identifiers themselves come from :mod:`ratelimit.backends.naming`.
     rl:{<namespace>:<key>}[:<selector>=<value>]:g:<count>/<span_ms>[/<burst>]
                                                     a GCRA arrival time (per rule shape)
     rl:{<namespace>:<key>}[:<selector>=<value>]:c   concurrency slots (a sorted set)
+    rl:{<namespace>:<key>}[:<selector>=<value>]:r   when it was last reset (us)
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
 ``:``, ``{``, ``}``, ``=``, ``#`` and spaces in a value cannot make two identifiers share a
@@ -71,6 +72,12 @@ def plan_keys(plan: Plan) -> list[str]:
     companions, their counters, and the arrival times of the plan's own rules."""
     keys = [k for identifier in plan.identifiers for k in stored_keys(identifier)]
     return keys + arrival_keys(plan)
+
+
+def reset_key(identifier: Identifier) -> str:
+    """When one identifier was last reset (store time, us), kept while a call reserved
+    before it could still be refunded: such a refund takes nothing (``settle_*.lua``)."""
+    return f"{identifier_key(identifier)}:r"
 
 
 def slots_key(identifier: Identifier) -> str:

@@ -23,7 +23,13 @@ from ratelimit.algorithms import (
 )
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import arrival_slots
-from ratelimit.backends.redis.keys import arrival_keys, counter_key, identifier_key, kept_of
+from ratelimit.backends.redis.keys import (
+    arrival_keys,
+    counter_key,
+    identifier_key,
+    kept_of,
+    reset_key,
+)
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.plan import CompiledTree, Plan
 from ratelimit.settling import Settlement
@@ -186,10 +192,14 @@ def settle_command(settlement: Settlement, clock: Clock | None = None) -> Comman
     """The ``EVALSHA`` of one settle: the settle script of the plan's algorithm, the keys
     its decision used, the tree, per leaf its key and its delta, the reservation's time,
     the script's extra arguments and, last, per leaf until when the reservation holds
-    (``Settlement.held``, read by ``settle_gcra.lua``; see ``settle_*.lua``)."""
+    (``Settlement.held``, read by ``settle_gcra.lua``; see ``settle_*.lua``). The window
+    counters and GCRA also get, after their keys, each key's identifier's reset mark."""
     plan = settlement.plan
     scripted = BY_ALGORITHM[plan.algorithm.name]
-    slots, _ = scripted.slots(plan.compiled, plan.leaf_identifiers)
+    slots, owners = scripted.slots(plan.compiled, plan.leaf_identifiers)
+    keys = scripted.keys(plan)
+    if plan.algorithm.name != SLIDING_LOG:  # the log's refund finds its hits or none
+        keys = keys + reset_keys(plan, owners)
     # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
     deltas = (str(int(d)) if scripted.whole else repr(float(d)) for d in settlement.deltas)
     args = (
@@ -201,7 +211,16 @@ def settle_command(settlement: Settlement, clock: Clock | None = None) -> Comman
         *scripted.extra(plan.compiled),
         " ".join(f"{int(us)} {int(remainder)}" for us, remainder in settlement.held).encode(),
     )
-    return Command(scripted.settle, scripted.keys(plan), args, pack_args(args))
+    return Command(scripted.settle, keys, args, pack_args(args))
+
+
+def reset_keys(plan: Plan, owners: tuple[int, ...] | None) -> list[str]:
+    """Per key of a plan's script, the :func:`reset_key` of the identifier it belongs to
+    (``owners``: per key its identifier; ``None``: key ``k`` is identifier ``k``'s)."""
+    identifiers = plan.identifiers
+    if owners is None:
+        return [reset_key(identifier) for identifier in identifiers]
+    return [reset_key(identifiers[i]) for i in owners]
 
 
 command_of = functools.lru_cache(maxsize=PLANS)(plan_command)

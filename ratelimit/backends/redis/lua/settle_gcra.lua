@@ -1,7 +1,8 @@
 -- settle_gcra.lua: settle a call on GCRA arrival times, atomically (see
 -- ratelimit/settling.py and algorithms/gcra.py, gcra_settled).
 --
--- KEYS      as gcra.lua: one string per (identifier, rule shape).
+-- KEYS      as gcra.lua: one string per (identifier, rule shape); then, per key, its
+--           identifier's reset mark (keys.py, reset_key): when it was last reset.
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, as gcra.lua reads it.
 -- ARGV[3]   per leaf, its key's index in KEYS, or 0 (the rule did not apply).
@@ -16,7 +17,8 @@
 -- An excess pushes the arrival time on from max(arrival, now), a burst at a time so that
 -- every step stays exact in doubles, by at most 1000 bursts and to at most ten years
 -- ahead; a refund pulls it back, never by more than the reservation still holds (its
--- arrival time less now: what has drained never comes back) and never before now.
+-- arrival time less now: what has drained never comes back) and never before now, and
+-- not at all when the identifier was reset since the reservation (its mark >= ARGV[5]).
 -- Returns {now}.
 --
 -- Runs after _now.lua and _tree.lua, which script_engine.py joins in front of it.
@@ -25,9 +27,14 @@ local bursts = numbers(ARGV[6], '%d+')
 local held = numbers(ARGV[7] or '', '%d+')
 local EXCESS_BURSTS, MOST_AHEAD = 1000, 3650 * 86400000000
 
+local marks, at = #KEYS / 2, tonumber(ARGV[5])
 local done = {}
 for i = 0, tree[1] - 1 do
   local k, d = slots[i + 1], costs[i + 1]
+  if k > 0 and d < 0 and not done[k] then
+    local reset = redis.call('GET', KEYS[marks + k])
+    if reset and tonumber(reset) >= at then d = 0 end  -- reserved before a reset: forgotten
+  end
   if k > 0 and d ~= 0 and not done[k] then
     done[k] = true
     local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
