@@ -3,11 +3,14 @@ identifier and rule the theoretical arrival time. ``N/span`` sustains N per span
 of up to N (or the rule's ``burst``) at once. O(1) memory per identifier; exact.
 
 Stores: ``backends/memory.py``, ``backends/redis/lua/gcra.lua`` and the command engine (one
-string per identifier and rule shape, see ``backends/layout.py``). Postgres does not keep
-arrival times.
+string per identifier and span, see ``backends/layout.py``, holding the count it was stored
+under: a rule of another count on the same span, an override, carries it on,
+:func:`gcra_rescaled`). Postgres does not keep arrival times.
 """
 
 from __future__ import annotations
+
+import math
 
 from ratelimit.algorithms.base import US_PER_MS, Algorithm, Counted, Outcome
 from ratelimit.errors import ConfigurationError
@@ -69,6 +72,35 @@ def gcra_moved(rule: Rule, cost: float, tat: Arrival, now_us: int) -> int:
     start = max(tat[0] * count + tat[1], now)
     pushed = min(start + int(cost) * span, now + gcra_burst(rule) * span)
     return max(pushed - start, 0) // span
+
+
+MOST_AHEAD_US = MAX_SPAN_MS * US_PER_MS
+"""Most an arrival time runs ahead of now: ten years."""
+
+
+def gcra_rescaled(rule: Rule, tat: Arrival, stored_count: int, now_us: int) -> Arrival:
+    """An arrival time stored under a rule of the same span and another count (an override
+    changed the rate) as ``rule`` reads it: the hits it holds ahead of now carry on, each
+    now one interval of ``rule`` (``span / count``), so raising ``2/h`` to ``5/h`` after 2
+    calls leaves 3, and lowering ``5/h`` to ``2/h`` after 5 leaves none (until 3 have
+    drained at the new rate). At most ten years ahead. In ``1/count`` of a microsecond
+    the time ahead is the same number under every count (hits times the span); past
+    2**53 it is computed in doubles, as ``gcra.lua`` does, to whole microseconds."""
+    count = rule.count
+    us, remainder = tat
+    if stored_count == count or us < now_us or (us == now_us and remainder == 0):
+        return tat if stored_count == count else (0, 0)
+    ahead = (us - now_us) * stored_count + remainder
+    if ahead < EXACT:
+        ahead_us, ahead_remainder = divmod(ahead, count)
+    else:
+        ahead_us, ahead_remainder = (
+            math.floor((float(us - now_us) * stored_count + remainder) / count),
+            0,
+        )
+    if ahead_us >= MOST_AHEAD_US:
+        return now_us + MOST_AHEAD_US, 0
+    return now_us + ahead_us, ahead_remainder
 
 
 EXCESS_BURSTS = 1000

@@ -29,8 +29,8 @@ from ratelimit.algorithms import (
 )
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import (
+    arrival_slots,
     counter_update_rate,
-    gcra_field,
     limits_per_identifier,
     reset_keep_us,
 )
@@ -201,19 +201,20 @@ class MemoryBackend(OverrideTables, SettleTables):
         for identifier in plan.identifiers:
             entry = self._arrivals.get(identifier)
             entries.append(entry if entry is not None and entry.expires_us > now else Arrivals())
-        rules = plan.compiled.rules
-        counts: list[Arrival] = []
-        for rule, i in zip(rules, plan.leaf_identifiers, strict=True):
-            counts.append((0, 0) if i < 0 else entries[i].tats.get(gcra_field(rule), (0, 0)))
+        times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
+        stored = [entries[i].read(field, rule, now) for i, rule, field in times]
+        counts: list[Arrival] = [(0, 0) if k < 0 else stored[k] for k in slots]
         decision = evaluate(plan, now, counts)
-        if decision.allowed and plan.record:
-            for rule, i, tat in zip(rules, plan.leaf_identifiers, counts, strict=True):
-                if i >= 0:
-                    new = gcra_next(rule, plan.identifier_cost(i), tat, now)
-                    entry = entries[i]
-                    entry.tats[gcra_field(rule)] = new
-                    entry.expires_us = max(entry.expires_us, new[0] + 1)
-                    self._arrivals[plan.identifiers[i]] = entry
+        if plan.record:
+            for (i, rule, field), tat in zip(times, stored, strict=True):
+                entry = entries[i]
+                if decision.allowed:
+                    entry.write(field, rule, gcra_next(rule, plan.identifier_cost(i), tat, now))
+                elif entry.other_count(field, rule):  # held as this rule reads it: gcra.lua
+                    entry.write(field, rule, tat)
+                else:
+                    continue
+                self._arrivals[plan.identifiers[i]] = entry
         return decision
 
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:

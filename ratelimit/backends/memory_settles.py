@@ -21,7 +21,7 @@ from ratelimit.algorithms import (
     not_before,
     settle_log,
 )
-from ratelimit.backends.layout import arrival_slots, gcra_field, limits_per_identifier
+from ratelimit.backends.layout import arrival_slots, limits_per_identifier
 from ratelimit.backends.memory_entries import Arrivals, Log, Windows
 from ratelimit.plan import Identifier
 from ratelimit.settling import Settlement, held_arrival
@@ -88,20 +88,18 @@ class SettleTables:
     def _settle_arrivals(self, settlement: Settlement, now: int) -> None:
         plan = settlement.plan
         times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-        for position, (k, rule) in enumerate(times):
+        for position, (k, rule, field) in enumerate(times):
             leaf = slots.index(position)
             delta = int(settlement.deltas[leaf])
             identifier = plan.identifiers[k]
-            if delta < 0 and self._reset_since(identifier, settlement.at_us, now):
+            if not delta or (delta < 0 and self._reset_since(identifier, settlement.at_us, now)):
                 continue
             entry = self._arrivals.get(identifier)
             if entry is None or entry.expires_us <= now:
                 entry = Arrivals()
-            field = gcra_field(rule)
             held = held_arrival(settlement, leaf)
-            settled = gcra_settled(rule, entry.tats.get(field, (0, 0)), delta, now, held)
-            entry.tats[field] = settled
-            entry.expires_us = max(entry.expires_us, settled[0] + 1)
+            tat = entry.read(field, rule, now)
+            entry.write(field, rule, gcra_settled(rule, tat, delta, now, held))
             self._arrivals[identifier] = entry
 
     _SETTLE: ClassVar[dict[str, Callable[[SettleTables, Settlement, int], None]]] = {

@@ -141,17 +141,17 @@ async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
     plan = settlement.plan
     keys = arrival_keys(plan)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-    marks = [reset_key(plan.identifiers[i]) for i, _ in times]
+    marks = [reset_key(plan.identifiers[i]) for i, _, _ in times]
     replies = await engine._read(functools.partial(get_each, keys + marks))
     now = await engine._now(replies, keys[0])
     write = engine.client.pipeline(transaction=True)
     stores, resets = replies[: len(keys)], replies[len(keys) :]
-    for position, (key, (_i, rule), stored) in enumerate(zip(keys, times, stores, strict=True)):
+    for position, (key, (_i, rule, _), stored) in enumerate(zip(keys, times, stores, strict=True)):
         leaf = slots.index(position)
         delta = int(settlement.deltas[leaf])
         if delta < 0 and reset_since(resets[position], settlement.at_us):
             continue  # reserved before a reset, which forgot it
-        tat = arrival(stored)
+        tat = arrival(stored, rule, now)
         settled = gcra_settled(rule, tat, delta, now, held_arrival(settlement, leaf))
         if delta == 0 or settled == tat:
             continue
@@ -159,7 +159,7 @@ async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
         if engine.clock is not None:  # Redis expires on real time, not on this clock
             tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
             keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
-        write.set(key, arrival_text(settled), px=math.ceil(keep / 1000))
+        write.set(key, arrival_text(settled, rule), px=math.ceil(keep / 1000))
     await write.execute()
 
 

@@ -1,7 +1,7 @@
 """The decision scripts of the script engine, and what each algorithm sends them.
 
 Redis scripts cannot import, so each is its shared parts (``_now.lua``, ``_tree.lua``,
-``_windows.lua``) joined to its own file. :data:`BY_ALGORITHM` is the script engine's
+``_windows.lua``, ``_gcra.lua``) joined to its own file. :data:`BY_ALGORITHM` is the script engine's
 table of what it supports: per algorithm, its script, the keys a plan reads, how leaves map
 to those keys, and the ARGV the script reads after the common ones.
 """
@@ -46,10 +46,10 @@ def lua(*parts: str) -> str:
 
 SLIDING_LOG_LUA = lua("_now.lua", "_tree.lua", "_log.lua", "sliding_log.lua")
 WINDOW_COUNTERS_LUA = lua("_now.lua", "_tree.lua", "_windows.lua", "window_counters.lua")
-GCRA_LUA = lua("_now.lua", "_tree.lua", "gcra.lua")
+GCRA_LUA = lua("_now.lua", "_tree.lua", "_gcra.lua", "gcra.lua")
 SETTLE_LOG_LUA = lua("_now.lua", "_tree.lua", "_log.lua", "settle_log.lua")
 SETTLE_WINDOWS_LUA = lua("_now.lua", "_tree.lua", "_windows.lua", "settle_windows.lua")
-SETTLE_GCRA_LUA = lua("_now.lua", "_tree.lua", "settle_gcra.lua")
+SETTLE_GCRA_LUA = lua("_now.lua", "_tree.lua", "_gcra.lua", "settle_gcra.lua")
 
 Slots = Callable[[CompiledTree, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None]]
 """Per leaf the position of its key in KEYS (``-1``: none), and per key the identifier it
@@ -81,7 +81,7 @@ def _per_arrival(
     compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     times, slots = arrival_slots(compiled, leaf_identifiers)
-    return slots, tuple(i for i, _ in times)
+    return slots, tuple(i for i, _, _ in times)
 
 
 def _log_keys(plan: Plan) -> list[str]:

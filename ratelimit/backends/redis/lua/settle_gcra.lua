@@ -1,7 +1,7 @@
 -- settle_gcra.lua: settle a call on GCRA arrival times, atomically (see
 -- ratelimit/settling.py and algorithms/gcra.py, gcra_settled).
 --
--- KEYS      as gcra.lua: one string per (identifier, rule shape); then, per key, its
+-- KEYS      as gcra.lua: one string per (identifier, span); then, per key, its
 --           identifier's reset mark (keys.py, reset_key): when it was last reset.
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, as gcra.lua reads it.
@@ -21,7 +21,7 @@
 -- not at all when the identifier was reset since the reservation (its mark >= ARGV[5]).
 -- Returns {now}.
 --
--- Runs after _now.lua and _tree.lua, which script_engine.py joins in front of it.
+-- Runs after _now.lua, _tree.lua and _gcra.lua, which script_engine.py joins in front.
 
 local bursts = numbers(ARGV[6], '%d+')
 local held = numbers(ARGV[7] or '', '%d+')
@@ -38,12 +38,7 @@ for i = 0, tree[1] - 1 do
   if k > 0 and d ~= 0 and not done[k] then
     done[k] = true
     local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
-    local us, rem = 0, 0
-    local stored = redis.call('GET', KEYS[k])
-    if stored then
-      local a, b = string.match(stored, '^(%d+):?(%d*)$')
-      us, rem = tonumber(a), tonumber(b) or 0
-    end
+    local us, rem = read_arrival(KEYS[k], count)
     local q, r = math.floor(span / count), span % count  -- the interval: q + r / count
     local h_us, h_rem = held[2 * i + 1] or 0, held[2 * i + 2] or 0
     local write = true
@@ -75,8 +70,7 @@ for i = 0, tree[1] - 1 do
       write = false  -- the bucket is full, or the reservation drained: nothing to take back
     end
     if write then
-      local value = string.format('%.0f', us)
-      if rem > 0 then value = value .. ':' .. string.format('%.0f', rem) end
+      local value = arrival_text(us, rem, count)
       local keep = us - now + 1
       if ARGV[1] ~= '' then  -- an injected clock: kept as gcra.lua keeps it
         keep = math.max(keep, burst * q + math.floor(burst * r / count) + 1, 3600000000)
