@@ -48,8 +48,9 @@ def per_leaf(
     settled: bool = False,
     bounded: bool = True,
 ) -> Cost:
-    """``value`` (a :data:`CostValue`) as the plan takes it, checked against every rule of
-    ``compiled`` under ``algorithm`` (``None``: a number checked alone);
+    """``value`` (a :data:`CostValue`, or one number per rule as the plan takes it) as the
+    plan takes it, checked against every rule of ``compiled`` under ``algorithm`` (``None``:
+    a number checked alone): a cost per rule passes the checks a number does;
     ``ConfigurationError`` naming ``what`` (where the cost came from) otherwise.
     ``settled``: a call's real cost, after it ran (0 allowed, no bound:
     :meth:`~ratelimit.algorithms.Algorithm.check_actual`). ``bounded=False``: a cost
@@ -74,6 +75,15 @@ def per_leaf(
             _checked(amount, check, f"{what}[{unit!r}]")
         leaves = tuple(1 if r.unit is None else value[r.unit] for r in compiled.rules)
         cost: Cost = leaves[0] if len(leaves) == 1 else leaves
+    elif isinstance(value, tuple) and compiled is not None:
+        if len(value) != len(compiled.rules):
+            raise ConfigurationError(
+                f"{what} {value!r}: one cost per rule of '{compiled.tree}' "
+                f"({len(compiled.rules)}), not {len(value)}"
+            )
+        for leaf, amount in enumerate(value):
+            _checked(amount, check, f"{what}[{leaf}]")
+        cost = value
     elif _is_number(value):
         cost = _checked(value, check, what)
     else:

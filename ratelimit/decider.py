@@ -48,7 +48,7 @@ from ratelimit.overrides import OverrideCache
 from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan, compile_tree
 from ratelimit.policy import FailurePolicy
 from ratelimit.rules import Rule
-from ratelimit.settling import Settlement, reservation, settlement
+from ratelimit.settling import Settlement, Settling, reservation, settlement
 from ratelimit.slots import SlotClaim
 
 
@@ -323,16 +323,25 @@ class Decider:
         reserved = reservation(decision)
         if reserved is None:
             return False
+        if isinstance(reserved[0], Settling):  # taken: a caller cancelled, or a second settle
+            again: Settling = reserved[0]
+            compiled, algorithm = again.plan.compiled, again.plan.algorithm
+            cost = per_leaf(compiled, actual, algorithm, "the settled cost", settled=True)
+            return await again.again(decision.key, cost)
         plan, at_us, counts = reserved
         cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
-        reserved.clear()  # taken: a second settle raises
         settling = settlement(plan, at_us, counts, cost)
-        if settling.empty:
-            return True
+        write = None if settling.empty else self.finish_later(self._settle(settling))
+        taken = Settling(plan, cost, write)
+        reserved[:] = [taken]  # a second settle raises
+        return await taken.wait()
+
+    async def _settle(self, settling: Settlement) -> bool:
+        """Record ``settling`` (a task of its own: a cancelled caller leaves it running)."""
         backend = cast(SettleStore, self.backend)  # checked when the limit was made
         settled = await self.policy.settle(backend, settling)
         if settled and min(settling.deltas) < 0:
-            self.denials.forget(plan.namespace, plan.key)
+            self.denials.forget(settling.plan.namespace, settling.plan.key)
         return settled
 
     async def record(self, call: CallKey) -> bool:

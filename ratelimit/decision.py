@@ -82,8 +82,8 @@ class Decision:
     )
     _reservation: list[Any] | None = field(default=None, compare=False, repr=False)
     """What settling the call needs (:mod:`ratelimit.settling`): ``[plan, decided at (us),
-    counts]`` for an admitted call that recorded its cost, emptied once settled; ``None``
-    when nothing was recorded."""
+    counts]`` for an admitted call that recorded its cost, ``[Settling]`` once a settle took
+    it; ``None`` when nothing was recorded."""
 
     @property
     def states(self) -> tuple[RuleState, ...]:

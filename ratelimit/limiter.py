@@ -291,8 +291,7 @@ class RateLimit(LimitMaker):
             await rl.record(tree, "chat", ("key-1",), cost={"tokens": 5400})
         """
         algorithm = self._decider.algorithm
-        if not isinstance(cost, tuple):
-            cost = per_leaf(compiled, cost, algorithm, "the recorded cost", settled=True)
+        cost = per_leaf(compiled, cost, algorithm, "the recorded cost", settled=True)
         check_settles(self._backend)
         call = new_call_key(CallKey, (compiled, self.namespace, key, values, cost, algorithm))
         return await self._decider.record(call)

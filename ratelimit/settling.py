@@ -17,10 +17,16 @@ Only an admitted decision that recorded its cost can be settled (``Decision._res
 a refused, degraded or shadow-refused one recorded nothing and settles as a no-op; one
 settled already, peeked at, or admitted by ``background`` counting raises
 :class:`~ratelimit.errors.SettleError`.
+
+A settle's write runs to its end even when its caller is cancelled (``asyncio.wait_for``, a
+client that left): the store records it, and settling the decision again at the same cost
+waits for that write and answers what it answered (:class:`Settling`). Usage is never lost
+to a cancellation.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -41,6 +47,10 @@ class Settlement(NamedTuple):
     plan: Plan
     at_us: int
     deltas: tuple[float, ...]
+    held: tuple[Counted, ...] = ()
+    """Per leaf, until when the reservation still counts where the algorithm drains it
+    (:meth:`~ratelimit.algorithms.Algorithm.held_until`: GCRA's arrival time as the
+    reservation pushed it); empty when nothing is refunded."""
 
     @property
     def empty(self) -> bool:
@@ -48,10 +58,65 @@ class Settlement(NamedTuple):
         return not any(self.deltas)
 
 
+class Settling:
+    """A settle taken from its decision's reservation (which then holds only this): the
+    cost it records and its write (``None``: nothing to record), a task that runs to its
+    end even when its caller is cancelled. A caller cancelled while waiting leaves the
+    settle to be made again: :meth:`again` waits for the same write."""
+
+    __slots__ = ("cancelled", "cost", "plan", "write")
+
+    def __init__(self, plan: Plan, cost: Cost, write: asyncio.Future[bool] | None) -> None:
+        self.plan = plan
+        self.cost = cost
+        self.write = write
+        self.cancelled = False
+        if write is not None:  # its error is its caller's, or, once it left, the log's
+            write.add_done_callback(_retrieved)
+
+    async def wait(self) -> bool:
+        """What the write answers; a cancelled caller leaves it running (:meth:`again`)."""
+        if self.write is None:
+            return True
+        try:
+            return await asyncio.shield(self.write)
+        except asyncio.CancelledError:
+            self.cancelled = not self.write.cancelled()
+            raise
+
+    async def again(self, key: str, cost: Cost) -> bool:
+        """Settle once more at ``cost``: after a cancelled caller, what the same write
+        answers; otherwise ``SettleError`` (settled already, or at another cost)."""
+        if not self.cancelled:
+            raise SettleError(f"this decision of key {key!r} was settled already")
+        if cost != self.cost:
+            raise SettleError(
+                f"this decision of key {key!r} is being settled at {self.cost!r} (a caller "
+                f"was cancelled while it was recorded), not {cost!r}"
+            )
+        settled = await self.wait()
+        self.cancelled = False  # answered: settling once more raises
+        return settled
+
+
+def _retrieved(write: asyncio.Future[bool]) -> None:
+    if not write.cancelled():
+        write.exception()  # the policy logged it; a caller still waiting gets it too
+
+
+def held_arrival(settlement: Settlement, leaf: int) -> tuple[int, int]:
+    """GCRA: the arrival time ``leaf``'s reservation pushed its rule's to (``(0, 0)``
+    when nothing is refunded)."""
+    if not settlement.held:
+        return (0, 0)
+    us, remainder = settlement.held[leaf]
+    return int(us), int(remainder)
+
+
 def reservation(decision: Decision) -> list[Any] | None:
-    """What ``decision`` reserved, ``[plan, at_us, counts]`` (the settle empties it once
-    taken: settling again raises ``SettleError``); ``None`` for a decision that recorded
-    nothing (refused, degraded, shadow-refused)."""
+    """What ``decision`` reserved, ``[plan, at_us, counts]``, or, once a settle took it,
+    ``[Settling]``; ``None`` for a decision that recorded nothing (refused, degraded,
+    shadow-refused)."""
     reserved = decision._reservation
     if reserved is None:
         if decision.allowed and not decision.degraded:
@@ -76,13 +141,17 @@ def settlement(plan: Plan, at_us: int, counts: Sequence[Counted], actual: Cost) 
             real = actual[leaf] if isinstance(actual, tuple) else actual
             per_identifier[k] = max(per_identifier[k], real)
     deltas = []
+    held: list[Counted] = []
+    algorithm = plan.algorithm
     for leaf, k in enumerate(plan.leaf_identifiers):
         if k < 0:
             deltas.append(0.0)
+            held.append((0, 0))
             continue
         reserved = plan.identifier_cost(k)
         delta = per_identifier[k] - reserved
         if delta < 0:
-            delta = -plan.algorithm.refundable(rules[leaf], reserved, counts[leaf], at_us, -delta)
+            delta = -algorithm.refundable(rules[leaf], reserved, counts[leaf], at_us, -delta)
         deltas.append(delta)
-    return Settlement(plan, at_us, tuple(deltas))
+        held.append(algorithm.held_until(rules[leaf], reserved, counts[leaf], at_us))
+    return Settlement(plan, at_us, tuple(deltas), tuple(held) if min(deltas) < 0 else ())

@@ -248,21 +248,23 @@ async def compare_arrivals(
     tree: Node, now: int, memory: MemoryBackend, *clients: aioredis.Redis
 ) -> None:
     """Every arrival time still ahead of now is equal in memory and in each Redis."""
-    arrivals = memory.arrivals()
     rules = compile_tree(tree).rules
     for identifier in all_identifiers(tree):
-        held = arrivals.get(identifier, {})
+        entry = memory._arrivals.get(identifier)
         for rule in (r for r in rules if r.selector == identifier.selector):
-            us, rem = held.get(gcra_field(rule), (0, 0))
-            expected = (f"{us}:{rem}" if rem else str(us)) if (us, rem) > (now, 0) else None
-            for client in clients:
-                stored = await client.get(arrival_key(identifier, rule))
-                text = None if stored is None else _text(stored)
-                if text is not None:
-                    us_text, _, rem_text = text.partition(":")
-                    if (int(us_text), int(rem_text or 0)) <= (now, 0):
-                        text = None  # passed: as good as gone
-                assert text == expected, arrival_key(identifier, rule)
+            for field in (gcra_field(rule), gcra_field(rule, apart=True)):
+                us, rem = (0, 0) if entry is None else entry.tats.get(field, (0, 0))
+                count = None if entry is None else entry.rates.get(field)
+                ahead = (us, rem) > (now, 0)
+                expected = f"{us}:{rem}:{count}" if ahead else None
+                for client in clients:
+                    stored = await client.get(arrival_key(identifier, rule, field))
+                    text = None if stored is None else _text(stored)
+                    if text is not None:
+                        us_text, _, rest = text.partition(":")
+                        if (int(us_text), int(rest.partition(":")[0] or 0)) <= (now, 0):
+                            text = None  # passed: as good as gone
+                    assert text == expected, arrival_key(identifier, rule, field)
 
 
 def _text(value: bytes | str) -> str:

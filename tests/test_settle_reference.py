@@ -144,7 +144,9 @@ class Reference:
                     pushed = before + reserved if before + reserved < tolerance else tolerance
                     moved = max(int((pushed - before) / interval), 0)
                     back: Fraction = tat - min(int(-delta), moved) * interval
-                    self.tats[key] = max(back, Fraction(now))
+                    held = max(pushed, tats_before.get(key, Fraction(0)))  # until then
+                    if held > now:  # what has drained since never comes back
+                        self.tats[key] = max(back, tat - (held - now), Fraction(now))
             else:
                 if (identifier, span) in done or not delta:
                     continue

@@ -61,6 +61,7 @@ from ratelimit.algorithms.gcra import (
     gcra_moved,
     gcra_next,
     gcra_outcome,
+    gcra_rescaled,
     gcra_reset,
     gcra_settled,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "gcra_moved",
     "gcra_next",
     "gcra_outcome",
+    "gcra_rescaled",
     "gcra_reset",
     "gcra_settled",
     "log_outcome",

@@ -121,3 +121,10 @@ class Algorithm:
         recorded at ``at_us`` on ``rule`` (``counted``: what storage counted before it):
         all of it, unless the algorithm recorded less than the cost (GCRA)."""
         return refund
+
+    def held_until(self, rule: Rule, reserved: float, counted: Counted, at_us: int) -> Counted:
+        """Until when what a call of ``reserved`` recorded at ``at_us`` on ``rule`` still
+        counts, where the algorithm drains it (GCRA: the arrival time the call pushed
+        its rule's to; a refund never gives back what has drained since); ``(0, 0)``
+        where a refund finds what still counts in the store itself."""
+        return (0, 0)

@@ -3,11 +3,14 @@ identifier and rule the theoretical arrival time. ``N/span`` sustains N per span
 of up to N (or the rule's ``burst``) at once. O(1) memory per identifier; exact.
 
 Stores: ``backends/memory.py``, ``backends/redis/lua/gcra.lua`` and the command engine (one
-string per identifier and rule shape, see ``backends/layout.py``). Postgres does not keep
-arrival times.
+string per identifier and span, see ``backends/layout.py``, holding the count it was stored
+under: a rule of another count on the same span, an override, carries it on,
+:func:`gcra_rescaled`). Postgres does not keep arrival times.
 """
 
 from __future__ import annotations
+
+import math
 
 from ratelimit.algorithms.base import US_PER_MS, Algorithm, Counted, Outcome
 from ratelimit.errors import ConfigurationError
@@ -71,27 +74,61 @@ def gcra_moved(rule: Rule, cost: float, tat: Arrival, now_us: int) -> int:
     return max(pushed - start, 0) // span
 
 
+MOST_AHEAD_US = MAX_SPAN_MS * US_PER_MS
+"""Most an arrival time runs ahead of now: ten years."""
+
+
+def gcra_rescaled(rule: Rule, tat: Arrival, stored_count: int, now_us: int) -> Arrival:
+    """An arrival time stored under a rule of the same span and another count (an override
+    changed the rate) as ``rule`` reads it: the hits it holds ahead of now carry on, each
+    now one interval of ``rule`` (``span / count``), so raising ``2/h`` to ``5/h`` after 2
+    calls leaves 3, and lowering ``5/h`` to ``2/h`` after 5 leaves none (until 3 have
+    drained at the new rate). At most ten years ahead. In ``1/count`` of a microsecond
+    the time ahead is the same number under every count (hits times the span); past
+    2**53 it is computed in doubles, as ``gcra.lua`` does, to whole microseconds."""
+    count = rule.count
+    us, remainder = tat
+    if stored_count == count or us < now_us or (us == now_us and remainder == 0):
+        return tat if stored_count == count else (0, 0)
+    ahead = (us - now_us) * stored_count + remainder
+    if ahead < EXACT:
+        ahead_us, ahead_remainder = divmod(ahead, count)
+    else:
+        ahead_us, ahead_remainder = (
+            math.floor((float(us - now_us) * stored_count + remainder) / count),
+            0,
+        )
+    if ahead_us >= MOST_AHEAD_US:
+        return now_us + MOST_AHEAD_US, 0
+    return now_us + ahead_us, ahead_remainder
+
+
 EXCESS_BURSTS = 1000
 """Most a settle's excess pushes a GCRA arrival time on: this many bursts (and never more
 than ten years ahead of now). Past it, later calls wait no longer."""
 
 
-def gcra_settled(rule: Rule, tat: Arrival, delta: int, now_us: int) -> Arrival:
+def gcra_settled(
+    rule: Rule, tat: Arrival, delta: int, now_us: int, held: Arrival = (0, 0)
+) -> Arrival:
     """The arrival time after a settle of ``delta`` hits at ``now_us``: an excess pushes it
     on from now, past the burst's tolerance (the work was done), by at most
-    :data:`EXCESS_BURSTS` bursts and to at most ten years ahead; a refund pulls it back,
-    never before now. ``gcra.lua``'s settle computes it a burst at a time, each step exact
-    in doubles."""
+    :data:`EXCESS_BURSTS` bursts and to at most ten years ahead; a refund pulls it back by
+    ``-delta`` intervals, but never by more than the reservation still holds (``held``,
+    the arrival time it pushed the rule's to, less now: what has drained since never
+    comes back) and never before now. ``gcra.lua``'s settle computes it a burst at a time,
+    each step exact in doubles."""
     count, span = rule.count, rule.span_ms * US_PER_MS
     now = now_us * count
     stored = tat[0] * count + tat[1]
     if delta > 0:
         hits = min(delta, EXCESS_BURSTS * gcra_burst(rule))
         moved = min(max(stored, now) + hits * span, now + MAX_SPAN_MS * US_PER_MS * count)
-    elif stored <= now:
-        return tat  # nothing left to take back: the bucket is full
     else:
-        moved = max(stored + delta * span, now)
+        still = held[0] * count + held[1] - now  # what the reservation holds yet
+        if stored <= now or still <= 0:
+            return tat  # nothing left to take back: the bucket is full, or it drained
+        moved = max(stored + delta * span, stored - still, now)
     us, remainder = divmod(moved, count)
     return us, remainder
 
@@ -155,3 +192,7 @@ class Gcra(Algorithm):
     ) -> float:
         tat = (int(counted[0]), int(counted[1]))
         return min(refund, gcra_moved(rule, reserved, tat, at_us))
+
+    def held_until(self, rule: Rule, reserved: float, counted: Counted, at_us: int) -> Counted:
+        tat = (int(counted[0]), int(counted[1]))
+        return gcra_next(rule, reserved, tat, at_us)

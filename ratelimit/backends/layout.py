@@ -1,6 +1,7 @@
 """What a plan reads and writes in a store, named the same way by every store that keeps it:
-GCRA arrival-time fields, window-counter names in this process, and the span and depth each
-identifier's stored hits must cover. (How a store names an identifier is
+GCRA arrival-time fields (one per identifier and span), window-counter names in this
+process, the span and depth each identifier's stored hits must cover, and how long a
+reset's mark is kept. (How a store names an identifier is
 :mod:`~ratelimit.backends.naming`; the window slots' layout is :mod:`ratelimit.windows`.)
 """
 
@@ -17,32 +18,45 @@ PLANS = 8192
 
 
 @functools.lru_cache(maxsize=4096)
-def gcra_field(rule: Rule) -> str:
-    """The name of one rule's arrival time among its identifier's: ``count/span_ms``, and
-    ``/burst`` for a burst other than the count. Rules of one shape on one identifier share
-    it, whatever their selector's name."""
-    burst = gcra_burst(rule)
-    shape = f"{rule.count}/{rule.span_ms}"
-    return shape if burst == rule.count else f"{shape}/{burst}"
+def gcra_field(rule: Rule, apart: bool = False) -> str:
+    """The name of one rule's arrival time among its identifier's: its span in ms, so that
+    rules of one span on one identifier share it whatever their count and burst, and an
+    override changing the rate carries the bucket on (the stored count rescales it,
+    :func:`~ratelimit.algorithms.gcra_rescaled`). ``apart``: a rule of a tree that has
+    another shape of the same span on the same identifier keeps its own,
+    ``span_ms/count/burst``."""
+    if not apart:
+        return str(rule.span_ms)
+    return f"{rule.span_ms}/{rule.count}/{gcra_burst(rule)}"
+
+
+ArrivalTime = tuple[int, Rule, str]
+"""One arrival time a GCRA plan reads: (identifier index, a rule of its shape, its field)."""
 
 
 @functools.lru_cache(maxsize=4096)
 def arrival_slots(
     compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
-) -> tuple[tuple[tuple[int, Rule], ...], tuple[int, ...]]:
-    """GCRA: the arrival times one plan reads, each (identifier index, a rule of that shape),
-    in order; and per leaf the position of its own among them (``-1`` when its selector
-    did not resolve). Leaves of one shape on one identifier share an arrival time."""
-    stored: dict[tuple[int, str], int] = {}
-    times: list[tuple[int, Rule]] = []
+) -> tuple[tuple[ArrivalTime, ...], tuple[int, ...]]:
+    """GCRA: the arrival times one plan reads (:data:`ArrivalTime`), in order; and per leaf
+    the position of its own among them (``-1`` when its selector did not resolve). Leaves
+    of one shape (count, span, burst) on one identifier share an arrival time; the first
+    shape of each span on an identifier names it by the span (:func:`gcra_field`), any
+    other shape of that span in the tree by its own."""
+    stored: dict[tuple[int, int, int, int], int] = {}
+    spans: set[tuple[int, int]] = set()
+    times: list[ArrivalTime] = []
     slots = []
     for rule, i in zip(compiled.rules, leaf_identifiers, strict=True):
         if i < 0:
             slots.append(-1)
             continue
-        position = stored.setdefault((i, gcra_field(rule)), len(times))
+        shape = (i, rule.span_ms, rule.count, gcra_burst(rule))
+        position = stored.setdefault(shape, len(times))
         if position == len(times):
-            times.append((i, rule))
+            apart = (i, rule.span_ms) in spans
+            spans.add((i, rule.span_ms))
+            times.append((i, rule, gcra_field(rule, apart)))
         slots.append(position)
     return tuple(times), tuple(slots)
 
@@ -82,3 +96,26 @@ def counter_update_rate(
     if update.weight is None:
         return counter_rate(current, previous, now_us, update.size_us, sliding=True)
     return current + previous * update.weight
+
+
+def reset_keep_us(plan: Plan) -> int:
+    """How long a reset's mark on ``plan``'s identifiers is kept: as long as a call
+    reserved before it could still be refunded (two windows of the largest span; a GCRA
+    rule's burst tolerance), so that such a refund takes nothing counted after the reset."""
+    keep = 0
+    for rule in plan.compiled.rules:
+        span_us = rule.span_ms * 1000
+        keep = max(keep, 2 * span_us, -(-gcra_burst(rule) * span_us // rule.count))
+    return keep
+
+
+INJECTED_CLOCK_KEEP_MS = 3_600_000
+"""With an injected clock (tests), Redis still expires on its own: marks last an hour at
+least, as arrival times do."""
+
+
+def reset_keep_ms(plan: Plan, injected: bool) -> int:
+    """:func:`reset_keep_us` in whole milliseconds for Redis's ``PX`` (``injected``: a
+    clock of the caller's, whose time Redis's expiry does not follow)."""
+    keep = -(-reset_keep_us(plan) // 1000)
+    return max(keep, INJECTED_CLOCK_KEEP_MS) if injected else keep

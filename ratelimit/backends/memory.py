@@ -22,10 +22,8 @@ from ratelimit.algorithms import (
     US_PER_MS,
     Arrival,
     gcra_next,
-    gcra_settled,
     log_outcome,
     not_before,
-    settle_log,
     window,
     window_index,
 )
@@ -33,11 +31,12 @@ from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import (
     arrival_slots,
     counter_update_rate,
-    gcra_field,
     limits_per_identifier,
+    reset_keep_us,
 )
 from ratelimit.backends.memory_entries import Arrivals, Log, Windows
 from ratelimit.backends.memory_overrides import OverrideTables
+from ratelimit.backends.memory_settles import SettleTables
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import decided, evaluate
@@ -47,7 +46,7 @@ from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
 
-class MemoryBackend(OverrideTables):
+class MemoryBackend(OverrideTables, SettleTables):
     """Sliding logs and window counters in this process's memory.
 
     ``clock`` (seconds, default ``time.monotonic``) may be replaced by a fake one in tests;
@@ -74,6 +73,7 @@ class MemoryBackend(OverrideTables):
         :meth:`reset`, the sweep and :meth:`aclose` walk (a new algorithm adds its own)."""
         self._slots: dict[Identifier, dict[str, int]] = {}  # holders' tokens: lease ends (us)
         self._revoked: dict[tuple[str, str, str], int] = {}  # claims given back: until (us)
+        self._resets: dict[Identifier, tuple[int, int]] = {}  # reset at, kept until (us)
         self._lock = threading.Lock()
         self._sweep_every = max(1, sweep_every)
         self._since_sweep = 0
@@ -201,19 +201,20 @@ class MemoryBackend(OverrideTables):
         for identifier in plan.identifiers:
             entry = self._arrivals.get(identifier)
             entries.append(entry if entry is not None and entry.expires_us > now else Arrivals())
-        rules = plan.compiled.rules
-        counts: list[Arrival] = []
-        for rule, i in zip(rules, plan.leaf_identifiers, strict=True):
-            counts.append((0, 0) if i < 0 else entries[i].tats.get(gcra_field(rule), (0, 0)))
+        times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
+        stored = [entries[i].read(field, rule, now) for i, rule, field in times]
+        counts: list[Arrival] = [(0, 0) if k < 0 else stored[k] for k in slots]
         decision = evaluate(plan, now, counts)
-        if decision.allowed and plan.record:
-            for rule, i, tat in zip(rules, plan.leaf_identifiers, counts, strict=True):
-                if i >= 0:
-                    new = gcra_next(rule, plan.identifier_cost(i), tat, now)
-                    entry = entries[i]
-                    entry.tats[gcra_field(rule)] = new
-                    entry.expires_us = max(entry.expires_us, new[0] + 1)
-                    self._arrivals[plan.identifiers[i]] = entry
+        if plan.record:
+            for (i, rule, field), tat in zip(times, stored, strict=True):
+                entry = entries[i]
+                if decision.allowed:
+                    entry.write(field, rule, gcra_next(rule, plan.identifier_cost(i), tat, now))
+                elif entry.other_count(field, rule):  # held as this rule reads it: gcra.lua
+                    entry.write(field, rule, tat)
+                else:
+                    continue
+                self._arrivals[plan.identifiers[i]] = entry
         return decision
 
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
@@ -268,9 +269,11 @@ class MemoryBackend(OverrideTables):
         if self._closed:
             raise LimiterClosedError("this memory backend")
         with self._lock:
+            now = clock_us(self._clock)
             for identifier in plan.identifiers:
                 for store in self._stores:
                     store.pop(identifier, None)
+                self._resets[identifier] = (now, now + reset_keep_us(plan))
 
     async def settle(self, settlement: Settlement) -> None:
         self._check_open()
@@ -279,63 +282,6 @@ class MemoryBackend(OverrideTables):
         with self._lock:
             now = clock_us(self._clock)
             self._SETTLE[settlement.plan.algorithm.name](self, settlement, now)
-
-    def _settle_logs(self, settlement: Settlement, now: int) -> None:
-        plan, deltas = settlement.plan, settlement.deltas
-        for k, (identifier, (keep, span_ms)) in enumerate(
-            zip(plan.identifiers, limits_per_identifier(plan), strict=True)
-        ):
-            delta = int(deltas[plan.leaf_identifiers.index(k)])
-            log = self._live(identifier, now)
-            keep = log.kept = max(keep, log.kept)
-            settle_log(log.hits, delta, settlement.at_us, now, keep, span_ms * US_PER_MS)
-            if delta > 0:
-                log.expires_us = max(log.expires_us, now + span_ms * US_PER_MS)
-                self._logs[identifier] = log
-
-    def _settle_windows(self, settlement: Settlement, now: int) -> None:
-        plan = settlement.plan
-        entries = []
-        for identifier in plan.identifiers:
-            entry = self._windows.get(identifier)
-            entries.append(entry if entry is not None and entry.expires_us > now else Windows())
-        settled = {}  # per (identifier, size): its delta
-        for rule, k, delta in zip(
-            plan.compiled.rules, plan.leaf_identifiers, settlement.deltas, strict=True
-        ):
-            if k >= 0 and delta:
-                size = rule.span_ms * US_PER_MS
-                settled[k, size] = delta
-                now = not_before(now, entries[k].newest(size), size)  # as a decision would
-        for (k, size), delta in settled.items():
-            entry = entries[k]
-            slots = entry.slots.setdefault(size, windows.empty())
-            windows.settle(slots, delta, settlement.at_us // size, now // size)
-            if delta > 0:
-                entry.expires_us = max(entry.expires_us, now + 2 * size)
-                self._windows[plan.identifiers[k]] = entry
-
-    def _settle_arrivals(self, settlement: Settlement, now: int) -> None:
-        plan = settlement.plan
-        times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-        for position, (k, rule) in enumerate(times):
-            delta = int(settlement.deltas[slots.index(position)])
-            identifier = plan.identifiers[k]
-            entry = self._arrivals.get(identifier)
-            if entry is None or entry.expires_us <= now:
-                entry = Arrivals()
-            field = gcra_field(rule)
-            settled = gcra_settled(rule, entry.tats.get(field, (0, 0)), delta, now)
-            entry.tats[field] = settled
-            entry.expires_us = max(entry.expires_us, settled[0] + 1)
-            self._arrivals[identifier] = entry
-
-    _SETTLE: ClassVar[dict[str, Callable[[MemoryBackend, Settlement, int], None]]] = {
-        SLIDING_LOG: _settle_logs,
-        SLIDING_WINDOW: _settle_windows,
-        FIXED_WINDOW: _settle_windows,
-        GCRA: _settle_arrivals,
-    }
 
     _DECIDE: ClassVar[dict[str, Callable[[MemoryBackend, Plan, int], Decision]]] = {
         SLIDING_LOG: _decide_log,
@@ -368,12 +314,6 @@ class MemoryBackend(OverrideTables):
                 self._windows[update.identifier] = entry
             return rate
 
-    def _live(self, identifier: Identifier, now: int) -> Log:
-        log = self._logs.get(identifier)
-        if log is None or log.expires_us <= now:
-            return Log()
-        return log
-
     def _sweep(self, now: int) -> None:
         self._since_sweep = 0
         for table in self._stores:
@@ -385,6 +325,8 @@ class MemoryBackend(OverrideTables):
             del self._slots[identifier]
         for claim in [c for c, until in self._revoked.items() if until <= now]:
             del self._revoked[claim]
+        for identifier in [i for i, (_, until) in self._resets.items() if until <= now]:
+            del self._resets[identifier]
 
     async def aclose(self) -> None:
         self._closed = True
@@ -393,3 +335,4 @@ class MemoryBackend(OverrideTables):
                 store.clear()
             self._slots.clear()
             self._revoked.clear()
+            self._resets.clear()

@@ -7,7 +7,8 @@ from collections import deque
 from typing import Any
 
 from ratelimit import windows
-from ratelimit.algorithms import Arrival, window
+from ratelimit.algorithms import Arrival, gcra_rescaled, window
+from ratelimit.rules import Rule
 
 
 class Log:
@@ -67,11 +68,30 @@ class Windows:
 
 
 class Arrivals:
-    """One identifier's GCRA arrival times (microseconds), per rule (:func:`gcra_field`),
-    and its expiry: the latest of them."""
+    """One identifier's GCRA arrival times (microseconds), per span (:func:`gcra_field`),
+    each with the count of the rule it was stored under, and its expiry: the latest."""
 
-    __slots__ = ("expires_us", "tats")
+    __slots__ = ("expires_us", "rates", "tats")
 
     def __init__(self) -> None:
         self.tats: dict[str, Arrival] = {}
+        self.rates: dict[str, int] = {}
         self.expires_us = 0
+
+    def read(self, field: str, rule: Rule, now_us: int) -> Arrival:
+        """The arrival time of ``field`` as ``rule`` reads it (rescaled from the count it
+        was stored under: :func:`~ratelimit.algorithms.gcra_rescaled`)."""
+        tat = self.tats.get(field)
+        if tat is None:
+            return (0, 0)
+        return gcra_rescaled(rule, tat, self.rates.get(field, rule.count), now_us)
+
+    def other_count(self, field: str, rule: Rule) -> bool:
+        """Whether ``field`` was stored under a count other than ``rule``'s."""
+        return field in self.tats and self.rates.get(field, rule.count) != rule.count
+
+    def write(self, field: str, rule: Rule, tat: Arrival) -> None:
+        """Hold ``tat`` as ``field``'s arrival time, stored under ``rule``'s count."""
+        self.tats[field] = tat
+        self.rates[field] = rule.count
+        self.expires_us = max(self.expires_us, tat[0] + 1)

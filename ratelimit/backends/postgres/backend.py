@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
+from ratelimit.backends.layout import reset_keep_us
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres.overrides import PostgresOverrides
 from ratelimit.backends.postgres.pool import SetUpPool
-from ratelimit.backends.postgres.schema import DECIDE, SETTLE
+from ratelimit.backends.postgres.schema import DECIDE, RESET, SETTLE
 from ratelimit.backends.postgres.url import SCHEMES
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
@@ -304,8 +305,9 @@ class PostgresBackend(PostgresOverrides):
     async def reset(self, plan: Plan) -> None:
         keys = [identifier_key(identifier) for identifier in plan.identifiers]
         if keys:
+            keep = reset_keep_us(plan)
             await self._guarded(
-                lambda db: db.execute("DELETE FROM ratelimit_counters WHERE key = ANY($1)", keys),
+                lambda db: db.fetchval(RESET, keys, keep, self._now()),
                 f"reset key {plan.key!r}",
             )
 

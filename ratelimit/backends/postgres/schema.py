@@ -50,6 +50,8 @@ async def put_in_place(connection: Any) -> str:
 DECIDE = "SELECT ratelimit_decide($1, $2, $3, $4, $5, $6::double precision[], $7, $8, $9)"
 """One decision (``$6``, the costs per key, cast: an older schema's function of one cost
 may still be there for processes of an older version, and the cast picks this one)."""
+RESET = "SELECT ratelimit_reset($1, $2, $3)"
+"""Forget what keys counted, and mark them reset (a refund reserved before takes nothing)."""
 SETTLE = "SELECT ratelimit_settle($1, $2, $3, $4, $5)"
 """One settle (:mod:`ratelimit.settling`): per (key, window size) its delta."""
 _WARM_UP = (["rl:warm-up"], [1], [1], [1_000_000], [0, 0], [1.0], False, True, None)

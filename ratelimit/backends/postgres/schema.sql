@@ -4,7 +4,8 @@
 -- ratelimit_counters holds the window counters of the sliding and fixed windows: per key
 -- (an identifier, named as on Redis: rl:{<namespace>:<key>}[:<selector>=<value>]), window
 -- size and window index, the count, and when the row may go (microseconds, the
--- database's clock). Window i of size S spans [i*S, (i+1)*S).
+-- database's clock). Window i of size S spans [i*S, (i+1)*S). A row of size 0 is a reset
+-- mark (ratelimit_reset): its index is when the key was reset.
 --
 -- Every function takes p_now (microseconds) or NULL for the database's clock_timestamp(),
 -- and locks the keys it touches with transaction-scoped advisory locks taken in key order,
@@ -269,7 +270,8 @@ $$;
 
 -- Settle a call after it ran, atomically (ratelimit/settling.py): entry i adds p_deltas[i]
 -- on window size p_sizes[i] of p_keys[i]. A refund (below 0) takes back from the window the
--- reservation was counted in (p_at, us) while it is held, never below 0; an excess (above
+-- reservation was counted in (p_at, us) while it is held, never below 0, and nothing when
+-- the key was reset since (a reset mark, ratelimit_reset, at p_at or later); an excess (above
 -- 0) is added to the current window (at the newest window's start when the clock stepped
 -- back, as ratelimit_decide decides), past the limit. Returns now.
 CREATE OR REPLACE FUNCTION ratelimit_settle(
@@ -293,7 +295,11 @@ BEGIN
     FOR i IN 1..entries LOOP
         IF p_deltas[i] < 0 THEN
             UPDATE ratelimit_counters c SET count = greatest(c.count + p_deltas[i], 0)
-            WHERE c.key = p_keys[i] AND c.size_us = p_sizes[i] AND c.idx = p_at / p_sizes[i];
+            WHERE c.key = p_keys[i] AND c.size_us = p_sizes[i] AND c.idx = p_at / p_sizes[i]
+              AND NOT EXISTS (
+                  SELECT 1 FROM ratelimit_counters m
+                  WHERE m.key = p_keys[i] AND m.size_us = 0 AND m.idx >= p_at
+                    AND m.expires_us > now_us);
         ELSIF p_deltas[i] > 0 THEN
             SELECT c.count INTO cur FROM ratelimit_counters c
             WHERE c.key = p_keys[i] AND c.size_us = p_sizes[i]
@@ -302,6 +308,23 @@ BEGIN
                                    coalesce(cur, 0) + p_deltas[i], now_us + 2 * p_sizes[i]);
         END IF;
     END LOOP;
+    RETURN now_us;
+END;
+$$;
+
+-- Forget what p_keys counted (reset()) and mark each key reset at now: a row of window size
+-- 0 whose index is the time of the reset, kept p_keep us, so that a settle's refund of a
+-- call reserved before it takes nothing counted after it (ratelimit_settle). Returns now.
+CREATE OR REPLACE FUNCTION ratelimit_reset(p_keys text[], p_keep bigint, p_now bigint)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_us bigint := ratelimit_now(p_now);
+BEGIN
+    PERFORM ratelimit_lock(p_keys);
+    DELETE FROM ratelimit_counters WHERE key = ANY(p_keys);
+    INSERT INTO ratelimit_counters (key, size_us, idx, count, expires_us)
+    SELECT DISTINCT k, 0, now_us, 0, now_us + p_keep FROM unnest(p_keys) AS k;
     RETURN now_us;
 END;
 $$;

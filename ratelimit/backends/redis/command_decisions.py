@@ -22,6 +22,7 @@ from ratelimit.algorithms import (
     Arrival,
     gcra_burst,
     gcra_next,
+    gcra_rescaled,
     not_before,
     window,
     window_index,
@@ -41,6 +42,7 @@ from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
 from ratelimit.evaluation import evaluate
 from ratelimit.plan import Plan
+from ratelimit.rules import Rule
 
 HEAD = 64  # entries of each log read in the first round trip
 INJECTED_CLOCK_KEEP_US = 3_600_000_000
@@ -173,26 +175,33 @@ async def decide_windows(engine: Engine, plan: Plan, may_write: bool = True) -> 
 
 
 async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) -> Decision:
-    """GCRA: the same arrival times as ``gcra.lua``, one string per (identifier, rule
-    shape)."""
+    """GCRA: the same arrival times as ``gcra.lua``, one string per (identifier, span);
+    refused, a key read under another count is written as read, as the script does."""
     keys = arrival_keys(plan)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
     replies = await engine._read(functools.partial(get_each, keys))
     now = await engine._now(replies, keys[0])
-    stored = [arrival(value) for value in replies]
+    stored = [arrival(value, rule, now) for value, (_, rule, _) in zip(replies, times, strict=True)]
     counts: list[Arrival] = [(0, 0) if k < 0 else stored[k] for k in slots]
     decision = evaluate(plan, now, counts)
-    if decision.allowed and plan.record:
-        if not may_write:
-            raise _cannot_record(plan)
-        write = engine.client.pipeline(transaction=True)
-        for key, (i, rule), tat in zip(keys, times, stored, strict=True):
+    if not plan.record:
+        return decision
+    if decision.allowed and not may_write:
+        raise _cannot_record(plan)
+    write = engine.client.pipeline(transaction=True)
+    for key, (i, rule, _), tat, value in zip(keys, times, stored, replies, strict=True):
+        if decision.allowed:
             pushed = gcra_next(rule, plan.identifier_cost(i), tat, now)
-            keep = pushed[0] - now + 1
-            if engine.clock is not None:  # Redis expires on real time, not on this clock
-                tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
-                keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
-            write.set(key, arrival_text(pushed), px=math.ceil(keep / 1000))
+        elif may_write and stored_count(value, rule) != rule.count:
+            pushed = tat  # held as this rule reads it from now on, as gcra.lua does
+        else:
+            continue
+        keep = max(pushed[0] - now + 1, 1)
+        if engine.clock is not None:  # Redis expires on real time, not on this clock
+            tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
+            keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
+        write.set(key, arrival_text(pushed, rule), px=math.ceil(keep / 1000))
+    if len(write):
         await write.execute()
     return decision
 
@@ -220,17 +229,30 @@ def get_each(keys: Sequence[str], read: Any) -> None:
         read.get(key)
 
 
-def arrival(stored: bytes | str | None) -> Arrival:
-    """A stored arrival time, ``us`` or ``us:rem`` (``gcra.lua`` writes the same)."""
+def arrival(stored: bytes | str | None, rule: Rule, now_us: int) -> Arrival:
+    """A stored arrival time, ``us:rem:count`` (``gcra.lua`` writes the same), as ``rule``
+    reads it at ``now_us`` (rescaled from the count it was stored under)."""
     if stored is None:
         return (0, 0)
     text = stored.decode() if isinstance(stored, bytes) else stored
-    us, _, remainder = text.partition(":")
-    return int(us), int(remainder or 0)
+    us, _, rest = text.partition(":")
+    remainder, _, count = rest.partition(":")
+    tat = (int(us), int(remainder or 0))
+    return gcra_rescaled(rule, tat, int(count or rule.count), now_us)
 
 
-def arrival_text(arrival: Arrival) -> str:
-    return f"{arrival[0]}:{arrival[1]}" if arrival[1] else str(arrival[0])
+def stored_count(stored: bytes | str | None, rule: Rule) -> int:
+    """The count a stored arrival time was stored under (``rule``'s when none is)."""
+    if stored is None:
+        return rule.count
+    text = stored.decode() if isinstance(stored, bytes) else stored
+    count = text.split(":")[2:3]
+    return int(count[0]) if count and count[0] else rule.count
+
+
+def arrival_text(arrival: Arrival, rule: Rule) -> str:
+    """What ``gcra.lua`` writes: ``us:rem:count``, ``count`` ``rule``'s."""
+    return f"{arrival[0]}:{arrival[1]}:{rule.count}"
 
 
 def _cannot_record(plan: Plan) -> BackendError:

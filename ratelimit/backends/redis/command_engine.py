@@ -242,7 +242,7 @@ class RedisCommandBackend(RedisOverrides):
         keys = plan_keys(plan)
         if keys:
             await self._guarded(
-                plan.namespace, plan.key, lambda: self.client.delete(*keys), "reset"
+                plan.namespace, plan.key, lambda: command_settles.reset(self, plan, keys), "reset"
             )
 
     async def update_counter(self, update: CounterUpdate) -> float:

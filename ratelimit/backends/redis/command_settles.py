@@ -2,7 +2,8 @@
 ``settle_*.lua`` reads, settles with the same Python the memory backend runs
 (:func:`~ratelimit.algorithms.settle_log`, :func:`ratelimit.windows.settle`,
 :func:`~ratelimit.algorithms.gcra_settled`), and writes what the script writes, in a
-transaction, under the engine's lock (see :mod:`ratelimit.settling`).
+transaction, under the engine's lock (see :mod:`ratelimit.settling`). A reset (:func:`reset`)
+leaves a mark per identifier that a refund of a call reserved before it reads.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ratelimit.algorithms import (
     not_before,
     settle_log,
 )
-from ratelimit.backends.layout import arrival_slots, limits_per_identifier
+from ratelimit.backends.layout import arrival_slots, limits_per_identifier, reset_keep_ms
 from ratelimit.backends.redis.command_decisions import (
     INJECTED_CLOCK_KEEP_US,
     Engine,
@@ -37,10 +38,12 @@ from ratelimit.backends.redis.keys import (
     counter_key,
     identifier_key,
     kept_key,
+    reset_key,
     slot_fields,
     window_fields,
 )
-from ratelimit.settling import Settlement
+from ratelimit.plan import Plan
+from ratelimit.settling import Settlement, held_arrival
 
 
 async def settle_logs(engine: Engine, settlement: Settlement) -> None:
@@ -102,17 +105,25 @@ async def settle_windows(engine: Engine, settlement: Settlement) -> None:
             read.hmget(keys[k], window_fields(size))
         for k, _size in todo:
             read.pttl(keys[k])
+        for k, _size in todo:
+            read.get(reset_key(plan.identifiers[k]))
 
     replies = await engine._read(fill)
     now = await engine._now(replies, keys[0])
-    held = [list(four) for four in replies[: len(todo)]]
-    ttls = [int(ttl) for ttl in replies[len(todo) :]]
+    n = len(todo)
+    held = [list(four) for four in replies[:n]]
+    ttls = [int(ttl) for ttl in replies[n : 2 * n]]
+    for (k, size), mark in zip(list(todo), replies[2 * n :], strict=True):
+        if todo[k, size] < 0 and reset_since(mark, settlement.at_us):
+            todo[k, size] = 0.0  # reserved before a reset, which forgot it
+    if not any(todo.values()):
+        return
     for four, (_k, size) in zip(held, todo, strict=True):  # the clock stepped back
         now = not_before(now, windows.newest(four), size)
     write = engine.client.pipeline(transaction=True)
     for four, ttl, ((k, size), delta) in zip(held, ttls, todo.items(), strict=True):
         at_index = settlement.at_us // size
-        if delta < 0 and at_index not in windows.held(four):
+        if not delta or (delta < 0 and at_index not in windows.held(four)):
             continue
         windows.settle(four, delta, at_index, now // size)
         index = at_index if delta < 0 else now // size
@@ -130,20 +141,43 @@ async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
     plan = settlement.plan
     keys = arrival_keys(plan)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-    replies = await engine._read(functools.partial(get_each, keys))
+    marks = [reset_key(plan.identifiers[i]) for i, _, _ in times]
+    replies = await engine._read(functools.partial(get_each, keys + marks))
     now = await engine._now(replies, keys[0])
     write = engine.client.pipeline(transaction=True)
-    for position, (key, (_i, rule), stored) in enumerate(zip(keys, times, replies, strict=True)):
-        delta = int(settlement.deltas[slots.index(position)])
-        tat = arrival(stored)
-        settled = gcra_settled(rule, tat, delta, now)
+    stores, resets = replies[: len(keys)], replies[len(keys) :]
+    for position, (key, (_i, rule, _), stored) in enumerate(zip(keys, times, stores, strict=True)):
+        leaf = slots.index(position)
+        delta = int(settlement.deltas[leaf])
+        if delta < 0 and reset_since(resets[position], settlement.at_us):
+            continue  # reserved before a reset, which forgot it
+        tat = arrival(stored, rule, now)
+        settled = gcra_settled(rule, tat, delta, now, held_arrival(settlement, leaf))
         if delta == 0 or settled == tat:
             continue
         keep = settled[0] - now + 1
         if engine.clock is not None:  # Redis expires on real time, not on this clock
             tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
             keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
-        write.set(key, arrival_text(settled), px=math.ceil(keep / 1000))
+        write.set(key, arrival_text(settled, rule), px=math.ceil(keep / 1000))
+    await write.execute()
+
+
+def reset_since(mark: bytes | str | None, at_us: int) -> bool:
+    """Whether a reset mark (:func:`~ratelimit.backends.redis.keys.reset_key`) says the
+    identifier was reset after a call reserved at ``at_us``."""
+    return mark is not None and int(mark) >= at_us
+
+
+async def reset(engine: Engine, plan: Plan, keys: list[str]) -> None:
+    """Delete ``keys`` (a plan's, for ``reset()``) and mark each identifier reset at now,
+    in one ``MULTI``, as ``reset.lua`` does on the script engine."""
+    now = await engine._now(await engine._read(lambda _read: None), keys[0])
+    keep_ms = reset_keep_ms(plan, injected=engine.clock is not None)
+    write = engine.client.pipeline(transaction=True)
+    write.delete(*keys)
+    for identifier in plan.identifiers:
+        write.set(reset_key(identifier), now, px=keep_ms)
     await write.execute()
 
 

@@ -11,9 +11,10 @@ names of identifiers themselves come from :mod:`ratelimit.backends.naming`.
                                                 take was answered (a take of it is refused)
     rl:{<namespace>:<key>}[:<selector>=<value>]:w   window counters (a hash: window_fields)
     rl:{<namespace>:<key>}[:<selector>=<value>]:n   the largest count kept on that log
-    rl:{<namespace>:<key>}[:<selector>=<value>]:g:<count>/<span_ms>[/<burst>]
-                                                    a GCRA arrival time (per rule shape)
+    rl:{<namespace>:<key>}[:<selector>=<value>]:g:<span_ms>[/<count>/<burst>]
+                                                    a GCRA arrival time (per span)
     rl:{<namespace>:<key>}[:<selector>=<value>]:c   concurrency slots (a sorted set)
+    rl:{<namespace>:<key>}[:<selector>=<value>]:r   when it was last reset (us)
 
 Every part is percent-encoded (only ``A-Z a-z 0-9 _ . - / @ +`` stay as they are), so
 ``:``, ``{``, ``}``, ``=``, ``#`` and spaces in a value cannot make two identifiers share a
@@ -53,17 +54,18 @@ def kept_of(name: str) -> str:
     return f"{name}:n"
 
 
-def arrival_key(identifier: Identifier, rule: Rule) -> str:
-    """One identifier's GCRA arrival time under rules of ``rule``'s shape
-    (:func:`~ratelimit.backends.layout.gcra_field`): a string, ``us`` or ``us:remainder``."""
-    return f"{identifier_key(identifier)}:g:{gcra_field(rule)}"
+def arrival_key(identifier: Identifier, rule: Rule, field: str | None = None) -> str:
+    """One identifier's GCRA arrival time under rules of ``rule``'s span (``field``, else
+    :func:`~ratelimit.backends.layout.gcra_field`): a string, ``us:remainder:count`` (the
+    count of the rule it was stored under: a rule of another count rescales it)."""
+    return f"{identifier_key(identifier)}:g:{field or gcra_field(rule)}"
 
 
 def arrival_keys(plan: Plan) -> list[str]:
     """The arrival-time keys a GCRA plan reads, in the order of
     :func:`~ratelimit.backends.layout.arrival_slots`."""
     times, _ = arrival_slots(plan.compiled, plan.leaf_identifiers)
-    return [arrival_key(plan.identifiers[i], rule) for i, rule in times]
+    return [arrival_key(plan.identifiers[i], rule, field) for i, rule, field in times]
 
 
 def plan_keys(plan: Plan) -> list[str]:
@@ -71,6 +73,12 @@ def plan_keys(plan: Plan) -> list[str]:
     companions, their counters, and the arrival times of the plan's own rules."""
     keys = [k for identifier in plan.identifiers for k in stored_keys(identifier)]
     return keys + arrival_keys(plan)
+
+
+def reset_key(identifier: Identifier) -> str:
+    """When one identifier was last reset (store time, us), kept while a call reserved
+    before it could still be refunded: such a refund takes nothing (``settle_*.lua``)."""
+    return f"{identifier_key(identifier)}:r"
 
 
 def slots_key(identifier: Identifier) -> str:

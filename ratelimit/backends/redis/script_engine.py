@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from redis.commands.core import AsyncScript
 
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
+from ratelimit.backends.layout import reset_keep_ms
 from ratelimit.backends.redis import fast_pipeline
 from ratelimit.backends.redis.client import SCHEMES, RedisClient, close_client, redis_py_version
 from ratelimit.backends.redis.errors import (
@@ -36,6 +37,7 @@ from ratelimit.backends.redis.errors import (
 from ratelimit.backends.redis.keys import (
     counter_key,
     plan_keys,
+    reset_key,
     revoked_key,
     slots_key,
 )
@@ -67,6 +69,7 @@ from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
 SLOTS_SCRIPT = Script(lua("_now.lua", "slots.lua"))
+RESET_SCRIPT = Script(lua("_now.lua", "reset.lua"))
 COUNTER_UPDATE_LUA = lua("_now.lua", "_windows.lua", "counter_update.lua")
 COUNTER_SYNC_SCRIPT = Script(lua("_now.lua", "_windows.lua", "counter_sync.lua"))
 FAST_PATH_VARIABLE = "RATELIMIT_REDIS_FAST_PATH"
@@ -210,13 +213,16 @@ class RedisScriptBackend(RedisOverrides):
 
     async def reset(self, plan: Plan) -> None:
         self._open()
-        await self._pipeline.bind()  # the client's connections of an ended loop are let go
         keys = plan_keys(plan)
         if not keys:
             return
-        with mapped(f"to reset key {plan.key!r}", self.timeout):
-            async with asyncio.timeout(self.timeout):
-                await self.client.delete(*keys)
+        now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
+        keep_ms = reset_keep_ms(plan, injected=self.clock is not None)
+        args = (now, str(len(keys)).encode(), str(keep_ms).encode())
+        marks = [reset_key(identifier) for identifier in plan.identifiers]
+        await self._pipeline.call(
+            Command(RESET_SCRIPT, keys + marks, args, pack_args(args)), plan.key
+        )
 
     async def update_counter(self, update: CounterUpdate) -> float:
         self._open()

@@ -1,7 +1,7 @@
 """The decision scripts of the script engine, and what each algorithm sends them.
 
 Redis scripts cannot import, so each is its shared parts (``_now.lua``, ``_tree.lua``,
-``_windows.lua``) joined to its own file. :data:`BY_ALGORITHM` is the script engine's
+``_windows.lua``, ``_gcra.lua``) joined to its own file. :data:`BY_ALGORITHM` is the script engine's
 table of what it supports: per algorithm, its script, the keys a plan reads, how leaves map
 to those keys, and the ARGV the script reads after the common ones.
 """
@@ -23,7 +23,13 @@ from ratelimit.algorithms import (
 )
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import arrival_slots
-from ratelimit.backends.redis.keys import arrival_keys, counter_key, identifier_key, kept_of
+from ratelimit.backends.redis.keys import (
+    arrival_keys,
+    counter_key,
+    identifier_key,
+    kept_of,
+    reset_key,
+)
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.plan import CompiledTree, Plan
 from ratelimit.settling import Settlement
@@ -40,10 +46,10 @@ def lua(*parts: str) -> str:
 
 SLIDING_LOG_LUA = lua("_now.lua", "_tree.lua", "_log.lua", "sliding_log.lua")
 WINDOW_COUNTERS_LUA = lua("_now.lua", "_tree.lua", "_windows.lua", "window_counters.lua")
-GCRA_LUA = lua("_now.lua", "_tree.lua", "gcra.lua")
+GCRA_LUA = lua("_now.lua", "_tree.lua", "_gcra.lua", "gcra.lua")
 SETTLE_LOG_LUA = lua("_now.lua", "_tree.lua", "_log.lua", "settle_log.lua")
 SETTLE_WINDOWS_LUA = lua("_now.lua", "_tree.lua", "_windows.lua", "settle_windows.lua")
-SETTLE_GCRA_LUA = lua("_now.lua", "_tree.lua", "settle_gcra.lua")
+SETTLE_GCRA_LUA = lua("_now.lua", "_tree.lua", "_gcra.lua", "settle_gcra.lua")
 
 Slots = Callable[[CompiledTree, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None]]
 """Per leaf the position of its key in KEYS (``-1``: none), and per key the identifier it
@@ -75,7 +81,7 @@ def _per_arrival(
     compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     times, slots = arrival_slots(compiled, leaf_identifiers)
-    return slots, tuple(i for i, _ in times)
+    return slots, tuple(i for i, _, _ in times)
 
 
 def _log_keys(plan: Plan) -> list[str]:
@@ -184,11 +190,16 @@ _NO_TIME = pack_args((b"",))
 
 def settle_command(settlement: Settlement, clock: Clock | None = None) -> Command:
     """The ``EVALSHA`` of one settle: the settle script of the plan's algorithm, the keys
-    its decision used, the tree, per leaf its key and its delta, and the reservation's
-    time (see ``settle_*.lua``)."""
+    its decision used, the tree, per leaf its key and its delta, the reservation's time,
+    the script's extra arguments and, last, per leaf until when the reservation holds
+    (``Settlement.held``, read by ``settle_gcra.lua``; see ``settle_*.lua``). The window
+    counters and GCRA also get, after their keys, each key's identifier's reset mark."""
     plan = settlement.plan
     scripted = BY_ALGORITHM[plan.algorithm.name]
-    slots, _ = scripted.slots(plan.compiled, plan.leaf_identifiers)
+    slots, owners = scripted.slots(plan.compiled, plan.leaf_identifiers)
+    keys = scripted.keys(plan)
+    if plan.algorithm.name != SLIDING_LOG:  # the log's refund finds its hits or none
+        keys = keys + reset_keys(plan, owners)
     # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
     deltas = (str(int(d)) if scripted.whole else repr(float(d)) for d in settlement.deltas)
     args = (
@@ -198,8 +209,18 @@ def settle_command(settlement: Settlement, clock: Clock | None = None) -> Comman
         " ".join(deltas).encode(),
         str(settlement.at_us).encode(),
         *scripted.extra(plan.compiled),
+        " ".join(f"{int(us)} {int(remainder)}" for us, remainder in settlement.held).encode(),
     )
-    return Command(scripted.settle, scripted.keys(plan), args, pack_args(args))
+    return Command(scripted.settle, keys, args, pack_args(args))
+
+
+def reset_keys(plan: Plan, owners: tuple[int, ...] | None) -> list[str]:
+    """Per key of a plan's script, the :func:`reset_key` of the identifier it belongs to
+    (``owners``: per key its identifier; ``None``: key ``k`` is identifier ``k``'s)."""
+    identifiers = plan.identifiers
+    if owners is None:
+        return [reset_key(identifier) for identifier in identifiers]
+    return [reset_key(identifiers[i]) for i in owners]
 
 
 command_of = functools.lru_cache(maxsize=PLANS)(plan_command)

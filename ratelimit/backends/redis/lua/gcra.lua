@@ -1,9 +1,10 @@
 -- gcra.lua: decide a whole rule tree by GCRA (a token bucket kept as one arrival time per
 -- identifier and rule) and push the arrival times on, atomically.
 --
--- KEYS[k]   one string per (identifier, rule shape): the theoretical arrival time, "us" or
---           "us:rem" (whole microseconds, and a remainder in 1/count of a microsecond;
---           exact, see algorithms.Arrival). Absent: nothing counted.
+-- KEYS[k]   one string per (identifier, span): the theoretical arrival time, "us:rem:count"
+--           (whole microseconds, a remainder in 1/count of a microsecond, exact, see
+--           algorithms.Arrival; and the count of the rule it was stored under, which a rule
+--           of another count rescales: _gcra.lua). Absent: nothing counted.
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, as in sliding_log.lua: L, then per leaf its count and span in
 --           microseconds, then the prefix program.
@@ -22,16 +23,20 @@
 --           expires when it has passed, when the bucket is full again. With an injected
 --           clock (tests) Redis's expiry runs on another clock than the decisions, so a key
 --           is kept for an hour or its rule's tolerance instead, whichever is longer.
+--           When refused (and recording), a key read under another count (an override
+--           changed the rate: _gcra.lua) is written as read, under this rule's count.
 --
 -- Every quantity is a whole number below 2**53 (settings.check_gcra_rule), so Lua's doubles
--- compute it exactly. Runs after _now.lua and _tree.lua, which script_engine.py joins in front.
+-- compute it exactly. Runs after _now.lua, _tree.lua and _gcra.lua, which script_engine.py
+-- joins in front.
 
 local bursts = numbers(ARGV[6], '%d+')
 
 local leaves = tree[1]
 local limited = {}
 local result = {0, now}  -- whole numbers below 2**53: exact integer replies
-local writes = {}  -- per key: {us, rem, ms to keep}
+local writes = {}  -- per key: {us, rem, ms to keep, count}
+local rescaled = {}  -- per key read under another count: {us, rem, ms to keep, count}
 
 for i = 0, leaves - 1 do
   local k = slots[i + 1]
@@ -40,11 +45,8 @@ for i = 0, leaves - 1 do
   if k > 0 then
     local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
     local cost = cost_of(k)
-    local stored = redis.call('GET', KEYS[k])
-    if stored then
-      local a, b = string.match(stored, '^(%d+):?(%d*)$')
-      us, rem = tonumber(a), tonumber(b) or 0
-    end
+    local other
+    us, rem, other = read_arrival(KEYS[k], count)
     -- the interval span / count is q + r / count; the tolerance burst intervals
     local q, r = math.floor(span / count), span % count
     local tol = burst * r
@@ -62,19 +64,31 @@ for i = 0, leaves - 1 do
     end
     local keep = new_us - now + 1
     if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end
-    writes[k] = {new_us, new_rem, math.ceil(keep / 1000)}
+    writes[k] = {new_us, new_rem, math.ceil(keep / 1000), count}
+    if other then
+      keep = math.max(us - now + 1, 1)
+      if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end
+      rescaled[k] = {us, rem, math.ceil(keep / 1000), count}
+    end
   end
   result[#result + 1] = us
   result[#result + 1] = rem
 end
 
-if tree_limited(limited) then return result end
+if tree_limited(limited) then
+  -- refused: a bucket read under another count (an override) is held as this rule reads
+  -- it from now on, so that it drains at this rule's rate
+  if ARGV[5] ~= '0' then
+    for k, new in pairs(rescaled) do
+      redis.call('SET', KEYS[k], arrival_text(new[1], new[2], new[4]), 'PX', new[3])
+    end
+  end
+  return result
+end
 
 result[1] = 1
 if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
 for k, new in pairs(writes) do
-  local value = string.format('%.0f', new[1])
-  if new[2] > 0 then value = value .. ':' .. string.format('%.0f', new[2]) end
-  redis.call('SET', KEYS[k], value, 'PX', new[3])
+  redis.call('SET', KEYS[k], arrival_text(new[1], new[2], new[4]), 'PX', new[3])
 end
 return result

@@ -1,7 +1,8 @@
 -- settle_gcra.lua: settle a call on GCRA arrival times, atomically (see
 -- ratelimit/settling.py and algorithms/gcra.py, gcra_settled).
 --
--- KEYS      as gcra.lua: one string per (identifier, rule shape).
+-- KEYS      as gcra.lua: one string per (identifier, span); then, per key, its
+--           identifier's reset mark (keys.py, reset_key): when it was last reset.
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, as gcra.lua reads it.
 -- ARGV[3]   per leaf, its key's index in KEYS, or 0 (the rule did not apply).
@@ -10,29 +11,36 @@
 --           time, which the client computed); leaves on one key carry the same.
 -- ARGV[5]   the reservation's time (unused here: a refund is bounded by now).
 -- ARGV[6]   per leaf, space-separated: its burst.
+-- ARGV[7]   per leaf, space-separated: "us rem", the arrival time the reservation pushed
+--           its key's to (until when it holds); empty when nothing is refunded.
 --
 -- An excess pushes the arrival time on from max(arrival, now), a burst at a time so that
 -- every step stays exact in doubles, by at most 1000 bursts and to at most ten years
--- ahead; a refund pulls it back, never before now. Returns {now}.
+-- ahead; a refund pulls it back, never by more than the reservation still holds (its
+-- arrival time less now: what has drained never comes back) and never before now, and
+-- not at all when the identifier was reset since the reservation (its mark >= ARGV[5]).
+-- Returns {now}.
 --
--- Runs after _now.lua and _tree.lua, which script_engine.py joins in front of it.
+-- Runs after _now.lua, _tree.lua and _gcra.lua, which script_engine.py joins in front.
 
 local bursts = numbers(ARGV[6], '%d+')
+local held = numbers(ARGV[7] or '', '%d+')
 local EXCESS_BURSTS, MOST_AHEAD = 1000, 3650 * 86400000000
 
+local marks, at = #KEYS / 2, tonumber(ARGV[5])
 local done = {}
 for i = 0, tree[1] - 1 do
   local k, d = slots[i + 1], costs[i + 1]
+  if k > 0 and d < 0 and not done[k] then
+    local reset = redis.call('GET', KEYS[marks + k])
+    if reset and tonumber(reset) >= at then d = 0 end  -- reserved before a reset: forgotten
+  end
   if k > 0 and d ~= 0 and not done[k] then
     done[k] = true
     local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
-    local us, rem = 0, 0
-    local stored = redis.call('GET', KEYS[k])
-    if stored then
-      local a, b = string.match(stored, '^(%d+):?(%d*)$')
-      us, rem = tonumber(a), tonumber(b) or 0
-    end
+    local us, rem = read_arrival(KEYS[k], count)
     local q, r = math.floor(span / count), span % count  -- the interval: q + r / count
+    local h_us, h_rem = held[2 * i + 1] or 0, held[2 * i + 2] or 0
     local write = true
     if d > 0 then
       if us < now or (us == now and rem == 0) then us, rem = now, 0 end
@@ -46,18 +54,23 @@ for i = 0, tree[1] - 1 do
           us, rem, left = now + MOST_AHEAD, 0, 0
         end
       end
-    elseif us > now or (us == now and rem > 0) then
+    elseif (us > now or (us == now and rem > 0)) and (h_us > now or (h_us == now and h_rem > 0)) then
+      -- not before the stored time less what the reservation still holds (h - now)
+      local floor_us, floor_rem = us - (h_us - now), rem - h_rem
+      if floor_rem < 0 then floor_us, floor_rem = floor_us - 1, floor_rem + count end
       local taken = rem - (-d) * r  -- may be negative: borrow whole microseconds
       local borrow = math.ceil(-taken / count)
       if borrow < 0 then borrow = 0 end
       us, rem = us - (-d) * q - borrow, taken + borrow * count
+      if us < floor_us or (us == floor_us and rem < floor_rem) then
+        us, rem = floor_us, floor_rem
+      end
       if us < now then us, rem = now, 0 end
     else
-      write = false  -- the bucket is full: nothing to take back
+      write = false  -- the bucket is full, or the reservation drained: nothing to take back
     end
     if write then
-      local value = string.format('%.0f', us)
-      if rem > 0 then value = value .. ':' .. string.format('%.0f', rem) end
+      local value = arrival_text(us, rem, count)
       local keep = us - now + 1
       if ARGV[1] ~= '' then  -- an injected clock: kept as gcra.lua keeps it
         keep = math.max(keep, burst * q + math.floor(burst * r / count) + 1, 3600000000)

@@ -1,7 +1,8 @@
 -- settle_windows.lua: settle a call on window counters, atomically (see
 -- ratelimit/settling.py).
 --
--- KEYS      as window_counters.lua: one hash per identifier.
+-- KEYS      as window_counters.lua: one hash per identifier; then, per identifier, its
+--           reset mark (keys.py, reset_key): when it was last reset.
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, as window_counters.lua reads it.
 -- ARGV[3]   per leaf, its key's index in KEYS, or 0 (the rule did not apply).
@@ -9,7 +10,8 @@
 --           back (a refund, below 0); leaves on one key carry the same.
 -- ARGV[5]   the reservation's time (us): it names the window each size counted it in.
 --
--- A refund takes back from the reservation's window while a slot holds it, never below 0;
+-- A refund takes back from the reservation's window while a slot holds it, never below 0,
+-- and nothing when the identifier was reset since the reservation (its mark >= ARGV[5]);
 -- an excess is added to the current window (where a clock that stepped back finds a newer
 -- window held, at that window's start, as window_counters.lua decides), past the limit,
 -- and the key kept two of that size from now. Returns {now}.
@@ -37,9 +39,13 @@ for n, t in ipairs(todo) do
 end
 
 local at = tonumber(ARGV[5])
+local marks = #KEYS / 2
 for n, t in ipairs(todo) do
   local key, size, d, f = KEYS[t[1]], t[2], t[3], held[n]
-  if d < 0 then
+  local reset = d < 0 and redis.call('GET', KEYS[marks + t[1]])
+  if reset and tonumber(reset) >= at then
+    -- reserved before the reset, which forgot it: nothing to take back
+  elseif d < 0 then
     local index = math.floor(at / size)
     for s = 0, 1 do
       if f[2 * s + 2] and tonumber(f[2 * s + 2]) == index then

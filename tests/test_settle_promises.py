@@ -1,0 +1,184 @@
+"""What a settle promises on every store (memory, fakeredis and real Redis on both engines,
+PostgreSQL) and algorithm it concerns: a refund gives back only what the reservation still
+holds (never capacity that has drained, never across a reset), a cancelled settle is never
+lost, and a cost per rule passes the checks a number does (issue 35, items 1-4)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import fakeredis
+import pytest
+import redis.asyncio as aioredis
+
+from ratelimit import ConfigurationError, MemoryBackend, RateLimit, SettleError
+from ratelimit.algorithms import ALGORITHMS
+from ratelimit.backends.postgres import PostgresBackend
+from ratelimit.backends.redis import RedisCommandBackend, RedisScriptBackend
+from ratelimit.plan import compile_tree
+from ratelimit.rules import to_tree
+from tests.conftest import FakeClock, supporting
+
+pytestmark = pytest.mark.timeout(60)
+
+STORES = [
+    "memory",
+    "fakeredis",
+    "fakeredis-commands",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-commands", marks=pytest.mark.redis),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+WINDOWS_AND_GCRA = ["sliding-window", "fixed-window", "gcra"]
+Maker = Callable[[str], RateLimit]
+
+
+@pytest.fixture(params=STORES)
+async def make(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[Maker]:
+    """``make(algorithm)``: a limiter of a namespace of its own on the parametrized store,
+    driven by the fake clock (skipped where the store does not decide ``algorithm``)."""
+    kind: str = request.param
+    made: list[RateLimit] = []
+
+    def factory(algorithm: str) -> RateLimit:
+        backend: Any
+        if kind == "memory":
+            backend = MemoryBackend(clock=clock)
+        elif kind == "postgres":
+            backend = PostgresBackend(request.getfixturevalue("postgres_url"), clock=clock)
+        else:
+            client: Any
+            if kind.startswith("fakeredis"):
+                client = fakeredis.FakeAsyncRedis()
+            else:
+                client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+            engine = RedisCommandBackend if kind.endswith("-commands") else RedisScriptBackend
+            backend = engine(client, clock=clock, owns_client=True)
+        supporting(backend, algorithm)
+        limiter = RateLimit(backend, f"promise-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
+        made.append(limiter)
+        return limiter
+
+    yield factory
+    for limiter in made:
+        await limiter.aclose()
+
+
+async def admitted(limit: Any, calls: int) -> int:
+    """How many of ``calls`` decisions of one hit ``limit`` admits."""
+    return sum([(await limit.decide()).allowed for _ in range(calls)])
+
+
+# --- item 1: a late GCRA refund gives back nothing that has drained ---
+
+
+async def test_a_late_gcra_refund_hands_out_no_second_burst(make: Maker, clock: FakeClock) -> None:
+    rl = make("gcra")
+    limit = rl.limit("user:10/h", key="late", user="u")
+    reserved = await limit.decide(cost=10)
+    assert reserved.allowed
+    clock.advance(2 * 3600)  # the reservation has drained: the bucket is full again
+    assert (await limit.decide(cost=10)).allowed  # another caller takes the whole burst
+    assert await limit.settle(reserved, 0)  # nothing of the reservation still counts
+    assert await admitted(limit, 3) == 0
+
+
+async def test_a_gcra_refund_gives_back_only_what_has_not_drained(
+    make: Maker, clock: FakeClock
+) -> None:
+    rl = make("gcra")
+    limit = rl.limit("user:10/h", key="part", user="u")
+    reserved = await limit.decide(cost=10)
+    clock.advance(0.6 * 3600)  # 6 intervals drained: 4 of the 10 still held
+    assert (await limit.decide(cost=6)).allowed  # the 6 that came back are taken
+    assert await limit.settle(reserved, 0)
+    assert await admitted(limit, 6) == 4
+
+
+# --- item 2: a refund of a call reserved before reset() ---
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_a_refund_of_a_call_reserved_before_a_reset_takes_nothing_after_it(
+    make: Maker, clock: FakeClock, algorithm: str
+) -> None:
+    rl = make(algorithm)
+    limit = rl.limit("user:10/h", key="reset", user="u")
+    reserved = await limit.decide(cost=10)
+    assert reserved.allowed
+    clock.advance(1)
+    await limit.reset()
+    clock.advance(1)
+    assert (await limit.decide(cost=10)).allowed  # the limit again, after the reset
+    clock.advance(1)
+    assert await limit.settle(reserved, 0)  # what it reserved was forgotten already
+    assert await admitted(limit, 3) == 0
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_a_refund_after_a_reset_leaves_hits_before_it_forgotten(
+    make: Maker, clock: FakeClock, algorithm: str
+) -> None:
+    rl = make(algorithm)
+    limit = rl.limit("user:10/h", key="reset2", user="u")
+    reserved = await limit.decide(cost=4)
+    clock.advance(1)
+    await limit.reset()
+    clock.advance(1)
+    assert await limit.settle(reserved, 9)  # an excess of 5 is recorded now, reset or not
+    assert await admitted(limit, 7) == 5
+
+
+# --- item 3: a cancelled settle is never lost ---
+
+
+@pytest.mark.parametrize("algorithm", WINDOWS_AND_GCRA)
+async def test_a_settle_cancelled_while_it_is_recorded_happens_and_can_be_made_again(
+    make: Maker, algorithm: str
+) -> None:
+    rl = make(algorithm)
+    limit = rl.limit("100 tokens/h", key="cancel")
+    reserved = await limit.decide(cost={"tokens": 10})
+    assert (await limit.decide(cost={"tokens": 1})).allowed
+    settling = asyncio.ensure_future(limit.settle(reserved, {"tokens": 90}))
+    await asyncio.sleep(0)  # under way: the store is asked
+    settling.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await settling
+    with pytest.raises(SettleError, match="being settled at"):
+        await limit.settle(reserved, {"tokens": 80})  # only at the cost it was settling
+    assert await limit.settle(reserved, {"tokens": 90})  # the write it started, done
+    with pytest.raises(SettleError, match="settled already"):
+        await limit.settle(reserved, {"tokens": 90})
+    assert (await limit.peek(cost={"tokens": 9})).allowed  # 91 of 100 used
+    assert not (await limit.peek(cost={"tokens": 10})).allowed
+
+
+# --- item 4: a cost per rule passes the checks a number does ---
+
+
+@pytest.mark.parametrize("cost", [(-5,), (math.nan,), (math.inf,), (1.5,), ("5",), (1, 2)])
+async def test_a_recorded_cost_per_rule_is_checked_as_a_number_is(
+    make: Maker, cost: tuple[Any, ...]
+) -> None:
+    rl = make("gcra")
+    compiled = compile_tree(to_tree("user:5/h"))
+    with pytest.raises(ConfigurationError):
+        await rl.record(compiled, "perrule", ("u",), cost=cost)
+    with pytest.raises(ConfigurationError):
+        rl.check(compiled, cost)
+    limit = rl.limit("user:5/h", key="perrule", user="u")
+    assert await admitted(limit, 7) == 5  # nothing was recorded, nothing handed out
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_a_recorded_cost_per_rule_counts_as_given(make: Maker, algorithm: str) -> None:
+    rl = make(algorithm)
+    compiled = compile_tree(to_tree("user:5/h | user:20/d"))
+    assert await rl.record(compiled, "perrule2", ("u",), cost=(3, 1))
+    limit = rl.limit("user:5/h | user:20/d", key="perrule2", user="u")
+    assert await admitted(limit, 4) == 2
