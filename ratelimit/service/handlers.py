@@ -239,7 +239,7 @@ class Handlers:
         if limit is None:
             pattern = tuple((key, None) for key, _ in entries)
             selector = selector_of(domain, pattern)
-            limit = DescriptorLimit(domain, pattern, tree, tree, selector, False, 0)
+            limit = DescriptorLimit(domain, pattern, tree, tree, selector, False, 0, request=True)
         tree_per = per_selector(tree, limit.selector)
         return dataclasses.replace(
             limit, rules=tree, tree=tree_per, shadow=False, override=True

@@ -37,6 +37,7 @@ own.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import hashlib
 import logging
@@ -55,7 +56,13 @@ from ratelimit.rules import Node, map_rules, to_tree
 from ratelimit.settings import check_cost
 
 logger = logging.getLogger("ratelimit.service")
-_LIMIT_HEADER = re.compile(r"^\s*\[\[\s*limit\s*\]\]")
+_TOKENS = re.compile(
+    r"""(?P<header>^[ \t]*\[\[[ \t]*(?:limit|"limit"|'limit')[ \t]*\]\])"""
+    r"""|(?P<key>^[ \t]*(?:limit|"limit"|'limit')[ \t]*=)"""
+    r'|"""(?:\\.|[^\\])*?"""|\'\'\'.*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'[^\'\n]*\''
+    r"|#[^\n]*|(?P<open>[\[{])|(?P<close>[\]}])",
+    re.MULTILINE | re.DOTALL,
+)
 _KEYS = {"domain", "descriptor", "rule", "shadow", "always_count"}
 
 
@@ -75,6 +82,9 @@ class DescriptorLimit:
     """``always_count``: counted whether or not it refuses (usage reports)."""
     override: bool = False
     """Its rules are an override's (kept in the store, or the request's own ``limit``)."""
+    request: bool = False
+    """Made from the request's own ``limit`` alone: no rules-file limit matches (``line``
+    is 0)."""
 
     @property
     def pinned(self) -> int:
@@ -143,7 +153,7 @@ def parse(content: bytes, name: str, algorithm: str = SLIDING_LOG) -> RulesFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"rules file {name}: not valid TOML: {exc}") from None
-    lines = [n for n, line in enumerate(text.splitlines(), 1) if _LIMIT_HEADER.match(line)]
+    lines = table_lines(text)
     unknown = sorted(set(data) - {"limit"})
     if unknown:
         raise ConfigurationError(
@@ -158,11 +168,11 @@ def parse(content: bytes, name: str, algorithm: str = SLIDING_LOG) -> RulesFile:
     for n, entry in enumerate(entries):
         line = lines[n] if n < len(lines) else 0
         limit = _limit(entry, f"rules file {name}, line {line} ([[limit]] #{n + 1})", line)
-        earlier = seen.setdefault((limit.domain, limit.pattern), line)
-        if earlier != line:
+        earlier = seen.setdefault((limit.domain, limit.pattern), n)
+        if earlier != n:
             raise ConfigurationError(
                 f"rules file {name}, line {line}: domain {limit.domain!r} descriptor "
-                f"[{limit.text}] is already limited at line {earlier}"
+                f"[{limit.text}] is already limited at line {lines[earlier]}"
             )
         try:
             check_cost(compile_tree(limit.rules), 1, algorithm)
@@ -170,6 +180,32 @@ def parse(content: bytes, name: str, algorithm: str = SLIDING_LOG) -> RulesFile:
             raise ConfigurationError(f"rules file {name}, line {line}: {exc}") from None
         limits.append(limit)
     return RulesFile(name, tuple(limits))
+
+
+def table_lines(text: str) -> list[int]:
+    """The line (from 1) where each table of the ``limit`` array starts, in order, however
+    the (valid) TOML ``text`` spells it: ``[[limit]]`` headers, or inline tables
+    (``limit = [{...}, {...}]``, several on a line or one over several lines). Strings and
+    comments are skipped, so a brace or bracket inside them starts nothing."""
+    breaks = [n for n, char in enumerate(text) if char == "\n"]
+    lines: list[int] = []
+    opened: list[str] = []  # the brackets and braces open around the value being read
+    limit_key = in_limit = False
+    for token in _TOKENS.finditer(text):
+        kind = token.lastgroup
+        if kind == "header" and not opened:
+            lines.append(bisect.bisect_left(breaks, token.start()) + 1)
+        elif kind == "key" and not opened:
+            limit_key = True
+        elif kind == "open":
+            if not opened:
+                in_limit, limit_key = limit_key and token.group() == "[", False
+            elif in_limit and opened == ["["] and token.group() == "{":
+                lines.append(bisect.bisect_left(breaks, token.start()) + 1)
+            opened.append(token.group())
+        elif kind == "close" and opened:
+            opened.pop()
+    return lines
 
 
 def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
