@@ -152,10 +152,11 @@ class ServiceMetrics:
             what = NEAR_LIMIT
         self.hook.count(decision.key, "" if rule is None else str(rule), what)
 
-    def blocked(self, domain: str, limit: DescriptorLimit | None) -> None:
-        """A descriptor whose own limit is 0 requests (refused); ``limit``: the rules-file
-        limit it matches, if any."""
-        self.hook.count(f"envoy/{domain}", limit_label(limit), OVER_LIMIT)
+    def blocked(self, domain: str, limit: DescriptorLimit | None, *, shadow: bool = False) -> None:
+        """A descriptor refused undecided: its own limit is 0 requests, or its override is
+        below its ``hits_addend`` (``shadow``: a shadow limit's, let through); ``limit``:
+        the limit it matches, if any."""
+        self.hook.count(f"envoy/{domain}", limit_label(limit), SHADOW if shadow else OVER_LIMIT)
 
     def descriptors(
         self,

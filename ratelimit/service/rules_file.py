@@ -44,7 +44,7 @@ import logging
 import os
 import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +130,20 @@ def selector_of(domain: str, pattern: tuple[tuple[str, str | None], ...]) -> str
 def per_selector(node: Node, selector: str) -> Node:
     """``node`` with every rule counted per value of ``selector``."""
     return map_rules(node, lambda rule: dataclasses.replace(rule, selector=selector))
+
+
+def escaped(field: str) -> str:
+    r"""``field`` with each backslash doubled and each separator (the control character
+    U+001F) written as the four characters ``\x1f``, so that fields joined by :func:`joined`
+    never read as other fields joined. A field with neither is unchanged."""
+    if "\\" not in field and "\x1f" not in field:
+        return field
+    return field.replace("\\", "\\\\").replace("\x1f", "\\x1f")
+
+
+def joined(fields: Iterable[str]) -> str:
+    """One selector value of several fields: distinct fields give distinct values."""
+    return "\x1f".join(escaped(field) for field in fields)
 
 
 def load(path: str | Path, algorithm: str = SLIDING_LOG) -> RulesFile:
