@@ -105,6 +105,8 @@ class DescriptorLimit:
 class RulesFile:
     path: str
     limits: tuple[DescriptorLimit, ...]
+    content: bytes = dataclasses.field(default=b"", compare=False, repr=False)
+    """The file's bytes these limits were read from."""
 
     @property
     def domains(self) -> set[str]:
@@ -193,7 +195,7 @@ def parse(content: bytes, name: str, algorithm: str = SLIDING_LOG) -> RulesFile:
         except ConfigurationError as exc:
             raise ConfigurationError(f"rules file {name}, line {line}: {exc}") from None
         limits.append(limit)
-    return RulesFile(name, tuple(limits))
+    return RulesFile(name, tuple(limits), content)
 
 
 def table_lines(text: str) -> list[int]:
@@ -322,6 +324,12 @@ class RulesWatcher:
         self.reloaded = reloaded
         """Told of each reload: whether it applied, and the limits in force after it."""
         self._seen = _signature(rules.path)
+
+    def look_again(self) -> None:
+        """Take the file as changed, whatever it is: rules not read from it (a worker's
+        snapshot, :mod:`ratelimit.service.rules_snapshot`) are replaced as a change of
+        the file replaces them."""
+        self._seen = None
 
     def changed(self) -> bool:
         """Whether the file differs from the one last looked at."""
