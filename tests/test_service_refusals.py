@@ -42,6 +42,12 @@ always_count = true
 domain = "gw"
 descriptor = ["user"]
 rule = "100/h"
+
+[[limit]]
+domain = "gw"
+descriptor = ["trial"]
+rule = "100/h"
+shadow = true
 """
 ALGORITHMS = ["sliding-log", "sliding-window", "fixed-window", "gcra"]
 CASES = [
@@ -149,6 +155,18 @@ async def test_a_requests_own_limit_below_hits_addend_refuses(handlers: Handlers
     assert refused.overall_code == RLS.OVER_LIMIT
     assert [s.code for s in refused.statuses] == [RLS.OK, RLS.OVER_LIMIT]
     assert await codes(handlers, lambda: ask(user, addend=100), 1) == [RLS.OK]  # 0 counted
+
+
+async def test_a_shadow_limit_lowered_below_hits_addend_lets_the_request_through(
+    handlers: Handlers,
+) -> None:
+    await handlers.limiter.overrides.set("envoy/gw", "2/h", trial="t1")
+    user = ("user", "u4")
+    answer = await handlers.should_rate_limit(ask(user, ("trial", "t1"), addend=3))
+    assert answer.overall_code == RLS.OK
+    assert [s.code for s in answer.statuses] == [RLS.OK, RLS.OK]
+    assert answer.statuses[1].limit_remaining == 0  # reported as it would refuse
+    assert [s.limit_remaining for s in answer.statuses][:1] == [97]  # the user counted 3
 
 
 async def test_a_rules_file_limit_below_hits_addend_is_still_invalid(handlers: Handlers) -> None:
