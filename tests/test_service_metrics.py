@@ -166,6 +166,23 @@ def test_a_descriptor_near_any_of_its_rules_counts_as_near_the_limit() -> None:
     assert near == 1
 
 
+def test_a_ratio_call_near_any_of_its_rules_counts_as_near_the_limit() -> None:
+    """Ratio's API under ``10/m & 1000/h`` with 1 of 10 per minute and 850 of 1000 per hour
+    used: near (80 % of *any* rule), though the rule with the least left is at 10 %."""
+    registry = CollectorRegistry()
+    metrics = ServiceMetrics(registry)
+    minute, hour = compile_tree(to_tree("owner_resource:10/m & owner_resource:1000/h")).rules
+    states = (RuleState(minute, 0, False, 9, 60.0), RuleState(hour, 1, False, 150, 3600.0))
+    decision = Decision(True, 0.0, minute, 9, "ratio", _states=states)
+    metrics.ratio(decision, "owner_resource")
+    far = Decision(True, 0.0, minute, 9, "ratio", _states=states[:1])
+    metrics.ratio(far, "owner_resource")
+    labels = {"key": "ratio", "limit": "10/m"}
+    count = registry.get_sample_value
+    assert count("ratelimit_decisions_total", {**labels, "outcome": "near_limit"}) == 1
+    assert count("ratelimit_decisions_total", {**labels, "outcome": "allowed"}) == 1
+
+
 def test_reloads_are_counted_ok_and_failed(service: ServiceProcess, tmp_path: Path) -> None:
     path = tmp_path / "rules.toml"
     path.write_text("[[limit]]\ndomain = 'web'\n")  # no descriptor: refused, old rules stay

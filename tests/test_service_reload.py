@@ -17,6 +17,7 @@ import pytest
 from ratelimit.errors import ConfigurationError
 from ratelimit.service import rules_file
 from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
+from ratelimit.service.rules_snapshot import Snapshot, starting_rules
 from tests.service_process import ServiceProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -185,3 +186,45 @@ async def test_a_file_that_lost_one_limit_of_a_domain_is_kept_out(
     assert await watcher.reload(explicit=True)  # SIGHUP: as written
     assert len(watcher.rules.limits) == 1
     assert "1 limits removed" in caplog.text
+
+
+def test_a_worker_starts_with_the_rules_its_siblings_hold(tmp_path: Path) -> None:
+    """``--workers``: each worker writes the rules file it applied to the supervisor's
+    snapshot; one that starts takes the snapshot's rules when the file differs, and looks
+    at the file at once (applying it only if it removes nothing), as the others did."""
+    path, snapshot = tmp_path / "rules.toml", Snapshot(str(tmp_path / "held.toml"))
+    path.write_text(EDGE)
+    first, look = starting_rules(str(path), "sliding-log", snapshot)
+    assert first is not None
+    assert not look
+    assert snapshot.read() == EDGE.encode()  # the first worker's file, for the others
+    lost = EDGE[: EDGE.index("\n\n[[limit]]") + 1]  # a limit gone, without SIGHUP
+    path.write_text(lost)
+    again, look = starting_rules(str(path), "sliding-log", snapshot)
+    assert again is not None
+    assert look
+    assert len(again.limits) == 2  # the limits the others hold
+    assert again.content == EDGE.encode()
+    watcher = rules_file.RulesWatcher(again)
+    watcher.look_again()
+    assert watcher.changed()
+    snapshot.write(lost.encode())  # what SIGHUP's reload makes the workers write
+    applied, look = starting_rules(str(path), "sliding-log", snapshot)
+    assert applied is not None
+    assert not look
+    assert len(applied.limits) == 1
+    assert starting_rules(None, "sliding-log", snapshot) == (None, False)
+
+
+def test_a_snapshot_that_does_not_parse_leaves_the_file(tmp_path: Path) -> None:
+    path, snapshot = tmp_path / "rules.toml", Snapshot(str(tmp_path / "held.toml"))
+    path.write_text(EDGE)
+    snapshot.write(b"[[limit]]\ndomain = 'edge'\n")
+    rules, look = starting_rules(str(path), "sliding-log", snapshot)
+    assert rules is not None
+    assert (len(rules.limits), look) == (2, False)
+    assert snapshot.read() == EDGE.encode()
+    path.unlink()  # the file gone: the snapshot's rules, the file looked at (and kept out)
+    rules, look = starting_rules(str(path), "sliding-log", snapshot)
+    assert rules is not None
+    assert (len(rules.limits), look) == (2, True)

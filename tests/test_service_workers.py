@@ -224,6 +224,42 @@ async def test_a_sighup_while_a_worker_starts_reaches_it_once_it_listens(
         assert await envoy_codes(service.address, "plan", "free", 3) == [RLS.OK] * 3
 
 
+async def test_a_restarted_worker_keeps_the_limits_its_siblings_hold(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The file loses plan's limit without SIGHUP: the workers keep it (a change seen by
+    their watchers never removes a limit). A worker killed and started again decides with
+    the rules the others hold, not with the file as written: 2 of 20 through ``2/h``."""
+    env = rules_env(tmp_path, RULES.replace('"1/m"', '"2/h"'))
+    async with supervised(redis_url, env) as service:
+        pids = await workers(service)
+        await asyncio.to_thread(Path(env["RATELIMIT_RULES_FILE"]).write_text, WITHOUT_PLAN)
+
+        async def both_kept_the_old_rules() -> bool | None:
+            counts = [
+                total(of_worker(pid), "ratelimit_rules_reloads_total", result="failed")
+                for pid in pids
+            ]
+            return True if all(counts) else None
+
+        await wait_for(both_kept_the_old_rules)
+        killed = min(pids)
+        os.kill(killed, signal.SIGKILL)
+        (started,) = await workers(service, unlike=frozenset({killed})) - pids
+        codes: list[int] = []
+
+        async def the_new_worker_answered() -> bool | None:
+            codes.extend(await envoy_codes(service.address, "plan", "free", 4))
+            answered = total(of_worker(started), "ratelimit_calls_total", key="envoy/gw")
+            return True if answered >= 2 and len(codes) >= 20 else None
+
+        await wait_for(the_new_worker_answered)
+        assert codes.count(RLS.OK) == 2, codes
+        # the tenant's 3/m too, which the file made 6/m: the old rules everywhere
+        after = await envoy_codes(service.address, "tenant", "t", 6)
+        assert after == [RLS.OK] * 3 + [RLS.OVER_LIMIT] * 3
+
+
 async def test_metrics_are_summed_over_the_workers(redis_url: str) -> None:
     async with supervised(redis_url, {"RATELIMIT_RULES": "1000/m"}) as service:
         pids = await workers(service)
@@ -348,16 +384,33 @@ def test_a_worker_that_cannot_start_stops_the_service_naming_it(
     assert "serving on" not in done.stdout
 
 
+def snapshot_of(pid: int) -> bytes:
+    """The path of the rules snapshot worker ``pid`` was given (its environment)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(v.split(b"=", 1)[1] for v in environ if v.startswith(b"RATELIMIT_RULES_SNAP"))
+
+
 async def test_a_worker_that_keeps_failing_is_started_again_less_and_less_often(
     redis_url: str, tmp_path: Path
 ) -> None:
-    """The rules file made bad after the start: a killed worker cannot start again, and is
-    tried again after 2 s, then 4 s (not every second, forever); the other one serves."""
+    """The rules file made bad after the start: a killed worker starts again with the rules
+    the other one holds (their snapshot); without them too, it cannot start, and is tried
+    again after 2 s, then 4 s (not every second, forever); the other one serves."""
     env = rules_env(tmp_path, RULES)
     async with supervised(redis_url, env) as service:
-        killed = min(await workers(service))
+        pids = await workers(service)
+        killed = min(pids)
         await asyncio.to_thread(Path(env["RATELIMIT_RULES_FILE"]).write_text, "[[limit]]\n")
         os.kill(killed, signal.SIGKILL)
+        (started,) = await workers(service, unlike=frozenset({killed})) - pids
+
+        async def looked_at_the_bad_file() -> bool | None:
+            failed = total(of_worker(started), "ratelimit_rules_reloads_total", result="failed")
+            return True if failed else None
+
+        await wait_for(looked_at_the_bad_file)  # it listens, with the old rules
+        os.unlink(snapshot_of(started))  # the rules the workers hold, lost too
+        os.kill(started, signal.SIGKILL)
         await said(service, r"worker \d was ended by SIGKILL; starting it again in 1 s")
         await said(service, r"worker \d exited with 3; starting it again in 2 s")
         await said(service, r"worker \d exited with 3; starting it again in 4 s")

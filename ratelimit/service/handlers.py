@@ -13,30 +13,33 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.decision import Decision, RuleState
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
-from ratelimit.evaluation import tree_limited
 from ratelimit.extras import needs_extra
 from ratelimit.limiter import RateLimit
 from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import Node, Or, map_rules, to_tree
+from ratelimit.rules import Node, Or, Rule, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
 from ratelimit.service.envoy_headers import header_values
-from ratelimit.service.rules_file import DescriptorLimit, RulesFile, per_selector, selector_of
+from ratelimit.service.rules_file import (
+    DescriptorLimit,
+    RulesFile,
+    joined,
+    per_selector,
+    selector_of,
+)
+from ratelimit.service.statuses import Matched, below_cost, fill, filled
 from ratelimit.settings import check_cost
 
 if TYPE_CHECKING:
     from ratelimit.service.prometheus import ServiceMetrics
 
 with needs_extra("server"):
-    from google.protobuf.duration_pb2 import Duration
-
     from ratelimit.service.proto import ratio_pb2
     from ratelimit.service.proto.envoy import rls_pb2
     from ratelimit.service.proto.envoy.common_pb2 import RateLimitDescriptor
@@ -45,8 +48,6 @@ PAIR = "owner_resource"
 """The selector a ratio rule without one counts under: per (owner, resource) pair."""
 RATIO_KEY = "ratio"
 RLS = rls_pb2.RateLimitResponse
-_UNITS = {1_000: RLS.RateLimit.SECOND, 60_000: RLS.RateLimit.MINUTE}
-_UNITS |= {3_600_000: RLS.RateLimit.HOUR, 86_400_000: RLS.RateLimit.DAY}
 ENVOY_SPANS = {1: "s", 2: "m", 3: "h", 4: "d", 5: "30d", 6: "365d", 7: "7d"}
 """A ``RateLimitOverride``'s unit (``envoy.type.v3.RateLimitUnit``) as a span: a month is
 30 days and a year 365, as Envoy's reference service counts them."""
@@ -152,7 +153,7 @@ class Handlers:
             )
         if rules is None or request.domain not in rules.domains:
             raise UnknownDomain(f"domain {request.domain!r} has no limits in the rules file")
-        matched: list[tuple[int, DescriptorLimit, str, int]] = []
+        matched: list[Matched] = []
         blocked: list[int] = []  # descriptors whose own limit is 0 requests: refused
         for n, descriptor in enumerate(request.descriptors):
             entries = [(e.key, e.value) for e in descriptor.entries]
@@ -168,6 +169,9 @@ class Handlers:
                 # a limit's keys hold no "=" (it pins a value), so the first one splits
                 value = joined(f"{key}={value}" for key, value in entries)
                 matched.append((n, limit, value, cost))
+        lowered = self._lowered(matched)
+        if lowered:
+            matched = [item for item in matched if item[0] not in lowered]
         statuses = [RLS.DescriptorStatus(code=RLS.OK) for _ in request.descriptors]
         overall = RLS.OVER_LIMIT if blocked else RLS.OK
         for n in blocked:
@@ -176,21 +180,27 @@ class Handlers:
                 entries = [(e.key, e.value) for e in request.descriptors[n].entries]
                 self.metrics.blocked(request.domain, rules.match(request.domain, entries))
             statuses[n].current_limit.CopyFrom(RLS.RateLimit(name="0", requests_per_unit=0))
-        # enforced descriptors in one atomic decision, each counting its own hits_addend;
-        # then always_count ones in another, counted refused or not; then shadow ones in a
-        # third, never refused, and counting nothing when the request was refused
-        groups: dict[tuple[bool, bool], list[tuple[int, DescriptorLimit, str, int]]] = {}
-        for item in sorted(matched, key=lambda item: (item[1].shadow, item[1].always)):
-            groups.setdefault((item[1].shadow, item[1].always), []).append(item)
         reported: list[list[RuleState]] = [[] for _ in request.descriptors]
         refusals: list[Decision] = []
+        for item in lowered.values():
+            refusal = await self._refuse_lowered(request.domain, item, statuses, reported)
+            if refusal is not None:
+                overall = RLS.OVER_LIMIT
+                refusals.append(refusal)
+        # always_count descriptors first, in one decision, counted refused or not; then
+        # the enforced ones in one atomic decision, each counting its own hits_addend, and
+        # nothing when the request was refused (by an always_count one too); then shadow
+        # ones, never refused, and counting nothing when the request was refused
+        groups: dict[tuple[bool, bool], list[Matched]] = {}
+        for item in sorted(matched, key=lambda item: (item[1].shadow, not item[1].always)):
+            groups.setdefault((item[1].shadow, item[1].always), []).append(item)
         for (shadow, always), group in groups.items():
             record = overall == RLS.OK or always
             decision = await self._decide_group(request.domain, group, shadow, record, always)
             if not decision.allowed and not decision.shadow:
                 overall = RLS.OVER_LIMIT
                 refusals.append(decision)
-            limited = self._statuses(group, decision, statuses, reported)
+            limited = filled(group, decision, statuses, reported)
             if self.metrics is not None:
                 self.metrics.descriptors(
                     request.domain, group, decision, statuses, limited, reported
@@ -200,6 +210,65 @@ class Handlers:
             spans = [ENVOY_SPANS[request.descriptors[n].limit.unit] for n in blocked]
             answer.response_headers_to_add.extend(header_values(reported, spans, refusals))
         return answer
+
+    def _lowered(self, matched: list[Matched]) -> dict[int, Matched]:
+        """Of ``matched``, by position in the request, the descriptors whose override (kept
+        in the store, or the request's own ``limit``) was lowered below their
+        ``hits_addend``: they refuse the request, counting nothing. Checked before anything
+        is counted: a rules-file limit (without ``always_count``) no rule of which admits
+        the ``hits_addend`` raises :class:`InvalidRequest`."""
+        lowered: dict[int, Matched] = {}
+        for item in matched:
+            _, limit, _, cost = item
+            if limit.always:
+                continue  # counted and answered OVER_LIMIT (_decide_group)
+            try:
+                self.limiter.check(compile_tree(limit.rules), cost)
+            except ConfigurationError as exc:
+                if not limit.override:
+                    raise InvalidRequest(f"hits_addend: {exc}") from None
+                lowered[item[0]] = item
+        return lowered
+
+    async def _refuse_lowered(
+        self,
+        domain: str,
+        item: Matched,
+        statuses: list[RLS.DescriptorStatus],
+        reported: list[list[RuleState]],
+    ) -> Decision | None:
+        """Answer a descriptor whose override is below its ``hits_addend``: ``OVER_LIMIT``
+        (``OK`` on a shadow limit), counting nothing, reported with the state of its rules
+        as they are (asked without counting), the rules below the cost exhausted until
+        their window has passed; the refusal, for ``Retry-After`` (``None``: shadow)."""
+        n, limit, value, cost = item
+        compiled = compile_tree(limit.tree)
+        peek = await self.limiter.decide(
+            compiled,
+            f"envoy/{domain}",
+            (value,),
+            shadow=False,
+            record=False,
+            within=self.timeout,
+            override=True,
+        )
+        states, tightest = below_cost(compiled, peek.states, lambda rule: self._fits(rule, cost))
+        reported[n] = list(states)
+        code = RLS.OK if limit.shadow else RLS.OVER_LIMIT
+        fill(statuses[n], code, limit, tightest.rule, tightest)
+        if self.metrics is not None:
+            self.metrics.blocked(domain, limit, shadow=limit.shadow)
+        if limit.shadow:
+            return None
+        wait = tightest.reset_after
+        return Decision(False, wait, tightest.rule, 0, peek.key, override=True, _states=states)
+
+    def _fits(self, rule: Rule, cost: int) -> bool:
+        try:
+            self.limiter.check(compile_tree(rule), cost)
+        except ConfigurationError:
+            return False
+        return True
 
     async def _limit_of(
         self,
@@ -239,7 +308,7 @@ class Handlers:
         if limit is None:
             pattern = tuple((key, None) for key, _ in entries)
             selector = selector_of(domain, pattern)
-            limit = DescriptorLimit(domain, pattern, tree, tree, selector, False, 0)
+            limit = DescriptorLimit(domain, pattern, tree, tree, selector, False, 0, request=True)
         tree_per = per_selector(tree, limit.selector)
         return dataclasses.replace(
             limit, rules=tree, tree=tree_per, shadow=False, override=True
@@ -248,7 +317,7 @@ class Handlers:
     async def _decide_group(
         self,
         domain: str,
-        group: list[tuple[int, DescriptorLimit, str, int]],
+        group: list[Matched],
         shadow: bool,
         record: bool,
         always: bool = False,
@@ -274,12 +343,9 @@ class Handlers:
         compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees))
         per_leaf = costs[0] if len(set(costs)) == 1 else tuple(costs)
         key, selected = f"envoy/{domain}", tuple(values[s] for s in compiled.selectors)
-        try:
+        try:  # the others were checked before anything was counted (_lowered)
             self.limiter.check(compiled, per_leaf)
-        except ConfigurationError as exc:
-            if not always:
-                raise InvalidRequest(f"hits_addend: {exc}") from None
-            # a report above the limit itself: counted, and over the limit
+        except ConfigurationError:  # an always_count report above the limit: counted, over
             await self.limiter.record(compiled, key, selected, cost=per_leaf)
             return await self.limiter.decide(
                 compiled, key, selected, shadow=shadow, record=False, within=self.timeout
@@ -298,49 +364,6 @@ class Handlers:
             await self.limiter.record(compiled, key, selected, cost=per_leaf)  # never lost
         return decision
 
-    def _statuses(
-        self,
-        group: list[tuple[int, DescriptorLimit, str, int]],
-        decision: Decision,
-        statuses: list[RLS.DescriptorStatus],
-        reported: list[list[RuleState]],
-    ) -> list[bool]:
-        """Fill in the statuses of ``group``'s descriptors (their states also in
-        ``reported``, for the response headers); whether each one's own rules refused
-        (``True`` for a shadow descriptor too, whose status says OK)."""
-        # each descriptor's leaves follow the previous one's: one pass over the states
-        starts: list[int] = []
-        descriptor_of_leaf: list[int] = []
-        for i, (_, limit, _, _) in enumerate(group):
-            starts.append(len(descriptor_of_leaf))
-            descriptor_of_leaf += [i] * len(compile_tree(limit.rules).rules)
-        states: list[list[RuleState]] = [[] for _ in group]
-        for state in decision.states:
-            states[descriptor_of_leaf[state.leaf]].append(state)
-        refused: list[bool] = []
-        for (n, limit, _, _), start, mine in zip(group, starts, states, strict=True):
-            status, reported[n] = statuses[n], mine
-            if not mine:  # nothing counted (fail-open): the policy's answer
-                status.code = RLS.OK if decision.allowed or decision.shadow else RLS.OVER_LIMIT
-                refused.append(status.code == RLS.OVER_LIMIT)
-                continue
-            refusing = {s.leaf - start for s in mine if s.limited}
-            limited = tree_limited(compile_tree(limit.rules), refusing.__contains__)
-            refused.append(limited)
-            status.code = RLS.OVER_LIMIT if limited and not decision.shadow else RLS.OK
-            tightest = min(mine, key=lambda s: (s.remaining, -s.reset_after))
-            rule = compile_tree(limit.rules).rules[tightest.leaf - start]
-            status.current_limit.CopyFrom(
-                RLS.RateLimit(
-                    name=str(limit.rules),
-                    requests_per_unit=rule.count,
-                    unit=_UNITS.get(rule.span_ms, RLS.RateLimit.UNKNOWN),
-                )
-            )
-            status.limit_remaining = tightest.remaining
-            status.duration_until_reset.CopyFrom(_duration(tightest.reset_after))
-        return refused
-
 
 def _stored_override(limit: DescriptorLimit, found: Override) -> DescriptorLimit | None:
     """``limit`` with the rules of an override kept in the store, counted per descriptor
@@ -358,20 +381,6 @@ def _stored_override(limit: DescriptorLimit, found: Override) -> DescriptorLimit
     )
 
 
-def escaped(field: str) -> str:
-    r"""``field`` with each backslash doubled and each separator (the control character
-    U+001F) written as the four characters ``\x1f``, so that fields joined by :func:`joined`
-    never read as other fields joined. A field with neither is unchanged."""
-    if "\\" not in field and "\x1f" not in field:
-        return field
-    return field.replace("\\", "\\\\").replace("\x1f", "\\x1f")
-
-
-def joined(fields: Iterable[str]) -> str:
-    """One selector value of several fields: distinct fields give distinct values."""
-    return "\x1f".join(escaped(field) for field in fields)
-
-
 def _cost(addend: int, descriptor: RateLimitDescriptor, n: int) -> int:
     """The request's ``hits_addend``, or the descriptor's own; 0 (unset) means 1."""
     if descriptor.HasField("hits_addend"):
@@ -383,9 +392,3 @@ def _cost(addend: int, descriptor: RateLimitDescriptor, n: int) -> int:
             "sent as unsigned?)"
         )
     return cost
-
-
-def _duration(seconds: float) -> Duration:
-    duration = Duration()
-    duration.FromMicroseconds(round(seconds * 1_000_000))
-    return duration

@@ -54,8 +54,8 @@ with needs_extra("server"):
 
 RLS = rls_pb2.RateLimitResponse
 NEAR_RATIO = 0.8
-"""An admitted descriptor with this much of its tightest rule used counts as near the
-limit (Envoy's reference service counts 80 % too)."""
+"""An admitted descriptor (or call of ratio's API) with this much of any of its rules used
+counts as near the limit (Envoy's reference service counts 80 % too)."""
 
 
 REQUEST_LIMIT = "(request limit)"
@@ -67,7 +67,7 @@ def limit_label(limit: DescriptorLimit | None) -> str:
     """How a descriptor's limit is named in metrics: the rules-file limit's descriptor keys
     (and pinned values, from the file) and its rules, ``(override)`` for rules replaced by an
     override or the request, never anything a request sent."""
-    if limit is None or limit.line == 0:  # made from the request's own limit
+    if limit is None or limit.request:  # made from the request's own limit
         return REQUEST_LIMIT
     if limit.override:
         return f"[{limit.text}] (override)"
@@ -139,18 +139,24 @@ class ServiceMetrics:
 
     def ratio(self, decision: Decision, internal: str) -> None:
         """One call of ratio's API; ``internal``: the selector the service counts a rule
-        without one under, left out of the label."""
+        without one under, left out of the label. Near the limit with :data:`NEAR_RATIO` of
+        *any* of its rules used, as an Envoy descriptor is (not only the one with least
+        left, which labels it)."""
         rule = decision.rule
         if rule is not None and rule.selector == internal:
             rule = dataclasses.replace(rule, selector=None)
-        self.hook.count(
-            decision.key, "" if rule is None else str(rule), outcome(decision, NEAR_RATIO)
-        )
+        what = outcome(decision, NEAR_RATIO)
+        if what == ALLOWED and any(
+            near(s.rule.count, s.remaining, NEAR_RATIO) for s in decision.states
+        ):
+            what = NEAR_LIMIT
+        self.hook.count(decision.key, "" if rule is None else str(rule), what)
 
-    def blocked(self, domain: str, limit: DescriptorLimit | None) -> None:
-        """A descriptor whose own limit is 0 requests (refused); ``limit``: the rules-file
-        limit it matches, if any."""
-        self.hook.count(f"envoy/{domain}", limit_label(limit), OVER_LIMIT)
+    def blocked(self, domain: str, limit: DescriptorLimit | None, *, shadow: bool = False) -> None:
+        """A descriptor refused undecided: its own limit is 0 requests, or its override is
+        below its ``hits_addend`` (``shadow``: a shadow limit's, let through); ``limit``:
+        the limit it matches, if any."""
+        self.hook.count(f"envoy/{domain}", limit_label(limit), SHADOW if shadow else OVER_LIMIT)
 
     def descriptors(
         self,

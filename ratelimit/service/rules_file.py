@@ -37,13 +37,14 @@ own.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import hashlib
 import logging
 import os
 import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,13 @@ from ratelimit.rules import Node, map_rules, to_tree
 from ratelimit.settings import check_cost
 
 logger = logging.getLogger("ratelimit.service")
-_LIMIT_HEADER = re.compile(r"^\s*\[\[\s*limit\s*\]\]")
+_TOKENS = re.compile(
+    r"""(?P<header>^[ \t]*\[\[[ \t]*(?:limit|"limit"|'limit')[ \t]*\]\])"""
+    r"""|(?P<key>^[ \t]*(?:limit|"limit"|'limit')[ \t]*=)"""
+    r'|"""(?:\\.|[^\\])*?"""|\'\'\'.*?\'\'\'|"(?:\\.|[^"\\\n])*"|\'[^\'\n]*\''
+    r"|#[^\n]*|(?P<open>[\[{])|(?P<close>[\]}])",
+    re.MULTILINE | re.DOTALL,
+)
 _KEYS = {"domain", "descriptor", "rule", "shadow", "always_count"}
 
 
@@ -75,6 +82,9 @@ class DescriptorLimit:
     """``always_count``: counted whether or not it refuses (usage reports)."""
     override: bool = False
     """Its rules are an override's (kept in the store, or the request's own ``limit``)."""
+    request: bool = False
+    """Made from the request's own ``limit`` alone: no rules-file limit matches (``line``
+    is 0)."""
 
     @property
     def pinned(self) -> int:
@@ -95,6 +105,8 @@ class DescriptorLimit:
 class RulesFile:
     path: str
     limits: tuple[DescriptorLimit, ...]
+    content: bytes = dataclasses.field(default=b"", compare=False, repr=False)
+    """The file's bytes these limits were read from."""
 
     @property
     def domains(self) -> set[str]:
@@ -122,6 +134,20 @@ def per_selector(node: Node, selector: str) -> Node:
     return map_rules(node, lambda rule: dataclasses.replace(rule, selector=selector))
 
 
+def escaped(field: str) -> str:
+    r"""``field`` with each backslash doubled and each separator (the control character
+    U+001F) written as the four characters ``\x1f``, so that fields joined by :func:`joined`
+    never read as other fields joined. A field with neither is unchanged."""
+    if "\\" not in field and "\x1f" not in field:
+        return field
+    return field.replace("\\", "\\\\").replace("\x1f", "\\x1f")
+
+
+def joined(fields: Iterable[str]) -> str:
+    """One selector value of several fields: distinct fields give distinct values."""
+    return "\x1f".join(escaped(field) for field in fields)
+
+
 def load(path: str | Path, algorithm: str = SLIDING_LOG) -> RulesFile:
     """Read and check a rules file for ``algorithm``; ``ConfigurationError`` naming the
     line of what is wrong."""
@@ -143,7 +169,7 @@ def parse(content: bytes, name: str, algorithm: str = SLIDING_LOG) -> RulesFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"rules file {name}: not valid TOML: {exc}") from None
-    lines = [n for n, line in enumerate(text.splitlines(), 1) if _LIMIT_HEADER.match(line)]
+    lines = table_lines(text)
     unknown = sorted(set(data) - {"limit"})
     if unknown:
         raise ConfigurationError(
@@ -158,18 +184,44 @@ def parse(content: bytes, name: str, algorithm: str = SLIDING_LOG) -> RulesFile:
     for n, entry in enumerate(entries):
         line = lines[n] if n < len(lines) else 0
         limit = _limit(entry, f"rules file {name}, line {line} ([[limit]] #{n + 1})", line)
-        earlier = seen.setdefault((limit.domain, limit.pattern), line)
-        if earlier != line:
+        earlier = seen.setdefault((limit.domain, limit.pattern), n)
+        if earlier != n:
             raise ConfigurationError(
                 f"rules file {name}, line {line}: domain {limit.domain!r} descriptor "
-                f"[{limit.text}] is already limited at line {earlier}"
+                f"[{limit.text}] is already limited at line {lines[earlier]}"
             )
         try:
             check_cost(compile_tree(limit.rules), 1, algorithm)
         except ConfigurationError as exc:
             raise ConfigurationError(f"rules file {name}, line {line}: {exc}") from None
         limits.append(limit)
-    return RulesFile(name, tuple(limits))
+    return RulesFile(name, tuple(limits), content)
+
+
+def table_lines(text: str) -> list[int]:
+    """The line (from 1) where each table of the ``limit`` array starts, in order, however
+    the (valid) TOML ``text`` spells it: ``[[limit]]`` headers, or inline tables
+    (``limit = [{...}, {...}]``, several on a line or one over several lines). Strings and
+    comments are skipped, so a brace or bracket inside them starts nothing."""
+    breaks = [n for n, char in enumerate(text) if char == "\n"]
+    lines: list[int] = []
+    opened: list[str] = []  # the brackets and braces open around the value being read
+    limit_key = in_limit = False
+    for token in _TOKENS.finditer(text):
+        kind = token.lastgroup
+        if kind == "header" and not opened:
+            lines.append(bisect.bisect_left(breaks, token.start()) + 1)
+        elif kind == "key" and not opened:
+            limit_key = True
+        elif kind == "open":
+            if not opened:
+                in_limit, limit_key = limit_key and token.group() == "[", False
+            elif in_limit and opened == ["["] and token.group() == "{":
+                lines.append(bisect.bisect_left(breaks, token.start()) + 1)
+            opened.append(token.group())
+        elif kind == "close" and opened:
+            opened.pop()
+    return lines
 
 
 def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
@@ -272,6 +324,12 @@ class RulesWatcher:
         self.reloaded = reloaded
         """Told of each reload: whether it applied, and the limits in force after it."""
         self._seen = _signature(rules.path)
+
+    def look_again(self) -> None:
+        """Take the file as changed, whatever it is: rules not read from it (a worker's
+        snapshot, :mod:`ratelimit.service.rules_snapshot`) are replaced as a change of
+        the file replaces them."""
+        self._seen = None
 
     def changed(self) -> bool:
         """Whether the file differs from the one last looked at."""

@@ -31,6 +31,7 @@ from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.config import address as host_port
 from ratelimit.service.observing import WORKER, observing, start_line
+from ratelimit.service.rules_snapshot import SNAPSHOT, Snapshot, starting_rules
 from ratelimit.service.tls import server_credentials
 
 if TYPE_CHECKING:
@@ -171,8 +172,9 @@ class Service:
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
-        rules = config.rules_file
-        self.rules = rules_file.load(rules, config.algorithm) if rules else None
+        held = os.environ.get(SNAPSHOT)
+        self._snapshot = Snapshot(held) if held and os.environ.get(WORKER) else None
+        self.rules, look = starting_rules(config.rules_file, config.algorithm, self._snapshot)
         self.observing = observing(config.metrics)
         hooks = self.observing.limiter_hooks
         self.metrics = self.observing.prometheus
@@ -224,6 +226,8 @@ class Service:
             if self.rules
             else None
         )
+        if look and self._watcher is not None:
+            self._watcher.look_again()  # started with the rules the other workers hold
         self._asked = False
         self._wake = asyncio.Event()
         self._supervisor = os.getppid() if os.environ.get(WORKER) else None
@@ -368,6 +372,8 @@ class Service:
             if asked or self._watcher.changed():
                 if not await self._watcher.reload(explicit=asked):
                     self._asked = self._asked or asked  # still being written: look again
+                if self._watcher.rules is not self.rules and self._snapshot is not None:
+                    self._snapshot.write(self._watcher.rules.content)  # for a worker restarted
                 self.rules = self.handlers.rules = self._watcher.rules
 
 

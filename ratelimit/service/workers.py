@@ -17,6 +17,10 @@ one service per port behind a load balancer instead.
   call it took within ``GRACE_SECONDS``) is killed: the supervisor never hangs.
 - A supervisor killed by SIGKILL (which stops no worker): each worker sees it gone within a
   second and stops gracefully, rather than serve the port unsupervised.
+- A worker started again decides with the rules the others hold (which may not be the
+  rules file as written: a change seen without SIGHUP never removes a limit): each worker
+  writes the rules it applied to a snapshot in a directory the supervisor made
+  (:mod:`ratelimit.service.rules_snapshot`), which a worker that starts reads first.
 - Prometheus metrics: each worker writes its metrics to files in a directory the supervisor
   made (``prometheus_client``'s multiprocess mode), and the supervisor serves their sums at
   ``/metrics``.
@@ -25,6 +29,7 @@ one service per port behind a load balancer instead.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import signal
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING
 from ratelimit.errors import ConfigurationError
 from ratelimit.service.config import ServiceConfig, address, bare_host
 from ratelimit.service.observing import WORKER, serve_metrics, start_line
+from ratelimit.service.rules_snapshot import SNAPSHOT
 from ratelimit.service.server import GRACE_SECONDS
 
 if TYPE_CHECKING:
@@ -161,6 +167,7 @@ class Supervisor:
         self.port = free_port(config.host, config.port)
         self.env = {**env, "RATELIMIT_PORT": str(self.port), "RATELIMIT_WORKERS": "1"}
         self.folder: str | None = None
+        self.rules_folder: str | None = None
         self.metrics_port: int | None = None
         self._metrics_server: MetricsServer | None = None
         self.workers: list[Worker] = []
@@ -179,6 +186,11 @@ class Supervisor:
         server = serve_metrics(multiprocess_registry(self.folder), self.config)
         self._metrics_server, self.metrics_port = server, server.port
 
+    def _share_rules(self) -> None:
+        if self.config.rules_file:
+            self.rules_folder = tempfile.mkdtemp(prefix="ratelimit-rules-")
+            self.env[SNAPSHOT] = os.path.join(self.rules_folder, "rules.toml")
+
     def run(self) -> int:
         """Start the workers, print where they listen, and supervise them until a signal
         stops them; the exit code."""
@@ -188,6 +200,7 @@ class Supervisor:
         }
         try:
             self._serve_metrics()
+            self._share_rules()
             self.workers = [Worker(n, self.env) for n in range(self.config.workers)]
             failed = self._started()
             if failed is not None:
@@ -279,8 +292,9 @@ class Supervisor:
     def _clean(self) -> None:
         if self._metrics_server is not None:
             self._metrics_server.close()
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        for folder in (self.folder, self.rules_folder):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def supervise(config: ServiceConfig, env: Mapping[str, str]) -> int:
