@@ -22,6 +22,7 @@ from ratelimit import (
     RedisScriptBackend,
 )
 from ratelimit.backends.base import Backend
+from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.decision import Decision
 from ratelimit.plan import CounterUpdate, Plan
 from tests.postgres_server import PostgresServer
@@ -166,6 +167,35 @@ BACKENDS = [
 ]
 
 BackendFactory = Callable[..., Backend]
+
+STORES = [
+    "memory",
+    "fakeredis",
+    "fakeredis-commands",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-commands", marks=pytest.mark.redis),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+"""Every store and Redis engine, for a promise that must hold on each: build the backend with
+:func:`store_backend` (and :func:`supporting` where an algorithm is not on every store)."""
+
+
+def store_backend(
+    request: pytest.FixtureRequest, kind: str, clock: Callable[[], float] | None = None
+) -> Any:
+    """A new backend of the store ``kind`` (one of :data:`STORES`), owning its client, on the
+    Redis or PostgreSQL the tests started; ``-commands`` is the locked command engine."""
+    if kind == "memory":
+        return MemoryBackend(clock=clock)
+    if kind == "postgres":
+        return PostgresBackend(request.getfixturevalue("postgres_url"), clock=clock)
+    client: Any
+    if kind.startswith("fakeredis"):
+        client = fakeredis.FakeAsyncRedis()
+    else:
+        client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+    engine = RedisCommandBackend if kind.endswith("-commands") else RedisScriptBackend
+    return engine(client, clock=clock, owns_client=True)
 
 
 def supporting(backend: Any, algorithm: str) -> Any:

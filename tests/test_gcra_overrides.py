@@ -11,41 +11,21 @@ from typing import Any
 
 import fakeredis
 import pytest
-import redis.asyncio as aioredis
 
-from ratelimit import MemoryBackend, RateLimit, Rule
+from ratelimit import RateLimit, Rule
 from ratelimit.algorithms import gcra_rescaled
-from ratelimit.backends.redis import RedisCommandBackend, RedisScriptBackend
 from ratelimit.backends.redis.scripts import lua
-from tests.conftest import FakeClock
+from tests.conftest import STORES, FakeClock, store_backend, supporting
 
 pytestmark = pytest.mark.timeout(60)
 
-STORES = [
-    "memory",
-    "fakeredis",
-    "fakeredis-commands",
-    pytest.param("redis", marks=pytest.mark.redis),
-    pytest.param("redis-commands", marks=pytest.mark.redis),
-]
 HOUR_US = 3_600_000_000
 
 
 @pytest.fixture(params=STORES)
 async def gcra(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[RateLimit]:
     """A GCRA limiter of a namespace of its own on the parametrized store."""
-    kind: str = request.param
-    backend: Any
-    if kind == "memory":
-        backend = MemoryBackend(clock=clock)
-    else:
-        client: Any
-        if kind.startswith("fakeredis"):
-            client = fakeredis.FakeAsyncRedis()
-        else:
-            client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
-        engine = RedisCommandBackend if kind.endswith("-commands") else RedisScriptBackend
-        backend = engine(client, clock=clock, owns_client=True)
+    backend = supporting(store_backend(request, request.param, clock), "gcra")
     limiter = RateLimit(backend, f"gcra-ov-{uuid.uuid4().hex[:8]}", algorithm="gcra")
     yield limiter
     await limiter.aclose()

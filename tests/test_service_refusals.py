@@ -15,14 +15,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
-from ratelimit import MemoryBackend, RateLimit, RedisCommandBackend, RedisScriptBackend
-from ratelimit.backends.postgres import PostgresBackend
+from ratelimit import RateLimit
 from ratelimit.service import rules_file
 from ratelimit.service.handlers import Handlers, InvalidRequest, ratio_tree
 from ratelimit.service.proto.envoy import rls_pb2
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, store_backend
 
 pytestmark = pytest.mark.timeout(60)
 RLS = rls_pb2.RateLimitResponse
@@ -68,15 +66,7 @@ CASES = [
 async def handlers(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[Handlers]:
     """The service's handlers over the rules above, on one store and algorithm."""
     kind, algorithm = request.param
-    backend: Any
-    if kind == "memory":
-        backend = MemoryBackend(clock=clock)
-    elif kind == "postgres":
-        backend = PostgresBackend(request.getfixturevalue("postgres_url"), clock=clock)
-    else:
-        client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
-        engine = RedisCommandBackend if kind == "redis-commands" else RedisScriptBackend
-        backend = engine(client, clock=clock, owns_client=True)
+    backend = store_backend(request, kind, clock)
     namespace = f"refusals-{uuid.uuid4().hex[:8]}"
     rl = RateLimit(backend, namespace, algorithm=algorithm, denial_cache=0)
     rules = rules_file.parse(RULES, "rules.toml", algorithm)

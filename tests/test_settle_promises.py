@@ -11,28 +11,16 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import fakeredis
 import pytest
-import redis.asyncio as aioredis
 
-from ratelimit import ConfigurationError, MemoryBackend, RateLimit, SettleError
+from ratelimit import ConfigurationError, RateLimit, SettleError
 from ratelimit.algorithms import ALGORITHMS
-from ratelimit.backends.postgres import PostgresBackend
-from ratelimit.backends.redis import RedisCommandBackend, RedisScriptBackend
 from ratelimit.plan import compile_tree
 from ratelimit.rules import to_tree
-from tests.conftest import FakeClock, supporting
+from tests.conftest import STORES, FakeClock, store_backend, supporting
 
 pytestmark = pytest.mark.timeout(60)
 
-STORES = [
-    "memory",
-    "fakeredis",
-    "fakeredis-commands",
-    pytest.param("redis", marks=pytest.mark.redis),
-    pytest.param("redis-commands", marks=pytest.mark.redis),
-    pytest.param("postgres", marks=pytest.mark.postgres),
-]
 WINDOWS_AND_GCRA = ["sliding-window", "fixed-window", "gcra"]
 Maker = Callable[[str], RateLimit]
 
@@ -45,20 +33,7 @@ async def make(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterato
     made: list[RateLimit] = []
 
     def factory(algorithm: str) -> RateLimit:
-        backend: Any
-        if kind == "memory":
-            backend = MemoryBackend(clock=clock)
-        elif kind == "postgres":
-            backend = PostgresBackend(request.getfixturevalue("postgres_url"), clock=clock)
-        else:
-            client: Any
-            if kind.startswith("fakeredis"):
-                client = fakeredis.FakeAsyncRedis()
-            else:
-                client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
-            engine = RedisCommandBackend if kind.endswith("-commands") else RedisScriptBackend
-            backend = engine(client, clock=clock, owns_client=True)
-        supporting(backend, algorithm)
+        backend = supporting(store_backend(request, kind, clock), algorithm)
         limiter = RateLimit(backend, f"promise-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
         made.append(limiter)
         return limiter
