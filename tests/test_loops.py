@@ -165,3 +165,71 @@ def test_two_loops_running_at_once_on_redis_are_refused(redis_url: str, namespac
         release.set()
         thread.join(10)
     asyncio.run(rl.aclose())  # closed from a third loop: the others have ended
+
+
+def test_two_running_loops_take_turns_on_one_memory_limiter() -> None:
+    """Two threads, each with its event loop running all along, decide in turn on one
+    limiter: every call is decided, and the task that keeps the overrides up to date is
+    not started again at every change of loop (one per switch, once; each then read the
+    store from its own loop and failed: "Future attached to a different loop")."""
+    rl = RateLimit(MemoryBackend(), "turns")
+    limit = rl.limit("1000/h", key="k")
+    turns = [threading.Event(), threading.Event()]
+    allowed: list[bool] = []
+    most_tasks = [0, 0]
+    errors: list[BaseException] = []
+
+    async def play(me: int) -> None:
+        for _ in range(50):
+            assert await asyncio.to_thread(turns[me].wait, 10)  # this loop runs meanwhile
+            turns[me].clear()
+            try:
+                allowed.append((await limit.decide()).allowed)
+            except BaseException as exc:
+                errors.append(exc)
+            most_tasks[me] = max(most_tasks[me], len(asyncio.all_tasks()))
+            turns[1 - me].set()
+
+    threads = [threading.Thread(target=lambda me=me: asyncio.run(play(me))) for me in (0, 1)]
+    for thread in threads:
+        thread.start()
+    turns[0].set()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert allowed == [True] * 100
+    assert max(most_tasks) <= 2  # the loop's own task, and at most one refreshing
+
+
+class SlowOverrides(MemoryBackend):
+    """A memory store whose first reading of the overrides waits until the test says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading, self.release = threading.Event(), threading.Event()
+
+    async def overrides_version(self, namespace: str) -> int:
+        if not self.reading.is_set():
+            self.reading.set()
+            await asyncio.to_thread(self.release.wait, 10)
+        return await super().overrides_version(namespace)
+
+
+def test_a_loop_does_not_wait_for_a_reading_another_loop_has_under_way() -> None:
+    """The first decision of one loop reads the overrides (slowly); the first of another
+    loop, meanwhile, reads them in its own loop (it awaited the first loop's reading:
+    "Future attached to a different loop")."""
+    store = SlowOverrides()
+    rl = RateLimit(store, "slow")
+    limit = rl.limit("5/h", key="k")
+    first: list[bool] = []
+    thread = threading.Thread(target=lambda: first.append(asyncio.run(limit.decide()).allowed))
+    thread.start()
+    try:
+        assert store.reading.wait(10)
+        assert asyncio.run(limit.decide()).allowed
+    finally:
+        store.release.set()
+        thread.join(10)
+    assert first == [True]
+    assert asyncio.run(limit.peek()).remaining == 5 - 2 - 1  # both counted
