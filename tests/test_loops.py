@@ -233,3 +233,39 @@ def test_a_loop_does_not_wait_for_a_reading_another_loop_has_under_way() -> None
         thread.join(10)
     assert first == [True]
     assert asyncio.run(limit.peek()).remaining == 5 - 2 - 1  # both counted
+
+
+def test_a_slot_given_back_in_one_loop_wakes_a_caller_waiting_in_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A body that ends in one thread's loop wakes the caller another thread's loop has
+    waiting for its slot (it set that loop's event from the wrong thread, which woke
+    nothing until the caller's next poll)."""
+    monkeypatch.setattr("ratelimit.concurrency.MIN_POLL", 20.0)  # only a release wakes it
+    monkeypatch.setattr("ratelimit.concurrency.MAX_POLL", 20.0)
+    rl = RateLimit(MemoryBackend(), "slots")
+    slot = rl.concurrency("1", key="k", wait=60)
+    held = threading.Event()
+    took: list[float] = []
+
+    async def wait_for_it() -> None:
+        assert await asyncio.to_thread(held.wait, 10)
+        async with slot:
+            took.append(time.monotonic())
+
+    thread = threading.Thread(target=lambda: asyncio.run(wait_for_it()))
+    thread.start()
+
+    async def hold() -> None:
+        async with slot:
+            held.set()
+            while slot._released is None:  # noqa: ASYNC110  (set by the other thread's loop)
+                await asyncio.sleep(0.001)
+
+    try:
+        asyncio.run(hold())
+        released = time.monotonic()
+    finally:
+        thread.join(60)
+    assert len(took) == 1
+    assert took[0] - released < 10  # woken by the release, not by a 20 s poll
