@@ -269,3 +269,28 @@ def test_a_slot_given_back_in_one_loop_wakes_a_caller_waiting_in_another(
         thread.join(60)
     assert len(took) == 1
     assert took[0] - released < 10  # woken by the release, not by a 20 s poll
+
+
+@pytest.mark.postgres
+def test_two_loops_running_at_once_on_postgres_are_refused(postgres_url: str) -> None:
+    rl = RateLimit.from_url(
+        postgres_url, f"loops-{uuid.uuid4().hex[:8]}", algorithm="sliding-window"
+    )
+    limit = rl.limit("5/h", key="k")
+    started, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        await limit.decide()
+        started.set()
+        await asyncio.to_thread(release.wait, 10)
+
+    thread = threading.Thread(target=lambda: asyncio.run(hold()))
+    thread.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(EventLoopError, match="still running in another thread"):
+            asyncio.run(limit.decide())
+    finally:
+        release.set()
+        thread.join(10)
+    asyncio.run(rl.aclose())
