@@ -283,6 +283,7 @@ def test_two_loops_running_at_once_on_postgres_are_refused(postgres_url: str) ->
         await limit.decide()
         started.set()
         await asyncio.to_thread(release.wait, 10)
+        await rl.aclose()  # in the loop its connections belong to
 
     thread = threading.Thread(target=lambda: asyncio.run(hold()))
     thread.start()
@@ -293,4 +294,3 @@ def test_two_loops_running_at_once_on_postgres_are_refused(postgres_url: str) ->
     finally:
         release.set()
         thread.join(10)
-    asyncio.run(rl.aclose())
