@@ -269,9 +269,9 @@ class Concurrency:
         try:
             await asyncio.shield(release)
         finally:
-            if self._released is not None:
-                self._released[1].set()
-                self._released = None
+            released, self._released = self._released, None
+            if released is not None:
+                _wake(*released)
 
     async def _release(self, claim: SlotClaim, revoke: bool = False) -> None:
         try:
@@ -286,3 +286,15 @@ class Concurrency:
                 self.lease,
                 exc,
             )
+
+
+def _wake(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+    """Set ``event`` of ``loop``, from its thread or another's (two threads' event loops
+    sharing one limiter: an event is set on its own loop)."""
+    try:
+        if loop is asyncio.get_running_loop():
+            event.set()
+        else:
+            loop.call_soon_threadsafe(event.set)
+    except RuntimeError:  # its loop closed: no one is left waiting
+        pass

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from ratelimit.extras import needs_extra
 
 with needs_extra("django"):
+    from asgiref.sync import iscoroutinefunction, sync_to_async
     from django.conf import settings
     from django.conf.urls.i18n import is_language_prefix_patterns_used
     from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
@@ -266,50 +267,89 @@ def limit(
     :class:`~ratelimit.asgi.HTTPRequest`; a selector named ``ip`` reads the client).
     ``key``: the counters' name, by default the URL pattern for every method (``"view ANY
     /login/"``: a function view runs for any method a client names; ``i18n_patterns``'
-    language prefix left out). ``limiter``: by default
-    ``settings.RATELIMIT``'s. The view reads its decision as ``request.ratelimit``.
-    Without the middleware the view still answers 429, with the headers."""
-    config = configured()
-    chosen = config.limiter if limiter is None else limiter
+    language prefix left out). ``limiter``: by default ``settings.RATELIMIT``'s; given,
+    ``settings.RATELIMIT`` is not needed (its other keys apply when set). The view reads
+    its decision as ``request.ratelimit``. Without the middleware the view still answers
+    429, with the headers. Async views (``async def``, an async class-based view's
+    ``as_view()``, its ``dispatch`` or handler under ``method_decorator``) are decided in
+    Django's synchronous thread (``sync_to_async``), where ``request.user`` may be read."""
     where = f"limit({rules!r})"
+    config = _config_for(limiter, where)
+    chosen = config.limiter if limiter is None else limiter
     view_limit = ViewLimit(chosen, rules, key, cost, shadow, config.wsgi.proxies, sources, where)
 
-    def decorate(view: F) -> F:
-        if inspect.iscoroutinefunction(view):
-            raise TypeError(
-                f"ratelimit.django.limit: {view.__qualname__} is an async view, where the "
-                "synchronous limiter cannot wait; limit it with the middleware's routes"
+    def decided(request: HttpRequest, view: Callable[..., Any]) -> Decision | HttpResponseBase:
+        """The request's decision, or the answer given in the view's place."""
+        match = request.resolver_match
+        try:
+            return view_limit.decide(
+                request.META,
+                _view_key(request, view),
+                None if match is None else match.kwargs,
+                lambda: _json(request),
+                _user(request) if view_limit.needs_user else None,
             )
+        except SourceValueError as exc:
+            return _unreadable(exc)
+        except RateLimitExceeded as exc:
+            response = config.refusal(request, exc.decision)
+            return answered(request, exc.decision, response)
+
+    def answered(request: HttpRequest, decision: Decision, response: Any) -> Any:
+        """``response``, with the decision's headers when no middleware adds them."""
+        alone = not isinstance(request.META.get(DECISIONS), list)
+        if alone and isinstance(response, HttpResponseBase):
+            config.add_headers(response, [decision])
+        return response
+
+    def decorate(view: F) -> F:
+        if _is_async(view):
+
+            async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                decision = await sync_to_async(decided)(request, view)
+                if isinstance(decision, HttpResponseBase):
+                    return decision
+                request.ratelimit = decision
+                response = view(request, *args, **kwargs)
+                if inspect.isawaitable(response):
+                    response = await response
+                return answered(request, decision, response)
+
+            return functools.wraps(view)(limited_async)  # type: ignore[return-value]
 
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            match = request.resolver_match
-            environ = request.META
-            alone = not isinstance(environ.get(DECISIONS), list)  # no middleware
-            try:
-                decision = view_limit.decide(
-                    environ,
-                    _view_key(request, view),
-                    None if match is None else match.kwargs,
-                    lambda: _json(request),
-                    _user(request) if view_limit.needs_user else None,
-                )
-            except SourceValueError as exc:
-                return _unreadable(exc)
-            except RateLimitExceeded as exc:
-                response = config.refusal(request, exc.decision)
-                if alone:
-                    config.add_headers(response, [exc.decision])
-                return response
+            decision = decided(request, view)
+            if isinstance(decision, HttpResponseBase):
+                return decision
             request.ratelimit = decision
-            response = view(request, *args, **kwargs)
-            if alone and isinstance(response, HttpResponseBase):
-                config.add_headers(response, [decision])
-            return response
+            return answered(request, decision, view(request, *args, **kwargs))
 
         return limited  # type: ignore[return-value]
 
     return decorate
+
+
+def _config_for(limiter: object, where: str) -> Config:
+    """``settings.RATELIMIT``'s configuration; for a view limit with its own ``limiter``
+    and no ``settings.RATELIMIT``, the defaults (no trusted proxies, the headers on)."""
+    if limiter is None or getattr(settings, "RATELIMIT", None) is not None:
+        return configured()
+    if not isinstance(limiter, RateLimit):
+        raise TypeError(
+            f"{where}: limiter must be a ratelimit.sync.RateLimit, not {type(limiter).__name__}"
+        )
+    return Config({"limiter": limiter})
+
+
+def _is_async(view: Callable[..., Any]) -> bool:
+    """Whether Django awaits what ``view`` returns: an ``async def`` (a handler bound by
+    ``method_decorator`` too), an async class-based view's ``as_view()`` (marked), or
+    ``method_decorator``'s bound ``dispatch`` of one."""
+    if iscoroutinefunction(view):
+        return True
+    bound = getattr(view, "func", None)  # method_decorator: a partial of the bound method
+    return bool(getattr(getattr(bound, "__self__", None), "view_is_async", False))
 
 
 def _view_key(request: HttpRequest, view: Callable[..., Any]) -> str:

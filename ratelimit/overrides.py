@@ -141,14 +141,19 @@ class OverrideCache:
     def stale(self) -> bool:
         """Whether a decision must ask the store first: the limiter's first, or every one
         with ``refresh`` 0; also when the task that keeps the copy up to date is not
-        running in this event loop (it is started then)."""
-        return not self.read or not self.refresh or self._loop is not _running_loop()
+        running (it is started then in this event loop; a task another loop runs at the
+        same time serves this one too)."""
+        if not self.read or not self.refresh:
+            return True
+        loop = self._loop
+        return loop is not _running_loop() and (loop is None or not loop.is_running())
 
     async def current(self) -> None:
         """What a decision does when :meth:`stale`: the first reading (waited for), the
         task started, or (``refresh`` 0) a reading now."""
         loop = asyncio.get_running_loop()
-        if self.refresh and self._loop is not loop:
+        running = self._loop
+        if self.refresh and running is not loop and (running is None or not running.is_running()):
             self._loop = loop
             self._task = loop.create_task(self._refreshing())
         if not self.read or not self.refresh:
@@ -156,16 +161,19 @@ class OverrideCache:
 
     async def check(self) -> None:
         """Ask the store now (one question at a time: a caller meanwhile waits for the one
-        under way). A store that fails leaves the copy as it was (logged, at most once a
-        minute); the decisions meet the failure on their own."""
+        under way in its event loop; another loop's reads on its own). A store that fails
+        leaves the copy as it was (logged, at most once a minute); the decisions meet the
+        failure on their own."""
         checking = self._checking
-        if checking is None or checking.done():
+        if checking is None or checking.done() or checking.get_loop() is not _running_loop():
             checking = self._checking = asyncio.ensure_future(self._check())
         await asyncio.shield(checking)
 
     async def _refreshing(self) -> None:
         while True:
             await self.sleep(self.refresh)
+            if self._task is not asyncio.current_task():
+                return  # another loop's task took over (this loop had stopped running)
             if not self.used:  # idle: no reading until a decision comes, which reads first
                 self.read = False
                 self._loop = self._task = None
@@ -222,9 +230,11 @@ class OverrideCache:
         """Stop the task (when the limiter closes)."""
         task, self._task, self._loop = self._task, None, None
         if task is not None and not task.done():
-            task.cancel()
             if task.get_loop() is _running_loop():
+                task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+            elif not task.get_loop().is_closed():  # another thread's loop: cancelled there
+                task.get_loop().call_soon_threadsafe(task.cancel)
 
     def put(self, identity: str, override: Override | None, key: str, values: Values) -> None:
         """This process wrote ``override`` (``None``: deleted it): its copy has it at once;

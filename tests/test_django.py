@@ -9,14 +9,16 @@ import uuid
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 
 from ratelimit import MemoryBackend
 from ratelimit import RateLimit as AsyncRateLimit
 from ratelimit.decision import Decision
 from ratelimit.django import Config, Route, limit
+from ratelimit.sync import RateLimit as SyncRateLimit
 from tests import django_project  # configures Django first
 from tests.test_wsgi import sf_list
 
@@ -174,9 +176,27 @@ def test_a_storage_url_gives_one_limiter_per_process() -> None:
 def test_bad_view_limits_fail_when_made() -> None:
     with pytest.raises(TypeError, match=r"ratelimit\.sync\.RateLimit"):
         limit("2/m", limiter=AsyncRateLimit(MemoryBackend()))  # type: ignore[arg-type]
+    with override_settings():
+        del settings.RATELIMIT
+        with pytest.raises(TypeError, match=r"limiter must be a ratelimit\.sync\.RateLimit"):
+            limit("2/m", limiter=AsyncRateLimit(MemoryBackend()))  # type: ignore[arg-type]
+        with pytest.raises(ImproperlyConfigured, match=r"needs settings\.RATELIMIT"):
+            limit("2/m")  # the settings' limiter, which is not there
 
-    async def coroutine_view(request: HttpRequest) -> HttpResponse:
-        return HttpResponse()
 
-    with pytest.raises(TypeError, match="async view"):
-        limit("2/m")(coroutine_view)
+def test_a_view_limit_with_its_own_limiter_needs_no_settings() -> None:
+    own = SyncRateLimit.from_url("memory://", namespace="own")
+
+    def hello(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(f"left {request.ratelimit.remaining}")
+
+    with override_settings(MIDDLEWARE=[]):
+        del settings.RATELIMIT  # limiter= replaces it
+        view = limit("2/m", limiter=own)(hello)
+        answers = [view(RequestFactory().get("/hello")) for _ in "abc"]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[0].content == b"left 1"
+    assert sf_list(answers[0]["RateLimit"]) == {"2/m": {"r": 1, "t": 60}}
+    assert answers[2]["Retry-After"] == "60"
+    assert answers[2]["Content-Type"] == "application/problem+json"
+    own.close()

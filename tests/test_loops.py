@@ -165,3 +165,132 @@ def test_two_loops_running_at_once_on_redis_are_refused(redis_url: str, namespac
         release.set()
         thread.join(10)
     asyncio.run(rl.aclose())  # closed from a third loop: the others have ended
+
+
+def test_two_running_loops_take_turns_on_one_memory_limiter() -> None:
+    """Two threads, each with its event loop running all along, decide in turn on one
+    limiter: every call is decided, and the task that keeps the overrides up to date is
+    not started again at every change of loop (one per switch, once; each then read the
+    store from its own loop and failed: "Future attached to a different loop")."""
+    rl = RateLimit(MemoryBackend(), "turns")
+    limit = rl.limit("1000/h", key="k")
+    turns = [threading.Event(), threading.Event()]
+    allowed: list[bool] = []
+    most_tasks = [0, 0]
+    errors: list[BaseException] = []
+
+    async def play(me: int) -> None:
+        for _ in range(50):
+            assert await asyncio.to_thread(turns[me].wait, 10)  # this loop runs meanwhile
+            turns[me].clear()
+            try:
+                allowed.append((await limit.decide()).allowed)
+            except BaseException as exc:
+                errors.append(exc)
+            most_tasks[me] = max(most_tasks[me], len(asyncio.all_tasks()))
+            turns[1 - me].set()
+
+    threads = [threading.Thread(target=lambda me=me: asyncio.run(play(me))) for me in (0, 1)]
+    for thread in threads:
+        thread.start()
+    turns[0].set()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert allowed == [True] * 100
+    assert max(most_tasks) <= 2  # the loop's own task, and at most one refreshing
+
+
+class SlowOverrides(MemoryBackend):
+    """A memory store whose first reading of the overrides waits until the test says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading, self.release = threading.Event(), threading.Event()
+
+    async def overrides_version(self, namespace: str) -> int:
+        if not self.reading.is_set():
+            self.reading.set()
+            await asyncio.to_thread(self.release.wait, 10)
+        return await super().overrides_version(namespace)
+
+
+def test_a_loop_does_not_wait_for_a_reading_another_loop_has_under_way() -> None:
+    """The first decision of one loop reads the overrides (slowly); the first of another
+    loop, meanwhile, reads them in its own loop (it awaited the first loop's reading:
+    "Future attached to a different loop")."""
+    store = SlowOverrides()
+    rl = RateLimit(store, "slow")
+    limit = rl.limit("5/h", key="k")
+    first: list[bool] = []
+    thread = threading.Thread(target=lambda: first.append(asyncio.run(limit.decide()).allowed))
+    thread.start()
+    try:
+        assert store.reading.wait(10)
+        assert asyncio.run(limit.decide()).allowed
+    finally:
+        store.release.set()
+        thread.join(10)
+    assert first == [True]
+    assert asyncio.run(limit.peek()).remaining == 5 - 2 - 1  # both counted
+
+
+def test_a_slot_given_back_in_one_loop_wakes_a_caller_waiting_in_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A body that ends in one thread's loop wakes the caller another thread's loop has
+    waiting for its slot (it set that loop's event from the wrong thread, which woke
+    nothing until the caller's next poll)."""
+    monkeypatch.setattr("ratelimit.concurrency.MIN_POLL", 20.0)  # only a release wakes it
+    monkeypatch.setattr("ratelimit.concurrency.MAX_POLL", 20.0)
+    rl = RateLimit(MemoryBackend(), "slots")
+    slot = rl.concurrency("1", key="k", wait=60)
+    held = threading.Event()
+    took: list[float] = []
+
+    async def wait_for_it() -> None:
+        assert await asyncio.to_thread(held.wait, 10)
+        async with slot:
+            took.append(time.monotonic())
+
+    thread = threading.Thread(target=lambda: asyncio.run(wait_for_it()))
+    thread.start()
+
+    async def hold() -> None:
+        async with slot:
+            held.set()
+            while slot._released is None:  # noqa: ASYNC110  (set by the other thread's loop)
+                await asyncio.sleep(0.001)
+
+    try:
+        asyncio.run(hold())
+        released = time.monotonic()
+    finally:
+        thread.join(60)
+    assert len(took) == 1
+    assert took[0] - released < 10  # woken by the release, not by a 20 s poll
+
+
+@pytest.mark.postgres
+def test_two_loops_running_at_once_on_postgres_are_refused(postgres_url: str) -> None:
+    rl = RateLimit.from_url(
+        postgres_url, f"loops-{uuid.uuid4().hex[:8]}", algorithm="sliding-window"
+    )
+    limit = rl.limit("5/h", key="k")
+    started, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        await limit.decide()
+        started.set()
+        await asyncio.to_thread(release.wait, 10)
+        await rl.aclose()  # in the loop its connections belong to
+
+    thread = threading.Thread(target=lambda: asyncio.run(hold()))
+    thread.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(EventLoopError, match="still running in another thread"):
+            asyncio.run(limit.decide())
+    finally:
+        release.set()
+        thread.join(10)

@@ -25,7 +25,9 @@ preloaded app) gets its own loop and connections at its first call: a limiter ma
 :meth:`RateLimit.from_url` opens them anew (``memory://``: a new, empty store, as a new
 process has); one made from a storage object raises ``ConfigurationError`` in the child,
 as the parent's connections cannot be shared. Calling it from a running event loop raises
-``EventLoopError``, pointing to the async API.
+``EventLoopError``, pointing to the async API. A limiter no longer referenced (its limits
+included) and never closed is closed when it is collected: its thread ends and its
+connections are closed.
 """
 
 from __future__ import annotations
@@ -131,6 +133,9 @@ class RateLimit:
         own = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork(own))
         atexit.register(_close_at_exit, own)
+        self._current = [self._limiter]  # what the finalizer closes, without self
+        self._dropped = weakref.finalize(self, _abandon, self.portal, self._current)
+        self._dropped.atexit = False  # at exit, _close_at_exit closes it, waiting
 
     def _built(self) -> AsyncRateLimit:
         async def build() -> AsyncRateLimit:  # made on its loop, which its client binds to
@@ -152,7 +157,7 @@ class RateLimit:
                         "it with RateLimit.from_url (which opens them again after a fork), or "
                         "in each worker process"
                     )
-                self._limiter = self._built()
+                self._limiter = self._current[0] = self._built()
                 self.generation += 1
                 self._pid = os.getpid()
         return self._limiter
@@ -315,6 +320,7 @@ class RateLimit:
             return  # the parent's: nothing of this process to close
         limiter = self._limiter
         self.portal.close(limiter.aclose)
+        self._dropped.detach()
 
     def __enter__(self) -> RateLimit:
         return self
@@ -332,6 +338,11 @@ def _after_fork(own: weakref.ref[RateLimit]) -> None:
     limiter = own()
     if limiter is not None:
         limiter._rebuilding = threading.Lock()  # another thread may have held it
+
+
+def _abandon(portal: Portal, current: list[AsyncRateLimit]) -> None:
+    """A limiter collected without ``close()``: its loop closes the store and ends."""
+    portal.abandon(current[0].aclose)
 
 
 def _close_at_exit(own: weakref.ref[RateLimit]) -> None:

@@ -12,6 +12,8 @@ selector callables that read them (Flask's ``request`` and ``g``) see the caller
 - :meth:`Portal.close` fails the calls still queued and cancels those still running
   (``LimiterClosedError``), then stops the thread; later calls raise the same, and none
   waits for ever.
+- :meth:`Portal.abandon` does the same for a limiter collected without ``close()``,
+  without waiting for it: its thread and connections are given back.
 - After ``fork()`` the child has no such thread (threads do not survive a fork) and must
   not use the parent's connections: the next call in the child starts a new loop, and the
   limiter opens new connections (see :class:`ratelimit.sync.RateLimit`). Its locks are
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import contextvars
 import os
 import threading
@@ -60,6 +63,7 @@ class Portal:
         self.closed = False
         self.started = 0
         """How many loops were started (a forked child starts its own)."""
+        self._closing: asyncio.Task[None] | None = None
         own = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork(own))
 
@@ -90,7 +94,10 @@ class Portal:
         def run() -> None:
             asyncio.set_event_loop(loop)
             loop.call_soon(ready.set)
-            loop.run_forever()
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()  # its selector and self-pipe: stopped by close() or abandon()
 
         thread = threading.Thread(target=run, name=self.name, daemon=True)
         thread.start()
@@ -213,6 +220,34 @@ class Portal:
             if not thread.is_alive():
                 loop.close()
             self._fail_pending()
+
+    def abandon(self, last: Callable[[], Coroutine[Any, Any, object]] | None = None) -> None:
+        """What a limiter dropped without :meth:`close` does, from whichever thread
+        collects it (the loop's own, or one running an event loop, included): without
+        waiting, ``last()`` (closing what the loop holds) and then the loop's other tasks
+        end on the loop, which stops, closes and ends its thread."""
+        loop = self._loop
+        if self.closed:
+            return
+        self.closed = True
+        if loop is None or self._pid != os.getpid() or loop.is_closed():
+            return  # never started, or the parent's loop (a forked child)
+
+        async def closing() -> None:
+            try:
+                if last is not None:
+                    with contextlib.suppress(Exception):  # no one is left to tell
+                        await asyncio.wait_for(last(), CLOSE_WITHIN)
+            finally:
+                await _cancel_all()
+                self._fail_pending()
+                loop.stop()
+
+        def start() -> None:
+            self._closing = loop.create_task(closing())  # kept: the loop holds tasks weakly
+
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(start)
 
     def _fail_pending(self) -> None:
         while self._pending:
