@@ -6,6 +6,11 @@ is counted; the stores' evaluators (Lua, SQL, Python) take only costs a rule can
 once, so such a call is never sent to them. Its refusal names the rule, with what is left
 (0) and a ``retry_after`` of that rule's span (the call is refused until the override
 changes or expires).
+
+Under ``&`` too: an override ``user:2/h & user:20/h`` refuses calls of cost 5 although
+``&`` alone would leave ``20/h`` to decide. A rule that can never admit the call is taken
+as the operator's word that such calls stop (the service answers alike); refusing sooner
+never admits more than any rule of the override allows.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from ratelimit.algorithms import Algorithm, named
 from ratelimit.costs import CostValue, per_leaf
 from ratelimit.decision import Decision, RuleState, make_decision
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import OP_AND, OP_LEAF, CompiledTree, Cost, cached_plan
+from ratelimit.plan import CompiledTree, Cost, cached_plan
 from ratelimit.rules import Rule
 from ratelimit.settings import check_cost
 
@@ -27,35 +32,19 @@ def beyond(
     cost: Cost,
     algorithm: Algorithm | str,
 ) -> Rule | None:
-    """The rule of ``compiled`` that refuses a call of ``cost`` however little is counted
-    (its count, or under GCRA its burst, below the call's cost on it), or ``None`` when the
-    tree could admit the call (as :func:`~ratelimit.evaluation.evaluate` walks it: an
-    ``|`` is limited when any child is, an ``&`` when all are)."""
+    """The first rule of ``compiled`` that refuses a call of ``cost`` however little is
+    counted (its count, or under GCRA its burst, below the call's cost on it), whatever
+    the tree joining it (see the module's docstring); ``None`` when every rule could."""
     chosen = named(algorithm)
     plan = cached_plan(compiled, namespace, key, values, cost, chosen, False)
-    over = set()
     for leaf, rule in enumerate(compiled.rules):
         if plan.leaf_identifiers[leaf] < 0:  # its selector did not resolve: counts nothing
             continue
         try:
             chosen.check_rule(rule, plan.leaf_cost(leaf))
         except ConfigurationError:
-            over.add(leaf)
-    if not over or not _limited(compiled.program, 0, over)[0]:
-        return None
-    return compiled.rules[min(over)]
-
-
-def _limited(program: tuple[int, ...], pos: int, over: set[int]) -> tuple[bool, int]:
-    op, operand = program[pos], program[pos + 1]
-    pos += 2
-    if op == OP_LEAF:
-        return operand in over, pos
-    children = []
-    for _ in range(operand):
-        child, pos = _limited(program, pos, over)
-        children.append(child)
-    return (all(children) if op == OP_AND else any(children)), pos
+            return rule
+    return None
 
 
 def refusal(compiled: CompiledTree, key: str, rule: Rule) -> Decision:

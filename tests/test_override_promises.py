@@ -102,6 +102,21 @@ async def test_a_per_call_cost_above_an_override_is_refused(
     assert refused.override
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_a_rule_of_an_override_below_a_calls_cost_refuses_it_under_and_too(
+    make: Maker, clock: FakeClock, algorithm: str
+) -> None:
+    """``user:2/h & user:20/h`` for calls of 5: the override was dropped (the limit's own
+    100/h admitted 20 calls, with a warning); its 2/h can never admit one, and refuses."""
+    rl = _made(make, clock, algorithm)
+    limit = rl.limit("user:100/h", key="k", user="u", cost=5)
+    await rl.overrides.set("k", "user:2/h & user:20/h", user="u")
+    assert await admitted(limit, 30) == 0
+    refused = await limit.decide()
+    assert refused.override
+    assert str(refused.rule) == "user:2/h"
+
+
 def _unannounceable(storage: object) -> list[str]:
     """Keys this store cannot keep in its table of announced keys."""
     kind = type(storage).__name__
