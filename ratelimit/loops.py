@@ -12,8 +12,24 @@ loops running at once (in two threads) cannot share one limiter: that raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import Any
 
 from ratelimit.errors import EventLoopError
+
+
+def abort_transport(transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Close a connection's ``transport`` from outside its ``loop`` (ended, or idle): abort
+    it, and close its socket where a closed loop can no longer finish the close."""
+    if transport is None:
+        return
+    with contextlib.suppress(RuntimeError):  # raised once the loop is closed
+        transport.abort()  # marks it closing; an idle loop finishes the close later
+    if loop.is_closed():  # its selector is gone: close the socket itself
+        sock = getattr(transport, "_sock", None)
+        if sock is not None:
+            sock.close()
+            transport._sock = None  # closed: no "unclosed transport" warning later
 
 
 class LoopBinding:

@@ -5,8 +5,11 @@ exactly the limit."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import random
 import uuid
+import warnings
 from typing import Any
 
 import asyncpg
@@ -226,3 +229,23 @@ async def test_a_failed_sync_keeps_its_diffs() -> None:
         await backend.sync()
     assert backend.unsynced() == 1.0
     await rl.aclose()
+
+
+def test_a_limiter_used_by_loops_in_turn_leaves_no_connection_open(postgres_url: str) -> None:
+    """Two ``asyncio.run()`` in turn, then a third that closes: the pools of the ended
+    loops were forgotten with their connections open (ResourceWarning: unclosed
+    connection, unclosed transport), found when the collector ran."""
+    rl = RateLimit.from_url(
+        postgres_url, f"loops-{uuid.uuid4().hex[:8]}", algorithm="sliding-window", max_size=2
+    )
+
+    async def decide() -> bool:
+        return (await rl.limit("10/m", key="k").decide()).allowed
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        assert asyncio.run(decide())
+        assert asyncio.run(decide())  # the first loop's pool is left here
+        asyncio.run(rl.aclose())  # and the second's here
+        gc.collect()
+    assert [str(w.message) for w in seen if w.category is ResourceWarning] == []

@@ -383,5 +383,8 @@ class PostgresBackend(PostgresOverrides):
         self._closed = True
         if self._cleaning is not None:
             await asyncio.gather(self._cleaning, return_exceptions=True)
-        if self._loop.loop is asyncio.get_running_loop():
+        loop = self._loop.loop
+        if loop is asyncio.get_running_loop():
             await self._pool.aclose()
+        elif loop is None or not loop.is_running():  # opened by a loop that has ended
+            self._pool.forget()

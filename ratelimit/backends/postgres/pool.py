@@ -13,10 +13,12 @@ decision (:func:`.schema.warm`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from ratelimit.backends.postgres.schema import put_in_place, warm
 from ratelimit.errors import BackendError
+from ratelimit.loops import abort_transport
 
 
 class SetUpPool:
@@ -49,8 +51,20 @@ class SetUpPool:
         return self._pool if self._ready else None
 
     def forget(self) -> None:
-        """Leave the pool and the set-up of an event loop that is gone."""
-        self._pool, self._ready, self._task = None, False, None
+        """Leave the pool and the set-up of an event loop that is gone, closing the pool's
+        connections' sockets (their loop can no longer)."""
+        pool, self._pool, self._ready, self._task = self._pool, None, False, None
+        loop = getattr(pool, "_loop", None)
+        if not isinstance(loop, asyncio.AbstractEventLoop):
+            return
+        for holder in getattr(pool, "_holders", ()):  # asyncpg's, one per connection
+            connection = getattr(holder, "_con", None)
+            if connection is None:
+                continue
+            transport = getattr(connection, "_transport", None)
+            with contextlib.suppress(RuntimeError):  # its loop is closed: the socket below
+                connection.terminate()  # marks it closed (no "unclosed connection" later)
+            abort_transport(transport, loop)
 
     def lost(self, generation: int) -> None:
         """A call that started after set-up ``generation`` found the schema gone: the next

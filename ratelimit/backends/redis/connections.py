@@ -26,6 +26,7 @@ import math
 from typing import Any
 
 from ratelimit.backends.redis.compat import ConnectionError, MaxConnectionsError
+from ratelimit.loops import abort_transport
 
 
 def spare(pool: Any) -> int:
@@ -149,16 +150,7 @@ def _forget(connection: Any, running: asyncio.AbstractEventLoop) -> bool:
 
 def _abandon(connection: Any, loop: asyncio.AbstractEventLoop) -> None:
     """Close a connection's socket outside its loop and mark it disconnected."""
-    writer = getattr(connection, "_writer", None)
-    transport = getattr(writer, "transport", None)
-    if transport is not None:
-        with contextlib.suppress(RuntimeError):  # raised once the loop is closed
-            transport.abort()  # marks it closing; an idle loop finishes the close later
-        if loop.is_closed():  # its selector is gone: close the socket itself
-            sock = getattr(transport, "_sock", None)
-            if sock is not None:
-                sock.close()
-                transport._sock = None  # closed: no "unclosed transport" warning later
+    abort_transport(getattr(getattr(connection, "_writer", None), "transport", None), loop)
     parser = getattr(connection, "_parser", None)
     if parser is not None:
         with contextlib.suppress(Exception):
