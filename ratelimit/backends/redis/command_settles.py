@@ -174,9 +174,17 @@ def reset_since(mark: bytes | str | None, at_us: int) -> bool:
 
 async def reset(engine: Engine, plan: Plan, keys: list[str]) -> None:
     """Delete ``keys`` (a plan's, for ``reset()``) and mark each identifier reset at now,
-    in one ``MULTI``, as ``reset.lua`` does on the script engine."""
-    now = await engine._now(await engine._read(lambda _read: None), keys[0])
-    keep_ms = reset_keep_ms(plan, injected=engine.clock is not None)
+    in one ``MULTI``, as ``reset.lua`` does on the script engine: each mark kept as long as
+    the longest of what it forgot (and an earlier mark) would have been."""
+    marks = [reset_key(identifier) for identifier in plan.identifiers]
+
+    def fill(read: Any) -> None:
+        for key in keys + marks:
+            read.pttl(key)
+
+    replies = await engine._read(fill)
+    now = await engine._now(replies, keys[0])
+    keep_ms = max(reset_keep_ms(plan, injected=engine.clock is not None), *map(int, replies))
     write = engine.client.pipeline(transaction=True)
     write.delete(*keys)
     for identifier in plan.identifiers:
