@@ -99,9 +99,11 @@ def counter_update_rate(
 
 
 def reset_keep_us(plan: Plan) -> int:
-    """How long a reset's mark on ``plan``'s identifiers is kept: as long as a call
-    reserved before it could still be refunded (two windows of the largest span; a GCRA
-    rule's burst tolerance), so that such a refund takes nothing counted after the reset."""
+    """How long a reset's mark on ``plan``'s identifiers is kept at least: as long as a call
+    reserved under ``plan`` before it could still be refunded (two windows of the largest
+    span; a GCRA rule's burst tolerance), so that such a refund takes nothing counted after
+    the reset. Each store keeps it longer while what the reset forgot would still have been
+    kept (a call reserved under other rules, an override's or the limit's own)."""
     keep = 0
     for rule in plan.compiled.rules:
         span_us = rule.span_ms * 1000

@@ -270,10 +270,16 @@ class MemoryBackend(OverrideTables, SettleTables):
             raise LimiterClosedError("this memory backend")
         with self._lock:
             now = clock_us(self._clock)
+            keep = now + reset_keep_us(plan)
             for identifier in plan.identifiers:
+                # kept as long as what it forgot would have been, whatever rules wrote it
+                # (a refund takes only from what is held), and as an earlier mark was
+                until = max(keep, self._resets.get(identifier, (0, 0))[1])
                 for store in self._stores:
-                    store.pop(identifier, None)
-                self._resets[identifier] = (now, now + reset_keep_us(plan))
+                    entry = store.pop(identifier, None)
+                    if entry is not None:
+                        until = max(until, entry.expires_us)
+                self._resets[identifier] = (now, until)
 
     async def settle(self, settlement: Settlement) -> None:
         self._check_open()

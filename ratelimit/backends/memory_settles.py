@@ -54,6 +54,8 @@ class SettleTables:
             zip(plan.identifiers, limits_per_identifier(plan), strict=True)
         ):
             delta = int(deltas[plan.leaf_identifiers.index(k)])
+            if delta < 0 and self._reset_since(identifier, settlement.at_us, now):
+                continue  # reserved before a reset, which forgot it (its hits' time too)
             log = self._live(identifier, now)
             keep = log.kept = max(keep, log.kept)
             settle_log(log.hits, delta, settlement.at_us, now, keep, span_ms * US_PER_MS)

@@ -313,8 +313,10 @@ END;
 $$;
 
 -- Forget what p_keys counted (reset()) and mark each key reset at now: a row of window size
--- 0 whose index is the time of the reset, kept p_keep us, so that a settle's refund of a
--- call reserved before it takes nothing counted after it (ratelimit_settle). Returns now.
+-- 0 whose index is the time of the reset, so that a settle's refund of a call reserved
+-- before it takes nothing counted after it (ratelimit_settle). The mark is kept p_keep us
+-- at least, and as long as the longest row it forgot (whatever rules wrote it) or an
+-- earlier mark would have been: a refund takes only from what is held. Returns now.
 CREATE OR REPLACE FUNCTION ratelimit_reset(p_keys text[], p_keep bigint, p_now bigint)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -322,9 +324,14 @@ DECLARE
     now_us bigint := ratelimit_now(p_now);
 BEGIN
     PERFORM ratelimit_lock(p_keys);
-    DELETE FROM ratelimit_counters WHERE key = ANY(p_keys);
+    WITH gone AS (
+        DELETE FROM ratelimit_counters WHERE key = ANY(p_keys)
+        RETURNING key, expires_us
+    )
     INSERT INTO ratelimit_counters (key, size_us, idx, count, expires_us)
-    SELECT DISTINCT k, 0, now_us, 0, now_us + p_keep FROM unnest(p_keys) AS k;
+    SELECT k, 0, now_us, 0,
+           greatest(now_us + p_keep, (SELECT max(g.expires_us) FROM gone g WHERE g.key = k))
+    FROM (SELECT DISTINCT unnest(p_keys) AS k) AS keys;
     RETURN now_us;
 END;
 $$;

@@ -57,9 +57,12 @@ async def settle_logs(engine: Engine, settlement: Settlement) -> None:
             read.lrange(key, 0, -1)
             read.pttl(key)
             read.get(kept)
+        for identifier in plan.identifiers:
+            read.get(reset_key(identifier))
 
     replies = await engine._read(fill)
     now = await engine._now(replies, keys[0])
+    marks = replies[3 * len(keys) :]
     write = engine.client.pipeline(transaction=True)
     for k, (key, kept, (keep, span_ms)) in enumerate(
         zip(keys, kept_keys, limits_per_identifier(plan), strict=True)
@@ -67,8 +70,8 @@ async def settle_logs(engine: Engine, settlement: Settlement) -> None:
         delta = int(settlement.deltas[plan.leaf_identifiers.index(k)])
         hits = [int(t) for t in replies[3 * k]]
         ttl, held = int(replies[3 * k + 1]), int(replies[3 * k + 2] or 0)
-        if delta == 0 or (delta < 0 and not hits):
-            continue
+        if delta == 0 or (delta < 0 and (not hits or reset_since(marks[k], settlement.at_us))):
+            continue  # nothing to take back, or reserved before a reset, which forgot it
         settle_log(hits, delta, settlement.at_us, now, max(keep, held), span_ms * US_PER_MS)
         write.delete(key)
         if hits:
@@ -171,9 +174,17 @@ def reset_since(mark: bytes | str | None, at_us: int) -> bool:
 
 async def reset(engine: Engine, plan: Plan, keys: list[str]) -> None:
     """Delete ``keys`` (a plan's, for ``reset()``) and mark each identifier reset at now,
-    in one ``MULTI``, as ``reset.lua`` does on the script engine."""
-    now = await engine._now(await engine._read(lambda _read: None), keys[0])
-    keep_ms = reset_keep_ms(plan, injected=engine.clock is not None)
+    in one ``MULTI``, as ``reset.lua`` does on the script engine: each mark kept as long as
+    the longest of what it forgot (and an earlier mark) would have been."""
+    marks = [reset_key(identifier) for identifier in plan.identifiers]
+
+    def fill(read: Any) -> None:
+        for key in keys + marks:
+            read.pttl(key)
+
+    replies = await engine._read(fill)
+    now = await engine._now(replies, keys[0])
+    keep_ms = max(reset_keep_ms(plan, injected=engine.clock is not None), *map(int, replies))
     write = engine.client.pipeline(transaction=True)
     write.delete(*keys)
     for identifier in plan.identifiers:

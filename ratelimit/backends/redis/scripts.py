@@ -193,13 +193,12 @@ def settle_command(settlement: Settlement, clock: Clock | None = None) -> Comman
     its decision used, the tree, per leaf its key and its delta, the reservation's time,
     the script's extra arguments and, last, per leaf until when the reservation holds
     (``Settlement.held``, read by ``settle_gcra.lua``; see ``settle_*.lua``). The window
-    counters and GCRA also get, after their keys, each key's identifier's reset mark."""
+    counters, GCRA and the log also get, after their keys, each key's (the log: each
+    list's) identifier's reset mark."""
     plan = settlement.plan
     scripted = BY_ALGORITHM[plan.algorithm.name]
     slots, owners = scripted.slots(plan.compiled, plan.leaf_identifiers)
-    keys = scripted.keys(plan)
-    if plan.algorithm.name != SLIDING_LOG:  # the log's refund finds its hits or none
-        keys = keys + reset_keys(plan, owners)
+    keys = scripted.keys(plan) + reset_keys(plan, owners)
     # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
     deltas = (str(int(d)) if scripted.whole else repr(float(d)) for d in settlement.deltas)
     args = (

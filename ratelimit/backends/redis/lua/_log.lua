@@ -2,6 +2,7 @@
 -- _now.lua and _tree.lua). `lengths[k]`: the length of list KEYS[k] once read.
 
 local lengths = {}
+local lists = #KEYS / 2  -- the lists, then each one's companion (settle_log.lua: then marks)
 
 -- Hits younger than the span among the newest `count` entries of list KEYS[k], and the
 -- oldest of them, 0 when none (binary search with LINDEX; the oldest is one it read).
@@ -22,14 +23,14 @@ local function window(k, count, threshold)
 end
 
 -- Record `hits` hits now (at the newest hit's time if that is later) on list KEYS[k], whose
--- companion KEYS[#KEYS / 2 + k] holds the largest count any limit on it asked to keep; at
+-- companion KEYS[lists + k] holds the largest count any limit on it asked to keep; at
 -- most that many are pushed (more change no decision). The list is trimmed to that count
 -- (its leaves' `count`, or the companion's), or with `keep_inside` to every hit younger
 -- than `span` if more (a settle's excess: a later refund must not bring back into view a
 -- hit that was cut). It expires after one to two of `span` (never sooner than it already
 -- would), as does its companion.
 local function record(k, hits, count, span, keep_inside)
-  local key, kept = KEYS[k], KEYS[#KEYS / 2 + k]
+  local key, kept = KEYS[k], KEYS[lists + k]
   lengths[k] = lengths[k] or redis.call('LLEN', key)
   local new = lengths[k] == 0  -- a new list: its companion (same TTL) is gone with it
   local held, newest = 0, 0

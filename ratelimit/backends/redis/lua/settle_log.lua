@@ -1,6 +1,7 @@
 -- settle_log.lua: settle a call on sliding logs, atomically (see ratelimit/settling.py).
 --
--- KEYS      as sliding_log.lua: one list per identifier, then each one's companion.
+-- KEYS      as sliding_log.lua: one list per identifier, then each one's companion; then,
+--           per identifier, its reset mark (keys.py, reset_key): when it was last reset.
 -- ARGV[1]   now in microseconds, or "" to read the server's TIME.
 -- ARGV[2]   the tree, as sliding_log.lua reads it.
 -- ARGV[3]   per leaf, its key's index in KEYS, or 0 (the rule did not apply).
@@ -9,11 +10,14 @@
 -- ARGV[5]   the reservation's time (us): the hits a refund takes back bear it.
 --
 -- A refund removes up to that many hits of the reservation's time (LREM: those still
--- held); an excess records that many now, past the limit (record() in _log.lua, keeping
+-- held), and nothing when the identifier was reset since the reservation (its mark >=
+-- ARGV[5]: hits counted after it, in the same microsecond, bear that time too); an excess
+-- records that many now, past the limit (record() in _log.lua, keeping
 -- every hit within the list's largest span). Returns {now}.
 --
 -- Runs after _now.lua, _tree.lua and _log.lua, which script_engine.py joins in front of it.
 
+lists = #KEYS / 3  -- record() finds each list's companion after the lists
 local delta, keep, ttl = {}, {}, {}
 for i = 0, tree[1] - 1 do
   local k = slots[i + 1]
@@ -26,7 +30,10 @@ end
 
 for k, d in pairs(delta) do
   if d < 0 then
-    redis.call('LREM', KEYS[k], -d, ARGV[5])
+    local reset = redis.call('GET', KEYS[2 * lists + k])
+    if not (reset and tonumber(reset) >= tonumber(ARGV[5])) then
+      redis.call('LREM', KEYS[k], -d, ARGV[5])
+    end
   elseif d > 0 then
     record(k, d, keep[k], ttl[k], true)
   end
