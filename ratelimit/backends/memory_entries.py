@@ -86,12 +86,18 @@ class Arrivals:
             return (0, 0)
         return gcra_rescaled(rule, tat, self.rates.get(field, rule.count), now_us)
 
+    def stored(self, field: str, rule: Rule) -> tuple[Arrival, int]:
+        """The arrival time of ``field`` as stored, and the count it was stored under
+        (``(0, 0)`` and ``rule``'s when none is)."""
+        return self.tats.get(field, (0, 0)), self.rates.get(field, rule.count)
+
     def other_count(self, field: str, rule: Rule) -> bool:
         """Whether ``field`` was stored under a count other than ``rule``'s."""
         return field in self.tats and self.rates.get(field, rule.count) != rule.count
 
-    def write(self, field: str, rule: Rule, tat: Arrival) -> None:
-        """Hold ``tat`` as ``field``'s arrival time, stored under ``rule``'s count."""
+    def write(self, field: str, rule: Rule, tat: Arrival, count: int | None = None) -> None:
+        """Hold ``tat`` as ``field``'s arrival time, stored under ``count`` (``rule``'s
+        when ``None``)."""
         self.tats[field] = tat
-        self.rates[field] = rule.count
+        self.rates[field] = rule.count if count is None else count
         self.expires_us = max(self.expires_us, tat[0] + 1)

@@ -98,9 +98,11 @@ class SettleTables:
             if entry is None or entry.expires_us <= now:
                 entry = Arrivals()
             held = held_arrival(settlement, leaf)
-            tat = entry.read(field, rule, now)
-            entry.write(field, rule, gcra_settled(rule, tat, delta, now, held))
-            self._arrivals[identifier] = entry
+            tat, count = entry.stored(field, rule)  # settled at the rate it holds now
+            settled = gcra_settled(rule, tat, delta, now, held, count)
+            if settled != tat:
+                entry.write(field, rule, settled, count)
+                self._arrivals[identifier] = entry
 
     _SETTLE: ClassVar[dict[str, Callable[[SettleTables, Settlement, int], None]]] = {
         SLIDING_LOG: _settle_logs,

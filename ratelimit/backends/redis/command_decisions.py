@@ -200,7 +200,7 @@ async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) ->
         if engine.clock is not None:  # Redis expires on real time, not on this clock
             tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
             keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
-        write.set(key, arrival_text(pushed, rule), px=math.ceil(keep / 1000))
+        write.set(key, arrival_text(pushed, rule.count), px=math.ceil(keep / 1000))
     if len(write):
         await write.execute()
     return decision
@@ -232,27 +232,29 @@ def get_each(keys: Sequence[str], read: Any) -> None:
 def arrival(stored: bytes | str | None, rule: Rule, now_us: int) -> Arrival:
     """A stored arrival time, ``us:rem:count`` (``gcra.lua`` writes the same), as ``rule``
     reads it at ``now_us`` (rescaled from the count it was stored under)."""
+    tat, count = stored_arrival(stored, rule)
+    return gcra_rescaled(rule, tat, count, now_us)
+
+
+def stored_arrival(stored: bytes | str | None, rule: Rule) -> tuple[Arrival, int]:
+    """A stored arrival time as stored, and the count it was stored under (``(0, 0)`` and
+    ``rule``'s count when none is)."""
     if stored is None:
-        return (0, 0)
+        return (0, 0), rule.count
     text = stored.decode() if isinstance(stored, bytes) else stored
     us, _, rest = text.partition(":")
     remainder, _, count = rest.partition(":")
-    tat = (int(us), int(remainder or 0))
-    return gcra_rescaled(rule, tat, int(count or rule.count), now_us)
+    return (int(us), int(remainder or 0)), int(count or rule.count)
 
 
 def stored_count(stored: bytes | str | None, rule: Rule) -> int:
     """The count a stored arrival time was stored under (``rule``'s when none is)."""
-    if stored is None:
-        return rule.count
-    text = stored.decode() if isinstance(stored, bytes) else stored
-    count = text.split(":")[2:3]
-    return int(count[0]) if count and count[0] else rule.count
+    return stored_arrival(stored, rule)[1]
 
 
-def arrival_text(arrival: Arrival, rule: Rule) -> str:
-    """What ``gcra.lua`` writes: ``us:rem:count``, ``count`` ``rule``'s."""
-    return f"{arrival[0]}:{arrival[1]}:{rule.count}"
+def arrival_text(arrival: Arrival, count: int) -> str:
+    """What ``gcra.lua`` writes: ``us:rem:count``, ``count`` the one it is stored under."""
+    return f"{arrival[0]}:{arrival[1]}:{count}"
 
 
 def _cannot_record(plan: Plan) -> BackendError:

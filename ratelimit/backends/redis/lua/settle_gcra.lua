@@ -19,7 +19,10 @@
 -- ahead; a refund pulls it back, never by more than the reservation still holds (its
 -- arrival time less now: what has drained never comes back) and never before now, and
 -- not at all when the identifier was reset since the reservation (its mark >= ARGV[5]).
--- Returns {now}.
+-- The key is settled at the count it is stored under now (an override may have changed
+-- the rate since the reservation, _gcra.lua): the hits settled, and what the reservation
+-- still holds, count as hits of that count, and it is written back under it (never under
+-- the reservation's, which would drain it at the old rate). Returns {now}.
 --
 -- Runs after _now.lua, _tree.lua and _gcra.lua, which script_engine.py joins in front.
 
@@ -37,10 +40,12 @@ for i = 0, tree[1] - 1 do
   end
   if k > 0 and d ~= 0 and not done[k] then
     done[k] = true
-    local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
-    local us, rem = read_arrival(KEYS[k], count)
+    local reserved, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
+    -- settled at the rate the key holds now (an override may have changed it since the
+    -- reservation): hits, and what the reservation still holds, in its count
+    local us, rem, count = read_stored(KEYS[k], reserved)
     local q, r = math.floor(span / count), span % count  -- the interval: q + r / count
-    local h_us, h_rem = held[2 * i + 1] or 0, held[2 * i + 2] or 0
+    local h_us, h_rem = rescale(held[2 * i + 1] or 0, held[2 * i + 2] or 0, reserved, count)
     local write = true
     if d > 0 then
       if us < now or (us == now and rem == 0) then us, rem = now, 0 end
