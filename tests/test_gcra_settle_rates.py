@@ -120,6 +120,18 @@ async def test_an_excess_capped_at_ten_years_reads_alike_on_every_store(
     assert await admitted(limit, 5) == 0
 
 
+async def test_a_refund_on_rules_of_one_span_gives_back_to_their_shared_bucket(
+    gcra: RateLimit, clock: FakeClock
+) -> None:
+    limit = gcra.limit("user:10/h | user:3/h", key="shared", user="u")
+    first = await limit.decide(cost=3)
+    assert await admitted(limit, 5) == 0  # 3 of 3/h used
+    assert await limit.settle(first, 1)  # 1 of 3/h used
+    assert await admitted(limit, 5) == 2
+    clock.advance(20 * 60 + 1)  # one interval of 3/h: the bucket drains at the slower rate
+    assert await admitted(limit, 5) == 1
+
+
 def test_a_settle_counts_its_hits_at_the_stored_count() -> None:
     rule = Rule(100_000, 3_600_000)  # the reservation's; the bucket is stored under 100/h
     now = 10**12

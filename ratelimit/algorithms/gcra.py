@@ -107,6 +107,23 @@ def rescaled_to(count: int, tat: Arrival, stored_count: int, now_us: int) -> Arr
     return now_us + ahead_us, ahead_remainder
 
 
+def gcra_shared_next(
+    shapes: tuple[Rule, ...], cost: float, tat: Arrival, stored_count: int, now_us: int
+) -> Arrival:
+    """The arrival time to store, under ``shapes[0]``'s count (the smallest), after
+    admitting a call of ``cost`` on an arrival time that rules of several shapes of one
+    span read (each rescaled to its own count, :func:`gcra_rescaled`): each pushes it on
+    by :func:`gcra_next`, and the one holding the most hits is kept, never less than
+    what was stored."""
+    count = shapes[0].count
+    kept = rescaled_to(count, tat, stored_count, now_us)
+    for rule in shapes:
+        own = rescaled_to(rule.count, tat, stored_count, now_us)
+        pushed = gcra_next(rule, cost, own, now_us)
+        kept = max(kept, rescaled_to(count, pushed, rule.count, now_us))
+    return kept
+
+
 EXCESS_BURSTS = 1000
 """Most a settle's excess pushes a GCRA arrival time on: this many bursts (and never more
 than ten years ahead of now). Past it, later calls wait no longer."""

@@ -152,12 +152,14 @@ async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
         if delta < 0 and reset_since(resets[position], settlement.at_us):
             continue  # reserved before a reset, which forgot it
         tat, count = stored_arrival(stored, rule)  # settled at the rate it holds now
-        settled = gcra_settled(rule, tat, delta, now, held_arrival(settlement, leaf), count)
+        held = held_arrival(settlement, leaf)  # under the first leaf's count
+        reserved = plan.compiled.rules[leaf]
+        settled = gcra_settled(reserved, tat, delta, now, held, count)
         if delta == 0 or settled == tat:
             continue
         keep = settled[0] - now + 1
         if engine.clock is not None:  # Redis expires on real time, not on this clock
-            tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // count
+            tolerance_us = gcra_burst(reserved) * rule.span_ms * US_PER_MS // count
             keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
         write.set(key, arrival_text(settled, count), px=math.ceil(keep / 1000))
     await write.execute()

@@ -8,7 +8,8 @@
 -- ARGV[3]   per leaf, its key's index in KEYS, or 0 (the rule did not apply).
 -- ARGV[4]   per leaf, space-separated: whole hits to record now (an excess, above 0) or to
 --           take back (a refund, below 0: at most what the reservation moved the arrival
---           time, which the client computed); leaves on one key carry the same.
+--           time, which the client computed); the first leaf on a key settles it (leaves
+--           of several counts of one span share a key: layout.arrival_slots).
 -- ARGV[5]   the reservation's time (unused here: a refund is bounded by now).
 -- ARGV[6]   per leaf, space-separated: its burst.
 -- ARGV[7]   per leaf, space-separated: "us rem", the arrival time the reservation pushed
@@ -34,12 +35,13 @@ local marks, at = #KEYS / 2, tonumber(ARGV[5])
 local done = {}
 for i = 0, tree[1] - 1 do
   local k, d = slots[i + 1], costs[i + 1]
-  if k > 0 and d < 0 and not done[k] then
+  local first = k > 0 and not done[k]  -- the first leaf on a key settles it
+  if first then done[k] = true end
+  if first and d < 0 then
     local reset = redis.call('GET', KEYS[marks + k])
     if reset and tonumber(reset) >= at then d = 0 end  -- reserved before a reset: forgotten
   end
-  if k > 0 and d ~= 0 and not done[k] then
-    done[k] = true
+  if first and d ~= 0 then
     local reserved, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
     -- settled at the rate the key holds now (an override may have changed it since the
     -- reservation): hits, and what the reservation still holds, in its count
