@@ -108,6 +108,20 @@ async def test_a_refund_that_returns_nothing_writes_nothing(
     assert await admitted(limit, 10) == 4
 
 
+async def test_a_drained_refund_after_the_rate_was_lowered_leaves_the_lower_rate(
+    gcra: RateLimit, clock: FakeClock
+) -> None:
+    limit = gcra.limit("user:2/h", key="drained", user="u")
+    await gcra.overrides.set("drained", "user:100/h", user="u")
+    first = await limit.decide()
+    await gcra.overrides.delete("drained", user="u")
+    clock.advance(40)  # the reserved hit drained at 100/h
+    assert await admitted(limit, 5) == 2  # 2 of 2/h
+    assert await limit.settle(first, 0)  # nothing left to refund
+    clock.advance(120)
+    assert await admitted(limit, 5) == 0  # still 2/h: not written back under 100/h
+
+
 async def test_an_excess_capped_at_ten_years_reads_alike_on_every_store(
     gcra: RateLimit,
 ) -> None:
