@@ -252,7 +252,7 @@ async def compare_arrivals(
     for identifier in all_identifiers(tree):
         entry = memory._arrivals.get(identifier)
         for rule in (r for r in rules if r.selector == identifier.selector):
-            for field in (gcra_field(rule), gcra_field(rule, apart=True)):
+            for field in (gcra_field(rule),):
                 us, rem = (0, 0) if entry is None else entry.tats.get(field, (0, 0))
                 count = None if entry is None else entry.rates.get(field)
                 ahead = (us, rem) > (now, 0)

@@ -73,7 +73,7 @@ async def test_another_burst_on_the_same_span_shares_the_bucket(gcra: RateLimit)
     assert await admitted(limit, 10) == 3  # 6 at once now, 3 of them used
 
 
-async def test_two_counts_of_one_span_in_one_tree_keep_their_own_buckets(
+async def test_two_counts_of_one_span_in_one_tree_share_one_bucket(
     gcra: RateLimit, clock: FakeClock
 ) -> None:
     limit = gcra.limit("user:2/h | user:4/h", key="both", user="u")
@@ -82,6 +82,37 @@ async def test_two_counts_of_one_span_in_one_tree_keep_their_own_buckets(
     assert await admitted(limit, 3) == 1
     clock.advance(0.5 * 3600)  # one more of 2/h; 4/h has 2 used of 4
     assert await admitted(limit, 3) == 1
+
+
+async def test_a_rule_added_in_front_of_a_span_reads_what_was_used(gcra: RateLimit) -> None:
+    limit = gcra.limit("user:3/h", key="front", user="u")
+    assert await admitted(limit, 5) == 3
+    await gcra.overrides.set("front", "user:10/h | user:3/h", user="u")
+    assert await admitted(limit, 10) == 0  # 3 of 3/h used, whichever rule comes first
+    await gcra.overrides.delete("front", user="u")
+    assert await admitted(limit, 10) == 0
+
+
+async def test_reordering_or_reshaping_the_rules_of_a_span_forgets_nothing(
+    gcra: RateLimit,
+) -> None:
+    limit = gcra.limit("user:3/h | user:10/h", key="order", user="u")
+    assert await admitted(limit, 5) == 3
+    await gcra.overrides.set("order", "user:10/h | user:3/h", user="u")
+    assert await admitted(limit, 10) == 0
+    await gcra.overrides.set("order", "user:10/h | user:3/h burst 2", user="u")
+    assert await admitted(limit, 10) == 0
+
+
+async def test_a_looser_rule_of_the_span_added_beside_a_tight_burst_forgets_nothing(
+    gcra: RateLimit, clock: FakeClock
+) -> None:
+    limit = gcra.limit("user:10/h burst 2", key="tight", user="u")
+    assert await admitted(limit, 5) == 2
+    await gcra.overrides.set("tight", "user:5/h burst 20 | user:10/h burst 2", user="u")
+    assert await admitted(limit, 5) == 0  # 2 used: the burst of 2 is spent
+    clock.advance(12 * 60 + 1)  # one interval of 5/h: one hit drained at the slower rate
+    assert await admitted(limit, 5) == 1
 
 
 @pytest.mark.parametrize(

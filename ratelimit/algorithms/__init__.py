@@ -64,6 +64,7 @@ from ratelimit.algorithms.gcra import (
     gcra_rescaled,
     gcra_reset,
     gcra_settled,
+    gcra_shared_next,
 )
 from ratelimit.algorithms.sliding_log import (
     MAX_LOG_COST,
@@ -136,6 +137,7 @@ __all__ = [
     "gcra_rescaled",
     "gcra_reset",
     "gcra_settled",
+    "gcra_shared_next",
     "log_outcome",
     "named",
     "not_before",

@@ -86,7 +86,11 @@ def gcra_rescaled(rule: Rule, tat: Arrival, stored_count: int, now_us: int) -> A
     drained at the new rate). At most ten years ahead. In ``1/count`` of a microsecond
     the time ahead is the same number under every count (hits times the span); past
     2**53 it is computed in doubles, as ``gcra.lua`` does, to whole microseconds."""
-    count = rule.count
+    return rescaled_to(rule.count, tat, stored_count, now_us)
+
+
+def rescaled_to(count: int, tat: Arrival, stored_count: int, now_us: int) -> Arrival:
+    """:func:`gcra_rescaled` for a rule of ``count``."""
     us, remainder = tat
     if stored_count == count or us < now_us or (us == now_us and remainder == 0):
         return tat if stored_count == count else (0, 0)
@@ -103,13 +107,35 @@ def gcra_rescaled(rule: Rule, tat: Arrival, stored_count: int, now_us: int) -> A
     return now_us + ahead_us, ahead_remainder
 
 
+def gcra_shared_next(
+    shapes: tuple[Rule, ...], cost: float, tat: Arrival, stored_count: int, now_us: int
+) -> Arrival:
+    """The arrival time to store, under ``shapes[0]``'s count (the smallest), after
+    admitting a call of ``cost`` on an arrival time that rules of several shapes of one
+    span read (each rescaled to its own count, :func:`gcra_rescaled`): each pushes it on
+    by :func:`gcra_next`, and the one holding the most hits is kept, never less than
+    what was stored."""
+    count = shapes[0].count
+    kept = rescaled_to(count, tat, stored_count, now_us)
+    for rule in shapes:
+        own = rescaled_to(rule.count, tat, stored_count, now_us)
+        pushed = gcra_next(rule, cost, own, now_us)
+        kept = max(kept, rescaled_to(count, pushed, rule.count, now_us))
+    return kept
+
+
 EXCESS_BURSTS = 1000
 """Most a settle's excess pushes a GCRA arrival time on: this many bursts (and never more
 than ten years ahead of now). Past it, later calls wait no longer."""
 
 
 def gcra_settled(
-    rule: Rule, tat: Arrival, delta: int, now_us: int, held: Arrival = (0, 0)
+    rule: Rule,
+    tat: Arrival,
+    delta: int,
+    now_us: int,
+    held: Arrival = (0, 0),
+    stored_count: int | None = None,
 ) -> Arrival:
     """The arrival time after a settle of ``delta`` hits at ``now_us``: an excess pushes it
     on from now, past the burst's tolerance (the work was done), by at most
@@ -117,8 +143,17 @@ def gcra_settled(
     ``-delta`` intervals, but never by more than the reservation still holds (``held``,
     the arrival time it pushed the rule's to, less now: what has drained since never
     comes back) and never before now. ``gcra.lua``'s settle computes it a burst at a time,
-    each step exact in doubles."""
+    each step exact in doubles.
+
+    ``tat`` is as stored, under ``stored_count`` (``rule``'s when ``None``), and so is the
+    result: an override may have changed the rate since the reservation, and the bucket
+    keeps draining at the rate it holds now. The hits settled, and those ``held`` (under
+    ``rule``'s count) still holds, count as hits of ``stored_count`` (as a rescale carries
+    them on, :func:`gcra_rescaled`)."""
     count, span = rule.count, rule.span_ms * US_PER_MS
+    if stored_count is not None and stored_count != count:
+        held = rescaled_to(stored_count, held, count, now_us)
+        count = stored_count
     now = now_us * count
     stored = tat[0] * count + tat[1]
     if delta > 0:

@@ -18,20 +18,21 @@ PLANS = 8192
 
 
 @functools.lru_cache(maxsize=4096)
-def gcra_field(rule: Rule, apart: bool = False) -> str:
+def gcra_field(rule: Rule) -> str:
     """The name of one rule's arrival time among its identifier's: its span in ms, so that
-    rules of one span on one identifier share it whatever their count and burst, and an
-    override changing the rate carries the bucket on (the stored count rescales it,
-    :func:`~ratelimit.algorithms.gcra_rescaled`). ``apart``: a rule of a tree that has
-    another shape of the same span on the same identifier keeps its own,
-    ``span_ms/count/burst``."""
-    if not apart:
-        return str(rule.span_ms)
-    return f"{rule.span_ms}/{rule.count}/{gcra_burst(rule)}"
+    every rule of one span on one identifier reads it whatever its count, burst or place in
+    the tree, and an override changing the rate carries the bucket on (the stored count
+    rescales it, :func:`~ratelimit.algorithms.gcra_rescaled`)."""
+    return str(rule.span_ms)
 
 
 ArrivalTime = tuple[int, Rule, str]
-"""One arrival time a GCRA plan reads: (identifier index, a rule of its shape, its field)."""
+"""One arrival time a GCRA plan reads: (identifier index, the rule of its span it is stored
+under: the smallest count, then the smallest burst; its field)."""
+
+
+def _shape(rule: Rule) -> tuple[int, int]:
+    return rule.count, gcra_burst(rule)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -39,26 +40,40 @@ def arrival_slots(
     compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
 ) -> tuple[tuple[ArrivalTime, ...], tuple[int, ...]]:
     """GCRA: the arrival times one plan reads (:data:`ArrivalTime`), in order; and per leaf
-    the position of its own among them (``-1`` when its selector did not resolve). Leaves
-    of one shape (count, span, burst) on one identifier share an arrival time; the first
-    shape of each span on an identifier names it by the span (:func:`gcra_field`), any
-    other shape of that span in the tree by its own."""
-    stored: dict[tuple[int, int, int, int], int] = {}
-    spans: set[tuple[int, int]] = set()
+    the position of its own among them (``-1`` when its selector did not resolve). Every
+    leaf of one span on one identifier reads the same arrival time (:func:`gcra_field`),
+    rescaled to its own count, so that no order or shape of the rules of a span forgets
+    what was used; it is stored under the smallest count of them, which drains slowest
+    (:func:`arrival_shapes`)."""
+    positions: dict[tuple[int, int], int] = {}
     times: list[ArrivalTime] = []
     slots = []
     for rule, i in zip(compiled.rules, leaf_identifiers, strict=True):
         if i < 0:
             slots.append(-1)
             continue
-        shape = (i, rule.span_ms, rule.count, gcra_burst(rule))
-        position = stored.setdefault(shape, len(times))
+        position = positions.setdefault((i, rule.span_ms), len(times))
         if position == len(times):
-            apart = (i, rule.span_ms) in spans
-            spans.add((i, rule.span_ms))
-            times.append((i, rule, gcra_field(rule, apart)))
+            times.append((i, rule, gcra_field(rule)))
+        elif _shape(rule) < _shape(times[position][1]):
+            times[position] = (i, rule, times[position][2])
         slots.append(position)
     return tuple(times), tuple(slots)
+
+
+@functools.lru_cache(maxsize=4096)
+def arrival_shapes(
+    compiled: CompiledTree, leaf_identifiers: tuple[int, ...]
+) -> tuple[tuple[Rule, ...], ...]:
+    """GCRA: per arrival time of :func:`arrival_slots`, the shapes (count, burst) of the
+    rules that read it, one rule of each, the one it is stored under first (for
+    :func:`~ratelimit.algorithms.gcra_shared_next`)."""
+    times, slots = arrival_slots(compiled, leaf_identifiers)
+    shapes: list[dict[tuple[int, int], Rule]] = [{_shape(rule): rule} for _, rule, _ in times]
+    for rule, position in zip(compiled.rules, slots, strict=True):
+        if position >= 0:
+            shapes[position].setdefault(_shape(rule), rule)
+    return tuple(tuple(of.values()) for of in shapes)
 
 
 def window_name(identifier: Identifier, size_us: int) -> str:

@@ -21,7 +21,8 @@ from ratelimit.algorithms import (
     SLIDING_WINDOW,
     US_PER_MS,
     Arrival,
-    gcra_next,
+    gcra_rescaled,
+    gcra_shared_next,
     log_outcome,
     not_before,
     window,
@@ -29,6 +30,7 @@ from ratelimit.algorithms import (
 )
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import (
+    arrival_shapes,
     arrival_slots,
     counter_update_rate,
     limits_per_identifier,
@@ -202,16 +204,21 @@ class MemoryBackend(OverrideTables, SettleTables):
             entry = self._arrivals.get(identifier)
             entries.append(entry if entry is not None and entry.expires_us > now else Arrivals())
         times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-        stored = [entries[i].read(field, rule, now) for i, rule, field in times]
-        counts: list[Arrival] = [(0, 0) if k < 0 else stored[k] for k in slots]
+        stored = [entries[i].stored(field, rule) for i, rule, field in times]
+        counts: list[Arrival] = [
+            (0, 0) if k < 0 else gcra_rescaled(rule, *stored[k], now)
+            for rule, k in zip(plan.compiled.rules, slots, strict=True)
+        ]
         decision = evaluate(plan, now, counts)
         if plan.record:
-            for (i, rule, field), tat in zip(times, stored, strict=True):
+            shapes = arrival_shapes(plan.compiled, plan.leaf_identifiers)
+            for (i, rule, field), (tat, count), of in zip(times, stored, shapes, strict=True):
                 entry = entries[i]
                 if decision.allowed:
-                    entry.write(field, rule, gcra_next(rule, plan.identifier_cost(i), tat, now))
-                elif entry.other_count(field, rule):  # held as this rule reads it: gcra.lua
-                    entry.write(field, rule, tat)
+                    cost = plan.identifier_cost(i)
+                    entry.write(field, rule, gcra_shared_next(of, cost, tat, count, now))
+                elif count != rule.count:  # held as this rule reads it: gcra.lua
+                    entry.write(field, rule, gcra_rescaled(rule, tat, count, now))
                 else:
                     continue
                 self._arrivals[plan.identifiers[i]] = entry

@@ -7,7 +7,7 @@ from collections import deque
 from typing import Any
 
 from ratelimit import windows
-from ratelimit.algorithms import Arrival, gcra_rescaled, window
+from ratelimit.algorithms import Arrival, window
 from ratelimit.rules import Rule
 
 
@@ -69,7 +69,8 @@ class Windows:
 
 class Arrivals:
     """One identifier's GCRA arrival times (microseconds), per span (:func:`gcra_field`),
-    each with the count of the rule it was stored under, and its expiry: the latest."""
+    each with the count of the rule it was stored under (a rule of another count rescales
+    it: :func:`~ratelimit.algorithms.gcra_rescaled`), and its expiry: the latest."""
 
     __slots__ = ("expires_us", "rates", "tats")
 
@@ -78,20 +79,14 @@ class Arrivals:
         self.rates: dict[str, int] = {}
         self.expires_us = 0
 
-    def read(self, field: str, rule: Rule, now_us: int) -> Arrival:
-        """The arrival time of ``field`` as ``rule`` reads it (rescaled from the count it
-        was stored under: :func:`~ratelimit.algorithms.gcra_rescaled`)."""
-        tat = self.tats.get(field)
-        if tat is None:
-            return (0, 0)
-        return gcra_rescaled(rule, tat, self.rates.get(field, rule.count), now_us)
+    def stored(self, field: str, rule: Rule) -> tuple[Arrival, int]:
+        """The arrival time of ``field`` as stored, and the count it was stored under
+        (``(0, 0)`` and ``rule``'s when none is)."""
+        return self.tats.get(field, (0, 0)), self.rates.get(field, rule.count)
 
-    def other_count(self, field: str, rule: Rule) -> bool:
-        """Whether ``field`` was stored under a count other than ``rule``'s."""
-        return field in self.tats and self.rates.get(field, rule.count) != rule.count
-
-    def write(self, field: str, rule: Rule, tat: Arrival) -> None:
-        """Hold ``tat`` as ``field``'s arrival time, stored under ``rule``'s count."""
+    def write(self, field: str, rule: Rule, tat: Arrival, count: int | None = None) -> None:
+        """Hold ``tat`` as ``field``'s arrival time, stored under ``count`` (``rule``'s
+        when ``None``)."""
         self.tats[field] = tat
-        self.rates[field] = rule.count
+        self.rates[field] = rule.count if count is None else count
         self.expires_us = max(self.expires_us, tat[0] + 1)

@@ -99,10 +99,13 @@ class SettleTables:
             entry = self._arrivals.get(identifier)
             if entry is None or entry.expires_us <= now:
                 entry = Arrivals()
-            held = held_arrival(settlement, leaf)
-            tat = entry.read(field, rule, now)
-            entry.write(field, rule, gcra_settled(rule, tat, delta, now, held))
-            self._arrivals[identifier] = entry
+            held = held_arrival(settlement, leaf)  # under the first leaf's count
+            tat, count = entry.stored(field, rule)  # settled at the rate it holds now
+            reserved = plan.compiled.rules[leaf]
+            settled = gcra_settled(reserved, tat, delta, now, held, count)
+            if settled != tat:
+                entry.write(field, rule, settled, count)
+                self._arrivals[identifier] = entry
 
     _SETTLE: ClassVar[dict[str, Callable[[SettleTables, Settlement, int], None]]] = {
         SLIDING_LOG: _settle_logs,

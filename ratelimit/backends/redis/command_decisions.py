@@ -21,14 +21,14 @@ from ratelimit.algorithms import (
     US_PER_MS,
     Arrival,
     gcra_burst,
-    gcra_next,
     gcra_rescaled,
+    gcra_shared_next,
     not_before,
     window,
     window_index,
 )
 from ratelimit.backends.base import Clock
-from ratelimit.backends.layout import arrival_slots, limits_per_identifier
+from ratelimit.backends.layout import arrival_shapes, arrival_slots, limits_per_identifier
 from ratelimit.backends.redis import command_slots
 from ratelimit.backends.redis.keys import (
     arrival_keys,
@@ -175,32 +175,40 @@ async def decide_windows(engine: Engine, plan: Plan, may_write: bool = True) -> 
 
 
 async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) -> Decision:
-    """GCRA: the same arrival times as ``gcra.lua``, one string per (identifier, span);
-    refused, a key read under another count is written as read, as the script does."""
+    """GCRA: the same arrival times as ``gcra.lua``, one string per (identifier, span), each
+    leaf reading it rescaled to its own count; admitted, it is written as
+    :func:`~ratelimit.algorithms.gcra_shared_next` pushes it; refused, a key read under
+    another count is written as read, as the script does."""
     keys = arrival_keys(plan)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
     replies = await engine._read(functools.partial(get_each, keys))
     now = await engine._now(replies, keys[0])
-    stored = [arrival(value, rule, now) for value, (_, rule, _) in zip(replies, times, strict=True)]
-    counts: list[Arrival] = [(0, 0) if k < 0 else stored[k] for k in slots]
+    stored = [
+        stored_arrival(value, rule) for value, (_, rule, _) in zip(replies, times, strict=True)
+    ]
+    counts: list[Arrival] = [
+        (0, 0) if k < 0 else gcra_rescaled(rule, *stored[k], now)
+        for rule, k in zip(plan.compiled.rules, slots, strict=True)
+    ]
     decision = evaluate(plan, now, counts)
     if not plan.record:
         return decision
     if decision.allowed and not may_write:
         raise _cannot_record(plan)
     write = engine.client.pipeline(transaction=True)
-    for key, (i, rule, _), tat, value in zip(keys, times, stored, replies, strict=True):
+    shapes = arrival_shapes(plan.compiled, plan.leaf_identifiers)
+    for key, (i, rule, _), (tat, count), of in zip(keys, times, stored, shapes, strict=True):
         if decision.allowed:
-            pushed = gcra_next(rule, plan.identifier_cost(i), tat, now)
-        elif may_write and stored_count(value, rule) != rule.count:
-            pushed = tat  # held as this rule reads it from now on, as gcra.lua does
+            pushed = gcra_shared_next(of, plan.identifier_cost(i), tat, count, now)
+        elif may_write and count != rule.count:
+            pushed = gcra_rescaled(rule, tat, count, now)  # held as this rule reads it
         else:
             continue
         keep = max(pushed[0] - now + 1, 1)
         if engine.clock is not None:  # Redis expires on real time, not on this clock
             tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
             keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
-        write.set(key, arrival_text(pushed, rule), px=math.ceil(keep / 1000))
+        write.set(key, arrival_text(pushed, rule.count), px=math.ceil(keep / 1000))
     if len(write):
         await write.execute()
     return decision
@@ -229,30 +237,20 @@ def get_each(keys: Sequence[str], read: Any) -> None:
         read.get(key)
 
 
-def arrival(stored: bytes | str | None, rule: Rule, now_us: int) -> Arrival:
-    """A stored arrival time, ``us:rem:count`` (``gcra.lua`` writes the same), as ``rule``
-    reads it at ``now_us`` (rescaled from the count it was stored under)."""
+def stored_arrival(stored: bytes | str | None, rule: Rule) -> tuple[Arrival, int]:
+    """A stored arrival time as stored, and the count it was stored under (``(0, 0)`` and
+    ``rule``'s count when none is)."""
     if stored is None:
-        return (0, 0)
+        return (0, 0), rule.count
     text = stored.decode() if isinstance(stored, bytes) else stored
     us, _, rest = text.partition(":")
     remainder, _, count = rest.partition(":")
-    tat = (int(us), int(remainder or 0))
-    return gcra_rescaled(rule, tat, int(count or rule.count), now_us)
+    return (int(us), int(remainder or 0)), int(count or rule.count)
 
 
-def stored_count(stored: bytes | str | None, rule: Rule) -> int:
-    """The count a stored arrival time was stored under (``rule``'s when none is)."""
-    if stored is None:
-        return rule.count
-    text = stored.decode() if isinstance(stored, bytes) else stored
-    count = text.split(":")[2:3]
-    return int(count[0]) if count and count[0] else rule.count
-
-
-def arrival_text(arrival: Arrival, rule: Rule) -> str:
-    """What ``gcra.lua`` writes: ``us:rem:count``, ``count`` ``rule``'s."""
-    return f"{arrival[0]}:{arrival[1]}:{rule.count}"
+def arrival_text(arrival: Arrival, count: int) -> str:
+    """What ``gcra.lua`` writes: ``us:rem:count``, ``count`` the one it is stored under."""
+    return f"{arrival[0]}:{arrival[1]}:{count}"
 
 
 def _cannot_record(plan: Plan) -> BackendError:

@@ -29,9 +29,9 @@ from ratelimit.backends.layout import arrival_slots, limits_per_identifier, rese
 from ratelimit.backends.redis.command_decisions import (
     INJECTED_CLOCK_KEEP_US,
     Engine,
-    arrival,
     arrival_text,
     get_each,
+    stored_arrival,
 )
 from ratelimit.backends.redis.keys import (
     arrival_keys,
@@ -154,15 +154,17 @@ async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
         delta = int(settlement.deltas[leaf])
         if delta < 0 and reset_since(resets[position], settlement.at_us):
             continue  # reserved before a reset, which forgot it
-        tat = arrival(stored, rule, now)
-        settled = gcra_settled(rule, tat, delta, now, held_arrival(settlement, leaf))
+        tat, count = stored_arrival(stored, rule)  # settled at the rate it holds now
+        held = held_arrival(settlement, leaf)  # under the first leaf's count
+        reserved = plan.compiled.rules[leaf]
+        settled = gcra_settled(reserved, tat, delta, now, held, count)
         if delta == 0 or settled == tat:
             continue
         keep = settled[0] - now + 1
         if engine.clock is not None:  # Redis expires on real time, not on this clock
-            tolerance_us = gcra_burst(rule) * rule.span_ms * US_PER_MS // rule.count
+            tolerance_us = gcra_burst(reserved) * rule.span_ms * US_PER_MS // count
             keep = max(keep, tolerance_us + 1, INJECTED_CLOCK_KEEP_US)
-        write.set(key, arrival_text(settled, rule), px=math.ceil(keep / 1000))
+        write.set(key, arrival_text(settled, count), px=math.ceil(keep / 1000))
     await write.execute()
 
 

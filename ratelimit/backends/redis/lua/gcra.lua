@@ -16,15 +16,19 @@
 -- ARGV[6]   per leaf, space-separated: its burst (how many hits may come at once).
 --
 -- Returns   {allowed (1/0), now, us_1, rem_1, ..., us_L, rem_L}: per leaf the arrival time
---           read (0 0 when none). A leaf is limited when max(arrival, now) + cost * span /
---           count runs more than burst * span / count ahead of now. When allowed, every key
+--           read (0 0 when none), rescaled to its count: every leaf of one span on one
+--           identifier reads one key (layout.arrival_slots). A leaf is limited when
+--           max(arrival, now) + cost * span / count runs more than burst * span / count
+--           ahead of now. When allowed, every key
 --           gets that pushed arrival time (at most the burst's tolerance ahead of now, unless
 --           a settle's excess already put it further: it never moves back) and
 --           expires when it has passed, when the bucket is full again. With an injected
 --           clock (tests) Redis's expiry runs on another clock than the decisions, so a key
 --           is kept for an hour or its rule's tolerance instead, whichever is longer.
+--           A key read by leaves of several counts keeps the push holding the most hits,
+--           stored under the smallest count (algorithms.gcra_shared_next).
 --           When refused (and recording), a key read under another count (an override
---           changed the rate: _gcra.lua) is written as read, under this rule's count.
+--           changed the rate: _gcra.lua) is written as read, under that count.
 --
 -- Every quantity is a whole number below 2**53 (settings.check_gcra_rule), so Lua's doubles
 -- compute it exactly. Runs after _now.lua, _tree.lua and _gcra.lua, which script_engine.py
@@ -35,8 +39,9 @@ local bursts = numbers(ARGV[6], '%d+')
 local leaves = tree[1]
 local limited = {}
 local result = {0, now}  -- whole numbers below 2**53: exact integer replies
-local writes = {}  -- per key: {us, rem, ms to keep, count}
-local rescaled = {}  -- per key read under another count: {us, rem, ms to keep, count}
+-- per key: {us, rem, count as stored; the count it is stored under (its leaves' smallest,
+-- then of the smallest burst), that leaf's tolerance in us; per leaf: {us, rem, count}}
+local keys = {}
 
 for i = 0, leaves - 1 do
   local k = slots[i + 1]
@@ -45,12 +50,20 @@ for i = 0, leaves - 1 do
   if k > 0 then
     local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
     local cost = cost_of(k)
-    local other
-    us, rem, other = read_arrival(KEYS[k], count)
+    local key = keys[k]
+    if not key then
+      local s_us, s_rem, was = read_stored(KEYS[k], count)
+      key = {s_us, s_rem, was, count, burst, 0, {}}
+      keys[k] = key
+    end
+    us, rem = rescale(key[1], key[2], key[3], count)
     -- the interval span / count is q + r / count; the tolerance burst intervals
     local q, r = math.floor(span / count), span % count
     local tol = burst * r
     local tol_us, tol_rem = burst * q + math.floor(tol / count), tol % count
+    if count < key[4] or (count == key[4] and burst <= key[5]) then
+      key[4], key[5], key[6] = count, burst, tol_us
+    end
     local start_us, start_rem = us, rem
     if us < now or (us == now and rem == 0) then start_us, start_rem = now, 0 end
     local pushed = start_rem + cost * r
@@ -62,25 +75,29 @@ for i = 0, leaves - 1 do
       -- nor forgives a debt a settle's excess left past the tolerance
       if us > new_us or (us == new_us and rem > new_rem) then new_us, new_rem = us, rem end
     end
-    local keep = new_us - now + 1
-    if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end
-    writes[k] = {new_us, new_rem, math.ceil(keep / 1000), count}
-    if other then
-      keep = math.max(us - now + 1, 1)
-      if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end
-      rescaled[k] = {us, rem, math.ceil(keep / 1000), count}
-    end
+    local pushes = key[7]
+    pushes[#pushes + 1] = {new_us, new_rem, count}
   end
   result[#result + 1] = us
   result[#result + 1] = rem
 end
 
+-- what a key is written: `us`, `rem` under its count, kept until it has passed (with an
+-- injected clock, an hour or its rule's tolerance at least)
+local function write(k, key, us, rem)
+  local keep = math.max(us - now + 1, 1)
+  if ARGV[1] ~= '' then keep = math.max(keep, key[6] + 1, 3600000000) end
+  redis.call('SET', KEYS[k], arrival_text(us, rem, key[4]), 'PX', math.ceil(keep / 1000))
+end
+
 if tree_limited(limited) then
-  -- refused: a bucket read under another count (an override) is held as this rule reads
-  -- it from now on, so that it drains at this rule's rate
+  -- refused: a bucket read under another count (an override) is held as its rules read
+  -- it from now on, so that it drains at their rate
   if ARGV[5] ~= '0' then
-    for k, new in pairs(rescaled) do
-      redis.call('SET', KEYS[k], arrival_text(new[1], new[2], new[4]), 'PX', new[3])
+    for k, key in pairs(keys) do
+      if key[3] ~= key[4] then
+        write(k, key, rescale(key[1], key[2], key[3], key[4]))
+      end
     end
   end
   return result
@@ -88,7 +105,13 @@ end
 
 result[1] = 1
 if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
-for k, new in pairs(writes) do
-  redis.call('SET', KEYS[k], arrival_text(new[1], new[2], new[4]), 'PX', new[3])
+for k, key in pairs(keys) do
+  -- the push that holds the most hits, under the key's count; never less than was stored
+  local us, rem = rescale(key[1], key[2], key[3], key[4])
+  for _, push in ipairs(key[7]) do
+    local p_us, p_rem = rescale(push[1], push[2], push[3], key[4])
+    if p_us > us or (p_us == us and p_rem > rem) then us, rem = p_us, p_rem end
+  end
+  write(k, key, us, rem)
 end
 return result

@@ -8,7 +8,8 @@
 -- ARGV[3]   per leaf, its key's index in KEYS, or 0 (the rule did not apply).
 -- ARGV[4]   per leaf, space-separated: whole hits to record now (an excess, above 0) or to
 --           take back (a refund, below 0: at most what the reservation moved the arrival
---           time, which the client computed); leaves on one key carry the same.
+--           time, which the client computed); the first leaf on a key settles it (leaves
+--           of several counts of one span share a key: layout.arrival_slots).
 -- ARGV[5]   the reservation's time (unused here: a refund is bounded by now).
 -- ARGV[6]   per leaf, space-separated: its burst.
 -- ARGV[7]   per leaf, space-separated: "us rem", the arrival time the reservation pushed
@@ -19,7 +20,10 @@
 -- ahead; a refund pulls it back, never by more than the reservation still holds (its
 -- arrival time less now: what has drained never comes back) and never before now, and
 -- not at all when the identifier was reset since the reservation (its mark >= ARGV[5]).
--- Returns {now}.
+-- The key is settled at the count it is stored under now (an override may have changed
+-- the rate since the reservation, _gcra.lua): the hits settled, and what the reservation
+-- still holds, count as hits of that count, and it is written back under it (never under
+-- the reservation's, which would drain it at the old rate). Returns {now}.
 --
 -- Runs after _now.lua, _tree.lua and _gcra.lua, which script_engine.py joins in front.
 
@@ -31,16 +35,19 @@ local marks, at = #KEYS / 2, tonumber(ARGV[5])
 local done = {}
 for i = 0, tree[1] - 1 do
   local k, d = slots[i + 1], costs[i + 1]
-  if k > 0 and d < 0 and not done[k] then
+  local first = k > 0 and not done[k]  -- the first leaf on a key settles it
+  if first then done[k] = true end
+  if first and d < 0 then
     local reset = redis.call('GET', KEYS[marks + k])
     if reset and tonumber(reset) >= at then d = 0 end  -- reserved before a reset: forgotten
   end
-  if k > 0 and d ~= 0 and not done[k] then
-    done[k] = true
-    local count, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
-    local us, rem = read_arrival(KEYS[k], count)
+  if first and d ~= 0 then
+    local reserved, span, burst = tree[2 + 2 * i], tree[3 + 2 * i], bursts[i + 1]
+    -- settled at the rate the key holds now (an override may have changed it since the
+    -- reservation): hits, and what the reservation still holds, in its count
+    local us, rem, count = read_stored(KEYS[k], reserved)
     local q, r = math.floor(span / count), span % count  -- the interval: q + r / count
-    local h_us, h_rem = held[2 * i + 1] or 0, held[2 * i + 2] or 0
+    local h_us, h_rem = rescale(held[2 * i + 1] or 0, held[2 * i + 2] or 0, reserved, count)
     local write = true
     if d > 0 then
       if us < now or (us == now and rem == 0) then us, rem = now, 0 end
