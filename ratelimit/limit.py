@@ -239,7 +239,7 @@ class Limit:
         call, override = await self._call(key, site)
         decision = await decider.decide(call, True, shadow, override=override)
         if not decision.allowed and not decision.shadow:
-            if not self._wait:
+            if not self._wait or isinstance(override, Rule):  # lowered: waiting never helps
                 raise RateLimitExceeded(decision)
             decision = await admitted(
                 lambda: decider.decide(call, True, shadow, override=override),
@@ -286,6 +286,8 @@ class Limit:
         :meth:`decide`."""
         seconds = self._wait if wait is None else wait_seconds(wait)
         call, override = await self._call(self._own_key(), None, cost)
+        if isinstance(override, Rule):  # lowered below the cost: waiting never helps
+            seconds = 0.0
         return await admitted(
             lambda: self._decider.decide(call, True, self._shadow, override=override), seconds
         )

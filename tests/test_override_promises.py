@@ -102,6 +102,28 @@ async def test_a_per_call_cost_above_an_override_is_refused(
     assert refused.override
 
 
+async def test_waiting_under_an_override_below_the_cost_refuses_at_once(
+    make: Maker, clock: FakeClock
+) -> None:
+    """``wait=True`` slept the refusing rule's whole span (an hour) before asking again,
+    though waiting can never admit such a call: it raises at once."""
+    rl = make(clock)
+    limit = rl.limit("user:100/h", key="w", user="u", cost=5, wait=True)
+    await rl.overrides.set("w", "user:2/h", user="u")
+
+    @rl.limit("user:100/h", key="w", cost=5, wait=True)
+    async def work(user: str) -> None:
+        return None
+
+    with pytest.raises(RateLimitExceeded):
+        await asyncio.wait_for(work("u"), 5)
+    with pytest.raises(RateLimitExceeded):
+        await asyncio.wait_for(limit.acquire(), 5)
+    with pytest.raises(RateLimitExceeded):
+        async with asyncio.timeout(5), limit:
+            pass
+
+
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 async def test_a_rule_of_an_override_below_a_calls_cost_refuses_it_under_and_too(
     make: Maker, clock: FakeClock, algorithm: str
