@@ -70,7 +70,7 @@ from ratelimit.wsgi.environ import scope_of
 from ratelimit.wsgi.middleware import DECISIONS
 from ratelimit.wsgi.middleware import RateLimitMiddleware as WSGIMiddleware
 from ratelimit.wsgi.response import as_text
-from ratelimit.wsgi.views import ViewLimit, captured, no_application
+from ratelimit.wsgi.views import ViewLimit, captured, check_limiter, no_application
 
 __all__ = [
     "RateLimitMiddleware",
@@ -306,7 +306,10 @@ def limit(
         if _is_async(view):
 
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                decision = await sync_to_async(decided)(request, view)
+                # Django's one sync thread only where request.user is read (the ORM's);
+                # otherwise decisions of concurrent requests need not wait for each other.
+                decide = sync_to_async(decided, thread_sensitive=view_limit.needs_user)
+                decision = await decide(request, view)
                 if isinstance(decision, HttpResponseBase):
                     return decision
                 request.ratelimit = decision
@@ -335,10 +338,7 @@ def _config_for(limiter: object, where: str) -> Config:
     and no ``settings.RATELIMIT``, the defaults (no trusted proxies, the headers on)."""
     if limiter is None or getattr(settings, "RATELIMIT", None) is not None:
         return configured()
-    if not isinstance(limiter, RateLimit):
-        raise TypeError(
-            f"{where}: limiter must be a ratelimit.sync.RateLimit, not {type(limiter).__name__}"
-        )
+    check_limiter(limiter, where)
     return Config({"limiter": limiter})
 
 

@@ -5,6 +5,7 @@ view in a loop of its own) and its ASGI one; with URL patterns of this module.""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -17,7 +18,10 @@ from django.urls import path
 from django.utils.decorators import method_decorator
 from django.views import View
 
+from ratelimit import Decision, MemoryBackend
 from ratelimit.django import header, limit
+from ratelimit.plan import Plan
+from ratelimit.sync import RateLimit as SyncRateLimit
 from tests import django_project  # configures Django first  # noqa: F401
 from tests.test_django import client
 from tests.test_wsgi import sf_list
@@ -108,3 +112,42 @@ def test_the_decorated_views_stay_what_they_were() -> None:
     assert iscoroutinefunction(marked)
     assert iscoroutinefunction(function)
     assert function.__name__ == "function"
+
+
+class Meeting(MemoryBackend):
+    """A store whose decisions wait (up to 10 s) until two are under way at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = 0
+        self.met: asyncio.Event | None = None
+
+    async def decide(self, plan: Plan) -> Decision:
+        self.met = self.met or asyncio.Event()
+        self.entered += 1
+        if self.entered >= 2:
+            self.met.set()
+        await asyncio.wait_for(self.met.wait(), 10)
+        return await super().decide(plan)
+
+
+meeting = SyncRateLimit(Meeting())
+
+
+@limit("caller:5/m", caller=header("X-Caller"), limiter=meeting)
+async def met(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(b"degraded" if request.ratelimit.degraded else b"decided")
+
+
+class MeetingUrls:
+    urlpatterns: ClassVar[list[Any]] = [path("met", met)]
+
+
+async def test_decisions_of_concurrent_async_requests_do_not_queue_behind_each_other() -> None:
+    """Decisions of async views ran one at a time in Django's one sync thread: a store
+    that answers two calls together (here: only once both are under way) was answered
+    degraded after its 10 s. Only a limit reading ``request.user`` needs that thread."""
+    with override_settings(ROOT_URLCONF=MeetingUrls, MIDDLEWARE=[]):
+        http = AsyncClient()
+        answers = await asyncio.gather(*(http.get("/met", headers=caller()) for _ in range(2)))
+    assert [a.content for a in answers] == [b"decided", b"decided"]

@@ -47,16 +47,7 @@ class ViewLimit:
         sources: dict[str, Any],
         where: str,
     ) -> None:
-        if not isinstance(limiter, RateLimit):
-            hint = (
-                " (the async ratelimit.RateLimit is for async code: ratelimit.asgi)"
-                if isinstance(limiter, AsyncRateLimit)
-                else ""
-            )
-            raise TypeError(
-                f"{where}: limiter must be a ratelimit.sync.RateLimit, not "
-                f"{type(limiter).__name__}{hint}"
-            )
+        check_limiter(limiter, where)
         self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True)
         self.limit.check(limiter.limiter)
         self.limiter = limiter
@@ -129,3 +120,18 @@ def captured(
             close()
     status, headers = started[0]
     return int(status.split(None, 1)[0]), headers, b"".join(written)
+
+
+def check_limiter(limiter: object, where: str) -> None:
+    """Raise ``TypeError`` unless ``limiter`` is a :class:`ratelimit.sync.RateLimit` (the one
+    a view limit of threaded code takes), saying so, and naming the async one if given."""
+    if not isinstance(limiter, RateLimit):
+        hint = (
+            " (the async ratelimit.RateLimit is for async code: ratelimit.asgi)"
+            if isinstance(limiter, AsyncRateLimit)
+            else ""
+        )
+        raise TypeError(
+            f"{where}: limiter must be a ratelimit.sync.RateLimit, not "
+            f"{type(limiter).__name__}{hint}"
+        )
