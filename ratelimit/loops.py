@@ -25,6 +25,9 @@ def abort_transport(transport: Any, loop: asyncio.AbstractEventLoop) -> None:
         return
     with contextlib.suppress(RuntimeError):  # raised once the loop is closed
         transport.abort()  # marks it closing; an idle loop finishes the close later
+    inner = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
+    if inner is not None:  # TLS: the socket is its carrier's
+        abort_transport(inner, loop)
     if loop.is_closed():  # its selector is gone: close the socket itself
         sock = getattr(transport, "_sock", None)
         if sock is not None:

@@ -6,15 +6,23 @@ These tests are plain functions that start their own loops, as an application do
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
+import ssl
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from ratelimit import EventLoopError, MemoryBackend, RateLimit
+from ratelimit.loops import abort_transport
+from tests.test_service_tls import Authority
 
 pytestmark = pytest.mark.redis
 
@@ -294,3 +302,36 @@ def test_two_loops_running_at_once_on_postgres_are_refused(postgres_url: str) ->
     finally:
         release.set()
         thread.join(10)
+
+
+def test_a_tls_connection_of_a_closed_loop_is_closed_outside_it(tmp_path: Path) -> None:
+    """A connection left by an ended loop is closed by :func:`abort_transport` (a limiter
+    moving to another loop, a PostgreSQL pool forgotten): over TLS its socket stayed open,
+    the TLS transport having none of its own."""
+    ca = Authority(tmp_path, "ca")
+    names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    leaf = ca.issue("server", ExtendedKeyUsageOID.SERVER_AUTH, names)
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(leaf.cert, leaf.key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[ssl.SSLSocket] = []
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        accepted.append(serving.wrap_socket(connection, server_side=True))
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    loop = asyncio.new_event_loop()
+    opened = asyncio.open_connection(
+        *listener.getsockname(), ssl=ssl.create_default_context(cafile=str(ca.pem))
+    )
+    _, writer = loop.run_until_complete(asyncio.wait_for(opened, 10))
+    raw = writer.transport.get_extra_info("socket")
+    assert raw.fileno() >= 0
+    loop.close()  # the loop ended with the connection open
+    abort_transport(writer.transport, loop)
+    assert raw.fileno() == -1
+    server.join(10)
+    for each in (*accepted, listener):
+        each.close()
