@@ -105,6 +105,7 @@ class RedisLock:
         self._yield = False  # this process just gave it back: let other processes in
         self._setting: asyncio.Task[Setting] | None = None
         self._unanswered = 0  # tries a caller gave up on, Redis not answering in time
+        self._given_up: asyncio.Task[Setting] | None = None  # the last of them
         self._waking: asyncio.Task[bool] | None = None
         self._heeding: asyncio.Future[Any] | None = None  # what the first caller awaits
         self._seen: tuple[int, float] | None = None  # (holder's ttl left in ms, when seen)
@@ -172,8 +173,8 @@ class RedisLock:
         """One ``SET NX`` within ``round_trip_timeout``: the try in flight if a caller
         that left started one, else a new one.
 
-        A caller that gave up on the try in flight while this one waited in line saw
-        Redis not answer: this one fails at once too (``TimeoutError``, an outage the
+        A caller that gave up on this very try while this one waited in line saw Redis
+        not answer it: this one fails at once too (``TimeoutError``, an outage the
         failure policy answers) rather than wait a deadline of its own behind it, so that
         the callers of one key behind a paused Redis are all answered within theirs."""
         attempt = self._setting
@@ -181,13 +182,14 @@ class RedisLock:
             attempt = self._spawn(self._set(secrets.token_hex(16)))
             self._setting = attempt
             attempt.add_done_callback(self._set_done)
-        elif self._unanswered != unanswered:
+        elif attempt is self._given_up and self._unanswered != unanswered:
             raise TimeoutError
         try:
             token, taken, ttl_left = await self._heed(attempt, self.round_trip_timeout)
         except TimeoutError:
             if not attempt.done():
                 self._unanswered += 1
+                self._given_up = attempt
             raise
         self._seen = (ttl_left, asyncio.get_running_loop().time())
         return token, taken
@@ -237,6 +239,8 @@ class RedisLock:
     def _set_done(self, attempt: asyncio.Task[Setting]) -> None:
         if self._setting is attempt:
             self._setting = None
+        if self._given_up is attempt:
+            self._given_up = None
         if self._heeding is not attempt:
             self._left_behind(attempt)
 
