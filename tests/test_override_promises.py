@@ -5,11 +5,13 @@ cost refuses it, and announcing the keys a process limits never blocks reading t
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 
 from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
+from ratelimit.backends.base import ANNOUNCED_FOR
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.redis.overrides import overrides_key
 from ratelimit.overrides import (
@@ -271,11 +273,16 @@ async def test_announced_keys_are_pruned_once_old(make: Maker, clock: FakeClock)
     storage: Any = app.storage
     await _plant(storage, app.namespace, "stale", "1000.5")  # announced in 1970
     await _plant(storage, app.namespace, "undated", "")  # by a version that kept no time
+    now = clock() if isinstance(storage, MemoryBackend) else time.time()  # the store's
+    await _plant(storage, app.namespace, "kept", str(now - ANNOUNCED_FOR + 3600))
+    await _plant(storage, app.namespace, "gone", str(now - ANNOUNCED_FOR - 3600))
     assert await operator.overrides.known("stale")
     await operator.overrides.set("other", "5/m")  # a process's first write prunes
     assert not await operator.overrides.known("stale")
     assert not await operator.overrides.known("undated")
     assert await operator.overrides.known("fresh")
+    assert await operator.overrides.known("kept")  # ANNOUNCED_FOR, as every store reads it
+    assert not await operator.overrides.known("gone")
 
 
 async def test_a_process_announces_its_keys_again_every_day(clock: FakeClock) -> None:

@@ -142,7 +142,19 @@ class SettleStore(Protocol):
 
 ANNOUNCED_FOR = 7 * 86_400
 """Seconds an announced key stays in a store's table without being announced again (a
-process announces each of its keys again every day): pruned with expired overrides."""
+process announces each of its keys again every day): pruned with expired overrides. Three
+places must agree: this, :func:`announced_before` (memory, Redis) and ``schema.sql``'s
+``ratelimit_override_prune`` (604800); ``tests/test_override_promises.py``'s pruning test
+holds them together on every store."""
+
+
+def announced_before(announced: str, horizon: float) -> bool:
+    """Whether an announcement's record (its seconds by the store's clock; empty where an
+    older version kept none) is older than ``horizon``: an undated one is."""
+    try:
+        return float(announced) <= horizon
+    except ValueError:
+        return True
 
 
 def stamped(record: str, version: int) -> str:

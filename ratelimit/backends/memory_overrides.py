@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from ratelimit.backends.base import ANNOUNCED_FOR, stamped
+from ratelimit.backends.base import ANNOUNCED_FOR, announced_before, stamped
 from ratelimit.errors import LimiterClosedError
 
 _ANNOUNCED = "key:"
@@ -66,15 +66,6 @@ class OverrideTables:
             version[0] += 1
         horizon = (self.clock or time.time)() - ANNOUNCED_FOR
         for identity in [i for i, at in table.items() if i.startswith(_ANNOUNCED)]:
-            if _older(table[identity], horizon):
+            if announced_before(table[identity], horizon):
                 del table[identity]
         return len(expired)
-
-
-def _older(announced: str, horizon: float) -> bool:
-    """Whether an announcement's record (its seconds; empty before they were kept) is older
-    than ``horizon``."""
-    try:
-        return float(announced) <= horizon
-    except ValueError:
-        return True

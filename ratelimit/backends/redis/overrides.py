@@ -21,7 +21,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ratelimit.backends.base import ANNOUNCED_FOR, stamped
+from ratelimit.backends.base import ANNOUNCED_FOR, announced_before, stamped
 from ratelimit.backends.naming import PREFIX, encode_part
 from ratelimit.backends.redis.compat import WatchError
 from ratelimit.backends.redis.errors import replied
@@ -172,7 +172,7 @@ class RedisOverrides:
             stale = [
                 field
                 for field, record in stored.items()
-                if _text(field).startswith(ANNOUNCED) and _older(_text(record), horizon)
+                if _text(field).startswith(ANNOUNCED) and announced_before(_text(record), horizon)
             ]
             if not expired and not stale:
                 await pipe.unwatch()
@@ -186,15 +186,6 @@ class RedisOverrides:
             except WatchError:  # written meanwhile: left for the next prune
                 return 0
         return len(expired)
-
-
-def _older(announced: str, horizon: float) -> bool:
-    """Whether an announcement (its seconds; empty before they were kept) is older than
-    ``horizon``."""
-    try:
-        return float(announced) <= horizon
-    except ValueError:
-        return True
 
 
 def _expired(record: str, now: float) -> bool:
