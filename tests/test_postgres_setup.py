@@ -259,3 +259,25 @@ async def test_a_database_that_never_answers_holds_calls_up_once() -> None:
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_later_generation_of_the_schema_is_left_as_it_is(postgres_url: str) -> None:
+    """A process of an older version starting during a rolling deploy put its own schema
+    back over a newer one (its mark differed), undoing what the newer processes rely on."""
+    async with fresh_database(postgres_url) as url:
+        rl = RateLimit.from_url(url, "gen", algorithm="sliding-window")
+        assert "created" in await rl.setup()
+        await rl.aclose()
+        later = "ratelimit schema 0123456789ab generation 999"
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute(f"COMMENT ON TABLE ratelimit_counters IS '{later}'")
+            older = RateLimit.from_url(url, "gen", algorithm="sliding-window")
+            said = await older.setup()
+            await older.aclose()
+            assert "a later schema is in place" in said
+            assert "upgrade this process" in said
+            mark = "SELECT obj_description('ratelimit_counters'::regclass, 'pg_class')"
+            assert await connection.fetchval(mark) == later
+        finally:
+            await connection.close()

@@ -4,9 +4,11 @@ already, so a role that may not run DDL works against a database prepared ahead
 (``ratelimit migrate``, ``await rl.setup()``).
 
 The table carries a mark, ``COMMENT ON TABLE ratelimit_counters``, naming the version of the
-schema (a digest of ``schema.sql``) that was last put in place: a database whose table
-carries this version's mark and holds every function needs nothing; otherwise the whole
-schema runs again (every statement of it can), then the mark is set.
+schema (a digest of ``schema.sql``) that was last put in place, and its generation: a
+database whose table carries this version's mark and holds every function needs nothing;
+one whose mark names a later generation is left as it is (a process of an older version
+starting during a rolling deploy never puts its schema back over a newer one); otherwise
+the whole schema runs again (every statement of it can), then the mark is set.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ SCHEMA_LOCK = 7_419_001
 """The advisory lock that serialises putting the schema in place across processes."""
 TABLE = "ratelimit_counters"
 VERSION = hashlib.sha256(SCHEMA.encode()).hexdigest()[:12]
-MARK = f"ratelimit schema {VERSION}"
+GENERATION = 2
+"""Raised with each change of ``schema.sql`` that an older version must not undo (2: the
+overrides' version, reset marks and the settles that read them)."""
+MARK = f"ratelimit schema {VERSION} generation {GENERATION}"
+_GENERATION = re.compile(r"^ratelimit schema \w+ generation (\d+)$")
 FUNCTIONS = tuple(dict.fromkeys(re.findall(r"CREATE OR REPLACE FUNCTION (\w+)", SCHEMA)))
 
 _IN_PLACE = f"""
 SELECT to_regclass('{TABLE}') IS NOT NULL,
+       obj_description(to_regclass('{TABLE}'), 'pg_class'),
        coalesce(obj_description(to_regclass('{TABLE}'), 'pg_class') = $1, false)
        AND (SELECT count(DISTINCT proname) FROM pg_proc
             WHERE proname = ANY($2::text[]) AND pg_function_is_visible(oid)) = $3
@@ -38,10 +45,18 @@ async def put_in_place(connection: Any) -> str:
     one transaction under :data:`SCHEMA_LOCK`; returns what was done, in words."""
     async with connection.transaction():
         await connection.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
-        table, current = await connection.fetchrow(_IN_PLACE, MARK, list(FUNCTIONS), len(FUNCTIONS))
+        table, mark, current = await connection.fetchrow(
+            _IN_PLACE, MARK, list(FUNCTIONS), len(FUNCTIONS)
+        )
         what = f"table {TABLE} and its {len(FUNCTIONS)} functions (schema {VERSION})"
         if current:
             return f"{what} were in place: nothing to do"
+        later = _GENERATION.match(mark or "")
+        if later is not None and int(later.group(1)) > GENERATION:
+            return (
+                f"a later schema is in place ({mark!r}, this version's is generation "
+                f"{GENERATION}): left as it is; upgrade this process"
+            )
         await connection.execute(SCHEMA)
         await connection.execute(f"COMMENT ON TABLE {TABLE} IS '{MARK}'")
         return f"{'updated' if table else 'created'} {what}"
