@@ -168,6 +168,38 @@ STORES = [
 :func:`store_backend` (and :func:`supporting` where an algorithm is not on every store)."""
 
 
+Maker = Callable[[str], RateLimit]
+
+
+@pytest.fixture(params=STORES)
+async def make_limiter(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[Maker]:
+    """``make_limiter(algorithm)``: a limiter of a namespace of its own on the parametrized
+    store (:data:`STORES`), driven by the fake clock; the test is skipped where the store
+    does not decide ``algorithm``."""
+    made: list[RateLimit] = []
+
+    def factory(algorithm: str) -> RateLimit:
+        backend = supporting(store_backend(request, request.param, clock), algorithm)
+        limiter = RateLimit(backend, f"promise-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
+        made.append(limiter)
+        return limiter
+
+    yield factory
+    for limiter in made:
+        await limiter.aclose()
+
+
+@pytest.fixture
+def gcra(make_limiter: Maker) -> RateLimit:
+    """A GCRA limiter on the parametrized store (:func:`make_limiter`)."""
+    return make_limiter("gcra")
+
+
+async def admitted(limit: Any, calls: int, cost: int = 1) -> int:
+    """How many of ``calls`` decisions of ``cost`` each ``limit`` admits."""
+    return sum([(await limit.decide(cost=cost)).allowed for _ in range(calls)])
+
+
 BACKENDS = [
     *STORES[:-1],  # all but PostgreSQL, which decides not every algorithm
     pytest.param("valkey-client", marks=pytest.mark.redis),

@@ -5,34 +5,17 @@ a real server)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
-
 import fakeredis
 import pytest
 
 from ratelimit import RateLimit, Rule
 from ratelimit.algorithms import gcra_rescaled
 from ratelimit.backends.redis.scripts import lua
-from tests.conftest import STORES, FakeClock, store_backend, supporting
+from tests.conftest import FakeClock, admitted
 
 pytestmark = pytest.mark.timeout(60)
 
 HOUR_US = 3_600_000_000
-
-
-@pytest.fixture(params=STORES)
-async def gcra(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[RateLimit]:
-    """A GCRA limiter of a namespace of its own on the parametrized store."""
-    backend = supporting(store_backend(request, request.param, clock), "gcra")
-    limiter = RateLimit(backend, f"gcra-ov-{uuid.uuid4().hex[:8]}", algorithm="gcra")
-    yield limiter
-    await limiter.aclose()
-
-
-async def admitted(limit: Any, calls: int) -> int:
-    return sum([(await limit.decide()).allowed for _ in range(calls)])
 
 
 async def test_raising_a_gcra_rate_leaves_what_was_used_counted(gcra: RateLimit) -> None:

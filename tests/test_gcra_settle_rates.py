@@ -5,30 +5,13 @@ store (memory, both Redis engines on fakeredis and a real server)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
-
 import pytest
 
 from ratelimit import RateLimit, Rule
 from ratelimit.algorithms import gcra_settled
-from tests.conftest import STORES, FakeClock, store_backend, supporting
+from tests.conftest import FakeClock, admitted
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=STORES)
-async def gcra(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[RateLimit]:
-    """A GCRA limiter of a namespace of its own on the parametrized store."""
-    backend = supporting(store_backend(request, request.param, clock), "gcra")
-    limiter = RateLimit(backend, f"gcra-settle-{uuid.uuid4().hex[:8]}", algorithm="gcra")
-    yield limiter
-    await limiter.aclose()
-
-
-async def admitted(limit: Any, calls: int, cost: int = 1) -> int:
-    return sum([(await limit.decide(cost=cost)).allowed for _ in range(calls)])
 
 
 async def test_a_refund_after_the_rate_was_lowered_keeps_the_lower_rate(

@@ -6,49 +6,22 @@ close in time the reset follows the reservation (the same microsecond, on the sl
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 
 from ratelimit import RateLimit
-from tests.conftest import STORES, FakeClock, store_backend, supporting
+from tests.conftest import STORES, FakeClock, Maker, admitted, store_backend
 
 pytestmark = pytest.mark.timeout(60)
-
-Maker = Callable[[str], RateLimit]
-
-
-@pytest.fixture(params=STORES)
-async def make(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[Maker]:
-    """``make(algorithm)``: a limiter of a namespace of its own on the parametrized store,
-    driven by the fake clock (skipped where the store does not decide ``algorithm``)."""
-    kind: str = request.param
-    made: list[RateLimit] = []
-
-    def factory(algorithm: str) -> RateLimit:
-        backend = supporting(store_backend(request, kind, clock), algorithm)
-        limiter = RateLimit(backend, f"marks-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
-        made.append(limiter)
-        return limiter
-
-    yield factory
-    for limiter in made:
-        await limiter.aclose()
-
-
-async def admitted(limit: Any, calls: int) -> int:
-    """How many of ``calls`` decisions of one hit ``limit`` admits."""
-    return sum([(await limit.decide()).allowed for _ in range(calls)])
 
 
 # --- E: a reset under another plan keeps its mark as long as a refund could take ---
 
 
 async def test_a_gcra_refund_takes_nothing_after_a_reset_made_under_a_shorter_override(
-    make: Maker, clock: FakeClock
+    make_limiter: Maker, clock: FakeClock
 ) -> None:
-    rl = make("gcra")
+    rl = make_limiter("gcra")
     limit = rl.limit("user:1/s burst 5", key="k", user="u")
     reserved = await limit.decide(cost=5)  # held 5 s ahead
     assert reserved.allowed
@@ -63,9 +36,9 @@ async def test_a_gcra_refund_takes_nothing_after_a_reset_made_under_a_shorter_ov
 
 @pytest.mark.parametrize("algorithm", ["sliding-window", "fixed-window", "sliding-log"])
 async def test_a_refund_takes_nothing_after_a_reset_made_under_a_shorter_rule(
-    make: Maker, clock: FakeClock, algorithm: str
+    make_limiter: Maker, clock: FakeClock, algorithm: str
 ) -> None:
-    rl = make(algorithm)
+    rl = make_limiter(algorithm)
     limit = rl.limit("user:5/h", key="k", user="u")
     reserved = await limit.decide(cost=5)
     assert reserved.allowed
@@ -116,9 +89,9 @@ async def test_a_redis_reset_mark_lives_as_long_as_what_it_forgot(
 
 @pytest.mark.parametrize("dt", [0, 0.0000004, 0.0000015, 0.002])
 async def test_a_log_refund_right_after_a_reset_takes_no_hit_counted_after_it(
-    make: Maker, clock: FakeClock, dt: float
+    make_limiter: Maker, clock: FakeClock, dt: float
 ) -> None:
-    rl = make("sliding-log")
+    rl = make_limiter("sliding-log")
     limit = rl.limit("user:5/h", key="k", user="u")
     reserved = await limit.decide(cost=5)
     assert reserved.allowed

@@ -7,52 +7,28 @@ from __future__ import annotations
 
 import asyncio
 import math
-import uuid
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from ratelimit import ConfigurationError, RateLimit, SettleError
+from ratelimit import ConfigurationError, SettleError
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.plan import compile_tree
 from ratelimit.rules import to_tree
-from tests.conftest import STORES, FakeClock, store_backend, supporting
+from tests.conftest import FakeClock, Maker, admitted
 
 pytestmark = pytest.mark.timeout(60)
 
 WINDOWS_AND_GCRA = ["sliding-window", "fixed-window", "gcra"]
-Maker = Callable[[str], RateLimit]
-
-
-@pytest.fixture(params=STORES)
-async def make(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[Maker]:
-    """``make(algorithm)``: a limiter of a namespace of its own on the parametrized store,
-    driven by the fake clock (skipped where the store does not decide ``algorithm``)."""
-    kind: str = request.param
-    made: list[RateLimit] = []
-
-    def factory(algorithm: str) -> RateLimit:
-        backend = supporting(store_backend(request, kind, clock), algorithm)
-        limiter = RateLimit(backend, f"promise-{uuid.uuid4().hex[:8]}", algorithm=algorithm)
-        made.append(limiter)
-        return limiter
-
-    yield factory
-    for limiter in made:
-        await limiter.aclose()
-
-
-async def admitted(limit: Any, calls: int) -> int:
-    """How many of ``calls`` decisions of one hit ``limit`` admits."""
-    return sum([(await limit.decide()).allowed for _ in range(calls)])
 
 
 # --- item 1: a late GCRA refund gives back nothing that has drained ---
 
 
-async def test_a_late_gcra_refund_hands_out_no_second_burst(make: Maker, clock: FakeClock) -> None:
-    rl = make("gcra")
+async def test_a_late_gcra_refund_hands_out_no_second_burst(
+    make_limiter: Maker, clock: FakeClock
+) -> None:
+    rl = make_limiter("gcra")
     limit = rl.limit("user:10/h", key="late", user="u")
     reserved = await limit.decide(cost=10)
     assert reserved.allowed
@@ -63,9 +39,9 @@ async def test_a_late_gcra_refund_hands_out_no_second_burst(make: Maker, clock: 
 
 
 async def test_a_gcra_refund_gives_back_only_what_has_not_drained(
-    make: Maker, clock: FakeClock
+    make_limiter: Maker, clock: FakeClock
 ) -> None:
-    rl = make("gcra")
+    rl = make_limiter("gcra")
     limit = rl.limit("user:10/h", key="part", user="u")
     reserved = await limit.decide(cost=10)
     clock.advance(0.6 * 3600)  # 6 intervals drained: 4 of the 10 still held
@@ -79,9 +55,9 @@ async def test_a_gcra_refund_gives_back_only_what_has_not_drained(
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 async def test_a_refund_of_a_call_reserved_before_a_reset_takes_nothing_after_it(
-    make: Maker, clock: FakeClock, algorithm: str
+    make_limiter: Maker, clock: FakeClock, algorithm: str
 ) -> None:
-    rl = make(algorithm)
+    rl = make_limiter(algorithm)
     limit = rl.limit("user:10/h", key="reset", user="u")
     reserved = await limit.decide(cost=10)
     assert reserved.allowed
@@ -96,9 +72,9 @@ async def test_a_refund_of_a_call_reserved_before_a_reset_takes_nothing_after_it
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 async def test_a_refund_after_a_reset_leaves_hits_before_it_forgotten(
-    make: Maker, clock: FakeClock, algorithm: str
+    make_limiter: Maker, clock: FakeClock, algorithm: str
 ) -> None:
-    rl = make(algorithm)
+    rl = make_limiter(algorithm)
     limit = rl.limit("user:10/h", key="reset2", user="u")
     reserved = await limit.decide(cost=4)
     clock.advance(1)
@@ -113,9 +89,9 @@ async def test_a_refund_after_a_reset_leaves_hits_before_it_forgotten(
 
 @pytest.mark.parametrize("algorithm", WINDOWS_AND_GCRA)
 async def test_a_settle_cancelled_while_it_is_recorded_happens_and_can_be_made_again(
-    make: Maker, algorithm: str
+    make_limiter: Maker, algorithm: str
 ) -> None:
-    rl = make(algorithm)
+    rl = make_limiter(algorithm)
     limit = rl.limit("100 tokens/h", key="cancel")
     reserved = await limit.decide(cost={"tokens": 10})
     assert (await limit.decide(cost={"tokens": 1})).allowed
@@ -138,9 +114,9 @@ async def test_a_settle_cancelled_while_it_is_recorded_happens_and_can_be_made_a
 
 @pytest.mark.parametrize("cost", [(-5,), (math.nan,), (math.inf,), (1.5,), ("5",), (1, 2)])
 async def test_a_recorded_cost_per_rule_is_checked_as_a_number_is(
-    make: Maker, cost: tuple[Any, ...]
+    make_limiter: Maker, cost: tuple[Any, ...]
 ) -> None:
-    rl = make("gcra")
+    rl = make_limiter("gcra")
     compiled = compile_tree(to_tree("user:5/h"))
     with pytest.raises(ConfigurationError):
         await rl.record(compiled, "perrule", ("u",), cost=cost)
@@ -151,8 +127,10 @@ async def test_a_recorded_cost_per_rule_is_checked_as_a_number_is(
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-async def test_a_recorded_cost_per_rule_counts_as_given(make: Maker, algorithm: str) -> None:
-    rl = make(algorithm)
+async def test_a_recorded_cost_per_rule_counts_as_given(
+    make_limiter: Maker, algorithm: str
+) -> None:
+    rl = make_limiter(algorithm)
     compiled = compile_tree(to_tree("user:5/h | user:20/d"))
     assert await rl.record(compiled, "perrule2", ("u",), cost=(3, 1))
     limit = rl.limit("user:5/h | user:20/d", key="perrule2", user="u")
