@@ -67,10 +67,10 @@ from ratelimit.rules import RuleLike
 from ratelimit.slots import SlotLimit
 from ratelimit.sync.limiter import RateLimit
 from ratelimit.wsgi.environ import scope_of
-from ratelimit.wsgi.middleware import DECISIONS
+from ratelimit.wsgi.middleware import DECISIONS, check_limiter
 from ratelimit.wsgi.middleware import RateLimitMiddleware as WSGIMiddleware
 from ratelimit.wsgi.response import as_text
-from ratelimit.wsgi.views import ViewLimit, captured, check_limiter, no_application
+from ratelimit.wsgi.views import ViewLimit, captured, no_application
 
 __all__ = [
     "RateLimitMiddleware",

@@ -104,15 +104,7 @@ class RateLimitMiddleware:
         legacy_headers: bool = False,
         refused: Refused | None = None,
     ) -> None:
-        if not isinstance(limiter, RateLimit):
-            hint = (
-                " (the async ratelimit.RateLimit is for ratelimit.asgi.RateLimitMiddleware)"
-                if isinstance(limiter, AsyncRateLimit)
-                else ""
-            )
-            raise TypeError(
-                f"limiter must be a ratelimit.sync.RateLimit, not {type(limiter).__name__}{hint}"
-            )
+        check_limiter(limiter, "RateLimitMiddleware")
         if not callable(app):
             raise TypeError(f"app must be a WSGI application (a callable), not {app!r}")
         if refused is not None and not callable(refused):
@@ -212,3 +204,18 @@ class RateLimitMiddleware:
         status, body = problem(decision)
         retry = as_text(refusal_headers(decision, body)[2:])
         return answer(start_response, status, body, [*retry, *added], exc_info)
+
+
+def check_limiter(limiter: object, where: str) -> None:
+    """Raise ``TypeError`` unless ``limiter`` is a :class:`ratelimit.sync.RateLimit` (the one
+    a view limit of threaded code takes), saying so, and naming the async one if given."""
+    if not isinstance(limiter, RateLimit):
+        hint = (
+            " (the async ratelimit.RateLimit is for async code: ratelimit.asgi)"
+            if isinstance(limiter, AsyncRateLimit)
+            else ""
+        )
+        raise TypeError(
+            f"{where}: limiter must be a ratelimit.sync.RateLimit, not "
+            f"{type(limiter).__name__}{hint}"
+        )

@@ -14,11 +14,10 @@ from ratelimit.asgi.limits import HTTPCost, HTTPLimit
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.decision import Decision, RateLimitExceeded
-from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.rules import RuleLike
 from ratelimit.sync.limiter import RateLimit
 from ratelimit.wsgi.environ import scope_of
-from ratelimit.wsgi.middleware import DECISIONS, STATE
+from ratelimit.wsgi.middleware import DECISIONS, STATE, check_limiter
 from ratelimit.wsgi.response import ExcInfo
 
 
@@ -120,18 +119,3 @@ def captured(
             close()
     status, headers = started[0]
     return int(status.split(None, 1)[0]), headers, b"".join(written)
-
-
-def check_limiter(limiter: object, where: str) -> None:
-    """Raise ``TypeError`` unless ``limiter`` is a :class:`ratelimit.sync.RateLimit` (the one
-    a view limit of threaded code takes), saying so, and naming the async one if given."""
-    if not isinstance(limiter, RateLimit):
-        hint = (
-            " (the async ratelimit.RateLimit is for async code: ratelimit.asgi)"
-            if isinstance(limiter, AsyncRateLimit)
-            else ""
-        )
-        raise TypeError(
-            f"{where}: limiter must be a ratelimit.sync.RateLimit, not "
-            f"{type(limiter).__name__}{hint}"
-        )
