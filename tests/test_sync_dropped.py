@@ -3,8 +3,11 @@ thread and its store's connections (memory, Redis with both engines, PostgreSQL)
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -13,6 +16,8 @@ from typing import Any
 import pytest
 
 from ratelimit.sync import RateLimit
+from ratelimit.sync import limiter as sync_limiter
+from ratelimit.sync import portal as sync_portal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -105,3 +110,65 @@ def test_a_dropped_limiter_counts_what_background_queued(
     assert not thread.is_alive()
     with make(namespace) as reader:
         assert reader.limit("5/h", key="k").peek().remaining == 5 - 3 - 1
+
+
+CHILD = """
+import sys
+from ratelimit.sync import RateLimit
+url, namespace, kind = sys.argv[1:4]
+settings = {"use_scripts": False} if kind == "redis-commands" else {}
+if kind == "postgres":
+    settings["algorithm"] = "sliding-window"
+rl = RateLimit.from_url(url, namespace, background=True, **settings)
+limit = rl.limit("50/h", key="k")
+for _ in range(5):
+    limit.decide()
+del rl, limit  # collected here; the process exits at once
+"""
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-commands", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
+def test_a_limiter_dropped_just_before_exit_counts_what_background_queued(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue("postgres_url" if kind == "postgres" else "redis_url")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for _ in range(3):  # the loss was a race with the exit: give it several chances
+        namespace = f"exit-{uuid.uuid4().hex[:12]}"
+        subprocess.run(
+            [sys.executable, "-c", CHILD, url, namespace, kind], check=True, cwd=root, timeout=30
+        )
+        settings: dict[str, Any] = {"algorithm": "sliding-window"} if kind == "postgres" else {}
+        with RateLimit.from_url(url, namespace, **settings) as reader:
+            assert reader.limit("50/h", key="k").peek().remaining == 50 - 5 - 1
+
+
+def registered_at_exit() -> int:
+    return atexit._ncallbacks()  # CPython's
+
+
+def test_made_and_dropped_limiters_leave_no_registrations_behind() -> None:
+    def once() -> None:
+        RateLimit.from_url("memory://").limit("5/m", key="k").decide()
+
+    once()
+    gc.collect()
+    before = registered_at_exit()
+    limiters, portals = len(sync_limiter._live), len(sync_portal._live)  # others' tests'
+    for _ in range(50):
+        once()
+    gc.collect()
+    assert registered_at_exit() == before
+    assert len(sync_limiter._live) <= limiters
+    for thread in list(sync_portal._abandoned):  # their loops end; each leaves the set
+        thread.join(10)
+    assert not sync_portal._abandoned
+    gc.collect()  # a portal is held by its loop until that ends
+    assert len(sync_portal._live) <= portals

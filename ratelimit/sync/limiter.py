@@ -130,9 +130,7 @@ class RateLimit:
         self._pid = os.getpid()
         self.generation = 0
         """Counts the async limiters this one has had (a forked child makes another)."""
-        own = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _after_fork(own))
-        atexit.register(_close_at_exit, own)
+        _live.add(self)
         self._current = [self._limiter]  # what the finalizer closes, without self
         self._dropped = weakref.finalize(self, _abandon, self.portal, self._current)
         self._dropped.atexit = False  # at exit, _close_at_exit closes it, waiting
@@ -334,9 +332,13 @@ class RateLimit:
         self.close()
 
 
-def _after_fork(own: weakref.ref[RateLimit]) -> None:
-    limiter = own()
-    if limiter is not None:
+_live: weakref.WeakSet[RateLimit] = weakref.WeakSet()
+"""Every limiter not yet collected: what the at-exit and at-fork hooks go through (one
+hook each for the module, none per limiter: dropped limiters leave nothing behind)."""
+
+
+def _after_fork() -> None:
+    for limiter in list(_live):
         limiter._rebuilding = threading.Lock()  # another thread may have held it
 
 
@@ -345,11 +347,18 @@ def _abandon(portal: Portal, current: list[AsyncRateLimit]) -> None:
     portal.abandon(current[0].aclose)
 
 
-def _close_at_exit(own: weakref.ref[RateLimit]) -> None:
-    limiter = own()
-    if limiter is not None and not limiter.portal.closed:
-        with contextlib.suppress(Exception):
-            limiter.close()
+def _close_at_exit() -> None:
+    """At exit: close every limiter still open, waiting (what ``background=True`` queued is
+    counted); then :func:`join_abandoned` (registered before, so run after) waits for those
+    collected without ``close()``."""
+    for limiter in list(_live):
+        if not limiter.portal.closed:
+            with contextlib.suppress(Exception):
+                limiter.close()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(_close_at_exit)
 
 
 class Overrides:

@@ -13,22 +13,30 @@ selector callables that read them (Flask's ``request`` and ``g``) see the caller
   (``LimiterClosedError``), then stops the thread; later calls raise the same, and none
   waits for ever.
 - :meth:`Portal.abandon` does the same for a limiter collected without ``close()``,
-  without waiting for it: its thread and connections are given back.
+  without waiting for it: its thread and connections are given back. At the interpreter's
+  exit, one hook waits (up to ``CLOSE_WITHIN``) for the threads of abandoned portals still
+  closing, so that what ``background=True`` queued is counted even when the limiter was
+  dropped just before the exit (the loop's thread is a daemon, killed at exit).
 - After ``fork()`` the child has no such thread (threads do not survive a fork) and must
   not use the parent's connections: the next call in the child starts a new loop, and the
   limiter opens new connections (see :class:`ratelimit.sync.RateLimit`). Its locks are
   made anew in the child, as a lock another thread held at the fork would stay held.
+
+The module registers one at-exit and one at-fork hook in all, which go through a weak set
+of the live portals: none per portal, so making and dropping limiters leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import contextlib
 import contextvars
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -64,8 +72,7 @@ class Portal:
         self.started = 0
         """How many loops were started (a forked child starts its own)."""
         self._closing: asyncio.Task[None] | None = None
-        own = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: _after_fork(own))
+        _live.add(self)
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop of this process, started if there is none."""
@@ -98,6 +105,8 @@ class Portal:
                 loop.run_forever()
             finally:
                 loop.close()  # its selector and self-pipe: stopped by close() or abandon()
+                with _abandoned_lock:
+                    _abandoned.discard(threading.current_thread())
 
         thread = threading.Thread(target=run, name=self.name, daemon=True)
         thread.start()
@@ -230,7 +239,8 @@ class Portal:
         if self.closed:
             return
         self.closed = True
-        if loop is None or self._pid != os.getpid() or loop.is_closed():
+        thread = self._thread
+        if loop is None or thread is None or self._pid != os.getpid() or loop.is_closed():
             return  # never started, or the parent's loop (a forked child)
 
         async def closing() -> None:
@@ -246,6 +256,9 @@ class Portal:
         def start() -> None:
             self._closing = loop.create_task(closing())  # kept: the loop holds tasks weakly
 
+        with _abandoned_lock:
+            _abandoned.difference_update([t for t in _abandoned if not t.is_alive()])
+            _abandoned.add(thread)  # waited for at exit, until it ends
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(start)
 
@@ -264,13 +277,38 @@ async def _cancel_all() -> None:
         await asyncio.wait(tasks, timeout=CLOSE_WITHIN)
 
 
-def _after_fork(own: weakref.ref[Portal]) -> None:
-    """In a forked child: new locks (another thread of the parent may have held them)."""
-    portal = own()
-    if portal is not None:
+_live: weakref.WeakSet[Portal] = weakref.WeakSet()
+"""Every portal not yet collected: what the at-fork hook renews."""
+_abandoned: set[threading.Thread] = set()
+"""The threads of abandoned portals still closing (each leaves when it ends)."""
+_abandoned_lock = threading.RLock()  # a collection may abandon one in the thread holding it
+
+
+def _after_fork() -> None:
+    """In a forked child: new locks (another thread of the parent may have held them), and
+    none of the parent's threads to wait for."""
+    global _abandoned_lock
+    _abandoned_lock = threading.RLock()
+    _abandoned.clear()
+    for portal in list(_live):
         portal._lock = threading.Lock()
         portal._pending = collections.deque()
         portal._waking = False
+
+
+def join_abandoned(within: float = CLOSE_WITHIN) -> None:
+    """Wait, up to ``within`` seconds in all, for the threads of abandoned portals to end
+    (each counts what ``background=True`` queued, then closes its store)."""
+    deadline = time.monotonic() + within
+    with _abandoned_lock:
+        threads = list(_abandoned)
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+os.register_at_fork(after_in_child=_after_fork)
+atexit.register(join_abandoned)
 
 
 class _Call:
