@@ -18,15 +18,9 @@ import pytest
 from ratelimit.sync import RateLimit
 from ratelimit.sync import limiter as sync_limiter
 from ratelimit.sync import portal as sync_portal
+from tests.test_sync_limiter import STORES, sync_limiter_on
 
 pytestmark = pytest.mark.timeout(60)
-
-STORES = [
-    "memory",
-    pytest.param("redis", marks=pytest.mark.redis),
-    pytest.param("redis-commands", marks=pytest.mark.redis),
-    pytest.param("postgres", marks=pytest.mark.postgres),
-]
 
 
 @pytest.fixture(params=STORES)
@@ -35,17 +29,7 @@ def make(request: pytest.FixtureRequest) -> Callable[..., RateLimit]:
 
     def factory(namespace: str | None = None, **settings: Any) -> RateLimit:
         namespace = namespace or f"dropped-{uuid.uuid4().hex[:12]}"
-        kind: str = request.param
-        if kind == "memory":
-            url = "memory://"
-        elif kind == "postgres":
-            url = request.getfixturevalue("postgres_url")
-            settings.setdefault("algorithm", "sliding-window")
-        else:
-            url = request.getfixturevalue("redis_url")
-            if kind == "redis-commands":
-                settings["use_scripts"] = False
-        return RateLimit.from_url(url, namespace, **settings)
+        return sync_limiter_on(request, namespace, **settings)
 
     return factory
 

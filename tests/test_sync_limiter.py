@@ -36,6 +36,22 @@ STORES = [
 ]
 
 
+def sync_limiter_on(request: pytest.FixtureRequest, namespace: str, **settings: Any) -> RateLimit:
+    """A sync limiter of ``namespace`` on the store kind ``request.param`` (of :data:`STORES`):
+    the Redis or PostgreSQL the tests started, or memory://."""
+    kind: str = request.param
+    if kind == "memory":
+        url = "memory://"
+    elif kind == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        settings.setdefault("algorithm", "sliding-window")
+    else:
+        url = request.getfixturevalue("redis_url")
+        if kind == "redis-commands":
+            settings["use_scripts"] = False
+    return RateLimit.from_url(url, namespace, **settings)
+
+
 @pytest.fixture(params=STORES)
 def make(request: pytest.FixtureRequest) -> Iterator[Callable[..., RateLimit]]:
     """``make(**settings)``: a sync limiter on the parametrized store, in a namespace of the
@@ -43,18 +59,7 @@ def make(request: pytest.FixtureRequest) -> Iterator[Callable[..., RateLimit]]:
     made: list[RateLimit] = []
 
     def factory(**settings: Any) -> RateLimit:
-        namespace = f"sync-{uuid.uuid4().hex[:12]}"
-        kind: str = request.param
-        if kind == "memory":
-            url = "memory://"
-        elif kind == "postgres":
-            url = request.getfixturevalue("postgres_url")
-            settings.setdefault("algorithm", "sliding-window")
-        else:
-            url = request.getfixturevalue("redis_url")
-            if kind == "redis-commands":
-                settings["use_scripts"] = False
-        limiter = RateLimit.from_url(url, namespace, **settings)
+        limiter = sync_limiter_on(request, f"sync-{uuid.uuid4().hex[:12]}", **settings)
         made.append(limiter)
         return limiter
 
