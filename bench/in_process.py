@@ -148,7 +148,10 @@ async def main(seconds: float, rounds: int, only: str | None) -> None:
         f"Python {platform.python_version()}, {os.cpu_count()} cores ({platform.machine()}); "
         f"{seconds} s per row, median of {rounds} round(s); {LIMIT}/m over {USERS} users\n"
     )
-    print("| contender | concurrency | decisions/s | client CPU µs per decision | ours / fastest peer |")
+    print(
+        "| contender | concurrency | decisions/s | client CPU µs per decision "
+        "| ours / fastest peer |"
+    )
     print("|---|---|---|---|---|")
     for concurrency in CONCURRENCY:
         best = max(

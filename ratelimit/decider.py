@@ -45,7 +45,7 @@ from ratelimit.errors import (
 from ratelimit.hooks import Hooks
 from ratelimit.lowered import refusal
 from ratelimit.overrides import OverrideCache
-from ratelimit.plan import CompiledTree, Cost, CounterUpdate, cached_plan, compile_tree
+from ratelimit.plan import CompiledTree, Cost, CounterUpdate, Plan, cached_plan, compile_tree
 from ratelimit.policy import FailurePolicy
 from ratelimit.rules import Rule
 from ratelimit.settling import Settlement, Settling, reservation, settlement
@@ -190,29 +190,34 @@ class Decider:
         if decision is None and self.background is not None and record:
             self.background.submit(call, cached_plan(*call))  # admitted now, counted later
             decision = make_decision(True, 0.0, None, None, call.key)
-        elif decision is None:  # the policy's decide, inline: one coroutine less a call
-            policy = self.policy
-            try:
-                decision = await self.backend.decide(cached_plan(*call, record))
-            except BackendError as exc:
-                decision = policy.failed(exc, call.key)
-            except LockTimeoutError as exc:
-                decision = policy.lock_timed_out(exc, call.key)
-            else:
-                policy.answered()
+        elif decision is None:
+            decision = await self.ask(cached_plan(*call, record))
             if not decision.allowed:
                 self.denials.remember(call, decision)
         if override:
             decision = dataclasses.replace(decision, override=True)
         if shadow and not decision.allowed:
-            decision = dataclasses.replace(decision, shadow=True)
-            shadow_logger.info(
-                "ratelimit: shadow mode let through a call of key %r refused by %s",
-                decision.key,
-                "on_error" if decision.degraded else f"rule '{decision.rule}'",
-            )
+            decision = _shadowed(decision)
         if self.hooks:
             self.hooks(decision, _clock() - started if started else 0.0)
+        return decision
+
+    def refused(self, call: CallKey, decision: Decision, shadow: bool) -> Decision:
+        """What :meth:`decide` does with a refusal the store gave the direct path
+        (:mod:`ratelimit.direct`, whose limiters have no hooks): remembered in the denial
+        cache, and let through marked ``shadow`` (logged) under ``shadow``."""
+        self.denials.remember(call, decision)
+        return _shadowed(decision) if shadow else decision
+
+    async def ask(self, plan: Plan) -> Decision:
+        """The store's decision of ``plan``, or the failure policy's when it fails."""
+        try:
+            decision = await self.backend.decide(plan)
+        except BackendError as exc:
+            return self.policy.failed(exc, plan.key)
+        except LockTimeoutError as exc:
+            return self.policy.lock_timed_out(exc, plan.key)
+        self.policy.answered()
         return decision
 
     async def _decide_within(
@@ -368,6 +373,16 @@ class Decider:
         if update.value < 0:
             self.denials.forget(update.identifier.namespace, update.identifier.key)
         return rate
+
+
+def _shadowed(decision: Decision) -> Decision:
+    """A refusal let through in shadow mode, logged."""
+    shadow_logger.info(
+        "ratelimit: shadow mode let through a call of key %r refused by %s",
+        decision.key,
+        "on_error" if decision.degraded else f"rule '{decision.rule}'",
+    )
+    return dataclasses.replace(decision, shadow=True)
 
 
 def _taken_after_leaving(

@@ -37,6 +37,8 @@ class DenialCache:
         self.size = size
         self._clock = clock or time.monotonic
         self._until: OrderedDict[Call, tuple[float, Decision]] = OrderedDict()
+        self.held = self._until
+        """The refusals held, by call (read-only: its truth says whether any is)."""
 
     def __len__(self) -> int:
         return len(self._until)

@@ -9,10 +9,12 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ratelimit.algorithms import Algorithm
+from ratelimit.backends.base import admitting
 from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.direct import PlanOf, direct_path
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.lowered import beyond
 from ratelimit.overrides import Override, OverrideCache
@@ -347,9 +349,21 @@ class Limit:
         is_coroutine = inspect.iscoroutinefunction(func)
         shadow = self._shadow
         settle = self._settle
+        decider = self._decider
+        direct = self._direct(key, parameters)
+        admit = admitting(decider.backend)  # memory://: decided without a coroutine
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
+            known = None if direct is None else direct(args, kwargs)
+            if known is not None:  # the direct path (ratelimit.direct)
+                plan, call = known
+                refused = admit(plan) if admit is not None else await decider.ask(plan)
+                if refused is not None and not refused.allowed:
+                    await self._refused(call, refused, shadow)
+                if is_coroutine:
+                    return await func(*args, **kwargs)
+                return await run_body(func, is_coroutine, args, kwargs)
             site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
             decision = await self._admit(key, site, shadow)
             if is_coroutine:  # run_body's common case, inline: one coroutine less a call
@@ -361,3 +375,25 @@ class Limit:
             return result
 
         return limited
+
+    def _direct(self, key: str, parameters: Parameters) -> PlanOf | None:
+        """The direct path of this limit decorating a function of ``parameters``, when its
+        shape allows one: a tree of its own, a fixed cost, no ``settle=``."""
+        compiled = self._compiled
+        if type(compiled) is not CompiledTree or not self._cost.fixed or self._settle:
+            return None
+        cost = self._cost.of(compiled, self._decider.algorithm)
+        return direct_path(self._decider, compiled, key, self._sources, parameters, cost)
+
+    async def _refused(self, call: CallKey, decision: Decision, shadow: bool) -> Decision:
+        """A refusal the store gave the direct path: remembered, let through in shadow
+        mode, waited out under ``wait=``, or raised."""
+        decider = self._decider
+        decision = decider.refused(call, decision, shadow)
+        if decision.shadow:
+            return decision
+        if not self._wait:
+            raise RateLimitExceeded(decision)
+        return await admitted(
+            lambda: decider.decide(call, True, shadow), self._wait, first=decision
+        )

@@ -294,11 +294,23 @@ class OverrideCache:
         self.used = True
         if (
             key not in self._announced
+            and key not in self.pending
             and len(self._announced) + len(self.pending) < MAX_ANNOUNCED
             and announceable(key)
         ):
             self.pending.add(key)
         return key in self.keys
+
+    def quiet(self, key: str) -> bool:
+        """Neither :meth:`stale` nor :meth:`has` ``key`` (whose bookkeeping it does): a
+        call of ``key`` is decided by its limit's own rules, with nothing to await first.
+        The direct path's one question (:mod:`ratelimit.direct`)."""
+        if not self.read or not self.refresh:
+            return False
+        loop = self._loop
+        if loop is not _running_loop() and (loop is None or not loop.is_running()):
+            return False
+        return not self.has(key)
 
     def match(self, key: str, named: Mapping[str, str | None]) -> Override | None:
         """The override in force for a call of ``key`` with selector values ``named``

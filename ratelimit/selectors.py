@@ -103,6 +103,23 @@ class Parameters:
         if not self._binds(args, kwargs):
             self.signature.bind(*args, **kwargs)  # raises, with Python's own words
 
+    def positions(self, names: Sequence[str]) -> tuple[int, ...] | None:
+        """Where each of ``names`` comes by position, or ``None`` when one cannot."""
+        positions = [self._positions.get(name) for name in names]
+        return None if None in positions else tuple(positions)  # type: ignore[arg-type]
+
+    def positional_range(self) -> tuple[int, int]:
+        """How many positional arguments a call without keywords binds with: (fewest,
+        most); an empty range when it never does (a keyword-only parameter is required)."""
+        if self._required_keywords:
+            return 1, 0
+        most = self._max_positional
+        return len(self._required_positional), (1 << 62) if most is None else most
+
+    def binds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether the call binds to the parameters (:meth:`check` without raising)."""
+        return self._binds(args, kwargs)
+
     def _binds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         given = len(args)
         if self._max_positional is not None and given > self._max_positional:

@@ -12,14 +12,27 @@ from tests.conftest import FakeClock
 async def test_expired_identifiers_are_swept_away() -> None:
     clock = FakeClock()
     backend = MemoryBackend(clock=clock, sweep_every=100)
-    rl = RateLimit(backend, "mem")
+    rl = RateLimit(backend, "mem", denial_cache=0)  # every decision reaches the store
     for n in range(5000):
         assert (await rl.limit("user:1/s | user:5/m", key="sweep", user=n).decide()).allowed
     assert len(backend) == 5000
     clock.advance(60)  # every log is now older than the largest span (5/m)
-    for n in range(100):
-        await rl.limit("user:1/s | user:5/m", key="sweep", user=f"new{n}").decide()
+    # swept within as many decisions as identifiers are held (5000): a sweep walks them all
+    for n in range(5100):
+        await rl.limit("user:1/s | user:5/m", key="sweep", user=f"new{n % 100}").decide()
     assert len(backend) == 100
+
+
+async def test_a_sweep_comes_every_sweep_every_decisions_while_few_are_held() -> None:
+    clock = FakeClock()
+    backend = MemoryBackend(clock=clock, sweep_every=10)
+    rl = RateLimit(backend, "mem")
+    for n in range(5):
+        await rl.limit("user:5/m", key="sweep", user=n).decide()
+    clock.advance(60)
+    for _ in range(10):
+        await rl.limit("user:5/m", key="sweep", user="new").decide()
+    assert len(backend) == 1
 
 
 async def test_a_log_younger_than_its_largest_span_is_kept() -> None:

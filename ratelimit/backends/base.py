@@ -262,6 +262,25 @@ def holds_slots(backend: object) -> TypeGuard[SlotStore]:
     return isinstance(backend, SlotStore) and bool(getattr(backend, "holds_slots", True))
 
 
+Admit = Callable[[Plan], "Decision | None"]
+"""A store's decision without a coroutine: ``None`` when admitted and recorded, the refusal
+otherwise (``MemoryBackend.admit``)."""
+
+
+def admitting(backend: object) -> Admit | None:
+    """``backend.admit`` when it decides as ``backend.decide`` does: the class that defines
+    ``admit`` defines the ``decide`` in force too (a subclass overriding ``decide`` alone,
+    to count or change decisions, keeps every decision on its ``decide``)."""
+    for cls in type(backend).__mro__:
+        if "admit" in vars(cls):
+            admit: Admit | None = getattr(backend, "admit", None)
+            own = vars(cls).get("decide")
+            return admit if own is getattr(type(backend), "decide", None) else None
+        if "decide" in vars(cls):
+            return None
+    return None
+
+
 def check_supported(backend: object, algorithm: Algorithm) -> None:
     """``backend`` decides ``algorithm``, by its ``algorithms`` (the names of those it
     decides; a backend that does not say is trusted), or ``ConfigurationError``."""

@@ -36,7 +36,7 @@ from ratelimit.backends.layout import (
     limits_per_identifier,
     reset_keep_us,
 )
-from ratelimit.backends.memory_entries import Arrivals, Log, Windows
+from ratelimit.backends.memory_entries import Arrivals, Log, Windows, admit_arrival, admit_log
 from ratelimit.backends.memory_overrides import OverrideTables
 from ratelimit.backends.memory_settles import SettleTables
 from ratelimit.decision import Decision
@@ -52,7 +52,9 @@ class MemoryBackend(OverrideTables, SettleTables):
     """Sliding logs and window counters in this process's memory.
 
     ``clock`` (seconds, default ``time.monotonic``) may be replaced by a fake one in tests;
-    ``sweep_every`` is how many decisions pass between sweeps of expired identifiers.
+    ``sweep_every`` is how many decisions pass between sweeps of expired identifiers (or
+    as many as identifiers are held, when more: a sweep walks them all, and so costs each
+    decision the same whatever the number of identifiers).
 
     Example::
 
@@ -78,6 +80,7 @@ class MemoryBackend(OverrideTables, SettleTables):
         self._resets: dict[Identifier, tuple[int, int]] = {}  # reset at, kept until (us)
         self._lock = threading.Lock()
         self._sweep_every = max(1, sweep_every)
+        self._sweep_at = self._sweep_every  # or every identifier held, when more
         self._since_sweep = 0
         self._closed = False
 
@@ -116,10 +119,36 @@ class MemoryBackend(OverrideTables, SettleTables):
         with self._lock:
             return self._decide(plan)
 
+    def admit(self, plan: Plan) -> Decision | None:
+        """Decide and record ``plan`` as :meth:`decide` does, without a coroutine: ``None``
+        when admitted (no ``Decision`` is built: the direct path reads none), the refusal
+        otherwise. One rule on a sliding log or GCRA is admitted inline
+        (:func:`~ratelimit.backends.memory_entries.admit_log`, ``admit_arrival``); what
+        they do not admit is decided by the general path, which says why."""
+        if self._closed:
+            raise LimiterClosedError("this memory backend")
+        with self._lock:
+            now = clock_us(self._clock)
+            self._since_sweep += 1
+            if self._since_sweep >= self._sweep_at:
+                self._sweep(now)
+            name = plan.algorithm.name
+            if plan.identifiers and plan.record and len(plan.leaf_identifiers) == 1:
+                if name == SLIDING_LOG:
+                    if admit_log(self._logs, plan, now):
+                        return None
+                elif name == GCRA and not plan.costs and admit_arrival(self._arrivals, plan, now):
+                    return None
+            return self._refused(self._DECIDE[name](self, plan, now))
+
+    @staticmethod
+    def _refused(decision: Decision) -> Decision | None:
+        return None if decision.allowed else decision
+
     def _decide(self, plan: Plan) -> Decision:
         now = clock_us(self._clock)
         self._since_sweep += 1
-        if self._since_sweep >= self._sweep_every:
+        if self._since_sweep >= self._sweep_at:
             self._sweep(now)
         return self._DECIDE[plan.algorithm.name](self, plan, now)
 
@@ -340,6 +369,7 @@ class MemoryBackend(OverrideTables, SettleTables):
             del self._revoked[claim]
         for identifier in [i for i, (_, until) in self._resets.items() if until <= now]:
             del self._resets[identifier]
+        self._sweep_at = max(self._sweep_every, len(self))  # a sweep's cost, shared alike
 
     async def aclose(self) -> None:
         self._closed = True

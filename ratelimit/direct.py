@@ -1,0 +1,101 @@
+"""The direct path: what a decorated call of a plain limit needs, worked out when decorated.
+
+Most limits are a fixed tree (one or two rules) whose selectors are the call's own
+arguments, with a fixed cost, no ``settle=``, and a limiter without hooks or background
+counting. For such a limit, :func:`direct_path` builds, once, a function that turns one
+call's arguments into the :class:`~ratelimit.plan.Plan` the store decides, from a table of
+this limit's own plans (no ``CallSite``, no ``CallKey``, no shared plan cache in the way),
+or answers ``None`` when this call needs the general path of :mod:`ratelimit.limit`: an
+override in force for the key (or the copy of them to refresh first), a refusal cached for
+some call (the denial cache is asked there), a closed limiter, arguments given in a way the
+table does not cover (``None`` selector values, defaults, keywords the signature refuses).
+
+Nothing is decided differently: the same store decides the same plan. On ``memory://``
+the store's :meth:`~ratelimit.backends.memory.MemoryBackend.admit` answers without a
+coroutine and builds no :class:`~ratelimit.decision.Decision` for an admitted call (no hook
+could read it); a refusal is handed to the general path's tail
+(:meth:`~ratelimit.decider.Decider.refused`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ratelimit.decider import CallKey, Decider, new_call_key
+from ratelimit.plan import CompiledTree, Cost, Plan, cached_plan
+from ratelimit.selectors import Parameters, SelectorSources, as_text
+
+Direct = tuple[Plan, CallKey]
+"""One call's plan, and the :class:`~ratelimit.decider.CallKey` the general path names it by
+(the denial cache's key): made once per selector values, and kept."""
+PlanOf = Callable[[tuple[Any, ...], dict[str, Any]], "Direct | None"]
+"""``plan_of(args, kwargs)``: one call's :data:`Direct`, or ``None`` for the general path."""
+
+PLANS = 32_768
+"""Plans one limit keeps (by selector values); past it the table starts again."""
+
+
+def direct_path(
+    decider: Decider,
+    compiled: CompiledTree,
+    key: str,
+    sources: SelectorSources,
+    parameters: Parameters,
+    cost: Cost,
+) -> PlanOf | None:
+    """The direct path of one decorated limit, or ``None`` when its shape never allows one
+    (a selector from ``limit()``'s keywords or a selector object, or not a parameter of
+    the function; hooks or background counting on the limiter)."""
+    if decider.hooks or decider.background is not None or sources.obj is not None:
+        return None
+    names = compiled.selectors
+    if any(name in sources.keywords for name in names):
+        return None
+    positions = parameters.positions(names)
+    if positions is None:
+        return None
+    fewest, most = parameters.positional_range()
+    fewest = max([fewest, *(p + 1 for p in positions)])
+    binds = parameters.binds
+    lookup = parameters.lookup
+    namespace, algorithm = decider.namespace, decider.algorithm
+    plans: dict[object, Direct] = {}
+    single = len(names) == 1
+    position = positions[0] if single else -1
+
+    def new_plan(values: tuple[str | None, ...], by: object) -> Direct:
+        if len(plans) >= PLANS:
+            plans.clear()
+        plan = cached_plan(compiled, namespace, key, values, cost, algorithm)
+        call = new_call_key(CallKey, (compiled, namespace, key, values, cost, algorithm))
+        direct = plans[by] = (plan, call)
+        return direct
+
+    def plan_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Direct | None:
+        if decider.closed:
+            return None
+        overrides = decider.overrides
+        if overrides is not None and not overrides.quiet(key):
+            return None
+        if not kwargs and fewest <= len(args) <= most and single:
+            value = args[position]
+            if value.__class__ is not str:
+                value = as_text(value)
+            direct = plans.get(value)
+            if direct is None:
+                direct = new_plan((value,), value)
+        else:
+            if not kwargs and fewest <= len(args) <= most:
+                values = tuple([as_text(args[p]) for p in positions])
+            elif binds(args, kwargs):
+                values = tuple([as_text(lookup(name, args, kwargs)) for name in names])
+            else:
+                return None  # the general path raises the function's own TypeError
+            direct = plans.get(values) or new_plan(values, values)
+        denials = decider.denials
+        if denials.held and denials.get(direct[1]) is not None:
+            return None  # a refusal still standing: the general path answers it
+        return direct
+
+    return plan_of
