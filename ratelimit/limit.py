@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import admitting
+from ratelimit.backends.base import Admit, admitting
 from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
@@ -350,8 +350,7 @@ class Limit:
         shadow = self._shadow
         settle = self._settle
         decider = self._decider
-        direct = self._direct(key, parameters)
-        admit = admitting(decider.backend)  # memory://: decided without a coroutine
+        direct, admit = self._direct(key, parameters)
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -376,14 +375,17 @@ class Limit:
 
         return limited
 
-    def _direct(self, key: str, parameters: Parameters) -> PlanOf | None:
+    def _direct(self, key: str, parameters: Parameters) -> tuple[PlanOf | None, Admit | None]:
         """The direct path of this limit decorating a function of ``parameters``, when its
-        shape allows one: a tree of its own, a fixed cost, no ``settle=``."""
-        compiled = self._compiled
+        shape allows one (a tree of its own, a fixed cost, no ``settle=``), and the store's
+        admission without a coroutine, when it has one (``memory://``)."""
+        compiled, decider = self._compiled, self._decider
         if type(compiled) is not CompiledTree or not self._cost.fixed or self._settle:
-            return None
-        cost = self._cost.of(compiled, self._decider.algorithm)
-        return direct_path(self._decider, compiled, key, self._sources, parameters, cost)
+            return None, None
+        cost = self._cost.of(compiled, decider.algorithm)
+        direct = direct_path(decider, compiled, key, self._sources, parameters, cost)
+        admitter = admitting(decider.backend)
+        return direct, None if admitter is None else admitter(compiled, decider.algorithm)
 
     async def _refused(self, call: CallKey, decision: Decision, shadow: bool) -> Decision:
         """A refusal the store gave the direct path: remembered, let through in shadow

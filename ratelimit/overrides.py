@@ -310,6 +310,9 @@ class OverrideCache:
         loop = self._loop
         if loop is not _running_loop() and (loop is None or not loop.is_running()):
             return False
+        if key in self._announced or key in self.pending:  # has(), told already
+            self.used = True
+            return key not in self.keys
         return not self.has(key)
 
     def match(self, key: str, named: Mapping[str, str | None]) -> Override | None:

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
-from ratelimit.algorithms import ALGORITHMS
-from ratelimit.backends.base import admitting
+from ratelimit.algorithms import ALGORITHMS, Algorithm
+from ratelimit.backends.base import Admit, admitting
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
-from ratelimit.plan import Plan
+from ratelimit.plan import CompiledTree, Plan
 from tests.conftest import FakeClock, Maker
 
 
@@ -46,9 +46,7 @@ async def test_a_decorated_limit_admits_exactly_its_count(
 
 
 @pytest.mark.parametrize("algorithm", ["sliding-log", "gcra"])
-async def test_a_fixed_cost_counts_on_the_direct_path(
-    make_limiter: Maker, algorithm: str
-) -> None:
+async def test_a_fixed_cost_counts_on_the_direct_path(make_limiter: Maker, algorithm: str) -> None:
     rl = make_limiter(algorithm)
 
     @rl.limit("user:5/m", cost=2)
@@ -68,8 +66,9 @@ async def test_arguments_name_the_same_identifier_however_they_are_given() -> No
     assert await through(work, user=b"7", page=2)  # keywords: the same
     assert not await through(work, "7", page=3)
     assert [await through(work, None) for _ in range(5)] == [True] * 5  # no value: no limit
+    wrong: Any = work
     with pytest.raises(TypeError, match="work"):
-        await work("8", 1, 2)  # cannot bind: refused before anything is counted
+        await wrong("8", 1, 2)  # cannot bind: refused before anything is counted
     assert [await through(work, "8") for _ in range(4)] == [True] * 3 + [False]
 
 
@@ -109,9 +108,14 @@ class Counting(MemoryBackend):
         self.asked += 1
         return await super().decide(plan)
 
-    def admit(self, plan: Plan) -> Decision | None:
-        self.asked += 1
-        return super().admit(plan)
+    def admitter(self, compiled: CompiledTree, algorithm: Algorithm) -> Admit:
+        admit = super().admitter(compiled, algorithm)
+
+        def counted(plan: Plan) -> Decision | None:
+            self.asked += 1
+            return admit(plan)
+
+        return counted
 
 
 async def test_a_refusal_is_remembered_and_answered_without_the_store() -> None:

@@ -13,7 +13,7 @@ from typing import Protocol, TypeGuard, runtime_checkable
 from ratelimit.algorithms import Algorithm
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import CounterUpdate, Identifier, Plan
+from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan
 from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
@@ -265,17 +265,20 @@ def holds_slots(backend: object) -> TypeGuard[SlotStore]:
 Admit = Callable[[Plan], "Decision | None"]
 """A store's decision without a coroutine: ``None`` when admitted and recorded, the refusal
 otherwise (``MemoryBackend.admit``)."""
+Admitter = Callable[[CompiledTree, Algorithm], Admit]
+"""``admitter(compiled, algorithm)``: a store's :data:`Admit` for plans of that tree."""
 
 
-def admitting(backend: object) -> Admit | None:
-    """``backend.admit`` when it decides as ``backend.decide`` does: the class that defines
-    ``admit`` defines the ``decide`` in force too (a subclass overriding ``decide`` alone,
-    to count or change decisions, keeps every decision on its ``decide``)."""
+def admitting(backend: object) -> Admitter | None:
+    """``backend.admitter`` when its admissions decide as ``backend.decide`` does: the class
+    that defines ``admitter`` defines the ``decide`` in force too (a subclass overriding
+    ``decide`` alone, to count or change decisions, keeps every decision on its
+    ``decide``)."""
     for cls in type(backend).__mro__:
-        if "admit" in vars(cls):
-            admit: Admit | None = getattr(backend, "admit", None)
+        if "admitter" in vars(cls):
+            admitter: Admitter | None = getattr(backend, "admitter", None)
             own = vars(cls).get("decide")
-            return admit if own is getattr(type(backend), "decide", None) else None
+            return admitter if own is getattr(type(backend), "decide", None) else None
         if "decide" in vars(cls):
             return None
     return None

@@ -20,6 +20,7 @@ from ratelimit.algorithms import (
     SLIDING_LOG,
     SLIDING_WINDOW,
     US_PER_MS,
+    Algorithm,
     Arrival,
     gcra_rescaled,
     gcra_shared_next,
@@ -36,13 +37,14 @@ from ratelimit.backends.layout import (
     limits_per_identifier,
     reset_keep_us,
 )
-from ratelimit.backends.memory_entries import Arrivals, Log, Windows, admit_arrival, admit_log
+from ratelimit.backends.memory_admit import Admit, admitter
+from ratelimit.backends.memory_entries import Arrivals, Log, Windows
 from ratelimit.backends.memory_overrides import OverrideTables
 from ratelimit.backends.memory_settles import SettleTables
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import decided, evaluate
-from ratelimit.plan import CounterUpdate, Identifier, Plan
+from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan
 from ratelimit.settings import check_clock
 from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
@@ -121,25 +123,16 @@ class MemoryBackend(OverrideTables, SettleTables):
 
     def admit(self, plan: Plan) -> Decision | None:
         """Decide and record ``plan`` as :meth:`decide` does, without a coroutine: ``None``
-        when admitted (no ``Decision`` is built: the direct path reads none), the refusal
-        otherwise. One rule on a sliding log or GCRA is admitted inline
-        (:func:`~ratelimit.backends.memory_entries.admit_log`, ``admit_arrival``); what
-        they do not admit is decided by the general path, which says why."""
+        when admitted, the refusal otherwise."""
         if self._closed:
             raise LimiterClosedError("this memory backend")
         with self._lock:
-            now = clock_us(self._clock)
-            self._since_sweep += 1
-            if self._since_sweep >= self._sweep_at:
-                self._sweep(now)
-            name = plan.algorithm.name
-            if plan.identifiers and plan.record and len(plan.leaf_identifiers) == 1:
-                if name == SLIDING_LOG:
-                    if admit_log(self._logs, plan, now):
-                        return None
-                elif name == GCRA and not plan.costs and admit_arrival(self._arrivals, plan, now):
-                    return None
-            return self._refused(self._DECIDE[name](self, plan, now))
+            return self._refused(self._decide(plan))
+
+    def admitter(self, compiled: CompiledTree, algorithm: Algorithm) -> Admit:
+        """:meth:`admit` for the plans of ``compiled`` under ``algorithm``, as quick as their
+        shape allows (:mod:`~ratelimit.backends.memory_admit`): the direct path's."""
+        return admitter(self, compiled, algorithm)
 
     @staticmethod
     def _refused(decision: Decision) -> Decision | None:

@@ -1,6 +1,5 @@
 """The memory backend's entries: one identifier's sliding log, window counters or GCRA
-arrival times, each with the time it expires (``expires_us``), which the sweep reads; and
-the direct path's admissions of one rule on a log or an arrival time."""
+arrival times, each with the time it expires (``expires_us``), which the sweep reads."""
 
 from __future__ import annotations
 
@@ -8,9 +7,7 @@ from collections import deque
 from typing import Any
 
 from ratelimit import windows
-from ratelimit.algorithms import US_PER_MS, Arrival, gcra_burst, window
-from ratelimit.backends.layout import gcra_field
-from ratelimit.plan import Identifier, Plan
+from ratelimit.algorithms import Arrival, window
 from ratelimit.rules import Rule
 
 
@@ -100,48 +97,3 @@ class Arrivals:
         self.tats[field] = tat
         self.rates[field] = rule.count if count is None else count
         self.expires_us = max(self.expires_us, tat[0] + 1)
-
-
-def admit_log(logs: dict[Identifier, Log], plan: Plan, now: int) -> bool:
-    """Admit and record a plan of one rule on a sliding log when its window has room (what
-    ``MemoryBackend._decide_one`` does for an admitted call, without the decision);
-    ``False``, recording nothing, when it has none."""
-    identifier = plan.identifiers[0]
-    rule = plan.compiled.rules[0]
-    log = logs.get(identifier)
-    if log is None or log.expires_us <= now:
-        log = logs[identifier] = Log()  # an unrecorded one is swept when expired
-    cost = int(plan.cost)
-    span_us = rule.span_ms * US_PER_MS
-    hits = log.hits
-    depth = rule.count - cost + 1
-    if len(hits) >= depth and hits[depth - 1] > now - span_us:  # all `depth` newest inside
-        return False
-    log.record(now, cost, rule.count, span_us)
-    return True
-
-
-def admit_arrival(arrivals: dict[Identifier, Arrivals], plan: Plan, now: int) -> bool:
-    """Admit and record a plan of one GCRA rule when its bucket has room and holds its
-    arrival time under the rule's own count (``MemoryBackend._decide_arrivals`` for an
-    admitted call, without the decision); ``False``, recording nothing, otherwise (a
-    refusal, or a rescale to make first)."""
-    rule = plan.compiled.rules[0]
-    identifier = plan.identifiers[0]
-    entry = arrivals.get(identifier)
-    if entry is None or entry.expires_us <= now:
-        entry = Arrivals()
-    field = gcra_field(rule)
-    count = rule.count
-    if entry.rates.get(field, count) != count:
-        return False
-    us, remainder = entry.tats.get(field, (0, 0))
-    span = rule.span_ms * US_PER_MS
-    scaled = now * count
-    stored = us * count + remainder
-    pushed = (stored if stored > scaled else scaled) + int(plan.cost) * span
-    if pushed - scaled > gcra_burst(rule) * span:
-        return False
-    entry.write(field, rule, divmod(pushed, count))
-    arrivals[identifier] = entry
-    return True
