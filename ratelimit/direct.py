@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ratelimit.backends.base import Admit, admitting
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.plan import CompiledTree, Cost, Plan, cached_plan
 from ratelimit.selectors import Parameters, SelectorSources, as_text
@@ -34,6 +35,13 @@ PlanOf = Callable[[tuple[Any, ...], dict[str, Any]], "Direct | None"]
 
 PLANS = 32_768
 """Plans one limit keeps (by selector values); past it the table starts again."""
+
+
+def admission(decider: Decider, compiled: CompiledTree) -> Admit | None:
+    """The store's admission of plans of ``compiled`` without a coroutine, when it has one
+    (:func:`~ratelimit.backends.base.admitting`; ``memory://``)."""
+    admitter = admitting(decider.backend)
+    return None if admitter is None else admitter(compiled, decider.algorithm)
 
 
 def direct_path(

@@ -9,12 +9,12 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import Admit, admitting
+from ratelimit.backends.base import Admit
 from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
-from ratelimit.direct import PlanOf, direct_path
+from ratelimit.direct import PlanOf, admission, direct_path
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.lowered import beyond
 from ratelimit.overrides import Override, OverrideCache
@@ -384,8 +384,7 @@ class Limit:
             return None, None
         cost = self._cost.of(compiled, decider.algorithm)
         direct = direct_path(decider, compiled, key, self._sources, parameters, cost)
-        admitter = admitting(decider.backend)
-        return direct, None if admitter is None else admitter(compiled, decider.algorithm)
+        return direct, admission(decider, compiled)
 
     async def _refused(self, call: CallKey, decision: Decision, shadow: bool) -> Decision:
         """A refusal the store gave the direct path: remembered, let through in shadow

@@ -11,20 +11,37 @@ decides as ``decide`` does and says why.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ratelimit.algorithms import GCRA, SLIDING_LOG, US_PER_MS, Algorithm, gcra_burst
 from ratelimit.backends.layout import gcra_field
 from ratelimit.backends.memory_entries import Arrivals, Log
 from ratelimit.decision import Decision
-from ratelimit.plan import CompiledTree, Plan
+from ratelimit.plan import CompiledTree, Identifier, Plan
 from ratelimit.rules import Rule
 
-if TYPE_CHECKING:
-    from ratelimit.backends.memory import MemoryBackend
-
 Admit = Callable[[Plan], "Decision | None"]
+
+
+class MemoryBackend(Protocol):
+    """What these admissions read of ``backends.memory.MemoryBackend`` (its own parts: they
+    run under its lock, as its ``decide`` does)."""
+
+    _lock: threading.Lock
+    _closed: bool
+    _since_sweep: int
+    _sweep_at: int
+    _logs: dict[Identifier, Log]
+    _arrivals: dict[Identifier, Arrivals]
+
+    def _clock(self) -> float: ...
+    def _sweep(self, now: int) -> None: ...
+    def _decide_one(self, plan: Plan, now: int) -> Decision: ...
+    def _decide_arrivals(self, plan: Plan, now: int) -> Decision: ...
+    def _refused(self, decision: Decision) -> Decision | None: ...
+    def admit(self, plan: Plan) -> Decision | None: ...
 
 
 def admitter(backend: MemoryBackend, compiled: CompiledTree, algorithm: Algorithm) -> Admit:
