@@ -80,9 +80,11 @@ def direct_path(
         direct = plans[by] = (plan, call)
         return direct
 
+    hooks = decider.hooks  # empty, or the direct path was refused above
+
     def plan_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Direct | None:
-        if decider.closed:
-            return None
+        if decider.closed or decider.hooks is not hooks or decider.background is not None:
+            return None  # closed, or hooks or background counting set since
         overrides = decider.overrides
         if overrides is not None and not overrides.quiet(key):
             return None

@@ -213,3 +213,18 @@ async def test_a_plain_def_runs_as_before() -> None:
     assert await work("ann") == "ANN"
     with pytest.raises(RateLimitExceeded):
         await work("ann")
+
+
+async def test_hooks_installed_after_decorating_see_the_next_call() -> None:
+    from ratelimit.hooks import Hooks
+
+    seen: list[bool] = []
+    rl = RateLimit(MemoryBackend(), "direct")
+
+    @rl.limit("user:2/m")
+    async def work(user: str) -> None: ...
+
+    await work("ann")
+    rl._decider.hooks = Hooks([lambda d: seen.append(d.allowed)])  # no public way: the seam
+    assert [await through(work, "ann") for _ in range(2)] == [True, False]
+    assert seen == [True, False]
