@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import sys
 from contextlib import ExitStack
@@ -65,7 +66,7 @@ async def traced(url: str, algorithm: str) -> None:
     await rl.aclose()
     ours = [(m, f) for m, f in calls if m.startswith("ratelimit") and f != "work"]
     modules = list(dict.fromkeys(m for m, _ in ours))
-    moves = sum(1 for a, b in zip(ours, ours[1:], strict=False) if a[0] != b[0])
+    moves = sum(1 for a, b in itertools.pairwise(ours) if a[0] != b[0])
     others = sorted({m for m, _ in calls if not m.startswith("ratelimit") and m != "(trace_path)"})
     print(f"## {url.split(':')[0]}, {algorithm}\n")
     print(f"- package modules ({len(modules)}): {', '.join(modules)}")

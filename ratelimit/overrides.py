@@ -307,8 +307,8 @@ class OverrideCache:
         The direct path's one question (:mod:`ratelimit.direct`)."""
         if not self.read or not self.refresh:
             return False
-        loop = self._loop
-        if loop is not _running_loop() and (loop is None or not loop.is_running()):
+        loop = self._loop  # the refresh task's, running (in this thread or another)
+        if loop is None or not loop.is_running():
             return False
         if key in self._announced or key in self.pending:  # has(), told already
             self.used = True

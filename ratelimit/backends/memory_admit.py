@@ -74,7 +74,15 @@ def _log_admitter(backend: MemoryBackend, rule: Rule) -> Admit:
             hits = log.hits
             if len(hits) >= depth and hits[depth - 1] > now - span_us:  # all inside: refused
                 return backend._refused(backend._decide_one(plan, now))
-            log.record(now, cost, count, span_us)
+            if cost == 1 and log.kept <= count:  # Log.record's common case, inline
+                log.kept = count
+                hits.appendleft(hits[0] if hits and hits[0] > now else now)
+                while len(hits) > count:
+                    hits.pop()
+                if now + span_us > log.expires_us:
+                    log.expires_us = now + span_us
+            else:
+                log.record(now, cost, count, span_us)
             return None
 
     return admit
