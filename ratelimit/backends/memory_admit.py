@@ -106,14 +106,20 @@ def _arrival_admitter(backend: MemoryBackend, rule: Rule) -> Admit:
             entry = arrivals.get(identifier)
             if entry is None or entry.expires_us <= now:
                 entry = Arrivals()
-            if entry.rates.get(field, count) == count:  # else rescaled first, generally
-                us, remainder = entry.tats.get(field, (0, 0))
+            rates = entry.rates
+            if rates.get(field, count) == count:  # else rescaled first, generally
+                tats = entry.tats
+                us, remainder = tats.get(field, (0, 0))
                 scaled = now * count
                 stored = us * count + remainder
                 pushed = (stored if stored > scaled else scaled) + moved
-                if pushed - scaled <= tolerance:
-                    entry.write(field, rule, divmod(pushed, count))
-                    arrivals[identifier] = entry
+                if pushed - scaled <= tolerance:  # Arrivals.write, inline
+                    tats[field] = arrival = divmod(pushed, count)
+                    if field not in rates:
+                        rates[field] = count
+                        arrivals[identifier] = entry
+                    if arrival[0] >= entry.expires_us:
+                        entry.expires_us = arrival[0] + 1
                     return None
             return backend._refused(backend._decide_arrivals(plan, now))
 
