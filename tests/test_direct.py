@@ -83,10 +83,11 @@ async def test_methods_and_several_selectors_take_the_direct_path_too() -> None:
     assert [await through(shop.buy, "ann", "eu") for _ in range(3)] == [True, True, False]
 
 
+@pytest.mark.parametrize("algorithm", ["sliding-log", "gcra"])
 async def test_an_override_set_after_the_first_calls_applies_to_the_next(
-    make_limiter: Maker,
+    make_limiter: Maker, algorithm: str
 ) -> None:
-    rl = make_limiter("sliding-log")
+    rl = make_limiter(algorithm)
 
     @rl.limit("user:5/m", key="search")
     async def work(user: str) -> None: ...
