@@ -52,6 +52,7 @@ from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, Cost
 from ratelimit.rules import RuleLike
 from ratelimit.settings import Settings
+from ratelimit.sync.direct import DirectPath, direct_path
 from ratelimit.sync.limits import Concurrency, Limit
 from ratelimit.sync.portal import Portal
 
@@ -122,6 +123,9 @@ class RateLimit:
         """Its limits, oldest first: made again, in order, in a forked child."""
         self.portal = Portal(f"ratelimit.sync-{number}")
         self._rebuilding = threading.Lock()
+        self.direct: DirectPath | None = None
+        """Plain decisions in the calling thread (:mod:`ratelimit.sync.direct`), where
+        the store allows."""
         try:
             self._limiter = self._built()  # settings checked here, in the caller's thread
         except BaseException:
@@ -139,7 +143,9 @@ class RateLimit:
         async def build() -> AsyncRateLimit:  # made on its loop, which its client binds to
             return self._make()
 
-        return self.portal.run(build)
+        limiter = self.portal.run(build)
+        self.direct = direct_path(limiter)  # before its first decision
+        return limiter
 
     @property
     def limiter(self) -> AsyncRateLimit:
@@ -317,7 +323,11 @@ class RateLimit:
         if self._pid != os.getpid():
             return  # the parent's: nothing of this process to close
         limiter = self._limiter
-        self.portal.close(limiter.aclose)
+        try:
+            self.portal.close(limiter.aclose)
+        finally:
+            if self.direct is not None:
+                self.direct.close()
         self._dropped.detach()
 
     def __enter__(self) -> RateLimit:

@@ -114,7 +114,7 @@ class Portal:
         self._loop, self._thread, self._pid = loop, thread, os.getpid()
         self.started += 1
 
-    def _check_caller(self) -> None:
+    def check_caller(self) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -137,7 +137,7 @@ class Portal:
         The hand-over is cheap under load: calls queue, and the loop is woken (a write to
         its self-pipe) only when it is not already about to take them; each caller waits
         on a lock of its own, which the loop releases."""
-        self._check_caller()
+        self.check_caller()
         if self.closed:
             raise LimiterClosedError(CLOSED)
         return self._run(make, self.loop(), undo)
@@ -206,7 +206,7 @@ class Portal:
         """Run ``last()`` (closing what the loop holds), fail every call still queued or
         running with ``LimiterClosedError``, then stop the loop and its thread. Nothing in
         a forked child (the loop is its parent's) or when closed already."""
-        self._check_caller()
+        self.check_caller()
         with self._lock:
             loop, thread = self._loop, self._thread
             if self.closed:

@@ -1,0 +1,278 @@
+"""The sync API's direct path (:mod:`ratelimit.sync.direct`): a plain decision made in the
+calling thread, with no hand-over to the limiter's loop, on memory:// and the Redis script
+engine; everything else still on the loop, and every feature the same through both."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ratelimit import BackendError, Decision, RateLimitExceeded
+from ratelimit.sync import RateLimit
+from ratelimit.sync.direct import LockedDenials
+from ratelimit.sync.portal import Portal
+from tests.conftest import FakeClock
+from tests.redis_server import RedisServer
+
+pytestmark = pytest.mark.timeout(60)
+
+DIRECT = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
+
+
+class HandOvers:
+    """Counts the calls a limiter hands to its loop."""
+
+    def __init__(self, portal: Portal) -> None:
+        self.count = 0
+        run = portal.run
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return run(*args, **kwargs)
+
+        portal.run = counted  # type: ignore[method-assign]
+
+
+@pytest.fixture(params=DIRECT)
+def make(request: pytest.FixtureRequest) -> Iterator[Callable[..., RateLimit]]:
+    """``make(**settings)``: a sync limiter on memory:// or the tests' Redis (script
+    engine), in a namespace of the test's own; closed at the end."""
+    made: list[RateLimit] = []
+
+    def factory(**settings: Any) -> RateLimit:
+        url = "memory://" if request.param == "memory" else request.getfixturevalue("redis_url")
+        limiter = RateLimit.from_url(url, f"direct-{uuid.uuid4().hex[:12]}", **settings)
+        made.append(limiter)
+        return limiter
+
+    yield factory
+    for limiter in made:
+        limiter.close()
+
+
+def test_plain_decisions_are_made_in_the_calling_thread(make: Callable[..., RateLimit]) -> None:
+    rl = make(clock=FakeClock())
+
+    @rl.limit("user:3/m")
+    def search(user: str) -> str:
+        return user
+
+    assert search("ann") == "ann"  # the first call registers the limit, on the loop
+    handed = HandOvers(rl.portal)
+    assert [search("ann"), search("ann")] == ["ann", "ann"]
+    with pytest.raises(RateLimitExceeded) as refused:
+        search("ann")
+    assert str(refused.value.rule) == "user:3/m"
+    assert refused.value.retry_after == pytest.approx(60.0, abs=0.5)
+    with pytest.raises(RateLimitExceeded):
+        search("ann")  # from the denial cache
+    assert search("bob") == "bob"
+    assert handed.count == 0
+    assert not rl.limit("user:3/m", key="peek", user="ann").peek().degraded  # the loop
+
+
+def test_other_stores_and_shapes_go_to_the_loop(request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue("redis_url")
+    with RateLimit.from_url(url, "direct-commands", use_scripts=False) as rl:
+        assert rl.direct is None
+    with RateLimit.from_url("memory://", background=True) as rl:
+        assert rl.direct is None
+    with RateLimit.from_url("memory://", clock=FakeClock()) as rl:
+        settled: list[int] = []
+
+        def settle(result: int) -> int:
+            settled.append(result)
+            return 1
+
+        @rl.limit("user:5/m", settle=settle)
+        def settles(user: str) -> int:
+            return 1
+
+        @rl.limit("user:5/m", user=lambda: "ann")
+        def called_selector() -> None: ...
+
+        @rl.limit("user:5/m", cost=lambda user: 2)
+        def priced(user: str) -> None: ...
+
+        @rl.limit("user:1/m", wait=0.01)
+        def waits(user: str) -> None: ...
+
+        calls: list[Callable[[], object]] = [
+            lambda: settles("ann"),
+            called_selector,
+            lambda: priced("ann"),
+        ]
+        for call in calls:
+            call()
+            handed = HandOvers(rl.portal)
+            call()
+            assert handed.count >= 1
+        waits("ann")
+        handed = HandOvers(rl.portal)
+        with pytest.raises(RateLimitExceeded):
+            waits("ann")  # refused after waiting: on the loop
+        assert handed.count == 1
+        assert settled == [1, 1]
+
+
+def test_an_override_set_later_applies_at_the_next_call(make: Callable[..., RateLimit]) -> None:
+    rl = make(clock=FakeClock())
+
+    @rl.limit("user:5/m", key="search")
+    def search(user: str) -> None: ...
+
+    search("ann")
+    search("ann")
+    rl.overrides.set("search", "user:2/m", user="ann")
+    with pytest.raises(RateLimitExceeded) as refused:
+        search("ann")
+    assert refused.value.decision.override
+    search("bob")  # no override for bob: still the limit's own rules
+    rl.overrides.delete("search", user="ann")
+    search("ann")  # 5/m again
+
+
+def test_hooks_and_shadow_see_every_decision(make: Callable[..., RateLimit]) -> None:
+    seen: list[Decision] = []
+    rl = make(clock=FakeClock(), hooks=[seen.append])
+
+    @rl.limit("user:1/m")
+    def work(user: str) -> None: ...
+
+    work("ann")
+    with pytest.raises(RateLimitExceeded):
+        work("ann")
+    assert [d.allowed for d in seen] == [True, False]
+
+    quiet = make(clock=FakeClock(), shadow=True)
+
+    @quiet.limit("user:1/m")
+    def shadowed(user: str) -> str:
+        return "ran"
+
+    assert shadowed("ann") == "ran"
+    handed = HandOvers(quiet.portal)
+    assert shadowed("ann") == "ran"  # refused in shadow: the body runs all the same
+    assert handed.count == 0
+
+
+def test_threads_on_the_direct_path_are_admitted_exactly(make: Callable[..., RateLimit]) -> None:
+    rl = make(clock=FakeClock())
+
+    @rl.limit("user:50/h")
+    def call(user: str) -> None: ...
+
+    call("warm")
+    admitted = [0] * 8
+
+    def worker(n: int) -> None:
+        for _ in range(40):
+            try:
+                call("ann")
+                admitted[n] += 1
+            except RateLimitExceeded:
+                pass
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(admitted) == 50
+    assert isinstance(rl.limiter._denials, LockedDenials)
+    assert rl.limiter.cached_refusals == 1
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("on_error", ["allow", "deny", "raise"])
+def test_a_failure_on_the_direct_path_is_answered_by_the_failure_policy(on_error: str) -> None:
+    with RedisServer() as server:
+        rl = RateLimit.from_url(server.url, "direct-failing", on_error=on_error, timeout=1.0)
+        try:
+
+            @rl.limit("user:5/m")
+            def work(user: str) -> None: ...
+
+            work("ann")
+            server.stop()
+            handed = HandOvers(rl.portal)
+            if on_error == "raise":
+                with pytest.raises(BackendError):
+                    work("ann")
+            elif on_error == "deny":
+                with pytest.raises(RateLimitExceeded) as refused:
+                    work("ann")
+                assert refused.value.decision.degraded
+            else:
+                work("ann")  # admitted, degraded
+            assert handed.count == 0  # answered in this thread, as the loop answers
+            if on_error != "raise":
+                assert rl.storage_failing
+                server.start()
+                work("ann")  # an outage under way: the loop decides, and ends it
+                assert handed.count == 1
+                assert not rl.storage_failing
+                work("ann")
+                assert handed.count == 1  # plain again
+        finally:
+            rl.close()
+
+
+@pytest.mark.redis
+def test_a_script_flush_is_survived_on_the_direct_path(redis_url: str) -> None:
+    import redis
+
+    with RateLimit.from_url(redis_url, "direct-flush") as rl:
+
+        @rl.limit("user:5/m", key="flushed")
+        def work(user: str) -> None: ...
+
+        work("ann")
+        work("ann")
+        redis.Redis.from_url(redis_url).script_flush()
+        handed = HandOvers(rl.portal)
+        work("ann")
+        assert handed.count == 0
+        assert rl.limit(key="flushed", user="ann").peek().remaining == 1
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_a_dropped_or_closed_limiter_gives_back_its_direct_connections(redis_url: str) -> None:
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def used() -> RateLimit:
+        rl = RateLimit.from_url(redis_url, f"direct-dropped-{uuid.uuid4().hex[:12]}")
+
+        @rl.limit("user:5/m")
+        def work(user: str) -> None: ...
+
+        for user in ("a", "b", "c"):
+            work(user)
+        threads = [threading.Thread(target=work, args=("d",)) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return rl
+
+    used().close()
+    gc.collect()
+    before = descriptors()
+    used().close()
+    gc.collect()
+    assert descriptors() <= before
+    rl = used()
+    thread = rl.portal._thread
+    del rl
+    gc.collect()
+    assert thread is not None
+    thread.join(10)
+    assert descriptors() <= before
