@@ -17,6 +17,7 @@ from ratelimit import BackendError, Decision, RateLimitExceeded
 from ratelimit.sync import RateLimit
 from ratelimit.sync.direct import LockedDenials
 from ratelimit.sync.portal import Portal
+from ratelimit.sync.redis_calls import SyncPipeline
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer
 
@@ -276,3 +277,96 @@ def test_a_dropped_or_closed_limiter_gives_back_its_direct_connections(redis_url
     assert thread is not None
     thread.join(10)
     assert descriptors() <= before
+
+
+def crowded(rl: RateLimit) -> tuple[SyncPipeline, list[int]]:
+    """``rl``'s direct Redis pipeline with every batch it may send out (as if threads were
+    waiting for Redis): calls made now queue until :meth:`SyncPipeline._next`. Also the
+    number of commands each write to Redis carried, as they go."""
+    assert rl.direct is not None
+    pipeline = rl.direct._decider.backend._pipeline  # type: ignore[attr-defined]
+    assert isinstance(pipeline, SyncPipeline)
+    written: list[int] = []
+    talk = pipeline._talk
+
+    def counted(commands: list[Any]) -> list[Any]:
+        written.append(len(commands))
+        return talk(commands)
+
+    pipeline._talk = counted  # type: ignore[method-assign]
+    pipeline._in_flight = pipeline._max_in_flight
+    return pipeline, written
+
+
+def queued_calls(pipeline: SyncPipeline, calls: list[Callable[[], object]]) -> list[object]:
+    """Run each of ``calls`` in a thread of its own, all queued for one batch; what each
+    returned or raised."""
+    outcomes: list[object] = [None] * len(calls)
+
+    def run(n: int) -> None:
+        try:
+            outcomes[n] = calls[n]()
+        except Exception as exc:
+            outcomes[n] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    queued = threading.Event()
+    while not queued.wait(0.001):  # until every call waits in the queue
+        if len(pipeline._queue) == len(calls):
+            queued.set()
+    pipeline._next()  # the batch out came back: the first queued call sends the rest
+    for thread in threads:
+        thread.join(10)
+    return outcomes
+
+
+@pytest.mark.redis
+def test_crowding_threads_share_one_call_of_the_batch_script(redis_url: str) -> None:
+    import redis
+
+    with RateLimit.from_url(redis_url, f"direct-batch-{uuid.uuid4().hex[:12]}") as rl:
+
+        @rl.limit("user:3/m")
+        def work(user: str) -> str:
+            return user
+
+        work("warm")
+        pipeline, written = crowded(rl)
+        redis.Redis.from_url(redis_url).script_flush()  # the batch script is loaded then
+        handed = HandOvers(rl.portal)
+        calls: list[Callable[[], object]] = [lambda: work("ann") for _ in range(5)]
+        calls.append(lambda: work("bob"))
+        outcomes = queued_calls(pipeline, calls)
+        assert written == [1]  # six decisions, one script call
+        assert handed.count == 0
+        assert sorted(map(repr, outcomes)).count("'ann'") == 3
+        refused = [o for o in outcomes if isinstance(o, RateLimitExceeded)]
+        assert len(refused) == 2
+        assert all(str(r.rule) == "user:3/m" for r in refused)
+        assert "bob" in outcomes
+        assert pipeline._in_flight == pipeline._max_in_flight - 1  # the batch came back
+        pipeline._in_flight = 0
+        assert work("carl") == "carl"  # alone again: at once, from its own thread
+
+
+@pytest.mark.redis
+def test_a_failed_batch_is_answered_by_the_failure_policy_for_each_call() -> None:
+    with RedisServer() as server:
+        rl = RateLimit.from_url(server.url, "direct-batch-failing", on_error="deny", timeout=1.0)
+        try:
+
+            @rl.limit("user:3/m")
+            def work(user: str) -> None: ...
+
+            work("warm")
+            pipeline, _ = crowded(rl)
+            server.stop()
+            outcomes = queued_calls(pipeline, [lambda: work("ann") for _ in range(4)])
+            refusals = [o for o in outcomes if isinstance(o, RateLimitExceeded)]
+            assert len(refusals) == 4
+            assert all(refused.decision.degraded for refused in refusals)
+            assert rl.storage_failing
+        finally:
+            rl.close()

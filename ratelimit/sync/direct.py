@@ -4,11 +4,12 @@ Handing a call to the limiter's loop (:mod:`ratelimit.sync.portal`) costs two th
 wake-ups: the loop's, then the caller's. A plain decision needs neither where the store can
 be asked from any thread: ``memory://`` (its ``decide`` takes a thread lock and never
 awaits) and the Redis script engine on a plain ``redis.asyncio.Redis`` (the same ``EVALSHA``
-of the same script, sent by a synchronous redis-py client of the same address, options and
-credentials). The decision is still the async pipeline's own: :meth:`Decider.decide`
-(denial cache, failure policy, shadow, the backend's own reply parsing) run to its end at
-once in the calling thread, on a twin of the limiter's decider whose backend answers
-without suspending.
+of the same script, sent by a synchronous redis-py connection of the same address, options
+and credentials, one per thread; threads that crowd share one call of the batch script:
+:mod:`ratelimit.sync.redis_calls`). The decision is still the async pipeline's own:
+:meth:`Decider.decide` (denial cache, failure policy, shadow, the backend's own reply
+parsing) run to its end at once in the calling thread, on a twin of the limiter's decider
+whose backend answers without suspending.
 
 What is not a plain decision goes to the loop as before (:meth:`DirectPath.admit` answers
 ``None``): a limit with hooks, ``settle=``, ``wait=``, a cost callable, rules chosen per
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Coroutine
+import weakref
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import redis
@@ -38,14 +40,6 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ratelimit.backends.memory import MemoryBackend
-from ratelimit.backends.redis.compat import NoScriptError, ResponseError
-from ratelimit.backends.redis.errors import (
-    backend_error,
-    is_backend_failure,
-    is_not_a_reply,
-    not_a_reply,
-)
-from ratelimit.backends.redis.resp import Command
 from ratelimit.backends.redis.script_engine import RedisScriptBackend
 from ratelimit.decider import Decider
 from ratelimit.decision import Decision, RateLimitExceeded
@@ -55,6 +49,7 @@ from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.overrides import OverrideCache
 from ratelimit.plan import CompiledTree
 from ratelimit.selectors import CallSite, resolved_now
+from ratelimit.sync.redis_calls import SyncPipeline
 
 T = TypeVar("T")
 
@@ -89,59 +84,6 @@ class LockedDenials(DenialCache):
             super().remember(call, decision)
 
 
-class SyncPipeline:
-    """What the script engine's decide awaits (``call``, ``close_idle``), answered by a
-    blocking call on a connection of a synchronous client's pool, in the calling thread:
-    its coroutines never suspend. Each thread keeps the connection it took (the pool's
-    bookkeeping is not paid per call) until it ends or the limiter closes. Errors are
-    mapped as the engine's pipeline maps them; a call is sent once (no retry: a script
-    that may have run is never run again)."""
-
-    def __init__(self, client: redis.Redis, timeout: float | None) -> None:
-        self.client = client
-        self.timeout = timeout
-        self._mine = threading.local()
-
-    async def call(self, command: Command, key: str) -> Any:
-        try:
-            return self._execute(command)
-        except Exception as exc:
-            if is_not_a_reply(exc):
-                await self.close_idle()
-                raise not_a_reply(exc, f"to decide key {key!r}") from exc
-            if is_backend_failure(exc):
-                raise backend_error(exc, f"to decide key {key!r}", self.timeout) from exc
-            raise
-
-    def _execute(self, command: Command) -> Any:
-        """The reply to ``command``, written as packed (the engine's own RESP bytes) on this
-        thread's connection; one that failed is closed (the next call connects again)."""
-        connection = self._mine.__dict__.get("connection")
-        if connection is None:
-            connection = self._mine.connection = self.client.connection_pool.get_connection()
-        try:
-            connection.send_packed_command([command.packed], check_health=False)
-            try:
-                return connection.read_response()
-            except NoScriptError:  # Redis restarted, or its scripts were flushed
-                connection.send_packed_command([command.script.load], check_health=False)
-                connection.read_response()
-                connection.send_packed_command([command.packed], check_health=False)
-                return connection.read_response()
-        except ResponseError:
-            raise  # Redis answered: the connection is fine
-        except BaseException:
-            connection.disconnect()  # a reply may be on its way: never read it as another's
-            raise
-
-    async def close_idle(self) -> None:
-        """Close this thread's connection, which carried a reply that was not Redis's (its
-        next call connects again); the other threads' find out for themselves."""
-        connection = self._mine.__dict__.get("connection")
-        if connection is not None:
-            connection.disconnect()
-
-
 def sync_client(client: object, timeout: float | None) -> redis.Redis | None:
     """A synchronous client to the server ``client`` (a plain ``redis.asyncio.Redis``) talks
     to, with its connection options; ``None`` for any other client."""
@@ -172,7 +114,11 @@ class DirectPath:
     def __init__(self, limiter: AsyncRateLimit, decider: Decider, client: redis.Redis | None):
         self._main: Decider = limiter._decider
         self._decider = decider
-        self._client = client
+        self.close: Callable[[], object] = lambda: None
+        """Close the synchronous client's connections: at ``close()``, or when this path
+        is collected with its limiter (then no call is left to use them)."""
+        if client is not None:
+            self.close = weakref.finalize(self, client.connection_pool.disconnect)
 
     def admit(self, limit: Limit, key: str, site: CallSite) -> Decision | None:
         """What ``limit._admit(key, site)`` gives (a decision, or ``RateLimitExceeded``),
@@ -206,12 +152,6 @@ class DirectPath:
         if not decision.allowed and not decision.shadow:
             raise RateLimitExceeded(decision)
         return decision
-
-    def close(self) -> None:
-        """Close the synchronous client's connections (none open later: the limiter is
-        closed, and its calls go to the loop, which refuses them)."""
-        if self._client is not None:
-            self._client.connection_pool.disconnect()
 
 
 def _quiet(overrides: OverrideCache, key: str) -> bool:

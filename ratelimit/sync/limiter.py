@@ -15,10 +15,12 @@
 It is :class:`ratelimit.RateLimit` run on an event loop in a thread of its own
 (:mod:`ratelimit.sync.portal`): the same rules, selectors, algorithms, stores, settings,
 costs, settle, overrides, hooks and failure policy, one implementation. Any number of
-threads share one limiter, and the automatic pipeline sends the decisions of all of them to
-Redis together. Selector callables, ``cost=`` and ``settle=`` callables run on that loop's
-thread, with the calling thread's context variables (Flask's ``request`` and ``g`` are
-seen): keep them quick, as every thread waits for them.
+threads share one limiter. A plain decision of a decorated function is made in the calling
+thread, without waking the loop, where the store allows (:mod:`ratelimit.sync.direct`);
+threads that crowd share one script call on Redis. Selector callables, ``cost=`` and
+``settle=`` callables run on that loop's thread, with the calling thread's context
+variables (Flask's ``request`` and ``g`` are seen): keep them quick, as every thread waits
+for them.
 
 **Fork-safe.** A process forked after the limiter was used (a gunicorn worker, made from a
 preloaded app) gets its own loop and connections at its first call: a limiter made by
@@ -37,7 +39,7 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -48,12 +50,11 @@ from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
 from ratelimit.limit import Limit as AsyncLimit
 from ratelimit.limiter import RateLimit as AsyncRateLimit
-from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, Cost
-from ratelimit.rules import RuleLike
 from ratelimit.settings import Settings
 from ratelimit.sync.direct import DirectPath, direct_path
 from ratelimit.sync.limits import Concurrency, Limit
+from ratelimit.sync.overriding import Overrides
 from ratelimit.sync.portal import Portal
 
 T = TypeVar("T")
@@ -123,9 +124,7 @@ class RateLimit:
         """Its limits, oldest first: made again, in order, in a forked child."""
         self.portal = Portal(f"ratelimit.sync-{number}")
         self._rebuilding = threading.Lock()
-        self.direct: DirectPath | None = None
-        """Plain decisions in the calling thread (:mod:`ratelimit.sync.direct`), where
-        the store allows."""
+        self.direct: DirectPath | None = None  # plain decisions in the calling thread
         try:
             self._limiter = self._built()  # settings checked here, in the caller's thread
         except BaseException:
@@ -369,41 +368,3 @@ def _close_at_exit() -> None:
 
 os.register_at_fork(after_in_child=_after_fork)
 atexit.register(_close_at_exit)
-
-
-class Overrides:
-    """:class:`ratelimit.overriding.Overrides`, blocking."""
-
-    def __init__(self, limiter: RateLimit) -> None:
-        self._limiter = limiter
-
-    def set(
-        self, key: str, rules: RuleLike, /, *, ttl: float | None = None, **values: str | int
-    ) -> Override:
-        """Set the rules of ``key`` for these selector values (none: every call of the key),
-        for ``ttl`` seconds or until deleted; the new :class:`~ratelimit.Override`."""
-        return self._limiter.run(lambda rl: rl.overrides.set(key, rules, ttl=ttl, **values))
-
-    def get(self, key: str, /, **values: str | int) -> Override | None:
-        """The override of ``key`` for exactly these values, or ``None``."""
-        return self._limiter.run(lambda rl: rl.overrides.get(key, **values))
-
-    def delete(self, key: str, /, **values: str | int) -> bool:
-        """Delete the override of ``key`` for these values; whether there was one."""
-        return self._limiter.run(lambda rl: rl.overrides.delete(key, **values))
-
-    def list(self, key: str | None = None) -> Sequence[Override]:
-        """The overrides in force, of ``key`` or of every key."""
-        return self._limiter.run(lambda rl: rl.overrides.list(key))
-
-    def in_force(self, key: str, /, **values: str | int | None) -> Override | None:
-        """The override a call of ``key`` with these values decides under, or ``None``."""
-        return self._limiter.run(lambda rl: rl.overrides.in_force(key, **values))
-
-    def refresh(self) -> None:
-        """Read the overrides from the store now, not at the next refresh."""
-        self._limiter.run(lambda rl: rl.overrides.refresh())
-
-    def find(self, key: str, values: Mapping[str, str | None]) -> Override | None:
-        """As :meth:`in_force`, from the cache the decisions read."""
-        return self._limiter.run(lambda rl: rl.overrides.find(key, values))
