@@ -370,3 +370,26 @@ def test_a_failed_batch_is_answered_by_the_failure_policy_for_each_call() -> Non
             assert rl.storage_failing
         finally:
             rl.close()
+
+
+def test_the_front_ends_door_decides_plain_calls_in_the_calling_thread(
+    make: Callable[..., RateLimit],
+) -> None:
+    from ratelimit.plan import compile_tree
+    from ratelimit.rules import to_tree
+
+    rl = make(clock=FakeClock())
+    tree = compile_tree(to_tree("user:2/m"))
+    cost = rl.check(tree)
+    handed = HandOvers(rl.portal)
+    assert rl.decide(tree, "door", ("ann",), cost=cost).remaining == 1
+    assert rl.decide(tree, "door", ("ann",), cost=cost, record=False).remaining == 0
+    assert rl.decide(tree, "door", ("ann",), cost=cost).allowed
+    refused = rl.decide(tree, "door", ("ann",), cost=cost)
+    assert not refused.allowed
+    assert refused.retry_after == pytest.approx(60.0, abs=0.5)
+    assert rl.decide(tree, "door", ("ann",), cost=cost, shadow=True).shadow
+    assert handed.count == 0
+    late = rl.decide(tree, "door", ("bob",), cost=cost, within=5.0)  # on the loop
+    assert late.allowed
+    assert handed.count == 1

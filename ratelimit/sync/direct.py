@@ -11,13 +11,15 @@ and credentials, one per thread; threads that crowd share one call of the batch 
 parsing) run to its end at once in the calling thread, on a twin of the limiter's decider
 whose backend answers without suspending.
 
-What is not a plain decision goes to the loop as before (:meth:`DirectPath.admit` answers
-``None``): a limit with hooks, ``settle=``, ``wait=``, a cost callable, rules chosen per
-call, selectors that are not the call's own arguments (callables, a selector object,
-keywords: they run on the loop, in the caller's context), an override in force for the key
-(or overrides not read yet, or a key the store has not been told of), background counting,
-an outage under way (the loop's decisions end it), a closed limiter, and every store but
-those two (Cluster, Sentinel, the command engine, ``sync_rate``, PostgreSQL). Anything set
+The decorator's decisions (:meth:`DirectPath.admit`) and the front ends' door
+(:meth:`DirectPath.decide`, without ``within=`` or an override) take it. What is not a
+plain decision goes to the loop as before (they answer ``None``): a limiter with hooks,
+``settle=``, ``wait=``, a cost callable, rules chosen per call, selectors that are not the
+call's own arguments (callables, a selector object, keywords: they run on the loop, in the
+caller's context), an override in force for the key (or overrides not read yet, or a key
+the store has not been told of), background counting, an outage under way (the loop's
+decisions end it), a closed limiter, and every store but those two (Cluster, Sentinel, the
+command engine, ``sync_rate``, PostgreSQL). Anything set
 later (an override, hooks) is looked at on every call, so it takes effect at the next one.
 A failure of the store on the direct path is answered by the same failure policy
 (``on_error``) in the calling thread, as on the loop.
@@ -31,7 +33,7 @@ from __future__ import annotations
 import copy
 import threading
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import redis
@@ -41,13 +43,13 @@ from redis.retry import Retry
 
 from ratelimit.backends.memory import MemoryBackend
 from ratelimit.backends.redis.script_engine import RedisScriptBackend
-from ratelimit.decider import Decider
+from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.denials import Call, DenialCache
 from ratelimit.limit import Limit
 from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.overrides import OverrideCache
-from ratelimit.plan import CompiledTree
+from ratelimit.plan import CompiledTree, Cost
 from ratelimit.selectors import CallSite, resolved_now
 from ratelimit.sync.redis_calls import SyncPipeline
 
@@ -113,6 +115,7 @@ class DirectPath:
 
     def __init__(self, limiter: AsyncRateLimit, decider: Decider, client: redis.Redis | None):
         self._main: Decider = limiter._decider
+        self._shadow = limiter.settings.shadow
         self._decider = decider
         self.close: Callable[[], object] = lambda: None
         """Close the synchronous client's connections: at ``close()``, or when this path
@@ -152,6 +155,24 @@ class DirectPath:
         if not decision.allowed and not decision.shadow:
             raise RateLimitExceeded(decision)
         return decision
+
+    def decide(
+        self,
+        compiled: CompiledTree,
+        key: str,
+        values: tuple[str | None, ...],
+        cost: Cost | Mapping[str, float],
+        shadow: bool | None,
+        record: bool,
+    ) -> Decision | None:
+        """What the front ends' door (``RateLimit.decide``) gives, decided here; ``None``
+        when it is not a plain decision (the loop decides)."""
+        main = self._main
+        if main.closed or main.hooks or main.policy.failing or isinstance(cost, Mapping):
+            return None
+        call = new_call_key(CallKey, (compiled, main.namespace, key, values, cost, main.algorithm))
+        shadow = self._shadow if shadow is None else shadow
+        return run_now(self._decider.decide(call, record, shadow))
 
 
 def _quiet(overrides: OverrideCache, key: str) -> bool:

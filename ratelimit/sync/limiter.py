@@ -263,7 +263,15 @@ class RateLimit:
         within: float | None = None,
         override: bool = False,
     ) -> Decision:
-        """:meth:`ratelimit.RateLimit.decide`, blocking."""
+        """:meth:`ratelimit.RateLimit.decide`, blocking (in the calling thread where it is a
+        plain decision: :mod:`ratelimit.sync.direct`)."""
+        self.limiter  # noqa: B018 - a forked child makes its own, and its direct path
+        direct = self.direct
+        if direct is not None and within is None and override is False and not self.portal.closed:
+            self.portal.check_caller()
+            decision = direct.decide(compiled, key, values, cost, shadow, record)
+            if decision is not None:
+                return decision
         return self.run(
             lambda limiter: limiter.decide(
                 compiled, key, values, cost=cost, shadow=shadow, record=record, within=within,

@@ -115,11 +115,7 @@ class Portal:
         self.started += 1
 
     def check_caller(self) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
+        if asyncio._get_running_loop() is not None:  # no exception raised: every call asks
             raise EventLoopError(IN_LOOP)
         if threading.current_thread() is self._thread:
             raise EventLoopError(IN_LOOP)  # a selector of the sync API calling it again
