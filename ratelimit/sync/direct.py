@@ -5,8 +5,7 @@ wake-ups: the loop's, then the caller's. A plain decision needs neither where th
 be asked from any thread: ``memory://`` (its ``decide`` takes a thread lock and never
 awaits) and the Redis script engine on a plain ``redis.asyncio.Redis`` (the same ``EVALSHA``
 of the same script, sent by a synchronous redis-py connection of the same address, options
-and credentials, one per thread; threads that crowd share one call of the batch script:
-:mod:`ratelimit.sync.redis_calls`). The decision is still the async pipeline's own:
+and credentials: :mod:`ratelimit.sync.redis_calls`). The decision is still the async pipeline's own:
 :meth:`Decider.decide` (denial cache, failure policy, shadow, the backend's own reply
 parsing) run to its end at once in the calling thread, on a twin of the limiter's decider
 whose backend answers without suspending.

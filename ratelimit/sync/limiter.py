@@ -16,11 +16,10 @@ It is :class:`ratelimit.RateLimit` run on an event loop in a thread of its own
 (:mod:`ratelimit.sync.portal`): the same rules, selectors, algorithms, stores, settings,
 costs, settle, overrides, hooks and failure policy, one implementation. Any number of
 threads share one limiter. A plain decision of a decorated function is made in the calling
-thread, without waking the loop, where the store allows (:mod:`ratelimit.sync.direct`);
-threads that crowd share one script call on Redis. Selector callables, ``cost=`` and
-``settle=`` callables run on that loop's thread, with the calling thread's context
-variables (Flask's ``request`` and ``g`` are seen): keep them quick, as every thread waits
-for them.
+thread, without waking the loop, where the store allows (:mod:`ratelimit.sync.direct`).
+Selector callables, ``cost=`` and ``settle=`` callables run on that loop's thread, with the
+calling thread's context variables (Flask's ``request`` and ``g`` are seen): keep them
+quick, as every thread waits for them.
 
 **Fork-safe.** A process forked after the limiter was used (a gunicorn worker, made from a
 preloaded app) gets its own loop and connections at its first call: a limiter made by
