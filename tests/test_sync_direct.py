@@ -393,3 +393,35 @@ def test_the_front_ends_door_decides_plain_calls_in_the_calling_thread(
     late = rl.decide(tree, "door", ("bob",), cost=cost, within=5.0)  # on the loop
     assert late.allowed
     assert handed.count == 1
+
+
+@pytest.mark.redis
+def test_threads_past_the_pools_connections_queue_instead_of_failing(redis_url: str) -> None:
+    namespace = f"direct-pool-{uuid.uuid4().hex[:12]}"
+    with RateLimit.from_url(redis_url, namespace, max_connections=2, on_error="raise") as rl:
+
+        @rl.limit("user:1000/h")
+        def work(user: str) -> None: ...
+
+        work("warm")
+        assert rl.direct is not None
+        pipeline = rl.direct._decider.backend._pipeline  # type: ignore[attr-defined]
+        assert pipeline._max_in_flight == 2
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                for _ in range(20):
+                    work("ann")
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert len(pipeline._idle) <= 2
+        key = f"{work.__module__}.{work.__qualname__}"
+        assert rl.limit(key=key, user="ann").peek().remaining == 1000 - 160 - 1  # each counted
