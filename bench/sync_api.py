@@ -1,9 +1,12 @@
 """Decisions per second of the synchronous API (``ratelimit.sync``) in threads, beside
 ``limits``' synchronous strategies on the same Redis, at 1, 8 and 32 threads.
 
-    python bench/sync_api.py [--seconds 2] [--rounds 3] [--threads 1,8,32]
+    python bench/sync_api.py [--seconds 2] [--rounds 3] [--threads 1,8,32] [--only TEXT]
+    python bench/sync_api.py --memory     # memory:// beside limits' MemoryStorage
 
-Starts its own redis-server (or uses ``REDIS_URL``). Each decision is one admitted call for
+Starts its own redis-server (or uses ``REDIS_URL``); ``--memory`` runs every contender on its
+in-process store instead. ``--only`` keeps the contenders whose name holds that text (the
+baseline always runs). Each decision is one admitted call for
 one of 10 000 users under ``user:1000/m`` (``limits``: ``1000/minute`` per user), made by
 a plain function in a thread: ours decorated with ``@rl.limit`` (the user from its
 argument), ``limits`` by ``strategy.hit``. Prints a Markdown table: decisions/s, p50 and
@@ -56,9 +59,13 @@ def ours(url: str, algorithm: str) -> tuple[Decide, Callable[[], None]]:
 
 def limits_strategy(url: str, name: str) -> tuple[Decide, Callable[[], None]]:
     from limits import RateLimitItemPerMinute, strategies
-    from limits.storage import RedisStorage
+    from limits.storage import MemoryStorage, RedisStorage, Storage
 
-    storage = RedisStorage(url, key_prefix=f"bench-{uuid.uuid4().hex[:6]}", max_connections=64)
+    storage: Storage = (
+        MemoryStorage()
+        if url.startswith("memory:")
+        else RedisStorage(url, key_prefix=f"bench-{uuid.uuid4().hex[:6]}", max_connections=64)
+    )
     limiter = getattr(strategies, name)(storage)
     item = RateLimitItemPerMinute(LIMIT)
 
@@ -125,12 +132,15 @@ def percentile(values: list[float], q: float) -> float:
 Results = dict[tuple[str, int], list[tuple[float, list[float], float]]]
 
 
-def measure(url: str, seconds: float, rounds: int, counts: list[int]) -> Results:
-    """Every contender at each thread count in ``counts``, ``rounds`` times, on the Redis at
-    ``url`` (also what ``bench/wsgi.py`` runs for its table of the sync API alone)."""
+def measure(url: str, seconds: float, rounds: int, counts: list[int], only: str = "") -> Results:
+    """Every contender (whose name holds ``only``, and the baseline) at each thread count
+    in ``counts``, ``rounds`` times, on the store at ``url`` (also what ``bench/wsgi.py``
+    runs for its table of the sync API alone)."""
     results: Results = {}
     for _ in range(rounds):  # rounds interleaved: noise hits every contender alike
         for name, make in CONTENDERS.items():
+            if only not in name and name != BASELINE:
+                continue
             decide, close = make(url)
             try:
                 for threads in counts:
@@ -148,6 +158,8 @@ def print_table(results: Results, counts: list[int]) -> None:
     for threads in counts:
         base = statistics.median(r[0] for r in results[(BASELINE, threads)])
         for name in CONTENDERS:
+            if (name, threads) not in results:
+                continue
             runs = results[(name, threads)]
             rate = statistics.median(r[0] for r in runs)
             median_run: Any = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
@@ -164,16 +176,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", default="1,8,32")
+    parser.add_argument("--only", default="", help="contenders whose name holds this text")
+    parser.add_argument("--memory", action="store_true", help="in-process stores, no Redis")
     args = parser.parse_args()
     counts = [int(n) for n in args.threads.split(",")]
     with ExitStack() as stack:
-        url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
+        if args.memory:
+            url = "memory://"
+        else:
+            url = os.environ.get("REDIS_URL") or stack.enter_context(RedisServer()).url
         print(
             f"Python {platform.python_version()}, {os.cpu_count()} cores, redis {url}; "
             f"{args.seconds} s per row, median of {args.rounds}; user:{LIMIT}/m over "
             f"{USERS} users\n"
         )
-        results = measure(url, args.seconds, args.rounds, counts)
+        results = measure(url, args.seconds, args.rounds, counts, args.only)
         print_table(results, counts)
 
 

@@ -2,7 +2,8 @@
 WSGI, scripts), the async limiter run on an event loop in a thread of its own; see
 :mod:`ratelimit.sync.limiter`."""
 
-from ratelimit.sync.limiter import Overrides, RateLimit
+from ratelimit.sync.limiter import RateLimit
 from ratelimit.sync.limits import Concurrency, Limit
+from ratelimit.sync.overriding import Overrides
 
 __all__ = ["Concurrency", "Limit", "Overrides", "RateLimit"]

@@ -15,10 +15,11 @@
 It is :class:`ratelimit.RateLimit` run on an event loop in a thread of its own
 (:mod:`ratelimit.sync.portal`): the same rules, selectors, algorithms, stores, settings,
 costs, settle, overrides, hooks and failure policy, one implementation. Any number of
-threads share one limiter, and the automatic pipeline sends the decisions of all of them to
-Redis together. Selector callables, ``cost=`` and ``settle=`` callables run on that loop's
-thread, with the calling thread's context variables (Flask's ``request`` and ``g`` are
-seen): keep them quick, as every thread waits for them.
+threads share one limiter. A plain decision of a decorated function is made in the calling
+thread, without waking the loop, where the store allows (:mod:`ratelimit.sync.direct`).
+Selector callables, ``cost=`` and ``settle=`` callables run on that loop's thread, with the
+calling thread's context variables (Flask's ``request`` and ``g`` are seen): keep them
+quick, as every thread waits for them.
 
 **Fork-safe.** A process forked after the limiter was used (a gunicorn worker, made from a
 preloaded app) gets its own loop and connections at its first call: a limiter made by
@@ -37,7 +38,7 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -48,11 +49,11 @@ from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
 from ratelimit.limit import Limit as AsyncLimit
 from ratelimit.limiter import RateLimit as AsyncRateLimit
-from ratelimit.overrides import Override
 from ratelimit.plan import CompiledTree, Cost
-from ratelimit.rules import RuleLike
 from ratelimit.settings import Settings
+from ratelimit.sync.direct import DirectPath, direct_path
 from ratelimit.sync.limits import Concurrency, Limit
+from ratelimit.sync.overriding import Overrides
 from ratelimit.sync.portal import Portal
 
 T = TypeVar("T")
@@ -122,6 +123,7 @@ class RateLimit:
         """Its limits, oldest first: made again, in order, in a forked child."""
         self.portal = Portal(f"ratelimit.sync-{number}")
         self._rebuilding = threading.Lock()
+        self.direct: DirectPath | None = None  # plain decisions in the calling thread
         try:
             self._limiter = self._built()  # settings checked here, in the caller's thread
         except BaseException:
@@ -139,7 +141,9 @@ class RateLimit:
         async def build() -> AsyncRateLimit:  # made on its loop, which its client binds to
             return self._make()
 
-        return self.portal.run(build)
+        limiter = self.portal.run(build)
+        self.direct = direct_path(limiter)  # before its first decision
+        return limiter
 
     @property
     def limiter(self) -> AsyncRateLimit:
@@ -258,7 +262,15 @@ class RateLimit:
         within: float | None = None,
         override: bool = False,
     ) -> Decision:
-        """:meth:`ratelimit.RateLimit.decide`, blocking."""
+        """:meth:`ratelimit.RateLimit.decide`, blocking (in the calling thread where it is a
+        plain decision: :mod:`ratelimit.sync.direct`)."""
+        self.limiter  # noqa: B018 - a forked child makes its own, and its direct path
+        direct = self.direct
+        if direct is not None and within is None and override is False and not self.portal.closed:
+            self.portal.check_caller()
+            decision = direct.decide(compiled, key, values, cost, shadow, record)
+            if decision is not None:
+                return decision
         return self.run(
             lambda limiter: limiter.decide(
                 compiled, key, values, cost=cost, shadow=shadow, record=record, within=within,
@@ -317,7 +329,11 @@ class RateLimit:
         if self._pid != os.getpid():
             return  # the parent's: nothing of this process to close
         limiter = self._limiter
-        self.portal.close(limiter.aclose)
+        try:
+            self.portal.close(limiter.aclose)
+        finally:
+            if self.direct is not None:
+                self.direct.close()
         self._dropped.detach()
 
     def __enter__(self) -> RateLimit:
@@ -359,41 +375,3 @@ def _close_at_exit() -> None:
 
 os.register_at_fork(after_in_child=_after_fork)
 atexit.register(_close_at_exit)
-
-
-class Overrides:
-    """:class:`ratelimit.overriding.Overrides`, blocking."""
-
-    def __init__(self, limiter: RateLimit) -> None:
-        self._limiter = limiter
-
-    def set(
-        self, key: str, rules: RuleLike, /, *, ttl: float | None = None, **values: str | int
-    ) -> Override:
-        """Set the rules of ``key`` for these selector values (none: every call of the key),
-        for ``ttl`` seconds or until deleted; the new :class:`~ratelimit.Override`."""
-        return self._limiter.run(lambda rl: rl.overrides.set(key, rules, ttl=ttl, **values))
-
-    def get(self, key: str, /, **values: str | int) -> Override | None:
-        """The override of ``key`` for exactly these values, or ``None``."""
-        return self._limiter.run(lambda rl: rl.overrides.get(key, **values))
-
-    def delete(self, key: str, /, **values: str | int) -> bool:
-        """Delete the override of ``key`` for these values; whether there was one."""
-        return self._limiter.run(lambda rl: rl.overrides.delete(key, **values))
-
-    def list(self, key: str | None = None) -> Sequence[Override]:
-        """The overrides in force, of ``key`` or of every key."""
-        return self._limiter.run(lambda rl: rl.overrides.list(key))
-
-    def in_force(self, key: str, /, **values: str | int | None) -> Override | None:
-        """The override a call of ``key`` with these values decides under, or ``None``."""
-        return self._limiter.run(lambda rl: rl.overrides.in_force(key, **values))
-
-    def refresh(self) -> None:
-        """Read the overrides from the store now, not at the next refresh."""
-        self._limiter.run(lambda rl: rl.overrides.refresh())
-
-    def find(self, key: str, values: Mapping[str, str | None]) -> Override | None:
-        """As :meth:`in_force`, from the cache the decisions read."""
-        return self._limiter.run(lambda rl: rl.overrides.find(key, values))

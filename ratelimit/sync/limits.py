@@ -17,6 +17,7 @@ from ratelimit.concurrency import Held
 from ratelimit.costs import CostValue
 from ratelimit.decision import Decision
 from ratelimit.limit import Limit as AsyncLimit
+from ratelimit.sync.direct import DirectPath
 from ratelimit.sync.portal import Portal
 from ratelimit.wrapping import call_site, function_name
 
@@ -28,6 +29,8 @@ class RateLimit(Protocol):
     """What a limit needs of the :class:`ratelimit.sync.RateLimit` that made it."""
 
     portal: Portal
+    direct: DirectPath | None
+    """Plain decisions in the calling thread, where the store allows."""
     generation: int
     twins: list[weakref.ref[_Twin[Any]]]
     """Its limits, oldest first (dead ones dropped now and then)."""
@@ -104,13 +107,20 @@ class Limit(_Twin[AsyncLimit]):
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         key, parameters = self._decorates(func)
-        portal = self._owner.portal
+        owner = self._owner
+        portal = owner.portal
 
         @functools.wraps(func)
         def limited(*args: P.args, **kwargs: P.kwargs) -> R:
             site = call_site(func, parameters, args, kwargs)
             limit = self.twin()
-            decision = portal.run(lambda: limit._admit(key, site))
+            direct = owner.direct
+            decision = None
+            if direct is not None and not portal.closed:
+                portal.check_caller()
+                decision = direct.admit(limit, key, site)  # a plain decision: no hand-over
+            if decision is None:
+                decision = portal.run(lambda: limit._admit(key, site))
             result = func(*args, **kwargs)
             if limit._settle is not None:
                 portal.run(lambda: limit._settled(decision, result))

@@ -114,12 +114,8 @@ class Portal:
         self._loop, self._thread, self._pid = loop, thread, os.getpid()
         self.started += 1
 
-    def _check_caller(self) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
+    def check_caller(self) -> None:
+        if asyncio._get_running_loop() is not None:  # no exception raised: every call asks
             raise EventLoopError(IN_LOOP)
         if threading.current_thread() is self._thread:
             raise EventLoopError(IN_LOOP)  # a selector of the sync API calling it again
@@ -137,7 +133,7 @@ class Portal:
         The hand-over is cheap under load: calls queue, and the loop is woken (a write to
         its self-pipe) only when it is not already about to take them; each caller waits
         on a lock of its own, which the loop releases."""
-        self._check_caller()
+        self.check_caller()
         if self.closed:
             raise LimiterClosedError(CLOSED)
         return self._run(make, self.loop(), undo)
@@ -206,7 +202,7 @@ class Portal:
         """Run ``last()`` (closing what the loop holds), fail every call still queued or
         running with ``LimiterClosedError``, then stop the loop and its thread. Nothing in
         a forked child (the loop is its parent's) or when closed already."""
-        self._check_caller()
+        self.check_caller()
         with self._lock:
             loop, thread = self._loop, self._thread
             if self.closed:

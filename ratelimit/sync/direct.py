@@ -1,0 +1,229 @@
+"""The direct path of the synchronous API: a plain decision made in the calling thread.
+
+Handing a call to the limiter's loop (:mod:`ratelimit.sync.portal`) costs two thread
+wake-ups: the loop's, then the caller's. A plain decision needs neither where the store can
+be asked from any thread: ``memory://`` (its ``decide`` takes a thread lock and never
+awaits) and the Redis script engine on a plain ``redis.asyncio.Redis`` (the same ``EVALSHA``
+of the same script, sent by a synchronous redis-py connection of the same address, options
+and credentials: :mod:`ratelimit.sync.redis_calls`). The decision is still the async pipeline's own:
+:meth:`Decider.decide` (denial cache, failure policy, shadow, the backend's own reply
+parsing) run to its end at once in the calling thread, on a twin of the limiter's decider
+whose backend answers without suspending.
+
+The decorator's decisions (:meth:`DirectPath.admit`) and the front ends' door
+(:meth:`DirectPath.decide`, without ``within=`` or an override) take it. What is not a
+plain decision goes to the loop as before (they answer ``None``): a limiter with hooks,
+``settle=``, ``wait=``, a cost callable, rules chosen per call, selectors that are not the
+call's own arguments (callables, a selector object, keywords: they run on the loop, in the
+caller's context), an override in force for the key (or overrides not read yet, or a key
+the store has not been told of), background counting, an outage under way (the loop's
+decisions end it), a closed limiter, and every store but those two (Cluster, Sentinel, the
+command engine, ``sync_rate``, PostgreSQL). Anything set
+later (an override, hooks) is looked at on every call, so it takes effect at the next one.
+A failure of the store on the direct path is answered by the same failure policy
+(``on_error``) in the calling thread, as on the loop.
+
+The limiter's denial cache is shared by the loop and the calling threads, so the sync API
+gives it a lock (:class:`LockedDenials`).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import weakref
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ratelimit.backends.memory import MemoryBackend
+from ratelimit.backends.redis.script_engine import RedisScriptBackend
+from ratelimit.decider import CallKey, Decider, new_call_key
+from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.denials import Call, DenialCache
+from ratelimit.limit import Limit
+from ratelimit.limiter import RateLimit as AsyncRateLimit
+from ratelimit.overrides import OverrideCache
+from ratelimit.plan import CompiledTree, Cost
+from ratelimit.selectors import CallSite, resolved_now
+from ratelimit.sync.redis_calls import SyncPipeline
+
+T = TypeVar("T")
+
+_CONNECTIONS: dict[type[Any], type[Any]] = {
+    aioredis.Connection: redis.Connection,
+    aioredis.UnixDomainSocketConnection: redis.UnixDomainSocketConnection,
+    aioredis.SSLConnection: redis.SSLConnection,
+}
+"""The synchronous twin of each connection class of ``redis.asyncio`` the direct path
+copies (any other: no direct path)."""
+
+
+class LockedDenials(DenialCache):
+    """The denial cache, safe to use from the loop and the calling threads at once."""
+
+    def __init__(self, cache: DenialCache) -> None:
+        super().__init__(cache.size, cache._clock)
+        self._lock = threading.Lock()
+
+    def get(self, call: Call) -> Decision | None:
+        if not self._until:  # most calls: nothing refused, nothing to lock
+            return None
+        with self._lock:
+            return super().get(call)
+
+    def forget(self, namespace: str, key: str) -> None:
+        with self._lock:
+            super().forget(namespace, key)
+
+    def remember(self, call: Call, decision: Decision) -> None:
+        with self._lock:
+            super().remember(call, decision)
+
+
+def sync_client(client: object, timeout: float | None) -> redis.Redis | None:
+    """A synchronous client to the server ``client`` (a plain ``redis.asyncio.Redis``) talks
+    to, with its connection options; ``None`` for any other client."""
+    if type(client) is not aioredis.Redis:
+        return None
+    pool = client.connection_pool
+    connection = _CONNECTIONS.get(pool.connection_class)
+    if connection is None:
+        return None
+    options = dict(pool.connection_kwargs)
+    options["retry"] = Retry(NoBackoff(), 0)  # sent once, as the engine's pipeline does
+    if timeout is not None:
+        options.setdefault("socket_timeout", timeout)
+        options.setdefault("socket_connect_timeout", timeout)
+    try:
+        connection(**options)  # an option the synchronous class does not take: no path
+    except (TypeError, ValueError):
+        return None
+    limit = getattr(pool, "max_connections", None)
+    sync_pool = redis.ConnectionPool(connection_class=connection, max_connections=limit, **options)
+    return redis.Redis(connection_pool=sync_pool)
+
+
+class DirectPath:
+    """Plain decisions of ``limiter`` in the calling thread (see the module's docstring).
+    Made by :func:`direct_path`, once per async limiter (a forked child makes its own)."""
+
+    def __init__(self, limiter: AsyncRateLimit, decider: Decider, client: redis.Redis | None):
+        self._main: Decider = limiter._decider
+        self._shadow = limiter.settings.shadow
+        self._decider = decider
+        self.close: Callable[[], object] = lambda: None
+        """Close the synchronous client's connections: at ``close()``, or when this path
+        is collected with its limiter (then no call is left to use them)."""
+        if client is not None:
+            self.close = weakref.finalize(self, client.connection_pool.disconnect)
+
+    def admit(self, limit: Limit, key: str, site: CallSite) -> Decision | None:
+        """What ``limit._admit(key, site)`` gives (a decision, or ``RateLimitExceeded``),
+        decided here; ``None`` when the call is not a plain decision (the loop decides)."""
+        main = self._main
+        registration = limit._registration
+        if (
+            registration is None  # the first call registers it, on the loop
+            or main.closed
+            or main.hooks
+            or main.policy.failing
+            or limit._settle is not None
+            or limit._wait
+            or not limit._cost.fixed
+        ):
+            return None
+        compiled = registration.compiled
+        if type(compiled) is not CompiledTree:
+            return None
+        values: tuple[str | None, ...] = ()
+        if compiled.selectors:
+            now = resolved_now(compiled.selectors, registration.sources, site)
+            if now is None:
+                return None
+            values = now
+        overrides = main.overrides
+        if overrides is not None and not _quiet(overrides, key):
+            return None
+        call = limit._call_key(key, compiled, values, limit._cost.of(compiled, main.algorithm))
+        decision = run_now(self._decider.decide(call, True, limit._shadow))
+        if not decision.allowed and not decision.shadow:
+            raise RateLimitExceeded(decision)
+        return decision
+
+    def decide(
+        self,
+        compiled: CompiledTree,
+        key: str,
+        values: tuple[str | None, ...],
+        cost: Cost | Mapping[str, float],
+        shadow: bool | None,
+        record: bool,
+    ) -> Decision | None:
+        """What the front ends' door (``RateLimit.decide``) gives, decided here; ``None``
+        when it is not a plain decision (the loop decides)."""
+        main = self._main
+        if main.closed or main.hooks or main.policy.failing or isinstance(cost, Mapping):
+            return None
+        call = new_call_key(CallKey, (compiled, main.namespace, key, values, cost, main.algorithm))
+        shadow = self._shadow if shadow is None else shadow
+        return run_now(self._decider.decide(call, record, shadow))
+
+
+def _quiet(overrides: OverrideCache, key: str) -> bool:
+    """Whether a call of ``key`` decides under the limit's own rules with nothing to tell
+    the store: the copy of the overrides is current, names none for ``key``, and the store
+    was told of ``key`` (what ``OverrideCache.has`` does first, on the loop)."""
+    return (
+        not overrides.stale()
+        and (key in overrides._announced or key in overrides.pending)
+        and key not in overrides.keys
+    )
+
+
+def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end now, in this thread; it must never suspend."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a decision of the direct path suspended")  # pragma: no cover
+
+
+def direct_path(limiter: AsyncRateLimit) -> DirectPath | None:
+    """The direct path of a limiter just made (before its first decision), or ``None``
+    where its store cannot be asked from the calling thread. Gives the limiter a
+    :class:`LockedDenials` in place of its denial cache."""
+    main = limiter._decider
+    backend = main.backend
+    if main.background is not None:
+        return None
+    client = None
+    if type(backend) is MemoryBackend:
+        direct: object = backend  # thread-safe: a lock, and no await
+    elif type(backend) is RedisScriptBackend:
+        client = sync_client(backend.client, backend.timeout)
+        if client is None:
+            return None
+        direct = copy.copy(backend)
+        direct._pipeline = SyncPipeline(client, backend.timeout)  # type: ignore[assignment]
+    else:
+        return None
+    denials = LockedDenials(main.denials)
+    limiter._denials = main.denials = denials
+    decider = Decider(
+        main.namespace,
+        main.algorithm,
+        direct,  # type: ignore[arg-type]
+        main.policy,
+        denials,
+        main.hooks,
+        None,
+        main.overrides,
+    )
+    return DirectPath(limiter, decider, client)
