@@ -47,7 +47,6 @@ from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.denials import Call, DenialCache
 from ratelimit.limit import Limit
 from ratelimit.limiter import RateLimit as AsyncRateLimit
-from ratelimit.overrides import OverrideCache
 from ratelimit.plan import CompiledTree, Cost
 from ratelimit.selectors import CallSite, resolved_now
 from ratelimit.sync.redis_calls import SyncPipeline
@@ -147,7 +146,7 @@ class DirectPath:
                 return None
             values = now
         overrides = main.overrides
-        if overrides is not None and not _quiet(overrides, key):
+        if overrides is not None and not overrides.quiet(key):
             return None
         call = limit._call_key(key, compiled, values, limit._cost.of(compiled, main.algorithm))
         decision = run_now(self._decider.decide(call, True, limit._shadow))
@@ -172,17 +171,6 @@ class DirectPath:
         call = new_call_key(CallKey, (compiled, main.namespace, key, values, cost, main.algorithm))
         shadow = self._shadow if shadow is None else shadow
         return run_now(self._decider.decide(call, record, shadow))
-
-
-def _quiet(overrides: OverrideCache, key: str) -> bool:
-    """Whether a call of ``key`` decides under the limit's own rules with nothing to tell
-    the store: the copy of the overrides is current, names none for ``key``, and the store
-    was told of ``key`` (what ``OverrideCache.has`` does first, on the loop)."""
-    return (
-        not overrides.stale()
-        and (key in overrides._announced or key in overrides.pending)
-        and key not in overrides.keys
-    )
 
 
 def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
