@@ -42,6 +42,10 @@ local function record(k, hits, count, span, keep_inside)
   local stamp = digits(math.max(now, newest))
   local length = lengths[k]
   local left = math.min(hits, most)
+  if left == 1 then  -- one hit (most calls): no chunk to build
+    length = redis.call('LPUSH', key, stamp)
+    left = 0
+  end
   while left > 0 do  -- in chunks, under Lua's limit on unpack()
     local chunk = {}
     for n = 1, math.min(left, 1000) do chunk[n] = stamp end
