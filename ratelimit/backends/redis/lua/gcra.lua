@@ -59,7 +59,8 @@ if leaves == 1 and slots[1] > 0 then
     if not allowed then new_us, new_rem = us, rem end
     local keep = math.max(new_us - now + 1, 1)
     if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end
-    redis.call('SET', KEYS[k], arrival_text(new_us, new_rem, count), 'PX', math.ceil(keep / 1000))
+    local ms = string.format('%d', math.ceil(keep / 1000))  -- not Redis's %.17g
+    redis.call('SET', KEYS[k], arrival_text(new_us, new_rem, count), 'PX', ms)
   end
   if allowed then return {1, now, us, rem} end
   return {0, now, us, rem}
