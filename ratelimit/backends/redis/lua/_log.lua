@@ -11,15 +11,29 @@ local function window(k, count, threshold)
   lengths[k] = lengths[k] or redis.call('LLEN', key)
   local n = math.min(lengths[k], count)
   if n == 0 then return 0, 0 end
-  local last = tonumber(redis.call('LINDEX', key, n - 1))
+  local last = tonumber(redis.call('LINDEX', key, digits(n - 1)))
   if last > threshold then return n, last end
   local lo, hi, oldest = 0, n - 1, 0
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    local stamp = tonumber(redis.call('LINDEX', key, mid))
+    local stamp = tonumber(redis.call('LINDEX', key, digits(mid)))
     if stamp <= threshold then hi = mid else lo, oldest = mid + 1, stamp end
   end
   return lo, oldest
+end
+
+-- The later of two stamps as text: `stamp` (now), or `newest` (the list's newest hit, or
+-- false), so that the list stays newest first if the clock stepped back. Stamps are
+-- written as `digits` writes them: of one length, the text orders them as their numbers
+-- (saving C's strtod, dear on sixteen digits); of two, the numbers are compared.
+local function later(newest, stamp)
+  if not newest then return stamp end
+  if #newest == #stamp then
+    if newest > stamp then return newest end
+    return stamp
+  end
+  if tonumber(newest) > tonumber(stamp) then return newest end
+  return stamp
 end
 
 -- Record `hits` hits now (at the newest hit's time if that is later) on list KEYS[k], whose
@@ -33,15 +47,19 @@ local function record(k, hits, count, span, keep_inside)
   local key, kept = KEYS[k], KEYS[lists + k]
   lengths[k] = lengths[k] or redis.call('LLEN', key)
   local new = lengths[k] == 0  -- a new list: its companion (same TTL) is gone with it
-  local held, newest = 0, 0
+  local held = 0
+  local stamp = digits(now)
   if not new then
     held = tonumber(redis.call('GET', kept) or 0)
-    newest = tonumber(redis.call('LINDEX', key, 0))
+    stamp = later(redis.call('LINDEX', key, '0'), stamp)
   end
   local most = math.max(count, held)
-  local stamp = digits(math.max(now, newest))
   local length = lengths[k]
   local left = math.min(hits, most)
+  if left == 1 then  -- one hit (most calls): no chunk to build
+    length = redis.call('LPUSH', key, stamp)
+    left = 0
+  end
   while left > 0 do  -- in chunks, under Lua's limit on unpack()
     local chunk = {}
     for n = 1, math.min(left, 1000) do chunk[n] = stamp end

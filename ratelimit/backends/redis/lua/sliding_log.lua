@@ -28,6 +28,18 @@
 -- Runs after _now.lua, _tree.lua and _log.lua, which script_engine.py joins in front of it.
 
 local leaves = tree[1]
+
+-- One rule (most limits): what the loop below does for it, without its tables.
+if leaves == 1 and slots[1] > 0 then
+  local k, count, span = slots[1], tree[2], tree[3]
+  local cost = cost_of(k)
+  local depth = count - cost + 1
+  local hits, oldest = window(k, depth, now - span)
+  if hits >= depth then return {0, now, hits, oldest} end
+  if ARGV[5] ~= '0' then record(k, cost, count, span, false) end
+  return {1, now, hits, oldest}
+end
+
 local limited = {}
 local result = {0, now}
 local keep, ttl, over = {}, {}, {}
