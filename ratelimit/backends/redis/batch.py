@@ -7,7 +7,9 @@ settle scripts (:data:`BATCHED`, each as a Lua function of its own ``KEYS`` and 
 in order, each under ``pcall``: a call that errs answers its own error and the others go on.
 Each call is as atomic as alone (the whole batch is), and is decided exactly as it would
 be alone, at the server's instant: one ``TIME`` for the batch, which every call that did
-not bring its own time is given as ``ARGV[1]``.
+not bring its own time is given as ``ARGV[1]``, marked with a ``+`` (``_now.lua``'s
+``injected`` is false for it: a key kept as long as on the server's clock, not as under an
+injected clock).
 
 Every key is declared: ``KEYS`` is the calls' keys one after the other, and ``ARGV[1]`` says
 per call its script, how many keys and how many arguments it has (``"f k a f k a ..."``),
@@ -49,7 +51,7 @@ for f, nk, na in string.gmatch(ARGV[1], '(%d+) (%d+) (%d+)') do
   if argv[1] == '' then  -- the server's instant, read once for the batch
     if not instant then
       local t = redis.call('TIME')
-      instant = t[1] .. string.format('%06d', tonumber(t[2]))
+      instant = '+' .. t[1] .. string.format('%06d', tonumber(t[2]))  -- '+': the server's
     end
     argv[1] = instant
   end

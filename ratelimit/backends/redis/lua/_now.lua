@@ -53,6 +53,9 @@ local cache, numbers, digits = helpers[1], helpers[2], helpers[3]
 -- The time, parsed once per batch: its calls share ARGV[1], and C's strtod on sixteen
 -- digits costs more than a table lookup.
 local now
+-- `injected`: the time came from the caller's clock (a test's), not the server's ('' reads
+-- TIME; a batch hands its calls the server's instant marked with a '+': batch.py).
+local injected = ARGV[1] ~= '' and string.byte(ARGV[1]) ~= 43
 if ARGV[1] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])

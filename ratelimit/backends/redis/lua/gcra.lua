@@ -58,7 +58,7 @@ if leaves == 1 and slots[1] > 0 then
   if ARGV[5] ~= '0' and (allowed or was ~= count) then
     if not allowed then new_us, new_rem = us, rem end
     local keep = math.max(new_us - now + 1, 1)
-    if ARGV[1] ~= '' then keep = math.max(keep, tol_us + 1, 3600000000) end
+    if injected then keep = math.max(keep, tol_us + 1, 3600000000) end
     local ms = string.format('%d', math.ceil(keep / 1000))  -- not Redis's %.17g
     redis.call('SET', KEYS[k], arrival_text(new_us, new_rem, count), 'PX', ms)
   end
@@ -115,7 +115,7 @@ end
 -- injected clock, an hour or its rule's tolerance at least)
 local function write(k, key, us, rem)
   local keep = math.max(us - now + 1, 1)
-  if ARGV[1] ~= '' then keep = math.max(keep, key[6] + 1, 3600000000) end
+  if injected then keep = math.max(keep, key[6] + 1, 3600000000) end
   redis.call('SET', KEYS[k], arrival_text(us, rem, key[4]), 'PX', math.ceil(keep / 1000))
 end
 

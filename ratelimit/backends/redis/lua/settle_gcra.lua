@@ -79,7 +79,7 @@ for i = 0, tree[1] - 1 do
     if write then
       local value = arrival_text(us, rem, count)
       local keep = us - now + 1
-      if ARGV[1] ~= '' then  -- an injected clock: kept as gcra.lua keeps it
+      if injected then  -- an injected clock: kept as gcra.lua keeps it
         keep = math.max(keep, burst * q + math.floor(burst * r / count) + 1, 3600000000)
       end
       redis.call('SET', KEYS[k], value, 'PX', math.ceil(keep / 1000))
