@@ -149,8 +149,9 @@ def _args(
     record: bool,
     algorithm: str,
     costs: tuple[float, ...] = (),
-) -> tuple[tuple[bytes, ...], bytes]:
-    """The script's ARGV after the time, plain and packed. They depend on the rules and
+) -> tuple[tuple[bytes, ...], bytes, tuple[bytes, ...], bytes]:
+    """The script's ARGV after the time, plain and packed, then the whole ARGV with the time
+    left to the script (Redis ``TIME``), plain and packed. They depend on the rules and
     flags, not on the selector values, so every call of a decorated function shares them.
     ``costs``: per identifier, when they differ (:attr:`Plan.costs`)."""
     scripted = BY_ALGORITHM[algorithm]
@@ -161,14 +162,15 @@ def _args(
         per_key = list(costs) if key_identifiers is None else [costs[i] for i in key_identifiers]
     # repr: the shortest text that reads back as the same float
     cost_text = " ".join(map(repr, per_key)) if per_key else repr(cost)
-    args = [
+    args = (
         tree_wire(compiled),
         " ".join(str(i + 1) for i in slots).encode(),  # per leaf its key's KEYS index
         cost_text.encode(),  # one cost, or one per key
         b"1" if record else b"0",
         *scripted.extra(compiled),
-    ]
-    return tuple(args), pack_args(args)
+    )
+    packed = pack_args(args)
+    return args, packed, (b"", *args), _NO_TIME + packed
 
 
 def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
@@ -176,11 +178,11 @@ def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
     when one is injected (tests), else left to the script (Redis ``TIME``)."""
     name = plan.algorithm.name
     scripted = BY_ALGORITHM[name]
-    args, packed = _args(
+    args, packed, untimed, packed_untimed = _args(
         plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, name, plan.costs
     )
     if clock is None:  # the script reads Redis's TIME
-        return Command(scripted.script, scripted.keys(plan), (b"", *args), _NO_TIME + packed)
+        return Command(scripted.script, scripted.keys(plan), untimed, packed_untimed)
     now = str(clock_us(clock)).encode()
     return Command(scripted.script, scripted.keys(plan), (now, *args), pack_args((now,)) + packed)
 
