@@ -204,17 +204,18 @@ class Pipeline:
                 future.cancel()
             self._in_flight -= 1
             raise
+        foreign = False  # a reply that was not Redis's
         for (_, key, future), reply in zip(live, replies, strict=True):
-            if future.done():
-                continue
             if isinstance(reply, Exception):
-                future.set_exception(self._error(key, reply))
-            else:
+                foreign = foreign or is_not_a_reply(reply)
+                if not future.done():
+                    future.set_exception(self._error(key, reply))
+            elif not future.done():
                 future.set_result(reply)
         # Scheduled after the callers' wake-ups: what they ask next is queued while this
         # batch still counts as in flight, so it goes out together instead of one alone.
         asyncio.get_running_loop().call_soon(self._done)
-        if any(is_not_a_reply(reply) for reply in replies):
+        if foreign:
             await self.close_idle()  # before the callers run: their next calls reconnect
 
     def _done(self) -> None:

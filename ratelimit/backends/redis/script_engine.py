@@ -213,7 +213,9 @@ class RedisScriptBackend(RedisOverrides):
         if settlement.empty:
             return
         command = settle_command(settlement, self.clock)  # batched with decisions
-        await self._pipeline.call(command, settlement.plan.key)
+        pipeline, key = self._pipeline, settlement.plan.key
+        future = pipeline.queued(command, key)
+        await (pipeline.call(command, key) if future is None else future)
 
     async def reset(self, plan: Plan) -> None:
         self._open()

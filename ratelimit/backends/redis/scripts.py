@@ -30,7 +30,7 @@ from ratelimit.backends.redis.keys import (
     kept_of,
     reset_key,
 )
-from ratelimit.backends.redis.resp import Command, Script, pack_args
+from ratelimit.backends.redis.resp import Command, Script, pack_args, pack_keys
 from ratelimit.plan import CompiledTree, Plan
 from ratelimit.settling import Settlement
 
@@ -196,23 +196,34 @@ def settle_command(settlement: Settlement, clock: Clock | None = None) -> Comman
     the script's extra arguments and, last, per leaf until when the reservation holds
     (``Settlement.held``, read by ``settle_gcra.lua``; see ``settle_*.lua``). The window
     counters, GCRA and the log also get, after their keys, each key's (the log: each
-    list's) identifier's reset mark."""
+    list's) identifier's reset mark. What depends on the plan alone is built once per plan
+    (:func:`_settle_parts`): the call just decided on it finds it there."""
     plan = settlement.plan
+    script, keys, packed_keys, head, tail, whole = _settle_parts(plan)
+    # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
+    if whole:
+        deltas = " ".join([str(int(d)) for d in settlement.deltas])
+    else:
+        deltas = " ".join([repr(float(d)) for d in settlement.deltas])
+    now = b"" if clock is None else str(clock_us(clock)).encode()
+    held = " ".join([f"{int(us)} {int(remainder)}" for us, remainder in settlement.held])
+    args = (now, *head, deltas.encode(), str(settlement.at_us).encode(), *tail, held.encode())
+    return Command(script, keys, args, pack_args(args), packed_keys)
+
+
+@functools.lru_cache(maxsize=PLANS)
+def _settle_parts(
+    plan: Plan,
+) -> tuple[Script, list[str], bytes, tuple[bytes, ...], tuple[bytes, ...], bool]:
+    """What a plan's settles share: the settle script, its keys (plain and packed), the
+    arguments before the deltas (tree, slots) and after the time (the script's extra),
+    and whether deltas are whole. Kept per plan, as :data:`command_of` keeps decisions'."""
     scripted = BY_ALGORITHM[plan.algorithm.name]
     slots, owners = scripted.slots(plan.compiled, plan.leaf_identifiers)
     keys = scripted.keys(plan) + reset_keys(plan, owners)
-    # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
-    deltas = (str(int(d)) if scripted.whole else repr(float(d)) for d in settlement.deltas)
-    args = (
-        b"" if clock is None else str(clock_us(clock)).encode(),
-        tree_wire(plan.compiled),
-        " ".join(str(i + 1) for i in slots).encode(),
-        " ".join(deltas).encode(),
-        str(settlement.at_us).encode(),
-        *scripted.extra(plan.compiled),
-        " ".join(f"{int(us)} {int(remainder)}" for us, remainder in settlement.held).encode(),
-    )
-    return Command(scripted.settle, keys, args, pack_args(args))
+    head = (tree_wire(plan.compiled), " ".join(str(i + 1) for i in slots).encode())
+    tail = tuple(scripted.extra(plan.compiled))
+    return scripted.settle, keys, pack_keys(keys), head, tail, scripted.whole
 
 
 def reset_keys(plan: Plan, owners: tuple[int, ...] | None) -> list[str]:
