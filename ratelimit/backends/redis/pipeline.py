@@ -133,6 +133,16 @@ class Pipeline:
         future = self.queued(command, key)
         if future is not None:
             return await future
+        return await self.alone(command, key)
+
+    async def alone(self, command: Command, key: str) -> Reply:
+        """:meth:`call` for a command :meth:`queued` did not queue: sent at once, from its
+        caller's task (a batch that was sent meanwhile takes it along instead)."""
+        if self._loop.loop is not asyncio.get_running_loop():
+            await self.bind()
+            future = self.queued(command, key)
+            if future is not None:
+                return await future
         self._in_flight += 1  # alone: sent at once, from the caller's task
         try:
             reply = (await self._run([command]))[0]

@@ -142,7 +142,7 @@ class RedisScriptBackend(RedisOverrides):
         command = command_of(plan) if self.clock is None else plan_command(plan, self.clock)
         pipeline = self._pipeline
         future = pipeline.queued(command, plan.key)  # most calls: awaited here, no layer
-        reply = await (pipeline.call(command, plan.key) if future is None else future)
+        reply = await (pipeline.alone(command, plan.key) if future is None else future)
         try:
             allowed = reply[0]
             now_us = int(reply[1])
@@ -215,7 +215,7 @@ class RedisScriptBackend(RedisOverrides):
         command = settle_command(settlement, self.clock)  # batched with decisions
         pipeline, key = self._pipeline, settlement.plan.key
         future = pipeline.queued(command, key)
-        await (pipeline.call(command, key) if future is None else future)
+        await (pipeline.alone(command, key) if future is None else future)
 
     async def reset(self, plan: Plan) -> None:
         self._open()

@@ -85,6 +85,9 @@ def _per_arrival(
 
 
 def _log_keys(plan: Plan) -> list[str]:
+    if len(plan.identifiers) == 1:  # the common case, without building lists twice
+        name = identifier_key(plan.identifiers[0])
+        return [name, kept_of(name)]
     names = [identifier_key(i) for i in plan.identifiers]  # each encoded once
     return names + [kept_of(name) for name in names]
 
@@ -220,7 +223,7 @@ def _settle_parts(
     and whether deltas are whole. Kept per plan, as :data:`command_of` keeps decisions'."""
     scripted = BY_ALGORITHM[plan.algorithm.name]
     slots, owners = scripted.slots(plan.compiled, plan.leaf_identifiers)
-    keys = scripted.keys(plan) + reset_keys(plan, owners)
+    keys = [*command_of(plan).keys, *reset_keys(plan, owners)]  # the decision's, cached
     head = (tree_wire(plan.compiled), " ".join(str(i + 1) for i in slots).encode())
     tail = tuple(scripted.extra(plan.compiled))
     return scripted.settle, keys, pack_keys(keys), head, tail, scripted.whole
