@@ -66,7 +66,9 @@ def stored_verdict(
     the counts it read): its verdict stands, and the counts give the rest (``retry_after``,
     ``remaining``, the binding rule; the states when first read), as :func:`evaluate`
     would. The store and :func:`evaluate` agree by construction and by
-    ``tests/test_differential.py``, so nothing is decided twice."""
+    ``tests/test_differential.py``, so nothing is decided twice; where the counts read
+    otherwise all the same, the store's verdict stands with nothing left (``remaining``
+    0, or ``retry_after`` 0.0)."""
     rules = plan.compiled.rules
     if len(rules) == 1 and not plan.costs:  # the common single rule: one outcome
         if plan.leaf_identifiers[0] < 0:
@@ -75,6 +77,8 @@ def stored_verdict(
             outcome = plan.algorithm.outcome(rules[0], 0, plan.cost, counts[0], now_us)
     else:
         outcome = _root(plan, now_us, counts)
+    if outcome[0] == allowed:  # the counts read otherwise (a bug in one twin): nothing left
+        outcome = (not allowed, 0, plan.cost if allowed else None, outcome[3])
     return decided(plan, outcome, now_us, counts, not allowed)
 
 
