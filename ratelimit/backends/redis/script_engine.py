@@ -146,14 +146,11 @@ class RedisScriptBackend(RedisOverrides):
         try:
             allowed = reply[0]
             now_us = int(reply[1])
-            if BY_ALGORITHM[plan.algorithm.name].whole:
-                if len(reply) == 4:  # one rule
-                    counts: Sequence[tuple[float, float]] = ((int(reply[2]), int(reply[3])),)
-                else:
-                    whole = [int(n) for n in reply[2:]]
-                    counts = list(zip(whole[0::2], whole[1::2], strict=True))
+            number = int if BY_ALGORITHM[plan.algorithm.name].whole else float
+            if len(reply) == 4:  # one rule
+                counts: Sequence[tuple[float, float]] = ((number(reply[2]), number(reply[3])),)
             else:
-                numbers = [float(n) for n in reply[2:]]
+                numbers = [number(n) for n in reply[2:]]
                 counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
             if allowed not in (0, 1) or len(counts) != len(plan.compiled.rules):
                 raise ValueError(f"{reply!r:.80}")
