@@ -57,7 +57,7 @@ class Command:
     @property
     def packed(self) -> bytes:
         """The whole ``EVALSHA``, as sent alone."""
-        head = _head(self.script.sha, len(self.keys), len(self.args))
+        head = head_of(self.script.sha, len(self.keys), len(self.args))
         return head + self.packed_keys + self.packed_args
 
     def arguments(self) -> tuple[str | int | bytes, ...]:
@@ -81,7 +81,9 @@ def bulk(arg: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def _head(sha: bytes, keys: int, args: int) -> bytes:
+def head_of(sha: bytes, keys: int, args: int) -> bytes:
+    """The start of an ``EVALSHA`` of ``keys`` keys and ``args`` arguments, before its keys:
+    a command is ``head_of(...) + packed_keys + packed_args``."""
     return b"*%d\r\n" % (3 + keys + args) + bulk(b"EVALSHA") + bulk(sha) + bulk(b"%d" % keys)
 
 
