@@ -4,7 +4,8 @@ the binding rule and the per-rule states the same way.
 
 The storage scripts (``sliding_log.lua``, ``window_counters.lua``, ``gcra.lua``) and
 Postgres's ``ratelimit_decide`` compute the same "limited" flag per leaf and walk the same
-prefix program; ``tests/test_differential.py`` holds them together.
+prefix program; ``tests/test_differential.py`` holds them together. That is why
+:func:`stored_verdict` may take a script's verdict as it is, without deciding again.
 """
 
 from __future__ import annotations
@@ -53,9 +54,40 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> 
     GCRA (the rule's arrival time: whole microseconds and remainder in ``1/count`` of one,
     ``(0, 0)`` when none is stored).
     """
+    if len(plan.compiled.rules) == 1:  # the common single rule: no tree to walk
+        return decided(plan, _leaf(plan, 0, now_us, counts), now_us, counts)
+    return decided(plan, _root(plan, now_us, counts), now_us, counts)
+
+
+def stored_verdict(
+    plan: Plan, allowed: bool, now_us: int, counts: Sequence[tuple[float, float]]
+) -> Decision:
+    """The decision of a store that decided already (a script answered ``allowed`` and
+    the counts it read): its verdict stands, and the counts give the rest (``retry_after``,
+    ``remaining``, the binding rule; the states when first read), as :func:`evaluate`
+    would. The store and :func:`evaluate` agree by construction and by
+    ``tests/test_differential.py``, so nothing is decided twice; where the counts read
+    otherwise all the same, the store's verdict stands with nothing left (``remaining``
+    0, or ``retry_after`` 0.0)."""
+    rules = plan.compiled.rules
+    if len(rules) == 1 and not plan.costs:  # the common single rule: one outcome
+        if plan.leaf_identifiers[0] < 0:
+            outcome: Outcome = (False, 0, None, None)
+        else:
+            outcome = plan.algorithm.outcome(rules[0], 0, plan.cost, counts[0], now_us)
+    else:
+        outcome = _root(plan, now_us, counts)
+    if outcome[0] == allowed:  # the counts read otherwise (a bug in one twin): nothing left
+        outcome = (not allowed, 0, plan.cost if allowed else None, outcome[3])
+    return decided(plan, outcome, now_us, counts, not allowed)
+
+
+def _root(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> Outcome:
+    """The outcome of the plan's whole tree: its leaves' outcomes walked through its
+    And/Or program (the binding rule, how long it holds or how much it leaves)."""
     rules = plan.compiled.rules
     if len(rules) == 1:  # the common single rule: no tree to walk
-        return decided(plan, _leaf(plan, 0, now_us, counts), now_us, counts)
+        return _leaf(plan, 0, now_us, counts)
 
     def node(pos: int) -> tuple[Outcome, int]:
         op, operand = plan.compiled.program[pos], plan.compiled.program[pos + 1]
@@ -78,15 +110,22 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> 
         pick = min if op == OP_OR else max
         return pick(bounded, key=lambda c: c[2]), pos  # type: ignore[arg-type, return-value]
 
-    return decided(plan, node(0)[0], now_us, counts)
+    return node(0)[0]
 
 
 def decided(
-    plan: Plan, outcome: Outcome, now_us: int, counts: Sequence[tuple[float, float]]
+    plan: Plan,
+    outcome: Outcome,
+    now_us: int,
+    counts: Sequence[tuple[float, float]],
+    limited: bool | None = None,
 ) -> Decision:
     """The decision of the whole tree from its root's outcome, its per-rule states computed
-    from the same counts when first read (``counts`` must not change afterwards)."""
-    limited, retry_us, remaining, binding = outcome
+    from the same counts when first read (``counts`` must not change afterwards).
+    ``limited``: the verdict, when a store gave it (else the outcome's own)."""
+    if limited is None:
+        limited = outcome[0]
+    _, retry_us, remaining, binding = outcome
     rule = plan.compiled.rules[binding] if binding is not None else None
     states = _partial(rule_states, plan, now_us, counts, not limited)
     if limited:

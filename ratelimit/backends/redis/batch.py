@@ -19,6 +19,7 @@ only calls whose keys share a hash tag (every key of one limit does): one slot.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from ratelimit.backends.redis.resp import Command, Script, bulk
@@ -101,6 +102,8 @@ def combine(commands: list[Command], by_slot: bool) -> tuple[list[Command], Layo
     call, or one per hash tag (``by_slot``, for Redis Cluster), sent where the first of
     them was; the rest as they are. The layout says how to :func:`split` the replies;
     ``None`` when nothing was joined."""
+    if not by_slot and len(commands) > 1 and all(c.script.sha in _NUMBER for c in commands):
+        return [batch_command(commands)], [list(range(len(commands)))]  # the common batch
     groups: dict[str, list[int]] = {}
     for i, command in enumerate(commands):
         if command.script.sha in _NUMBER:
@@ -126,6 +129,10 @@ def split(replies: Sequence[object], layout: Layout) -> list[object]:
     replies to what it sent. A batch call that failed as a whole gives each of its calls
     that error; one whose reply is not a list of one reply per call (not the batch
     script's: something other than Redis answered) gives each a ``ValueError`` saying so."""
+    if len(layout) == 1 and len(layout[0]) > 1:  # one batch call carrying every call
+        reply = replies[0]
+        if isinstance(reply, list) and len(reply) == len(layout[0]):
+            return reply  # in order: combine() joined them so
     result: list[object] = [None] * sum(map(len, layout))
     for positions, reply in zip(layout, replies, strict=True):
         if len(positions) == 1:
@@ -140,9 +147,15 @@ def split(replies: Sequence[object], layout: Layout) -> list[object]:
     return result
 
 
+@functools.lru_cache(maxsize=256)
+def _piece(sha: bytes, keys: int, args: int) -> str:
+    """One call's part of the batch's ``ARGV[1]``: its script's number, keys, arguments."""
+    return f"{_NUMBER[sha]} {keys} {args}"
+
+
 def batch_command(commands: list[Command]) -> Command:
     """One call of :data:`BATCH` carrying ``commands`` (all of :data:`BATCHED`)."""
-    header = " ".join(f"{_NUMBER[c.script.sha]} {len(c.keys)} {len(c.args)}" for c in commands)
+    header = " ".join([_piece(c.script.sha, len(c.keys), len(c.args)) for c in commands])
     keys = [k for c in commands for k in c.keys]
     args: list[bytes] = [header.encode()]
     for c in commands:

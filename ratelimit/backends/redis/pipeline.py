@@ -105,18 +105,44 @@ class Pipeline:
         self._given_back: list[asyncio.Future[None]] = []  # batches waiting for a connection
         self._loop = LoopBinding()
 
-    async def call(self, command: Command, key: str) -> Reply:
-        """The reply of ``command``; ``BackendError`` (naming ``key``) if it failed."""
-        if self._loop.loop is not asyncio.get_running_loop():
-            await self.bind()
+    def queued(self, command: Command, key: str) -> asyncio.Future[Reply] | None:
+        """``command`` queued for the next batch, when it must wait for one (calls are in
+        flight): the future of its reply (``BackendError`` naming ``key`` if it failed).
+        ``None`` when it would go alone, or the pipeline is not bound to the running loop:
+        then :meth:`call` sends it. The hot path awaits the future itself, saving a
+        coroutine of its own per call."""
+        loop = asyncio.get_running_loop()
+        if self._loop.loop is not loop:
+            return None
         if self._pending or (
             self._in_flight
             and (self._batch > 1 or self._in_flight >= self._max_in_flight or not self._has_room())
         ):
-            future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            future: asyncio.Future[Reply] = loop.create_future()
             self._pending.append((command, key, future))
-            self._schedule()
+            if not self._scheduled:
+                self._scheduled = True
+                loop.call_soon(self._flush)
+            return future
+        return None
+
+    async def call(self, command: Command, key: str) -> Reply:
+        """The reply of ``command``; ``BackendError`` (naming ``key``) if it failed."""
+        if self._loop.loop is not asyncio.get_running_loop():
+            await self.bind()
+        future = self.queued(command, key)
+        if future is not None:
             return await future
+        return await self.alone(command, key)
+
+    async def alone(self, command: Command, key: str) -> Reply:
+        """:meth:`call` for a command :meth:`queued` did not queue: sent at once, from its
+        caller's task (a batch that was sent meanwhile takes it along instead)."""
+        if self._loop.loop is not asyncio.get_running_loop():
+            await self.bind()
+            future = self.queued(command, key)
+            if future is not None:
+                return await future
         self._in_flight += 1  # alone: sent at once, from the caller's task
         try:
             reply = (await self._run([command]))[0]
@@ -188,17 +214,18 @@ class Pipeline:
                 future.cancel()
             self._in_flight -= 1
             raise
+        foreign = False  # a reply that was not Redis's
         for (_, key, future), reply in zip(live, replies, strict=True):
-            if future.done():
-                continue
             if isinstance(reply, Exception):
-                future.set_exception(self._error(key, reply))
-            else:
+                foreign = foreign or is_not_a_reply(reply)
+                if not future.done():
+                    future.set_exception(self._error(key, reply))
+            elif not future.done():
                 future.set_result(reply)
         # Scheduled after the callers' wake-ups: what they ask next is queued while this
         # batch still counts as in flight, so it goes out together instead of one alone.
         asyncio.get_running_loop().call_soon(self._done)
-        if any(is_not_a_reply(reply) for reply in replies):
+        if foreign:
             await self.close_idle()  # before the callers run: their next calls reconnect
 
     def _done(self) -> None:

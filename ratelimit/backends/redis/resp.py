@@ -32,9 +32,12 @@ class Command:
     """One ``EVALSHA``: the script, its keys and arguments, packed as RESP bytes.
 
     ``packed_args`` is the arguments already packed: they are the same for every call of a
-    decorated function (its rules, cost and flags), so callers cache them."""
+    decorated function (its rules, cost and flags), so callers cache them. The whole
+    command (:attr:`packed`) is joined only when it goes alone: a batch joins its calls'
+    keys and arguments into one call of the batch script
+    (:mod:`~ratelimit.backends.redis.batch`) without it."""
 
-    __slots__ = ("args", "keys", "packed", "packed_args", "packed_keys", "script")
+    __slots__ = ("args", "keys", "packed_args", "packed_keys", "script")
 
     def __init__(
         self,
@@ -48,15 +51,28 @@ class Command:
         self.keys = keys
         self.args = args
         self.packed_args = packed_args
-        if packed_keys is None:
-            packed_keys = b"".join([bulk(k.encode()) for k in keys])
-        self.packed_keys = packed_keys
+        self.packed_keys = pack_keys(keys) if packed_keys is None else packed_keys
         """The keys packed (a batch joins its calls' without packing them again)."""
-        self.packed = _head(script.sha, len(keys), len(args)) + packed_keys + packed_args
+
+    @property
+    def packed(self) -> bytes:
+        """The whole ``EVALSHA``, as sent alone."""
+        head = head_of(self.script.sha, len(self.keys), len(self.args))
+        return head + self.packed_keys + self.packed_args
 
     def arguments(self) -> tuple[str | int | bytes, ...]:
         """The command as redis-py's ``execute_command`` takes it."""
         return ("EVALSHA", self.script.sha.decode(), len(self.keys), *self.keys, *self.args)
+
+
+def pack_keys(keys: Sequence[str]) -> bytes:
+    """Keys (text) packed in RESP: encoded once, all together (keys are ASCII but for a
+    unit of another alphabet, which takes the slower way)."""
+    text = "".join([f"${len(k)}\r\n{k}\r\n" for k in keys])
+    data = text.encode()
+    if len(data) == len(text):
+        return data
+    return b"".join([bulk(k.encode()) for k in keys])
 
 
 def bulk(arg: bytes) -> bytes:
@@ -65,7 +81,9 @@ def bulk(arg: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)
-def _head(sha: bytes, keys: int, args: int) -> bytes:
+def head_of(sha: bytes, keys: int, args: int) -> bytes:
+    """The start of an ``EVALSHA`` of ``keys`` keys and ``args`` arguments, before its keys:
+    a command is ``head_of(...) + packed_keys + packed_args``."""
     return b"*%d\r\n" % (3 + keys + args) + bulk(b"EVALSHA") + bulk(sha) + bulk(b"%d" % keys)
 
 

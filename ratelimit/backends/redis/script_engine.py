@@ -4,14 +4,15 @@ The whole plan (every rule of the tree and every identifier) goes to its algorit
 (``sliding_log.lua``, ``window_counters.lua`` or ``gcra.lua``; see
 :mod:`~ratelimit.backends.redis.scripts`) in one round trip; Redis runs it alone, so
 counting and recording cannot interleave with another decision, and no lock is needed. The
-script answers with what it counted, which :func:`~ratelimit.evaluation.evaluate` turns into
-the decision (and checks against the script's own verdict). Decisions made in the same
-event-loop turn go out together (:mod:`~ratelimit.backends.redis.pipeline`), each still
-atomic. Concurrency slots (``slots.lua``) and ``sync_rate``'s syncs (``counter_sync.lua``)
-go the same way; the counter API (``counter_update.lua``) is a script call of its own, on
-the client. The time comes from Redis
-``TIME`` (microseconds), so application servers need no clock agreement, unless a clock is
-injected (tests).
+script answers with its verdict and what it counted; the verdict stands, and
+:func:`~ratelimit.evaluation.stored_verdict` reads the rest of the decision from the counts
+(the scripts and the Python evaluator agree: ``tests/test_differential.py``). Decisions
+made in the same event-loop turn go out together
+(:mod:`~ratelimit.backends.redis.pipeline`), each still atomic. Concurrency slots
+(``slots.lua``) and ``sync_rate``'s syncs (``counter_sync.lua``) go the same way; the
+counter API (``counter_update.lua``) is a script call of its own, on the client. The time
+comes from Redis ``TIME`` (microseconds), so application servers need no clock agreement,
+unless a clock is injected (tests).
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ from ratelimit.backends.redis.scripts import (
     settle_command,
 )
 from ratelimit.decision import Decision
-from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
-from ratelimit.evaluation import evaluate
+from ratelimit.errors import ConfigurationError, LimiterClosedError
+from ratelimit.evaluation import evaluate, stored_verdict
 from ratelimit.plan import (
     CounterUpdate,
     Plan,
@@ -139,24 +140,24 @@ class RedisScriptBackend(RedisOverrides):
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
         command = command_of(plan) if self.clock is None else plan_command(plan, self.clock)
-        reply = await self._pipeline.call(command, plan.key)
+        pipeline = self._pipeline
+        future = pipeline.queued(command, plan.key)  # most calls: awaited here, no layer
+        reply = await (pipeline.alone(command, plan.key) if future is None else future)
         try:
-            allowed, now, *flat = reply
-            if BY_ALGORITHM[plan.algorithm.name].whole:
-                numbers: list[float] = [int(n) for n in flat]
+            allowed = reply[0]
+            now_us = int(reply[1])
+            number = int if BY_ALGORITHM[plan.algorithm.name].whole else float
+            if len(reply) == 4:  # one rule
+                counts: Sequence[tuple[float, float]] = ((number(reply[2]), number(reply[3])),)
             else:
-                numbers = [float(n) for n in flat]
-            counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
+                numbers = [number(n) for n in reply[2:]]
+                counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
             if allowed not in (0, 1) or len(counts) != len(plan.compiled.rules):
                 raise ValueError(f"{reply!r:.80}")
-            now_us = int(now)
         except NOT_A_REPLY as exc:
             await self._close_idle()
             raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
-        decision = evaluate(plan, now_us, counts)
-        if decision.allowed != allowed:  # pragma: no cover - would be a bug in one of two
-            raise BackendError(f"script and evaluator disagree on key {plan.key!r}")
-        return decision
+        return stored_verdict(plan, allowed == 1, now_us, counts)  # the script's verdict
 
     @property
     def fast_path(self) -> bool:
@@ -209,7 +210,9 @@ class RedisScriptBackend(RedisOverrides):
         if settlement.empty:
             return
         command = settle_command(settlement, self.clock)  # batched with decisions
-        await self._pipeline.call(command, settlement.plan.key)
+        pipeline, key = self._pipeline, settlement.plan.key
+        future = pipeline.queued(command, key)
+        await (pipeline.alone(command, key) if future is None else future)
 
     async def reset(self, plan: Plan) -> None:
         self._open()

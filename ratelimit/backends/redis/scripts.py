@@ -30,7 +30,7 @@ from ratelimit.backends.redis.keys import (
     kept_of,
     reset_key,
 )
-from ratelimit.backends.redis.resp import Command, Script, pack_args
+from ratelimit.backends.redis.resp import Command, Script, pack_args, pack_keys
 from ratelimit.plan import CompiledTree, Plan
 from ratelimit.settling import Settlement
 
@@ -85,6 +85,9 @@ def _per_arrival(
 
 
 def _log_keys(plan: Plan) -> list[str]:
+    if len(plan.identifiers) == 1:  # the common case, without building lists twice
+        name = identifier_key(plan.identifiers[0])
+        return [name, kept_of(name)]
     names = [identifier_key(i) for i in plan.identifiers]  # each encoded once
     return names + [kept_of(name) for name in names]
 
@@ -149,8 +152,9 @@ def _args(
     record: bool,
     algorithm: str,
     costs: tuple[float, ...] = (),
-) -> tuple[tuple[bytes, ...], bytes]:
-    """The script's ARGV after the time, plain and packed. They depend on the rules and
+) -> tuple[tuple[bytes, ...], bytes, tuple[bytes, ...], bytes]:
+    """The script's ARGV after the time, plain and packed, then the whole ARGV with the time
+    left to the script (Redis ``TIME``), plain and packed. They depend on the rules and
     flags, not on the selector values, so every call of a decorated function shares them.
     ``costs``: per identifier, when they differ (:attr:`Plan.costs`)."""
     scripted = BY_ALGORITHM[algorithm]
@@ -161,14 +165,15 @@ def _args(
         per_key = list(costs) if key_identifiers is None else [costs[i] for i in key_identifiers]
     # repr: the shortest text that reads back as the same float
     cost_text = " ".join(map(repr, per_key)) if per_key else repr(cost)
-    args = [
+    args = (
         tree_wire(compiled),
         " ".join(str(i + 1) for i in slots).encode(),  # per leaf its key's KEYS index
         cost_text.encode(),  # one cost, or one per key
         b"1" if record else b"0",
         *scripted.extra(compiled),
-    ]
-    return tuple(args), pack_args(args)
+    )
+    packed = pack_args(args)
+    return args, packed, (b"", *args), _NO_TIME + packed
 
 
 def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
@@ -176,11 +181,11 @@ def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
     when one is injected (tests), else left to the script (Redis ``TIME``)."""
     name = plan.algorithm.name
     scripted = BY_ALGORITHM[name]
-    args, packed = _args(
+    args, packed, untimed, packed_untimed = _args(
         plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, name, plan.costs
     )
     if clock is None:  # the script reads Redis's TIME
-        return Command(scripted.script, scripted.keys(plan), (b"", *args), _NO_TIME + packed)
+        return Command(scripted.script, scripted.keys(plan), untimed, packed_untimed)
     now = str(clock_us(clock)).encode()
     return Command(scripted.script, scripted.keys(plan), (now, *args), pack_args((now,)) + packed)
 
@@ -194,23 +199,34 @@ def settle_command(settlement: Settlement, clock: Clock | None = None) -> Comman
     the script's extra arguments and, last, per leaf until when the reservation holds
     (``Settlement.held``, read by ``settle_gcra.lua``; see ``settle_*.lua``). The window
     counters, GCRA and the log also get, after their keys, each key's (the log: each
-    list's) identifier's reset mark."""
+    list's) identifier's reset mark. What depends on the plan alone is built once per plan
+    (:func:`_settle_parts`): the call just decided on it finds it there."""
     plan = settlement.plan
+    script, keys, packed_keys, head, tail, whole = _settle_parts(plan)
+    # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
+    if whole:
+        deltas = " ".join([str(int(d)) for d in settlement.deltas])
+    else:
+        deltas = " ".join([repr(float(d)) for d in settlement.deltas])
+    now = b"" if clock is None else str(clock_us(clock)).encode()
+    held = " ".join([f"{int(us)} {int(remainder)}" for us, remainder in settlement.held])
+    args = (now, *head, deltas.encode(), str(settlement.at_us).encode(), *tail, held.encode())
+    return Command(script, keys, args, pack_args(args), packed_keys)
+
+
+@functools.lru_cache(maxsize=PLANS)
+def _settle_parts(
+    plan: Plan,
+) -> tuple[Script, list[str], bytes, tuple[bytes, ...], tuple[bytes, ...], bool]:
+    """What a plan's settles share: the settle script, its keys (plain and packed), the
+    arguments before the deltas (tree, slots) and after the time (the script's extra),
+    and whether deltas are whole. Kept per plan, as :data:`command_of` keeps decisions'."""
     scripted = BY_ALGORITHM[plan.algorithm.name]
     slots, owners = scripted.slots(plan.compiled, plan.leaf_identifiers)
-    keys = scripted.keys(plan) + reset_keys(plan, owners)
-    # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
-    deltas = (str(int(d)) if scripted.whole else repr(float(d)) for d in settlement.deltas)
-    args = (
-        b"" if clock is None else str(clock_us(clock)).encode(),
-        tree_wire(plan.compiled),
-        " ".join(str(i + 1) for i in slots).encode(),
-        " ".join(deltas).encode(),
-        str(settlement.at_us).encode(),
-        *scripted.extra(plan.compiled),
-        " ".join(f"{int(us)} {int(remainder)}" for us, remainder in settlement.held).encode(),
-    )
-    return Command(scripted.settle, keys, args, pack_args(args))
+    keys = [*command_of(plan).keys, *reset_keys(plan, owners)]  # the decision's, cached
+    head = (tree_wire(plan.compiled), " ".join(str(i + 1) for i in slots).encode())
+    tail = tuple(scripted.extra(plan.compiled))
+    return scripted.settle, keys, pack_keys(keys), head, tail, scripted.whole
 
 
 def reset_keys(plan: Plan, owners: tuple[int, ...] | None) -> list[str]:
