@@ -110,6 +110,15 @@ class SyncPipeline:
             raise reply
         return reply
 
+    def queued(self, command: Command, key: str) -> None:
+        """Nothing is queued for the engine to await: every call goes out from its own
+        thread (:meth:`alone`)."""
+        return None
+
+    async def alone(self, command: Command, key: str) -> Any:
+        """:meth:`call`: what the engine awaits for a call :meth:`queued` did not queue."""
+        return await self.call(command, key)
+
     async def close_idle(self) -> None:
         """Close the idle connections: one carried a reply that was not Redis's (the next
         calls connect again)."""
