@@ -24,7 +24,7 @@ from typing import Any
 
 from ratelimit.backends.base import Admit, admitting
 from ratelimit.decider import CallKey, Decider, new_call_key
-from ratelimit.plan import CompiledTree, Cost, Plan, cached_plan
+from ratelimit.plan import PLANS, CompiledTree, Cost, Plan, cached_plan
 from ratelimit.selectors import Parameters, SelectorSources, as_text
 
 Direct = tuple[Plan, CallKey]
@@ -33,8 +33,7 @@ Direct = tuple[Plan, CallKey]
 PlanOf = Callable[[tuple[Any, ...], dict[str, Any]], "Direct | None"]
 """``plan_of(args, kwargs)``: one call's :data:`Direct`, or ``None`` for the general path."""
 
-PLANS = 32_768
-"""Plans one limit keeps (by selector values); past it the table starts again."""
+# PLANS (ratelimit.plan): plans one limit keeps, by selector values; past it, it starts again
 
 
 def admission(decider: Decider, compiled: CompiledTree) -> Admit | None:

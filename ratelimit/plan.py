@@ -202,7 +202,14 @@ def _counted(selector: str | None) -> str | None:
     return selector.partition("#")[0] if selector is not None and "#" in selector else selector
 
 
-@functools.lru_cache(maxsize=8192)
+PLANS = 32_768
+"""Plans kept (:func:`cached_plan`), and what stores keep per plan (their commands, their
+layouts): as many as identifiers a process decides for in turn without building them
+again. 10 000 users cycled through 8 192 rebuilt every plan (about 3.5 µs a decision on
+Redis); each such cache holds some hundreds of bytes per plan."""
+
+
+@functools.lru_cache(maxsize=PLANS)
 def cached_plan(
     compiled: CompiledTree,
     namespace: str,

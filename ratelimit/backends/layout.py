@@ -10,11 +10,8 @@ from __future__ import annotations
 import functools
 
 from ratelimit.algorithms import counter_rate, gcra_burst
-from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan
+from ratelimit.plan import PLANS, CompiledTree, CounterUpdate, Identifier, Plan
 from ratelimit.rules import Rule
-
-PLANS = 8192
-"""Per-plan layouts kept: as many as the plan cache holds."""
 
 
 @functools.lru_cache(maxsize=4096)

@@ -31,12 +31,10 @@ from ratelimit.backends.redis.keys import (
     reset_key,
 )
 from ratelimit.backends.redis.resp import Command, Script, pack_args, pack_keys
-from ratelimit.plan import CompiledTree, Plan
+from ratelimit.plan import PLANS, CompiledTree, Plan
 from ratelimit.settling import Settlement
 
 _LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
-PLANS = 8192
-"""Commands kept, one per plan: as many as the plan cache holds."""
 
 
 def lua(*parts: str) -> str:
