@@ -206,7 +206,7 @@ PLANS = 32_768
 """Plans kept (:func:`cached_plan`), and what stores keep per plan (their commands, their
 layouts): as many as identifiers a process decides for in turn without building them
 again. 10 000 users cycled through 8 192 rebuilt every plan (about 3.5 µs a decision on
-Redis); each such cache holds some hundreds of bytes per plan."""
+a store's script engine); each such cache holds some hundreds of bytes per plan."""
 
 
 @functools.lru_cache(maxsize=PLANS)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from ratelimit import BackendError, Decision, RateLimitExceeded
+from ratelimit.backends.redis.blocking import SyncPipeline
 from ratelimit.sync import RateLimit
 from ratelimit.sync.direct import LockedDenials
 from ratelimit.sync.portal import Portal
-from ratelimit.sync.redis_calls import SyncPipeline
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer
 

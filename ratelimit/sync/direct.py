@@ -5,7 +5,8 @@ wake-ups: the loop's, then the caller's. A plain decision needs neither where th
 be asked from any thread: ``memory://`` (its ``decide`` takes a thread lock and never
 awaits) and the Redis script engine on a plain ``redis.asyncio.Redis`` (the same ``EVALSHA``
 of the same script, sent by a synchronous redis-py connection of the same address, options
-and credentials: :mod:`ratelimit.sync.redis_calls`). The decision is still the async pipeline's own:
+and credentials: :mod:`ratelimit.backends.redis.blocking`). The decision is still the
+async pipeline's own:
 :meth:`Decider.decide` (denial cache, failure policy, shadow, the backend's own reply
 parsing) run to its end at once in the calling thread, on a twin of the limiter's decider
 whose backend answers without suspending.
@@ -29,18 +30,13 @@ gives it a lock (:class:`LockedDenials`).
 
 from __future__ import annotations
 
-import copy
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
-import redis
-import redis.asyncio as aioredis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from ratelimit.backends.memory import MemoryBackend
+from ratelimit.backends.redis.blocking import blocking_engine
 from ratelimit.backends.redis.script_engine import RedisScriptBackend
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
@@ -49,17 +45,8 @@ from ratelimit.limit import Limit
 from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.plan import CompiledTree, Cost
 from ratelimit.selectors import CallSite, resolved_now
-from ratelimit.sync.redis_calls import SyncPipeline
 
 T = TypeVar("T")
-
-_CONNECTIONS: dict[type[Any], type[Any]] = {
-    aioredis.Connection: redis.Connection,
-    aioredis.UnixDomainSocketConnection: redis.UnixDomainSocketConnection,
-    aioredis.SSLConnection: redis.SSLConnection,
-}
-"""The synchronous twin of each connection class of ``redis.asyncio`` the direct path
-copies (any other: no direct path)."""
 
 
 class LockedDenials(DenialCache):
@@ -84,42 +71,21 @@ class LockedDenials(DenialCache):
             super().remember(call, decision)
 
 
-def sync_client(client: object, timeout: float | None) -> redis.Redis | None:
-    """A synchronous client to the server ``client`` (a plain ``redis.asyncio.Redis``) talks
-    to, with its connection options; ``None`` for any other client."""
-    if type(client) is not aioredis.Redis:
-        return None
-    pool = client.connection_pool
-    connection = _CONNECTIONS.get(pool.connection_class)
-    if connection is None:
-        return None
-    options = dict(pool.connection_kwargs)
-    options["retry"] = Retry(NoBackoff(), 0)  # sent once, as the engine's pipeline does
-    if timeout is not None:
-        options.setdefault("socket_timeout", timeout)
-        options.setdefault("socket_connect_timeout", timeout)
-    try:
-        connection(**options)  # an option the synchronous class does not take: no path
-    except (TypeError, ValueError):
-        return None
-    limit = getattr(pool, "max_connections", None)
-    sync_pool = redis.ConnectionPool(connection_class=connection, max_connections=limit, **options)
-    return redis.Redis(connection_pool=sync_pool)
-
-
 class DirectPath:
     """Plain decisions of ``limiter`` in the calling thread (see the module's docstring).
     Made by :func:`direct_path`, once per async limiter (a forked child makes its own)."""
 
-    def __init__(self, limiter: AsyncRateLimit, decider: Decider, client: redis.Redis | None):
+    def __init__(
+        self, limiter: AsyncRateLimit, decider: Decider, disconnect: Callable[[], object] | None
+    ) -> None:
         self._main: Decider = limiter._decider
         self._shadow = limiter.settings.shadow
         self._decider = decider
         self.close: Callable[[], object] = lambda: None
         """Close the synchronous client's connections: at ``close()``, or when this path
         is collected with its limiter (then no call is left to use them)."""
-        if client is not None:
-            self.close = weakref.finalize(self, client.connection_pool.disconnect)
+        if disconnect is not None:
+            self.close = weakref.finalize(self, disconnect)
 
     def admit(self, limit: Limit, key: str, site: CallSite) -> Decision | None:
         """What ``limit._admit(key, site)`` gives (a decision, or ``RateLimitExceeded``),
@@ -191,15 +157,14 @@ def direct_path(limiter: AsyncRateLimit) -> DirectPath | None:
     backend = main.backend
     if main.background is not None:
         return None
-    client = None
+    disconnect = None
     if type(backend) is MemoryBackend:
         direct: object = backend  # thread-safe: a lock, and no await
     elif type(backend) is RedisScriptBackend:
-        client = sync_client(backend.client, backend.timeout)
-        if client is None:
+        made = blocking_engine(backend)
+        if made is None:
             return None
-        direct = copy.copy(backend)
-        direct._pipeline = SyncPipeline(client, backend.timeout)  # type: ignore[assignment]
+        direct, disconnect = made
     else:
         return None
     denials = LockedDenials(main.denials)
@@ -214,4 +179,4 @@ def direct_path(limiter: AsyncRateLimit) -> DirectPath | None:
         None,
         main.overrides,
     )
-    return DirectPath(limiter, decider, client)
+    return DirectPath(limiter, decider, disconnect)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
+from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.overrides import Override
 from ratelimit.rules import RuleLike
 
-if TYPE_CHECKING:
-    from ratelimit.sync.limiter import RateLimit
+T = TypeVar("T")
+
+
+class RateLimit(Protocol):
+    """What these read of ``ratelimit.sync.RateLimit``: its ``run``."""
+
+    def run(self, make: Callable[[AsyncRateLimit], Coroutine[Any, Any, T]]) -> T: ...
 
 
 class Overrides:

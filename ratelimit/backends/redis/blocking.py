@@ -1,4 +1,5 @@
-"""Script calls of the sync API's direct path, sent by the calling threads themselves.
+"""Script calls of the sync API's direct path, sent by the calling threads themselves;
+:func:`blocking_engine`, the script engine that sends them.
 
 :class:`SyncPipeline` is what the script engine's ``decide`` awaits (``call``,
 ``close_idle``), answered by blocking calls of a synchronous redis-py connection in the
@@ -34,12 +35,17 @@ restart) is opened again before it is written to.
 from __future__ import annotations
 
 import collections
+import copy
 import select
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ratelimit.backends.redis.batch import combine, split
 from ratelimit.backends.redis.compat import NoScriptError, ResponseError
@@ -51,6 +57,7 @@ from ratelimit.backends.redis.errors import (
 )
 from ratelimit.backends.redis.pipeline import MAX_BATCH
 from ratelimit.backends.redis.resp import Command
+from ratelimit.backends.redis.script_engine import RedisScriptBackend
 
 IN_FLIGHT = 64
 """Most calls (or batches) out at once, each from its own thread on its own connection;
@@ -250,3 +257,50 @@ def _closed_by_server(connection: Any) -> bool:
         return False
     except OSError:
         return True
+
+
+_CONNECTIONS: dict[type[Any], type[Any]] = {
+    aioredis.Connection: redis.Connection,
+    aioredis.UnixDomainSocketConnection: redis.UnixDomainSocketConnection,
+    aioredis.SSLConnection: redis.SSLConnection,
+}
+"""The synchronous twin of each connection class of ``redis.asyncio`` the direct path
+copies (any other: no direct path)."""
+
+
+def sync_client(client: object, timeout: float | None) -> redis.Redis | None:
+    """A synchronous client to the server ``client`` (a plain ``redis.asyncio.Redis``) talks
+    to, with its connection options; ``None`` for any other client."""
+    if type(client) is not aioredis.Redis:
+        return None
+    pool = client.connection_pool
+    connection = _CONNECTIONS.get(pool.connection_class)
+    if connection is None:
+        return None
+    options = dict(pool.connection_kwargs)
+    options["retry"] = Retry(NoBackoff(), 0)  # sent once, as the engine's pipeline does
+    if timeout is not None:
+        options.setdefault("socket_timeout", timeout)
+        options.setdefault("socket_connect_timeout", timeout)
+    try:
+        connection(**options)  # an option the synchronous class does not take: no path
+    except (TypeError, ValueError):
+        return None
+    limit = getattr(pool, "max_connections", None)
+    sync_pool = redis.ConnectionPool(connection_class=connection, max_connections=limit, **options)
+    return redis.Redis(connection_pool=sync_pool)
+
+
+def blocking_engine(
+    engine: RedisScriptBackend,
+) -> tuple[RedisScriptBackend, Callable[[], None]] | None:
+    """A twin of ``engine`` whose calls go out from the calling thread on synchronous
+    connections of the same server and options (its ``decide`` never suspends), and what
+    closes those connections (its owner calls it); ``None`` where the client is not a plain
+    ``redis.asyncio.Redis`` or its options have no synchronous twin."""
+    client = sync_client(engine.client, engine.timeout)
+    if client is None:
+        return None
+    twin = copy.copy(engine)
+    twin._pipeline = SyncPipeline(client, engine.timeout)  # type: ignore[assignment]
+    return twin, client.connection_pool.disconnect
