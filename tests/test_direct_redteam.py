@@ -421,3 +421,39 @@ async def test_a_limiter_closed_over_a_client_still_open_refuses_decorated_calls
     with pytest.raises(LimiterClosedError):
         await work("ann")
     await client.aclose()
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-log", "gcra", "sliding-window", "fixed-window"])
+def test_waiting_and_shadow_on_the_direct_path_come_out_as_on_the_general_path(
+    algorithm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refusals the store gives the direct path, remembered (under the general path's
+    ``CallKey``), waited out under ``wait=`` or let through under ``shadow``, concurrently."""
+
+    def scenario(general: bool) -> list[Any]:
+        random.seed(5)  # the waits' jitter, alike for both
+
+        async def main() -> list[Any]:
+            loop = asyncio.get_running_loop()
+            rl = RateLimit(MemoryBackend(clock=loop.time), "red", algorithm=algorithm)
+            waiting = rl.limit("user:2/s", wait=1.6, key="waiting")
+            shadowed = rl.limit("user:1/s", shadow=True, key="shadowed")
+            if general:
+                general_only(waiting, monkeypatch)
+                general_only(shadowed, monkeypatch)
+
+            async def body(user: str) -> float:
+                return round(loop.time(), 4)
+
+            wait: Work = waiting(body)
+            shadow: Work = shadowed(body)
+            calls = [outcome(wait, user) for user in ["ann"] * 7 + ["bob"] * 3]
+            seen = list(await asyncio.gather(*calls))
+            seen += [await outcome(shadow, "ann") for _ in range(3)]
+            seen.append(rl.cached_refusals)
+            await rl.aclose()
+            return seen
+
+        return run_virtual(main)
+
+    assert scenario(False) == scenario(True)
