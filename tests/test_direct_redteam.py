@@ -435,7 +435,8 @@ def test_waiting_and_shadow_on_the_direct_path_come_out_as_on_the_general_path(
 
         async def main() -> list[Any]:
             loop = asyncio.get_running_loop()
-            rl = RateLimit(MemoryBackend(clock=loop.time), "red", algorithm=algorithm)
+            backend = MemoryBackend(clock=loop.time)
+            rl = RateLimit(backend, "red", algorithm=algorithm)
             waiting = rl.limit("user:2/s", wait=1.6, key="waiting")
             shadowed = rl.limit("user:1/s", shadow=True, key="shadowed")
             if general:
@@ -451,6 +452,7 @@ def test_waiting_and_shadow_on_the_direct_path_come_out_as_on_the_general_path(
             seen = list(await asyncio.gather(*calls))
             seen += [await outcome(shadow, "ann") for _ in range(3)]
             seen.append(rl.cached_refusals)
+            seen.append((backend.logs(), backend.arrivals(), backend.counters()))
             await rl.aclose()
             return seen
 
