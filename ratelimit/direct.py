@@ -27,9 +27,16 @@ from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.plan import PLANS, CompiledTree, Cost, Plan, cached_plan
 from ratelimit.selectors import Parameters, SelectorSources, as_text
 
-Direct = tuple[Plan, CallKey]
-"""One call's plan, and the :class:`~ratelimit.decider.CallKey` the general path names it by
-(the denial cache's key): made once per selector values, and kept."""
+Values = tuple[str | None, ...]
+"""One call's selector values, in the order of its tree's selectors."""
+Direct = tuple[Plan, Values]
+"""One call's plan (made once per selector values, and kept) and its selector values, of
+which :func:`call_key` makes the :class:`~ratelimit.decider.CallKey` the general path names
+the call by (the denial cache's key) when one is needed: a refusal, or the cache holding
+some. A table of plans alone holds one object the garbage collector tracks per entry
+(with a ``CallKey`` and the pair, three): with more selector values than :data:`PLANS`,
+the table starts again and again, what it held reaches the oldest generation, and full
+collections came twice as often (half the CPU of such a decision)."""
 PlanOf = Callable[[tuple[Any, ...], dict[str, Any]], "Direct | None"]
 """``plan_of(args, kwargs)``: one call's :data:`Direct`, or ``None`` for the general path."""
 
@@ -41,6 +48,15 @@ def admission(decider: Decider, compiled: CompiledTree) -> Admit | None:
     (:func:`~ratelimit.backends.base.admitting`; ``memory://``)."""
     admitter = admitting(decider.backend)
     return None if admitter is None else admitter(compiled, decider.algorithm)
+
+
+def call_key(
+    decider: Decider, compiled: CompiledTree, key: str, values: Values, cost: Cost
+) -> CallKey:
+    """The :class:`~ratelimit.decider.CallKey` of one call the direct path decides."""
+    return new_call_key(
+        CallKey, (compiled, decider.namespace, key, values, cost, decider.algorithm)
+    )
 
 
 def direct_path(
@@ -67,17 +83,16 @@ def direct_path(
     binds = parameters.binds
     lookup = parameters.lookup
     namespace, algorithm = decider.namespace, decider.algorithm
-    plans: dict[object, Direct] = {}
+    plans: dict[object, Plan] = {}
     single = len(names) == 1
     position = positions[0] if single else -1
 
-    def new_plan(values: tuple[str | None, ...], by: object) -> Direct:
+    def new_plan(values: Values, by: object) -> Plan:
         if len(plans) >= PLANS:
             plans.clear()
-        plan = cached_plan(compiled, namespace, key, values, cost, algorithm)
-        call = new_call_key(CallKey, (compiled, namespace, key, values, cost, algorithm))
-        direct = plans[by] = (plan, call)
-        return direct
+        plan: Plan = cached_plan(compiled, namespace, key, values, cost, algorithm)
+        plans[by] = plan
+        return plan
 
     hooks = decider.hooks  # empty, or the direct path was refused above
 
@@ -91,9 +106,10 @@ def direct_path(
             value = args[position]
             if value.__class__ is not str:
                 value = as_text(value)
-            direct = plans.get(value)
-            if direct is None:
-                direct = new_plan((value,), value)
+            values: Values = (value,)
+            plan = plans.get(value)
+            if plan is None:
+                plan = new_plan(values, value)
         else:
             if not kwargs and fewest <= len(args) <= most:
                 values = tuple([as_text(args[p]) for p in positions])
@@ -101,10 +117,10 @@ def direct_path(
                 values = tuple([as_text(lookup(name, args, kwargs)) for name in names])
             else:
                 return None  # the general path raises the function's own TypeError
-            direct = plans.get(values) or new_plan(values, values)
+            plan = plans.get(values) or new_plan(values, values)
         denials = decider.denials
-        if denials.held and denials.get(direct[1]) is not None:
+        if denials.held and denials.get(call_key(decider, compiled, key, values, cost)) is not None:
             return None  # a refusal still standing: the general path answers it
-        return direct
+        return plan, values
 
     return plan_of

@@ -14,7 +14,7 @@ from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
-from ratelimit.direct import PlanOf, admission, direct_path
+from ratelimit.direct import PlanOf, Values, admission, direct_path
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.lowered import beyond
 from ratelimit.overrides import Override, OverrideCache
@@ -347,19 +347,17 @@ class Limit:
     def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
         key, parameters = self._bind(func)
         is_coroutine = inspect.iscoroutinefunction(func)
-        shadow = self._shadow
-        settle = self._settle
-        decider = self._decider
+        shadow, settle, decider = self._shadow, self._settle, self._decider
         direct, admit = self._direct(key, parameters)
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
             known = None if direct is None else direct(args, kwargs)
             if known is not None:  # the direct path (ratelimit.direct)
-                plan, call = known
+                plan, values = known
                 refused = admit(plan) if admit is not None else await decider.ask(plan)
                 if refused is not None and not refused.allowed:
-                    await self._refused(call, refused, shadow)
+                    await self._refused(values, refused, shadow)
                 if is_coroutine:
                     return await func(*args, **kwargs)
                 return await run_body(func, is_coroutine, args, kwargs)
@@ -376,9 +374,8 @@ class Limit:
         return limited
 
     def _direct(self, key: str, parameters: Parameters) -> tuple[PlanOf | None, Admit | None]:
-        """The direct path of this limit decorating a function of ``parameters``, when its
-        shape allows one (a tree of its own, a fixed cost, no ``settle=``), and the store's
-        admission without a coroutine, when it has one (``memory://``)."""
+        """The direct path of this limit decorating a function of ``parameters`` (a tree of its
+        own, a fixed cost, no ``settle=``), and the store's admission without a coroutine."""
         compiled, decider = self._compiled, self._decider
         if type(compiled) is not CompiledTree or not self._cost.fixed or self._settle:
             return None, None
@@ -386,10 +383,12 @@ class Limit:
         direct = direct_path(decider, compiled, key, self._sources, parameters, cost)
         return direct, admission(decider, compiled)
 
-    async def _refused(self, call: CallKey, decision: Decision, shadow: bool) -> Decision:
-        """A refusal the store gave the direct path: remembered, let through in shadow
-        mode, waited out under ``wait=``, or raised."""
-        decider = self._decider
+    async def _refused(self, values: Values, decision: Decision, shadow: bool) -> Decision:
+        """A refusal the store gave the direct path to a call of ``values`` (of its key):
+        remembered, let through in shadow mode, waited out under ``wait=``, or raised."""
+        decider, compiled, key = self._decider, self._compiled, decision.key
+        assert type(compiled) is CompiledTree  # the direct path's limits have a tree
+        call = self._call_key(key, compiled, values, self._cost.of(compiled, decider.algorithm))
         decision = decider.refused(call, decision, shadow)
         if decision.shadow:
             return decision
