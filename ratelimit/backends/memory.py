@@ -54,9 +54,10 @@ class MemoryBackend(OverrideTables, SettleTables):
     """Sliding logs and window counters in this process's memory.
 
     ``clock`` (seconds, default ``time.monotonic``) may be replaced by a fake one in tests;
-    ``sweep_every`` is how many decisions pass between sweeps of expired identifiers (or
-    as many as identifiers are held, when more: a sweep walks them all, and so costs each
-    decision the same whatever the number of identifiers).
+    ``sweep_every`` is how many decisions pass between sweeps of expired identifiers (or a
+    quarter as many as identifiers are held, when more: a sweep walks them all, so it costs
+    each decision about the same whatever their number, and what expired meanwhile stays
+    below a quarter of what is held).
 
     Example::
 
@@ -362,7 +363,7 @@ class MemoryBackend(OverrideTables, SettleTables):
             del self._revoked[claim]
         for identifier in [i for i, (_, until) in self._resets.items() if until <= now]:
             del self._resets[identifier]
-        self._sweep_at = max(self._sweep_every, len(self))  # a sweep's cost, shared alike
+        self._sweep_at = max(self._sweep_every, len(self) // 4)  # a walk's cost, shared
 
     async def aclose(self) -> None:
         self._closed = True
