@@ -16,7 +16,7 @@ from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.direct import PlanOf, Values, admission, direct_path
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
-from ratelimit.lowered import beyond
+from ratelimit.lowered import refusing
 from ratelimit.overrides import Override, OverrideCache
 from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.registry import Registration, Registry
@@ -207,13 +207,13 @@ class Limit:
                     return await self._counted(key, call, cost, tree, own), True
                 except ConfigurationError:  # perhaps a limit lowered below the call's cost
                     counted = await self._counted(key, call, cost, tree, own, bounded=False)
-                    return self._lowered(counted)
+                    return counted, refusing(*counted)
             # a cost of this call's own: worked out once (a callable is called once)
             counted = await self._counted(key, call, cost, tree, own, bounded=False)
             try:
                 check_cost(tree, counted.cost, self._decider.algorithm)
             except ConfigurationError:
-                return self._lowered(counted)
+                return counted, refusing(*counted)
             return counted, True
         except (ConfigurationError, SelectorNotFoundError) as exc:
             overrides.warn(
@@ -221,16 +221,6 @@ class Limit:
                 f"override {found} not applied; key {key!r} keeps its own rules: {exc}",
             )
             return None
-
-    @staticmethod
-    def _lowered(counted: CallKey) -> tuple[CallKey, Rule]:
-        """``counted`` with the rule of its override that can never admit its cost; the
-        cost's own ``ConfigurationError`` when none is (:func:`~ratelimit.lowered.beyond`)."""
-        rule = beyond(*counted)
-        if rule is None:
-            check_cost(counted.compiled, counted.cost, counted.algorithm)  # raises: why
-            raise ConfigurationError(f"cost {counted.cost!r} cannot be counted")
-        return counted, rule
 
     async def _admit(self, key: str, site: CallSite, shadow: bool | None = None) -> Decision:
         """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),
@@ -357,7 +347,9 @@ class Limit:
                 plan, values = known
                 refused = admit(plan) if admit is not None else await decider.ask(plan)
                 if refused is not None and not refused.allowed:
-                    await self._refused(values, refused, shadow)
+                    call, refused = self._refusal(values, refused, shadow)
+                    if not refused.shadow:
+                        await self._waited(call, refused)
                 if is_coroutine:
                     return await func(*args, **kwargs)
                 return await run_body(func, is_coroutine, args, kwargs)
@@ -383,17 +375,21 @@ class Limit:
         direct = direct_path(decider, compiled, key, self._sources, parameters, cost)
         return direct, admission(decider, compiled)
 
-    async def _refused(self, values: Values, decision: Decision, shadow: bool) -> Decision:
+    async def _waited(self, call: CallKey, refusal: Decision) -> Decision:
+        """Wait out a refusal of the direct path under ``wait=`` (:meth:`_refusal`)."""
+        decider = self._decider
+        return await admitted(lambda: decider.decide(call, True), self._wait, first=refusal)
+
+    def _refusal(
+        self, values: Values, decision: Decision, shadow: bool
+    ) -> tuple[CallKey, Decision]:
         """A refusal the store gave the direct path to a call of ``values`` (of its key):
-        remembered, let through in shadow mode, waited out under ``wait=``, or raised."""
+        remembered; the call's key and the refusal, marked ``shadow`` when let through, to
+        wait out (:meth:`_waited`) under ``wait=``; else ``RateLimitExceeded``."""
         decider, compiled, key = self._decider, self._compiled, decision.key
         assert type(compiled) is CompiledTree  # the direct path's limits have a tree
         call = self._call_key(key, compiled, values, self._cost.of(compiled, decider.algorithm))
         decision = decider.refused(call, decision, shadow)
-        if decision.shadow:
-            return decision
-        if not self._wait:
+        if not decision.shadow and not self._wait:
             raise RateLimitExceeded(decision)
-        return await admitted(
-            lambda: decider.decide(call, True, shadow), self._wait, first=decision
-        )
+        return call, decision

@@ -47,6 +47,22 @@ def beyond(
     return None
 
 
+def refusing(
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    values: tuple[str | None, ...],
+    cost: Cost,
+    algorithm: Algorithm | str,
+) -> Rule:
+    """:func:`beyond`'s rule; the cost's own ``ConfigurationError`` when none is."""
+    rule = beyond(compiled, namespace, key, values, cost, algorithm)
+    if rule is None:
+        check_cost(compiled, cost, named(algorithm))  # raises: why
+        raise ConfigurationError(f"cost {cost!r} cannot be counted")
+    return rule
+
+
 def refusal(compiled: CompiledTree, key: str, rule: Rule) -> Decision:
     """The refusal of a call of ``key`` that ``rule`` (of ``compiled``) can never admit."""
     span = rule.span_ms / 1000

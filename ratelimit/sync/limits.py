@@ -110,14 +110,28 @@ class Limit(_Twin[AsyncLimit]):
         owner = self._owner
         portal = owner.portal
 
+        made: list[Any] = [None, None, None]  # the twin, and its direct path's parts
+
         @functools.wraps(func)
         def limited(*args: P.args, **kwargs: P.kwargs) -> R:
-            site = call_site(func, parameters, args, kwargs)
             limit = self.twin()
             direct = owner.direct
-            decision = None
             if direct is not None and not portal.closed:
                 portal.check_caller()
+                if made[0] is not limit:  # the async limit's own direct path, made once
+                    made[:] = [limit, *limit._direct(key, parameters)]
+                plan_of, admit = made[1], made[2]
+                known = None if plan_of is None or admit is None else plan_of(args, kwargs)
+                if known is not None:  # memory://: admitted here, as the async decorator does
+                    refused = admit(known[0])
+                    if refused is not None and not refused.allowed:
+                        call, refused = limit._refusal(known[1], refused, limit._shadow)
+                        if not refused.shadow:
+                            portal.run(lambda: limit._waited(call, refused))
+                    return func(*args, **kwargs)
+            site = call_site(func, parameters, args, kwargs)
+            decision = None
+            if direct is not None and not portal.closed:
                 decision = direct.admit(limit, key, site)  # a plain decision: no hand-over
             if decision is None:
                 decision = portal.run(lambda: limit._admit(key, site))
