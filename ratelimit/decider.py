@@ -2,11 +2,11 @@
 
 Every decision goes through one :class:`Decider`, the one a :class:`~ratelimit.RateLimit`
 makes for itself. The decorator and ``async with`` of :mod:`ratelimit.limit` name a call with
-a :class:`CallKey` and ask :meth:`Decider.decide` (the hot path); the HTTP middleware, the
-rate-limit service and your own front ends ask :meth:`RateLimit.decide
-<ratelimit.RateLimit.decide>`, which does the same. Concurrency slots take, renew and give
-back through :meth:`Decider.take_slots` and its siblings, under the same failure policy and
-hooks. Nothing outside reaches into a backend, the denial cache or the queue.
+a :class:`CallKey` and ask :meth:`Decider.decide` (a plain limit's decorated calls, the
+direct path of :mod:`ratelimit.direct`: :meth:`Decider.ask`); the HTTP middleware, the
+service and your own front ends ask :meth:`RateLimit.decide <ratelimit.RateLimit.decide>`,
+which does the same. Concurrency slots take, renew and give back through
+:meth:`Decider.take_slots` and its siblings, under the same failure policy and hooks.
 
 Example::
 
@@ -83,8 +83,7 @@ FINISH_WITHIN = 10.0
 """How long closing a limiter waits for the slot give-backs still under way (seconds)."""
 
 new_call_key = tuple.__new__
-"""``new_call_key(CallKey, (compiled, namespace, ...))``: a :class:`CallKey` built in C, at a
-third of the cost of its Python ``__new__``, for the hot path."""
+"""``new_call_key(CallKey, (compiled, namespace, ...))``: a :class:`CallKey` built in C."""
 
 
 class Decider:
@@ -217,7 +216,8 @@ class Decider:
             return self.policy.failed(exc, plan.key)
         except LockTimeoutError as exc:
             return self.policy.lock_timed_out(exc, plan.key)
-        self.policy.answered()
+        if self.policy.outage_started is not None:  # an outage to end: rarely
+            self.policy.answered()
         return decision
 
     async def _decide_within(

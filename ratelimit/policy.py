@@ -46,7 +46,8 @@ class FailurePolicy:
         check_on_error(on_error)
         self.on_error = on_error
         self._hooks = hooks or Hooks(())
-        self._outage_started: float | None = None
+        self.outage_started: float | None = None
+        """When the outage under way began (``time.monotonic``), or ``None``."""
         self._last_summary = 0.0
         self._degraded = 0
         self._degraded_since_summary = 0
@@ -62,7 +63,7 @@ class FailurePolicy:
             return self.failed(exc, plan.key)
         except LockTimeoutError as exc:
             return self.lock_timed_out(exc, plan.key)
-        if self._outage_started is not None:
+        if self.outage_started is not None:
             self._recovered()
         return decision
 
@@ -130,14 +131,14 @@ class FailurePolicy:
 
     def answered(self) -> None:
         """The storage answered: an outage, if one was under way, is over."""
-        if self._outage_started is not None:
+        if self.outage_started is not None:
             self._recovered()
 
     @property
     def failing(self) -> bool:
         """Whether an outage is under way: a decision failed, and the storage has not
         answered since."""
-        return self._outage_started is not None
+        return self.outage_started is not None
 
     def _failed(self, exc: BackendError) -> None:
         now = time.monotonic()
@@ -145,15 +146,15 @@ class FailurePolicy:
         self._degraded_since_summary += 1
         self._hooks.store_event("store_failed")
         verb = "admitting" if self.on_error == "allow" else "refusing"
-        if self._outage_started is None:
-            self._outage_started = self._last_summary = now
+        if self.outage_started is None:
+            self.outage_started = self._last_summary = now
             self._degraded_since_summary = 0
             self._hooks.store_event("outage_started")
             logger.warning("ratelimit: storage failed, %s calls until it answers: %s", verb, exc)
         elif now - self._last_summary >= SUMMARY_EVERY:
             logger.warning(
                 "ratelimit: storage still failing after %.0f s; %d more calls %s: %s",
-                now - self._outage_started,
+                now - self.outage_started,
                 self._degraded_since_summary,
                 verb.replace("ing", "ed"),
                 exc,
@@ -162,13 +163,13 @@ class FailurePolicy:
             self._degraded_since_summary = 0
 
     def _recovered(self) -> None:
-        assert self._outage_started is not None
-        lasted = time.monotonic() - self._outage_started
+        assert self.outage_started is not None
+        lasted = time.monotonic() - self.outage_started
         logger.warning(
             "ratelimit: storage answers again after %.1f s; %d decisions were degraded",
             lasted,
             self._degraded,
         )
         self._hooks.store_event("outage_ended", lasted)
-        self._outage_started = None
+        self.outage_started = None
         self._degraded = 0
