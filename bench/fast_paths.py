@@ -1,7 +1,8 @@
 """Do the single-rule shortcuts pay? Decisions per second with and without them.
 
-The memory backend and ``sync_rate`` decide one rule without walking a tree
-(``MemoryBackend._decide_one``, ``SyncedBackend._decide_one``). This runs the same
+The memory backend and ``sync_rate`` decide one rule without walking a tree (on
+``memory://`` the direct path's inline admission, ``backends/memory_admit.py``;
+``SyncedBackend._decide_one``). This runs the same
 single-rule limit over 1 000 users in process, once as shipped and once with the shortcut
 replaced by the general path, and prints the ratio. No Redis is needed (the synced backend's
 decisions are local; its remote is fakeredis and never synced during the run).
@@ -27,6 +28,9 @@ from ratelimit.plan import Plan
 
 
 class GeneralMemory(MemoryBackend):
+    async def decide(self, plan: Plan) -> Decision:  # no admitter: the direct path asks this
+        return await super().decide(plan)
+
     def _decide_one(self, plan: Plan, now: int) -> Decision:
         return self._decide_logs(plan, now)
 
