@@ -6,15 +6,15 @@ counting. For such a limit, :func:`direct_path` builds, once, a function that tu
 call's arguments into the :class:`~ratelimit.plan.Plan` the store decides, from a table of
 this limit's own plans (no ``CallSite``, no ``CallKey``, no shared plan cache in the way),
 or answers ``None`` when this call needs the general path of :mod:`ratelimit.limit`: an
-override in force for the key (or the copy of them to refresh first), a refusal cached for
-some call (the denial cache is asked there), a closed limiter, arguments given in a way the
-table does not cover (``None`` selector values, defaults, keywords the signature refuses).
+override in force for the key (or the copy of them to refresh first), a refusal standing
+in the denial cache for this call, a closed limiter, hooks or background counting set
+since, arguments that do not bind (the general path raises the function's own error).
 
 Nothing is decided differently: the same store decides the same plan. On ``memory://``
-the store's :meth:`~ratelimit.backends.memory.MemoryBackend.admit` answers without a
+the store's admission (:func:`admission`, ``backends/memory_admit.py``) answers without a
 coroutine and builds no :class:`~ratelimit.decision.Decision` for an admitted call (no hook
-could read it); a refusal is handed to the general path's tail
-(:meth:`~ratelimit.decider.Decider.refused`).
+could read it); elsewhere ``Decider.ask`` asks the store under the failure policy. A
+refusal goes to the general path's tail (``Limit._refusal``, ``Decider.refused``).
 """
 
 from __future__ import annotations
