@@ -69,7 +69,9 @@ async def test_concurrent_decisions_pipeline_across_nodes(
 ) -> None:
     """Auto-pipelined batches span keys on several nodes; each key still counts exactly,
     and a flushed script is loaded again on every node once per batch."""
-    rl = RateLimit(cluster_client, namespace, denial_cache=0)
+    # a deadline far past the scripts' reload on three nodes of a loaded machine: this is
+    # about reloading, not speed (the default 0.25 s failed once beside two CPU burners)
+    rl = RateLimit(cluster_client, namespace, denial_cache=0, timeout=10)
     limits = [rl.limit("10/m", key=f"endpoint-{n}") for n in range(6)]
     decisions = await asyncio.gather(*(lim.decide() for lim in limits for _ in range(25)))
     for n in range(6):
