@@ -89,6 +89,19 @@ def closed_by_server(connection: Any) -> bool:
     return reader is not None and bool(reader.at_eof())
 
 
+async def drop_closed(client: Any) -> None:
+    """Disconnect the idle connections of ``client`` that Redis closed (a restart) and the
+    event loop has read that, so that the next command connects anew instead of being
+    written to a dead connection: redis-py 8 no longer checks when its pool hands one out.
+    A ``Redis``'s pool only. Never raises."""
+    pool = pool_of(client)
+    idle = getattr(pool, "_available_connections", None) if pool is not None else None
+    for connection in tuple(idle or ()):
+        if connection.is_connected and closed_by_server(connection):
+            with contextlib.suppress(Exception):
+                await connection.disconnect(nowait=True)
+
+
 def forget_other_loops_of(client: Any) -> int:
     """:func:`forget_other_loops` for a client: the pool of a ``Redis``, or the connections
     of every node of a ``RedisCluster``. Returns how many were forgotten."""

@@ -41,6 +41,7 @@ from ratelimit.backends.redis.batch import combine, split
 from ratelimit.backends.redis.compat import CLUSTERS, NoScriptError, ResponseError
 from ratelimit.backends.redis.connections import (
     close_idle,
+    drop_closed,
     forget_other_loops_of,
     pool_exhausted,
 )
@@ -360,6 +361,7 @@ class ClientPipeline(Pipeline):
 
     async def _execute(self, commands: list[Command]) -> list[Reply | Exception]:
         """One call as a plain command (lighter than a pipeline of one), or a pipeline."""
+        await drop_closed(self._client)
         if len(commands) == 1:
             try:
                 return [await self._client.execute_command(*commands[0].arguments())]
