@@ -139,11 +139,13 @@ def ours_overridden(overrides: int, **options: Any) -> Factory:
         prefix = _prefix()
         client = _client(url)
         rl = RateLimit(client, prefix, **options)
+        setup = RateLimit(client, prefix, timeout=10.0)  # a loaded machine: setup must not fail
         for n in range(overrides):  # one at a time: writes of one namespace take turns
             if n % 2:
-                await rl.overrides.set("work", f"user:{limit * 2}/m", user=f"vip-{n}")
+                await setup.overrides.set("work", f"user:{limit * 2}/m", user=f"vip-{n}")
             else:
-                await rl.overrides.set(f"other-{n}", f"user:{limit}/h", user="u")
+                await setup.overrides.set(f"other-{n}", f"user:{limit}/h", user="u")
+        await setup.aclose()
 
         @rl.limit(f"user:{limit}/m", key="work")
         async def work(user: str) -> bool:
