@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from ratelimit.asgi.header_map import HeaderMap
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.sources import Source, client_ip, resolve, sources_for
 from ratelimit.costs import CostValue, units
@@ -35,7 +36,8 @@ logger = logging.getLogger("ratelimit.asgi")
 @dataclass(frozen=True, slots=True)
 class HTTPResponse:
     """What a ``settle`` callable reads of the response: its ``status`` and ``headers``
-    (lower-case names; repeated ones joined with ``", "``), as the application started it."""
+    (names in any case, as HTTP's are; repeated ones joined with ``", "``; see
+    :class:`~ratelimit.asgi.header_map.HeaderMap`), as the application started it."""
 
     status: int
     headers: Mapping[str, str]
@@ -43,11 +45,7 @@ class HTTPResponse:
     @classmethod
     def of(cls, message: Mapping[str, Any]) -> HTTPResponse:
         """The response an ASGI ``http.response.start`` message starts."""
-        headers: dict[str, str] = {}
-        for name, value in message.get("headers", ()):
-            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        return cls(int(message["status"]), headers)
+        return cls(int(message["status"]), HeaderMap(message.get("headers", ())))
 
 
 HTTPCost: TypeAlias = "CostValue | Callable[[HTTPRequest], CostValue | Awaitable[CostValue]]"

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+from ratelimit.asgi.header_map import HeaderMap, field_values
 from ratelimit.asgi.proxies import NO_PROXIES, TrustedProxies
 from ratelimit.errors import ConfigurationError
 
@@ -34,13 +35,15 @@ class HTTPRequest:
 
     ``method`` (``"GET"``; ``"WEBSOCKET"`` for a handshake), ``path`` (the whole path, as
     the scope has it), ``route_path`` (the path the application routes on: without
-    ``root_path``, as under a mount or ``uvicorn --root-path``), ``headers`` (lower-case
-    names; repeated ones joined with ``", "``), ``query`` (the first value of each
-    parameter), ``path_params`` (the route's own and the framework's), ``client_ip`` (see
-    :class:`~ratelimit.asgi.TrustedProxies`; ``"unknown"`` when it cannot be known),
-    ``user`` (``scope["user"]``, set by authentication middleware),
-    and :meth:`json` for the body, where a framework has read it (the dependency); the
-    middleware never reads a body.
+    ``root_path``, as under a mount or ``uvicorn --root-path``), ``headers`` (a read-only
+    mapping whose names are case-insensitive, as HTTP's are: ``headers.get("X-API-Key")``
+    and ``headers["x-api-key"]`` read one field; a field sent on several lines reads as
+    its lines joined with ``", "``; see :class:`~ratelimit.asgi.header_map.HeaderMap`),
+    ``query`` (the first value of each parameter), ``path_params`` (the route's own and the
+    framework's), ``client_ip`` (see :class:`~ratelimit.asgi.TrustedProxies`;
+    ``"unknown"`` when it cannot be known), ``user`` (``scope["user"]``, set by
+    authentication middleware), and :meth:`json` for the body, where a framework has read
+    it (the dependency); the middleware never reads a body.
     """
 
     __slots__ = (
@@ -69,7 +72,7 @@ class HTTPRequest:
             **(path_params or {}),
         }
         self._body = body
-        self._headers: dict[str, str] | None = None
+        self._headers: HeaderMap | None = None
         self._query: dict[str, str] | None = None
         self._json: Any = _UNREAD
 
@@ -83,13 +86,8 @@ class HTTPRequest:
         return client
 
     def header_values(self, name: str) -> list[str]:
-        """Every line of one header, by lower-case name, in order."""
-        wanted = name.encode("latin-1")
-        return [
-            value.decode("latin-1")
-            for key, value in self.scope.get("headers", ())
-            if key.lower() == wanted
-        ]
+        """Every line of one header, by name (any case), in order."""
+        return field_values(self.scope.get("headers", ()), name)
 
     def query_values(self, name: str) -> list[str]:
         """Every value of one query-string parameter, in order."""
@@ -97,14 +95,9 @@ class HTTPRequest:
         return [value for key, value in parse_qsl(raw, keep_blank_values=True) if key == name]
 
     def header(self, name: str) -> str | None:
-        """One header by lower-case name (repeated ones joined with ``", "``)."""
-        if self._headers is not None:
-            return self._headers.get(name)
-        wanted = name.encode("latin-1")
-        found = [value for key, value in self.scope.get("headers", ()) if key.lower() == wanted]
-        if not found:
-            return None
-        return b", ".join(found).decode("latin-1")
+        """One header by name, any case (repeated ones joined with ``", "``)."""
+        found = field_values(self.scope.get("headers", ()), name)
+        return (found[0] if len(found) == 1 else ", ".join(found)) if found else None
 
     @property
     def method(self) -> str:
@@ -119,13 +112,10 @@ class HTTPRequest:
         return route_path(self.scope)
 
     @property
-    def headers(self) -> Mapping[str, str]:
+    def headers(self) -> HeaderMap:
+        """The request's header fields, by name in any case (read-only)."""
         if self._headers is None:
-            headers: dict[str, str] = {}
-            for name, value in self.scope.get("headers", ()):
-                key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-                headers[key] = f"{headers[key]}, {text}" if key in headers else text
-            self._headers = headers
+            self._headers = HeaderMap(self.scope.get("headers", ()))
         return self._headers
 
     @property
