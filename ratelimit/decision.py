@@ -97,6 +97,14 @@ class Decision:
         return states
 
 
+@dataclass(frozen=True, slots=True)
+class LockRefusal(Decision):
+    """A refusal because the command engine's lock (``use_scripts=False``) stayed held past
+    ``lock_timeout``: contention on a store that answers, not an outage, so refused under
+    any ``on_error`` but ``"raise"`` (``degraded=True``, nothing counted). Only the
+    refusal's message tells it apart from a :class:`Decision`."""
+
+
 _new = object.__new__
 _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
     Decision.__dict__[name].__set__
@@ -147,11 +155,16 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
         self.retry_after: float = decision.retry_after
         self.rule: Rule | None = decision.rule
         self.key: str = decision.key
-        if decision.degraded:
+        if isinstance(decision, LockRefusal):
+            what = (
+                f"call refused for key {decision.key!r}: the command engine's lock stayed held "
+                "past lock_timeout, which refuses under any on_error (use_scripts=False: "
+                "contention, not an outage)"
+            )
+        elif decision.degraded:
             what = (
                 f"call refused for key {decision.key!r}: the rate-limit storage failed and "
-                "on_error='deny' refuses calls until it answers (or the command engine's "
-                "lock stayed held past lock_timeout, which refuses under any on_error)"
+                "on_error='deny' refuses calls until it answers"
             )
         elif decision.rule is None:  # a backend of one's own may refuse without a rule
             what = f"rate limit exceeded for key {decision.key!r}"
