@@ -2,7 +2,7 @@
 
 ::
 
-    ratelimit check "apikey:100/h & (10/s | 15/m)"     # parse and explain rules
+    ratelimit check "apikey:100/h & (10/s | 15/m)"     # parse rules, say what they mean
     ratelimit check rules.toml                          # validate a service rules file
     ratelimit peek  --storage redis://... --key search "user:5/m" user=alice
     ratelimit reset --storage redis://... --key search "user:5/m" user=alice
@@ -12,7 +12,11 @@
     ratelimit override list [--key search]
     ratelimit serve                                     # the gRPC service (extra: server)
 
-``--storage`` defaults to ``$RATELIMIT_STORAGE``, else ``memory://``.
+``--storage`` defaults to ``$RATELIMIT_STORAGE``, else ``memory://``; ``--namespace`` to
+``$RATELIMIT_NAMESPACE``, else ``""``, the library's default (as ``RateLimit(...)`` and the
+service). ``peek``, ``reset`` and ``override`` print the namespace they read, and say when
+they found nothing there. ``check`` says in words what each tree means
+(:mod:`ratelimit.explain`): ``&`` refuses only when every side would.
 
 Exit codes: 0 fine (``peek``: the call would be admitted; ``migrate``: the store is
 prepared; ``override get|delete``: there was one); 1 the rules or rules file are invalid,

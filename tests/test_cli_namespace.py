@@ -146,3 +146,10 @@ def test_serve_without_its_extra_says_so_once(
         "the rate-limit service (ratelimit serve) needs the 'server' extra: "
         "pip install 'ratelimit-rules[server]' (missing module 'grpc')\n"
     )
+
+
+def test_the_service_page_shows_what_check_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    page = (ROOT / "docs" / "service.md").read_text()
+    shown = page.split("$ ratelimit check ", 1)[1].split("```", 1)[0].splitlines()
+    assert cli(["check", shown[0].strip('"')]) == 0
+    assert capsys.readouterr().out.splitlines() == shown[1:]
