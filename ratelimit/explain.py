@@ -82,7 +82,7 @@ def _amount(rule: Rule, what: str | None) -> str:
     if what == "calls" and rule.count == 1:
         what = "call"
     counted = f"{rule.count} {what}" if what else str(rule.count)
-    burst = "" if rule.burst is None else f" (bursts of up to {rule.burst})"
+    burst = "" if rule.burst is None else f" (sustained; up to {rule.burst} at once)"
     return f"more than {counted} per {span(rule.span_ms)}{burst}"
 
 

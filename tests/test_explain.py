@@ -68,7 +68,14 @@ from ratelimit.rules import to_tree
         ),
         (
             "10/s burst 20",
-            "refused when: more than 10 calls per second (bursts of up to 20) for the whole key",
+            "refused when: more than 10 calls per second (sustained; up to 20 at once) for the "
+            "whole key",
+        ),
+        (
+            "ip:10/s burst 20 | (1/s burst 5 & 10/m)",
+            "refused when either: more than 10 calls per second (sustained; up to 20 at once) "
+            "for one ip, or (more than 1 per second (sustained; up to 5 at once) and more than "
+            "10 per minute, every call of the key)",
         ),
         (
             "apikey:90000 tokens/m | apikey:100/m",
