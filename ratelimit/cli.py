@@ -144,14 +144,19 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
         print(f"invalid: {exc}", file=sys.stderr)
         return INVALID
     print(f"namespace {args.namespace!r}, key {args.key!r}, {who(values)}")
-    if not _counted(decision):
+    if decision.states and not _counted(decision):
         print(nothing_counted(args, values))
     if found is not None:
         whose = f"override of {who(found.selectors)}{cli_overrides.until(found)}"
         print(f"rules in force: {found.rules} ({whose})")
     else:
         print(f"rules in force: {tree} (the limit's own)")
-    if decision.allowed:
+    if decision.allowed and decision.rule is None:  # a rule's selector had no value
+        print(
+            "would be admitted, and no rule can refuse these values (a selector without a "
+            "value counts nothing, and & refuses only when every side would)"
+        )
+    elif decision.allowed:
         print(f"would be admitted: {decision.remaining} left after it (rule {decision.rule})")
     else:
         print(f"would be refused by {decision.rule}: retry after {decision.retry_after:.3f} s")

@@ -153,3 +153,15 @@ def test_the_service_page_shows_what_check_prints(capsys: pytest.CaptureFixture[
     shown = page.split("$ ratelimit check ", 1)[1].split("```", 1)[0].splitlines()
     assert cli(["check", shown[0].strip('"')]) == 0
     assert capsys.readouterr().out.splitlines() == shown[1:]
+
+
+def test_peek_says_when_no_rule_can_refuse(capsys: pytest.CaptureFixture[str]) -> None:
+    # a selector given no value counts nothing: never "None left after it (rule None)"
+    for rules in ("user:5/m", "user:5/m & 10/h"):
+        assert cli(["peek", "--key", "search", rules, "user="]) == 0
+        out = capsys.readouterr().out
+        assert (
+            "would be admitted, and no rule can refuse these values (a selector without a "
+            "value counts nothing, and & refuses only when every side would)\n"
+        ) in out
+        assert "None" not in out
