@@ -50,7 +50,8 @@ class Decision:
       instead. The hit may still have been counted, if the storage did its part before
       the failure reached the caller (see the docs, "When the store fails"). Also set on
       the refusal of a call whose command-engine lock stayed held past ``lock_timeout``
-      (nothing counted; refused whatever ``on_error`` says, except ``"raise"``).
+      (nothing counted; refused whatever ``on_error`` says, except ``"raise"``), which
+      is a :class:`LockRefusal`.
     - ``shadow``: a refusal in shadow mode: ``allowed`` is ``False`` (what the rules, or
       ``on_error``, decided; nothing was recorded), but the front ends let the call
       through instead of refusing it. Hooks and logs see it, so a new limit can be
