@@ -2,7 +2,7 @@
 
 ::
 
-    ratelimit check "apikey:100/h & (10/s | 15/m)"     # parse and explain rules
+    ratelimit check "apikey:100/h & (10/s | 15/m)"     # parse rules, say what they mean
     ratelimit check rules.toml                          # validate a service rules file
     ratelimit peek  --storage redis://... --key search "user:5/m" user=alice
     ratelimit reset --storage redis://... --key search "user:5/m" user=alice
@@ -12,7 +12,11 @@
     ratelimit override list [--key search]
     ratelimit serve                                     # the gRPC service (extra: server)
 
-``--storage`` defaults to ``$RATELIMIT_STORAGE``, else ``memory://``.
+``--storage`` defaults to ``$RATELIMIT_STORAGE``, else ``memory://``; ``--namespace`` to
+``$RATELIMIT_NAMESPACE``, else ``""``, the library's default (as ``RateLimit(...)`` and the
+service). ``peek``, ``reset`` and ``override`` print the namespace they read, and say when
+they found nothing there. ``check`` says in words what each tree means
+(:mod:`ratelimit.explain`): ``&`` refuses only when every side would.
 
 Exit codes: 0 fine (``peek``: the call would be admitted; ``migrate``: the store is
 prepared; ``override get|delete``: there was one); 1 the rules or rules file are invalid,
@@ -42,38 +46,19 @@ from ratelimit.cli_common import (
     REFUSED,
     STORAGE_HELP,
     default_algorithm,
+    default_namespace,
     limiter_of,
+    namespace_help,
+    nothing_counted,
     storage_of,
     values_of,
     who,
 )
+from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, RuleSyntaxError
+from ratelimit.explain import describe
 from ratelimit.limiter import RateLimit
-from ratelimit.rules import And, Node, Rule, to_tree
-
-
-def explain(node: Node, depth: int = 0) -> list[str]:
-    """Lines saying what a rule tree limits, one per rule and per combination."""
-    pad = "  " * depth
-    if isinstance(node, Rule):
-        per = f", per value of {node.selector!r}" if node.selector else ", shared by every call"
-        burst = "" if node.burst is None else f", up to {node.burst} at once (gcra)"
-        what = "calls" if node.unit is None else node.unit
-        return [f"{pad}{node}: {node.count} {what} per {_span(node.span_ms)}{burst}{per}"]
-    how = "every one of these" if isinstance(node, And) else "any of these"
-    lines = [f"{pad}limited when {how} is limited:"]
-    for child in node.children:
-        lines += explain(child, depth + 1)
-    return lines
-
-
-def _span(ms: int) -> str:
-    for unit, size in (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000),
-                       ("second", 1_000), ("ms", 1)):  # fmt: skip
-        if ms % size == 0:
-            n = ms // size
-            return f"{n} {unit}{'s' if n != 1 and unit != 'ms' else ''}" if n != 1 else unit
-    return f"{ms} ms"
+from ratelimit.rules import to_tree
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -92,6 +77,7 @@ def _check(args: argparse.Namespace) -> int:
         for limit in loaded.limits:
             shadow = " (shadow)" if limit.shadow else ""
             print(f"  line {limit.line}: {limit.domain} [{limit.text}]: {limit.rules}{shadow}")
+            print(f"    {describe(limit.rules, per=f'descriptor [{limit.text}]')}")
         return OK
     try:
         tree = to_tree(target)
@@ -99,7 +85,7 @@ def _check(args: argparse.Namespace) -> int:
         print(f"invalid: {exc}", file=sys.stderr)
         return INVALID
     print(tree)
-    print("\n".join(explain(tree, 1)))
+    print(f"  {describe(tree)}")
     return OK
 
 
@@ -142,11 +128,14 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
     try:
         async with limiter_of(args, storage) as rl:  # a failing storage: exit 3
             limit = rl.limit(tree, args.key, values)  # values: the selector object
+            decision = await limit.peek()
             if args.command == "reset":
                 await limit.reset()
-                print(f"reset: {args.key!r} for {who(values)}")
+                if _counted(decision):
+                    print(f"reset: {args.key!r} for {who(values)} in namespace {args.namespace!r}")
+                else:
+                    print(f"reset: {nothing_counted(args, values)}")
                 return OK
-            decision = await limit.peek()
             found = await rl.overrides.in_force(args.key, **values) if decision.override else None
     except BackendError as exc:
         print(f"storage failed: {exc}", file=sys.stderr)
@@ -154,12 +143,20 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
     except (ConfigurationError, LookupError, TypeError) as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return INVALID
+    print(f"namespace {args.namespace!r}, key {args.key!r}, {who(values)}")
+    if decision.states and not _counted(decision):
+        print(nothing_counted(args, values))
     if found is not None:
         whose = f"override of {who(found.selectors)}{cli_overrides.until(found)}"
         print(f"rules in force: {found.rules} ({whose})")
     else:
         print(f"rules in force: {tree} (the limit's own)")
-    if decision.allowed:
+    if decision.allowed and decision.rule is None:  # a rule's selector had no value
+        print(
+            "would be admitted, and no rule can refuse these values (a selector without a "
+            "value counts nothing, and & refuses only when every side would)"
+        )
+    elif decision.allowed:
         print(f"would be admitted: {decision.remaining} left after it (rule {decision.rule})")
     else:
         print(f"would be refused by {decision.rule}: retry after {decision.retry_after:.3f} s")
@@ -169,16 +166,24 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
     return OK if decision.allowed else REFUSED
 
 
+def _counted(peeked: Decision) -> bool:
+    """Whether a peek found any hit counted: a rule that has fewer calls left after the
+    peeked call than it would with nothing counted."""
+    return any(
+        state.limited or state.remaining < (state.rule.burst or state.rule.count) - 1
+        for state in peeked.states
+    )
+
+
 def _serve(args: argparse.Namespace) -> int:
     try:
         from ratelimit.service.config import ServiceConfig
         from ratelimit.service.server import serve
     except ImportError as exc:
-        print(
-            f"ratelimit serve needs the server extra (pip install 'ratelimit-rules[server]'): "
-            f"{exc}",
-            file=sys.stderr,
-        )
+        advice = "ratelimit serve needs the server extra: pip install 'ratelimit-rules[server]'"
+        # an import under needs_extra() says the same already, naming the missing module
+        said = "pip install 'ratelimit-rules[" in str(exc)
+        print(str(exc) if said else f"{advice} ({exc})", file=sys.stderr)
         return FAILED
     env = dict(os.environ)
     flags = {"port": "PORT", "storage": "STORAGE", "rules_file": "RULES_FILE", "host": "HOST"}
@@ -224,9 +229,7 @@ def parser() -> argparse.ArgumentParser:
     for name, what in helps.items():
         command = commands.add_parser(name, help=what)
         command.add_argument("--storage", help=STORAGE_HELP)
-        command.add_argument(
-            "--namespace", default=os.environ.get("RATELIMIT_NAMESPACE", "ratelimit")
-        )
+        command.add_argument("--namespace", default=default_namespace(), help=namespace_help())
         command.add_argument(
             "--algorithm",
             choices=ALGORITHMS,
@@ -242,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
     )
     override.add_argument("action", choices=("set", "get", "delete", "list"))
     override.add_argument("--storage", help=STORAGE_HELP)
-    override.add_argument("--namespace", default=os.environ.get("RATELIMIT_NAMESPACE", "ratelimit"))
+    override.add_argument("--namespace", default=default_namespace(), help=namespace_help())
     override.add_argument(
         "--algorithm",
         choices=ALGORITHMS,

@@ -23,6 +23,44 @@ ALGORITHM_HELP = (
 )
 
 
+def default_namespace() -> str:
+    """``--namespace``'s default: ``RATELIMIT_NAMESPACE``, else ``""``, the library's own
+    (``RateLimit(storage, namespace="")``), so that the command reads what an application
+    with no ``namespace=`` wrote."""
+    return os.environ.get("RATELIMIT_NAMESPACE", "")
+
+
+def namespace_help() -> str:
+    """``--namespace``'s help, with the default it has now."""
+    now = os.environ.get("RATELIMIT_NAMESPACE")
+    given = "" if now is None else f"; set now: {now!r}"
+    text = (
+        "the namespace the application's RateLimit(..., namespace=...) was given "
+        f'(default: "", the library\'s default; $RATELIMIT_NAMESPACE overrides{given})'
+    )
+    return text.replace("%", "%%")
+
+
+def namespace_hint(namespace: str) -> str:
+    """What to check when nothing was found in ``namespace``."""
+    if namespace:
+        return "is the namespace right? the library's default is ''"
+    return (
+        "is the namespace right? '' is the library's default, unless "
+        "RateLimit(..., namespace=...) set another"
+    )
+
+
+def nothing_counted(args: argparse.Namespace, values: dict[str, str]) -> str:
+    """What ``peek`` and ``reset`` say when they found nothing counted for ``values`` of
+    ``--key`` in ``--namespace``, with what to check."""
+    return (
+        f"nothing counted for key {args.key!r} and {who(values)} in namespace "
+        f"{args.namespace!r} ({namespace_hint(args.namespace)}; is the key? a decorated "
+        "function's is its module.qualname)"
+    )
+
+
 def default_algorithm() -> str | None:
     """``--algorithm``'s default: ``RATELIMIT_ALGORITHM``, else ``None`` (the store's own,
     :func:`algorithm_of`)."""

@@ -14,6 +14,7 @@ from ratelimit.cli_common import (
     OK,
     REFUSED,
     limiter_of,
+    namespace_hint,
     storage_of,
     values_of,
     who,
@@ -90,16 +91,25 @@ async def _override_action(
                 file=sys.stderr,
             )
         return OK
+    where = f"in namespace {args.namespace!r}"
     if args.action == "list":
-        for override in await overrides.list(args.key):
+        found = await overrides.list(args.key)
+        of_key = "" if args.key is None else f" of key {args.key!r}"
+        if not found:
+            print(f"no overrides{of_key} {where} ({namespace_hint(args.namespace)})")
+        else:
+            print(f"{len(found)} override{'' if len(found) == 1 else 's'}{of_key} {where}:")
+        for override in found:
             print(f"{override}{until(override)}")
         return OK
     if args.action == "get":
-        found = await overrides.get(args.key, **values)
+        got = await overrides.get(args.key, **values)
         print(
-            f"{found}{until(found)}" if found else f"no override of {args.key!r} for {who(values)}"
+            f"{got}{until(got)}"
+            if got
+            else f"no override of {args.key!r} for {who(values)} {where}"
         )
-        return OK if found else REFUSED
+        return OK if got else REFUSED
     deleted = await overrides.delete(args.key, **values)
-    print(f"{'deleted' if deleted else 'none was set'}: {args.key!r} for {who(values)}")
+    print(f"{'deleted' if deleted else 'none was set'}: {args.key!r} for {who(values)} {where}")
     return OK if deleted else REFUSED

@@ -50,7 +50,8 @@ class Decision:
       instead. The hit may still have been counted, if the storage did its part before
       the failure reached the caller (see the docs, "When the store fails"). Also set on
       the refusal of a call whose command-engine lock stayed held past ``lock_timeout``
-      (nothing counted; refused whatever ``on_error`` says, except ``"raise"``).
+      (nothing counted; refused whatever ``on_error`` says, except ``"raise"``), which
+      is a :class:`LockRefusal`.
     - ``shadow``: a refusal in shadow mode: ``allowed`` is ``False`` (what the rules, or
       ``on_error``, decided; nothing was recorded), but the front ends let the call
       through instead of refusing it. Hooks and logs see it, so a new limit can be
@@ -95,6 +96,14 @@ class Decision:
             states = states()
             _STATES(self, states)  # computed once; the decision stays as it was
         return states
+
+
+@dataclass(frozen=True, slots=True)
+class LockRefusal(Decision):
+    """A refusal because the command engine's lock (``use_scripts=False``) stayed held past
+    ``lock_timeout``: contention on a store that answers, not an outage, so refused under
+    any ``on_error`` but ``"raise"`` (``degraded=True``, nothing counted). Only the
+    refusal's message tells it apart from a :class:`Decision`."""
 
 
 _new = object.__new__
@@ -147,11 +156,16 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
         self.retry_after: float = decision.retry_after
         self.rule: Rule | None = decision.rule
         self.key: str = decision.key
-        if decision.degraded:
+        if isinstance(decision, LockRefusal):
+            what = (
+                f"call refused for key {decision.key!r}: the command engine's lock stayed held "
+                "past lock_timeout, which refuses under any on_error (use_scripts=False: "
+                "contention, not an outage)"
+            )
+        elif decision.degraded:
             what = (
                 f"call refused for key {decision.key!r}: the rate-limit storage failed and "
-                "on_error='deny' refuses calls until it answers (or the command engine's "
-                "lock stayed held past lock_timeout, which refuses under any on_error)"
+                "on_error='deny' refuses calls until it answers"
             )
         elif decision.rule is None:  # a backend of one's own may refuse without a rule
             what = f"rate limit exceeded for key {decision.key!r}"

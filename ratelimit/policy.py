@@ -26,7 +26,7 @@ import time
 
 from ratelimit.backends import Backend
 from ratelimit.backends.base import SettleStore
-from ratelimit.decision import Decision
+from ratelimit.decision import Decision, LockRefusal
 from ratelimit.errors import BackendError, LockTimeoutError
 from ratelimit.hooks import Hooks
 from ratelimit.plan import Plan
@@ -127,7 +127,7 @@ class FailurePolicy:
             self._lock_logged_at = now
             self._lock_timeouts_since_log = 0
         wait = exc.retry_after if exc.retry_after else DENY_RETRY_AFTER
-        return Decision(False, wait, None, 0, key, degraded=True)
+        return LockRefusal(False, wait, None, 0, key, degraded=True)
 
     def answered(self) -> None:
         """The storage answered: an outage, if one was under way, is over."""

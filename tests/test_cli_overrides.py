@@ -31,7 +31,10 @@ def test_override_commands_on_postgres_as_the_docs_write_them(
     assert cli(["override", "get", *key]) == 0
     assert "apikey:1000/h" in capsys.readouterr().out
     assert cli(["override", "list", *store]) == 0
-    assert capsys.readouterr().out.count("\n") == 1
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == f"1 override in namespace {namespace!r}:"
+    assert listed[1].startswith("search [apikey=abc]: apikey:1000/h, until")
+    assert len(listed) == 2
     assert cli(["override", "list", *store, "--key", "search"]) == 0
     assert cli(["peek", *store, "--key", "search", "apikey:100/h", "apikey=abc"]) == 0
     assert "rules in force: apikey:1000/h (override of apikey='abc'" in capsys.readouterr().out
@@ -53,7 +56,10 @@ def test_a_ttl_too_large_is_refused_where_set(
     assert cli(["override", "set", *store, "--key", "search", "9/h", "--ttl", "1e18"]) == 1
     assert "ttl" in capsys.readouterr().err
     assert cli(["override", "list", *store]) == 0
-    assert capsys.readouterr().out == ""  # nothing was written
+    assert capsys.readouterr().out == (  # nothing was written
+        f"no overrides in namespace {namespace!r} (is the namespace right? the library's "
+        "default is '')\n"
+    )
 
 
 async def test_the_api_refuses_a_ttl_too_large() -> None:

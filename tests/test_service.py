@@ -164,9 +164,9 @@ def test_descriptors_match_the_most_specific_limit(rules: Path) -> None:
 
 def test_the_command_line(rules: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["check", "apikey:100/h & (10/s | 15/m)"]) == 0
-    assert "100 calls per hour, per value of 'apikey'" in capsys.readouterr().out
+    assert "more than 100 calls per hour for one apikey, and" in capsys.readouterr().out
     assert cli(["check", "user:10/s burst 20"]) == 0
-    assert "10 calls per second, up to 20 at once (gcra)" in capsys.readouterr().out
+    assert "more than 10 calls per second (sustained; up to 20 at once)" in capsys.readouterr().out
     assert cli(["check", "10/x"]) == 1
     assert "expected unit" in capsys.readouterr().err
     assert cli(["check", str(rules)]) == 0

@@ -12,7 +12,11 @@ start, and a bad one stops the service with a message naming the variable.
 - ``RATELIMIT_HOST``, default ``0.0.0.0``: the address to listen on;
 - ``RATELIMIT_TIMEOUT`` (``RATIO_CONNECTION_TIMEOUT``), default ``1s``: each call's
   deadline, the storage's included;
-- ``RATELIMIT_NAMESPACE``, default ``ratelimit``: the namespace of every counter;
+- ``RATELIMIT_NAMESPACE``, default ``""``: the namespace of every counter and override;
+  the library's own default, which ``RateLimit(...)`` and the ``ratelimit`` command use too
+  (earlier versions of the service used ``ratelimit``: set ``RATELIMIT_NAMESPACE=ratelimit``
+  to keep what they stored; the service warns at start when it finds overrides there and
+  none under ``""``, see :mod:`ratelimit.service.upgrading`);
 - ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow`` or ``deny``;
 - ``RATELIMIT_ALGORITHM``, default ``sliding-log``: ``sliding-window``, ``fixed-window`` or
   ``gcra`` (the only one that takes ``burst N`` in rules);
@@ -75,7 +79,9 @@ class ServiceConfig:
     port: int = 50051
     host: str = "0.0.0.0"
     timeout: float = 1.0
-    namespace: str = "ratelimit"
+    namespace: str = ""
+    namespace_given: bool = False
+    """``RATELIMIT_NAMESPACE`` was set (even empty): no warning of the old default's."""
     on_error: str = "allow"
     metrics: str = field(default_factory=default_metrics)
     metrics_port: int = 9464
@@ -138,6 +144,7 @@ class ServiceConfig:
             values["timeout"] = duration(text, variable)
         if found := read("RATELIMIT_NAMESPACE"):
             values["namespace"] = found[1]
+        values["namespace_given"] = "RATELIMIT_NAMESPACE" in env
         if found := read("RATELIMIT_ON_ERROR"):
             variable, text = found
             if text not in ("allow", "deny"):

@@ -33,6 +33,7 @@ from ratelimit.service.config import address as host_port
 from ratelimit.service.observing import WORKER, observing, start_line
 from ratelimit.service.rules_snapshot import SNAPSHOT, Snapshot, starting_rules
 from ratelimit.service.tls import server_credentials
+from ratelimit.service.upgrading import warn_of_old_namespace
 
 if TYPE_CHECKING:
     from ratelimit.service.prometheus import ServiceMetrics
@@ -383,5 +384,6 @@ async def serve(config: ServiceConfig) -> None:
     port = await service.start()
     service.handle_signals()
     print(start_line(config, port, service.metrics_port), flush=True)
+    await warn_of_old_namespace(service.limiter, config)  # once, serving already
     await service.run()
     print("ratelimit: stopped", flush=True)
