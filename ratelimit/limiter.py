@@ -50,7 +50,7 @@ from ratelimit.settings import (
 )
 
 SETTING_NAMES = frozenset(f.name for f in fields(Settings))
-_KEYWORD_SETTINGS = tuple(name for name in SETTING_NAMES if name != "namespace")
+KEYWORD_SETTINGS = tuple(name for name in SETTING_NAMES if name != "namespace")
 _UNSET: Any = object()
 """A setting :meth:`RateLimit.from_url` was not given (``None`` is a value of some)."""
 
@@ -167,7 +167,7 @@ class RateLimit(LimitMaker):
         :meth:`aclose` (or by leaving ``async with``).
         """
         given = locals()
-        chosen = {name: given[name] for name in _KEYWORD_SETTINGS if given[name] is not _UNSET}
+        chosen = {name: given[name] for name in KEYWORD_SETTINGS if given[name] is not _UNSET}
         limiter = cls.__new__(cls)
         limiter.settings = settings_with(settings, namespace, chosen)
         limiter._start(backend_from_url(url, limiter.settings, **options))

@@ -52,3 +52,6 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "index.html").exists()
     assert (tmp_path / "reference" / "ratelimit" / "index.html").exists()
+    # the settings' defaults show as values, never as the sentinel (docs/settings_defaults.py)
+    reference = [*(tmp_path / "reference").rglob("*.html"), tmp_path / "search/search_index.json"]
+    assert [page for page in reference if "_UNSET" in page.read_text()] == []

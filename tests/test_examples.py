@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,21 @@ def test_example_on_memory(example: Path) -> None:
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
 def test_example_on_redis(example: Path, redis_url: str) -> None:
     assert EXPECTED[example.name] in run(example, redis_url)
+
+
+def test_the_readme_example_prints_what_the_readme_says() -> None:
+    """The README's "One example" and the output shown under it, a refusal included (the
+    seconds of ``retry_after`` left out: they depend on how fast the calls ran)."""
+    section = (ROOT / "README.md").read_text().split("## One example\n", 1)[1].split("\n## ")[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = section.split("```text\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+    def seconds_left_out(text: str) -> str:
+        return re.sub(r"retry in \d+\.\d+ s", "retry in ... s", text)
+
+    assert seconds_left_out(done.stdout) == seconds_left_out(shown)
+    assert "refused by" in shown

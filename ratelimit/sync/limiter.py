@@ -38,19 +38,21 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Unpack, cast
 
 from ratelimit.chosen import RulesLike
 from ratelimit.concurrency import DEFAULT_LEASE
 from ratelimit.costs import CostLike, CostValue
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
+from ratelimit.hooks import Hook
 from ratelimit.limit import Limit as AsyncLimit
+from ratelimit.limiter import _UNSET, KEYWORD_SETTINGS
 from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.plan import CompiledTree, Cost
-from ratelimit.settings import Settings
+from ratelimit.settings import Settings, SettingsKeywords
 from ratelimit.sync.direct import DirectPath, direct_path
 from ratelimit.sync.limits import Concurrency, Limit
 from ratelimit.sync.overriding import Overrides
@@ -86,7 +88,7 @@ class RateLimit:
         namespace: str | None = None,
         *,
         settings: Settings | None = None,
-        **keywords: Any,
+        **keywords: Unpack[SettingsKeywords],
     ) -> None:
         def make() -> AsyncRateLimit:
             return AsyncRateLimit(storage, namespace, settings=settings, **keywords)
@@ -100,13 +102,31 @@ class RateLimit:
         namespace: str | None = None,
         *,
         settings: Settings | None = None,
-        **keywords: Any,
+        algorithm: str = _UNSET,
+        sync_rate: float = _UNSET,
+        on_error: str = _UNSET,
+        timeout: float | None = _UNSET,
+        denial_cache: int = _UNSET,
+        hooks: Sequence[Hook] = _UNSET,
+        background: bool = _UNSET,
+        use_scripts: bool = _UNSET,
+        auto_pipeline: bool = _UNSET,
+        disable_locks: bool = _UNSET,
+        lock_ttl: float = _UNSET,
+        lock_polling_interval: float = _UNSET,
+        lock_timeout: float = _UNSET,
+        shadow: bool = _UNSET,
+        override_refresh: float = _UNSET,
+        clock: Callable[[], float] | None = _UNSET,
+        **options: Any,
     ) -> RateLimit:
-        """Open storage by URL, as :meth:`ratelimit.RateLimit.from_url` (the same settings
-        and client options); a forked child opens it again at its first call."""
+        """Open storage by URL, as :meth:`ratelimit.RateLimit.from_url` (the same settings,
+        typed, and client options); a forked child opens it again at its first call."""
+        given = locals()
+        chosen = {name: given[name] for name in KEYWORD_SETTINGS if given[name] is not _UNSET}
 
         def make() -> AsyncRateLimit:
-            return AsyncRateLimit.from_url(url, namespace, settings=settings, **keywords)
+            return AsyncRateLimit.from_url(url, namespace, settings=settings, **chosen, **options)
 
         limiter = cls.__new__(cls)
         limiter._open(make, reopens=True)
