@@ -82,3 +82,12 @@ def test_the_readme_example_prints_what_the_readme_says() -> None:
 
     assert seconds_left_out(done.stdout) == seconds_left_out(shown)
     assert "refused by" in shown
+
+
+def test_the_docs_home_shows_the_readme_example() -> None:
+    """The docs site's home page shows the README's example and its output, word for word."""
+
+    def example(page: str) -> str:
+        return (ROOT / page).read_text().split("## One example\n", 1)[1].split("\n## ")[0]
+
+    assert example("docs/index.md") == example("README.md")
