@@ -28,6 +28,7 @@ from ratelimit.decider import Decider
 from ratelimit.limit import Limit
 from ratelimit.registry import Registry
 from ratelimit.settings import Settings
+from ratelimit.wrapping import block_key
 
 if TYPE_CHECKING:  # defaults (PEP 696) for type checkers, which bring typing_extensions
     from typing_extensions import TypeVar
@@ -50,17 +51,9 @@ class CostedLimit(Limit, Generic[P]):
     decorates functions of those parameters. (The same object as any limit; the type is a
     type checker's.)"""
 
-    @overload  # type: ignore[override]
-    def __call__(
+    def __call__(  # type: ignore[override]
         self: CostedLimit[P2], func: Callable[P2, Awaitable[R2]]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    @overload
-    def __call__(
-        self: CostedLimit[P2], func: Callable[P2, R2]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    def __call__(self, func: Callable[..., Any]) -> Callable[..., Coroutine[object, None, Any]]:
+    ) -> Callable[P2, Coroutine[object, None, R2]]:
         return super().__call__(func)
 
 
@@ -68,34 +61,18 @@ class SettledLimit(Limit, Generic[R]):
     """A :class:`~ratelimit.limit.Limit` whose ``settle=`` takes an ``R``: it decorates
     functions returning one."""
 
-    @overload  # type: ignore[override]
-    def __call__(
+    def __call__(  # type: ignore[override]
         self: SettledLimit[R2], func: Callable[P2, Awaitable[R2]]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    @overload
-    def __call__(
-        self: SettledLimit[R2], func: Callable[P2, R2]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    def __call__(self, func: Callable[..., Any]) -> Callable[..., Coroutine[object, None, Any]]:
+    ) -> Callable[P2, Coroutine[object, None, R2]]:
         return super().__call__(func)
 
 
 class CostedSettledLimit(Limit, Generic[P, R]):
     """Both: ``cost=`` a callable of ``P``, ``settle=`` taking an ``R``."""
 
-    @overload  # type: ignore[override]
-    def __call__(
+    def __call__(  # type: ignore[override]
         self: CostedSettledLimit[P2, R2], func: Callable[P2, Awaitable[R2]]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    @overload
-    def __call__(
-        self: CostedSettledLimit[P2, R2], func: Callable[P2, R2]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    def __call__(self, func: Callable[..., Any]) -> Callable[..., Coroutine[object, None, Any]]:
+    ) -> Callable[P2, Coroutine[object, None, R2]]:
         return super().__call__(func)
 
 
@@ -183,7 +160,8 @@ class LimitMaker:
         ``tier=get_tier``; ``"default"`` for other values), or a callable (sync or async)
         of the decorated call's arguments returning rules.
         ``key``: shares counters between functions (default: the function's
-        ``module.qualname``; for ``async with``, ``""``, shared by every such block).
+        ``module.qualname``; for ``async with`` and the methods, where ``limit()`` was
+        called, ``module.qualname:line``: each such place counts on its own).
         ``limit(key=...)`` without rules reuses the rules and selectors registered for that
         key. ``selector``: an object whose items, attributes or methods give selector values.
         ``cost``: how many hits one call is worth, at most every rule's count (a whole
@@ -214,6 +192,22 @@ class LimitMaker:
 
             decision = await rl.limit("user:3/m", user=name, key="login").decide()
         """
+        site = "" if key is not None else block_key(1)
+        return self._limit_at(site, rules, key, selector, cost, settle, wait, shadow, selectors)
+
+    def _limit_at(
+        self,
+        site: str,
+        rules: RulesLike | None,
+        key: str | None,
+        selector: object | None,
+        cost: CostLike,
+        settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None,
+        wait: float | bool,
+        shadow: bool | None,
+        selectors: dict[str, object],
+    ) -> Limit:
+        """:meth:`limit`, made at ``site`` (the key of its blocks without ``key=``)."""
         typed: type[Limit] = Limit
         if settle is not None:
             typed = SettledLimit if not callable(cost) else CostedSettledLimit
@@ -230,6 +224,7 @@ class LimitMaker:
             wait,
             self.settings.shadow if shadow is None else shadow,
             settle,
+            site,
         )
 
     def concurrency(
@@ -251,7 +246,22 @@ class LimitMaker:
         ``RateLimitExceeded``). ``lease``: seconds after which a dead holder's slot frees;
         renewed every third of it while the body runs. ``wait``: how long a refused call
         may queue for a slot (``True``: as long as it takes). ``key``, ``selector`` and
-        ``**selectors`` as in :meth:`limit`. Slots and rates are separate counters: stack
+        ``**selectors`` as in :meth:`limit` (a block without ``key=`` counts under where
+        ``concurrency()`` was called). Slots and rates are separate counters: stack
         ``@rl.concurrency(...)`` over ``@rl.limit(...)`` for both.
         """
-        return Concurrency(self._decider, limits, key, selector, selectors, lease, wait)
+        site = "" if key is not None else block_key(1)
+        return self._concurrency_at(site, limits, key, selector, selectors, lease, wait)
+
+    def _concurrency_at(
+        self,
+        site: str,
+        limits: str,
+        key: str | None,
+        selector: object | None,
+        selectors: dict[str, object],
+        lease: float,
+        wait: float | bool,
+    ) -> Concurrency:
+        """:meth:`concurrency`, made at ``site`` (the key of its blocks without ``key=``)."""
+        return Concurrency(self._decider, limits, key, selector, selectors, lease, wait, site)
