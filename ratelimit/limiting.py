@@ -192,8 +192,24 @@ class LimitMaker:
 
             decision = await rl.limit("user:3/m", user=name, key="login").decide()
         """
-        site = "" if key is not None else block_key(1)
-        return self._limit_at(site, rules, key, selector, cost, settle, wait, shadow, selectors)
+        typed: type[Limit] = Limit
+        if settle is not None:
+            typed = SettledLimit if not callable(cost) else CostedSettledLimit
+        elif callable(cost) and not isinstance(cost, Mapping):
+            typed = CostedLimit
+        return typed(
+            self._decider,
+            self._registry,
+            rules,
+            key,
+            selector,
+            selectors,
+            cost,
+            wait,
+            self.settings.shadow if shadow is None else shadow,
+            settle,
+            "" if key is not None else block_key(1),  # where its blocks count
+        )
 
     def _limit_at(
         self,
@@ -207,7 +223,8 @@ class LimitMaker:
         shadow: bool | None,
         selectors: dict[str, object],
     ) -> Limit:
-        """:meth:`limit`, made at ``site`` (the key of its blocks without ``key=``)."""
+        """:meth:`limit`, made at ``site`` (the key of its blocks without ``key=``): for
+        :mod:`ratelimit.sync`, whose callers made it."""
         typed: type[Limit] = Limit
         if settle is not None:
             typed = SettledLimit if not callable(cost) else CostedSettledLimit

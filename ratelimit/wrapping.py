@@ -128,7 +128,7 @@ def _selector_rules(
                 yield name, rule
 
 
-_SITES: dict[tuple[CodeType, int], str] = {}
+_SITES: dict[tuple[int, int], tuple[CodeType, str]] = {}
 
 
 def block_key(depth: int) -> str:
@@ -138,12 +138,14 @@ def block_key(depth: int) -> str:
     1, so that two limits made on one line count apart). Worked out once per place."""
     frame = sys._getframe(depth + 1)
     code = frame.f_code
-    where = (code, frame.f_lasti)
-    key = _SITES.get(where)
-    if key is None:
-        key = _SITES[where] = _place(frame.f_globals.get("__name__") or "?", code, frame)
-        if len(_SITES) >= 4096:  # code made at run time (exec) must not pile up
-            _SITES.clear()
+    where = (id(code), frame.f_lasti)  # a code object hashes its constants: slow
+    found = _SITES.get(where)
+    if found is not None and found[0] is code:  # kept alive by the cache: its own id
+        return found[1]
+    if len(_SITES) >= 4096:  # code made at run time (exec) must not pile up
+        _SITES.clear()
+    key = _place(frame.f_globals.get("__name__") or "?", code, frame)
+    _SITES[where] = (code, key)
     return key
 
 
