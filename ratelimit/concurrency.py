@@ -152,7 +152,7 @@ class Concurrency:
             "consumes it",
         )
         key = self._key if self._key is not None else function_name(func)
-        findable(self.limits, self._sources, parameters, func, key)
+        findable(self.limits, self._sources, parameters, func, key, "concurrency")
         return key, parameters
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:

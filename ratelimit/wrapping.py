@@ -74,10 +74,11 @@ def findable(
     parameters: Parameters,
     func: Callable[..., Any],
     key: str,
+    what: str = "limit",
 ) -> None:
-    """Raise :class:`SelectorNotFoundError` now, when decorating ``func``, for a selector of
-    ``rules`` that no call could find (:mod:`ratelimit.selectors`): no keyword of
-    ``limit()`` gives it, there is no ``selector=`` object, ``func`` has no parameter of
+    """Raise :class:`SelectorNotFoundError` now, when ``what()`` decorates ``func``, for a
+    selector of ``rules`` that no call could find (:mod:`ratelimit.selectors`): no keyword
+    of ``what()`` gives it, there is no ``selector=`` object, ``func`` has no parameter of
     that name nor ``**kwargs``, and its first argument is not an object that might hold it
     (:meth:`Parameters.may_give`). Otherwise a call looks, as it always has."""
     if sources.obj is not None:
@@ -92,19 +93,16 @@ def findable(
             if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
         ]
         close = difflib.get_close_matches(name, [*own, *sources.keywords], n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"pass {name}= to {what}()"
         keywords = ", ".join(sources.keywords) or "none"
-        looked_in = [
-            f"keyword arguments of limit() ({keywords})",
-            f"parameters of {function_name(func)}{parameters.signature}",
-        ]
+        function = f"{function_name(func)}{parameters.signature}"
         raise SelectorNotFoundError(
             name,
             key,
-            looked_in,
-            f"selector {name!r} of rule '{rule}' can come from no call of "
-            f"{function_name(func)}{parameters.signature}: it is not one of its parameters, "
-            f"nor a keyword argument of limit() ({keywords}), and there is no selector= "
-            f"object; " + (f"did you mean {close[0]!r}?" if close else f"pass {name}= to limit()"),
+            [f"keyword arguments of {what}() ({keywords})", f"parameters of {function}"],
+            f"selector {name!r} of rule '{rule}' can come from no call of {function}: it is "
+            f"not one of its parameters, nor a keyword argument of {what}() ({keywords}), and "
+            f"there is no selector= object; {hint}",
         )
 
 

@@ -236,6 +236,8 @@ async def test_no_close_name_says_how_to_give_it(rl: RateLimit) -> None:
 
     with pytest.raises(SelectorNotFoundError, match=r"pass apikey= to limit\(\)"):
         rl.limit("apikey:3/m")(export)
+    with pytest.raises(SelectorNotFoundError, match=r"pass apikey= to concurrency\(\)"):
+        rl.concurrency("apikey:3")(export)
 
 
 async def test_what_a_call_might_supply_is_left_to_the_call(rl: RateLimit) -> None:
