@@ -38,7 +38,8 @@ class Limit:
     :class:`RateLimitExceeded` and the function body does not run (a plain ``def`` is
     refused: :mod:`ratelimit.sync` limits those). ``async with`` raises on entry in the same
     way. Without ``key=``, a decorator counts under the function's ``module.qualname``, and
-    blocks and methods under ``site``: where the limit was made (``module.qualname:line``).
+    blocks and methods under ``site``: where the limit was made
+    (``module.qualname:line:column``, :func:`~ratelimit.wrapping.block_key`).
     """
 
     def __init__(

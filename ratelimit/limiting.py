@@ -161,7 +161,8 @@ class LimitMaker:
         of the decorated call's arguments returning rules.
         ``key``: shares counters between functions (default: the function's
         ``module.qualname``; for ``async with`` and the methods, where ``limit()`` was
-        called, ``module.qualname:line``: each such place counts on its own).
+        called, ``module.qualname:line:column``: each such place counts on its own; give
+        ``key=`` to a block that overrides or ``ratelimit peek``/``reset`` must name).
         ``limit(key=...)`` without rules reuses the rules and selectors registered for that
         key. ``selector``: an object whose items, attributes or methods give selector values.
         ``cost``: how many hits one call is worth, at most every rule's count (a whole
