@@ -195,6 +195,15 @@ def test_sync_blocks_count_where_they_are_made(sync_rl: ratelimit.sync.RateLimit
         pass
 
 
+def test_a_sync_limit_made_again_keeps_its_place(sync_rl: ratelimit.sync.RateLimit) -> None:
+    limit = sync_rl.limit("1/m")
+    key = limit.decide().key
+    sync_rl.generation += 1  # as in a forked child: every limit is made again, elsewhere
+    again = limit.peek()
+    assert again.key == key
+    assert not again.allowed
+
+
 # --- 5. a selector that no call can supply ---
 
 
