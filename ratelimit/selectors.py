@@ -228,11 +228,25 @@ _PLAIN = frozenset(
 )
 
 
+def unannotated_first(signature: inspect.Signature) -> bool:
+    """Whether the first parameter is positional, unannotated and not ``self``/``cls``: a
+    plain value or an object (a ``request``), which only a call tells apart."""
+    kinds = inspect.Parameter
+    first = next(iter(signature.parameters.values()), None)
+    return (
+        first is not None
+        and first.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        and first.name not in ("self", "cls")
+        and first.annotation is first.empty
+    )
+
+
 def _object_first(signature: inspect.Signature) -> bool:
     """Whether the first positional argument may be an object with selector attributes:
     ``self`` or ``cls``, ``*args``, or annotated with something other than a built-in type
     (``str``, ``int``, ...). An unannotated first parameter of another name is taken for a
-    plain value, so that a misspelt selector fails when decorating."""
+    plain value here; :func:`ratelimit.wrapping.findable` still lets its attributes answer
+    a name that is no misspelling of a parameter (:func:`unannotated_first`)."""
     kinds = inspect.Parameter
     first = next(iter(signature.parameters.values()), None)
     if first is None or first.kind in (kinds.KEYWORD_ONLY, kinds.VAR_KEYWORD):

@@ -16,7 +16,7 @@ from typing import Any
 from ratelimit.chosen import ChosenRules
 from ratelimit.errors import SelectorNotFoundError
 from ratelimit.plan import CompiledTree
-from ratelimit.selectors import CallSite, Parameters, SelectorSources
+from ratelimit.selectors import CallSite, Parameters, SelectorSources, unannotated_first
 from ratelimit.slots import SlotLimit
 
 _MARKED = getattr(asyncio.coroutines, "_is_coroutine", None)
@@ -93,6 +93,8 @@ def findable(
             if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
         ]
         close = difflib.get_close_matches(name, [*own, *sources.keywords], n=1)
+        if not close and unannotated_first(parameters.signature):
+            continue  # maybe an attribute of a first argument such as a request: the call tells
         hint = f"did you mean {close[0]!r}?" if close else f"pass {name}= to {what}()"
         keywords = ", ".join(sources.keywords) or "none"
         function = f"{function_name(func)}{parameters.signature}"

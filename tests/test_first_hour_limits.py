@@ -269,6 +269,10 @@ async def test_what_a_call_might_supply_is_left_to_the_call(rl: RateLimit) -> No
     async def handle(request: Request) -> str:
         return request.user
 
+    @rl.limit("user:1/m", key="unannotated-first")  # no misspelling: its attributes may
+    async def view(request):  # type: ignore[no-untyped-def]
+        return request.user
+
     @rl.limit("user:1/m", key="given", user=lambda: "cy")
     async def given() -> None: ...
 
@@ -284,5 +288,6 @@ async def test_what_a_call_might_supply_is_left_to_the_call(rl: RateLimit) -> No
     assert await Account().act() == "bob"
     assert await by_keywords(user="eve") == "eve"
     assert await handle(Request()) == "ann"
+    assert await view(Request()) == "ann"
     with pytest.raises(SelectorNotFoundError):  # found nowhere: at the call, as before
         await chosen()
