@@ -24,13 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 import logging
 import os
 import random
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar
 
 from ratelimit.decider import Decider
 from ratelimit.decision import Decision, RateLimitExceeded, make_decision
@@ -43,7 +42,7 @@ from ratelimit.errors import (
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 from ratelimit.slots import SlotClaim, SlotLimit, claim_for, parse_slots
 from ratelimit.waiting import wait_seconds
-from ratelimit.wrapping import call_site, function_name, run_body, wrappable
+from ratelimit.wrapping import call_site, coroutine_only, findable, function_name, wrappable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -96,7 +95,9 @@ class Concurrency:
         selectors: dict[str, object],
         lease: float = DEFAULT_LEASE,
         wait: float | bool = False,
+        site: str = "",
     ) -> None:
+        self._site = site  # the key of a block without key=: where it was made
         self.limits = parse_slots(limits)
         decider.slot_store()  # a storage without slots fails here, when made
         if type(lease) not in (int, float) or not MIN_LEASE <= lease <= 86_400:
@@ -119,7 +120,7 @@ class Concurrency:
     # --- async with ---
 
     async def __aenter__(self) -> Decision:
-        held, decision = await self._enter(self._key or "", None)
+        held, decision = await self._enter(self.block_key(), None)
         self._held.setdefault(asyncio.current_task(), []).append(held)
         return decision
 
@@ -136,6 +137,10 @@ class Concurrency:
             del self._held[task]
         await self._exit(held)
 
+    def block_key(self) -> str:
+        """The key of these slots as a block: ``key=``, else where they were made."""
+        return self._site if self._key is None else self._key
+
     # --- decorator ---
 
     def _bind(self, func: Callable[..., Any]) -> tuple[str, Parameters]:
@@ -146,26 +151,20 @@ class Concurrency:
             "the slot would be given back before the iteration runs; hold it in the code that "
             "consumes it",
         )
-        return self._key if self._key is not None else function_name(func), parameters
+        key = self._key if self._key is not None else function_name(func)
+        findable(self.limits, self._sources, parameters, func, key, "concurrency")
+        return key, parameters
 
-    @overload
-    def __call__(
-        self, func: Callable[P, Awaitable[R]]
-    ) -> Callable[P, Coroutine[object, None, R]]: ...
-
-    @overload
-    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
-
-    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:
+        coroutine_only(func, "concurrency")
         key, parameters = self._bind(func)
-        is_coroutine = inspect.iscoroutinefunction(func)
 
         @functools.wraps(func)
-        async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
+        async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
             site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
             held, _ = await self._enter(key, site)
             try:
-                return await run_body(func, is_coroutine, args, kwargs)
+                return await func(*args, **kwargs)
             finally:
                 await self._exit(held)
 

@@ -77,14 +77,18 @@ class UnknownKeyError(RateLimitError, LookupError):
 
 
 class SelectorNotFoundError(RateLimitError, LookupError):
-    """A rule names a selector that none of the places looked in could supply."""
+    """A rule names a selector that none of the places looked in could supply: raised when
+    decorating a function that no call could supply it for, else by the call."""
 
-    def __init__(self, selector: str, key: str, looked_in: Sequence[str]) -> None:
+    def __init__(
+        self, selector: str, key: str, looked_in: Sequence[str], message: str | None = None
+    ) -> None:
         self.selector = selector
         self.key = key
         self.looked_in = tuple(looked_in)
         super().__init__(
-            f"selector {selector!r} of key {key!r} was not found; looked in: "
+            message
+            or f"selector {selector!r} of key {key!r} was not found; looked in: "
             + "; ".join(self.looked_in)
         )
 

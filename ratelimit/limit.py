@@ -6,7 +6,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Admit
@@ -24,21 +24,22 @@ from ratelimit.rules import Rule, to_tree
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 from ratelimit.settings import check_cost, check_flag
 from ratelimit.waiting import admitted, wait_seconds
-from ratelimit.wrapping import call_site, function_name, run_body, wrappable
+from ratelimit.wrapping import call_site, coroutine_only, findable, function_name, wrappable
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-GLOBAL_KEY = ""
 
 
 class Limit:
     """Rules bound to a :class:`RateLimit`: a decorator, an ``async with`` block, or
     :meth:`decide` for a decision without an exception.
 
-    As a decorator, a refused call raises :class:`RateLimitExceeded` and the function body
-    does not run; a plain ``def`` becomes a coroutine function. ``async with`` raises on
-    entry in the same way.
+    As a decorator of a coroutine function, a refused call raises
+    :class:`RateLimitExceeded` and the function body does not run (a plain ``def`` is
+    refused: :mod:`ratelimit.sync` limits those). ``async with`` raises on entry in the same
+    way. Without ``key=``, a decorator counts under the function's ``module.qualname``, and
+    blocks and methods under ``site``: where the limit was made
+    (``module.qualname:line:column``, :func:`~ratelimit.wrapping.block_key`).
     """
 
     def __init__(
@@ -53,7 +54,9 @@ class Limit:
         wait: float | bool = False,
         shadow: bool = False,
         settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
+        site: str = "",
     ) -> None:
+        self._site = site
         self._cost = CallCost(cost, decider.algorithm)
         check_flag("shadow", shadow)
         if settle is not None:
@@ -250,7 +253,7 @@ class Limit:
         await self._decider.settle(decision, actual)
 
     def _own_key(self) -> str:
-        return GLOBAL_KEY if self._key is None else self._key
+        return self._site if self._key is None else self._key
 
     async def peek(self, *, cost: CostValue | None = None) -> Decision:
         """The decision ``decide()`` would give, recording nothing. ``cost``: as for
@@ -322,26 +325,20 @@ class Limit:
             "it instead",
         )
         key = self._key if self._key is not None else function_name(func)
+        if self._compiled is not None:  # a name that no call can supply fails here
+            findable(self._compiled, self._sources, parameters, func, key)
         if self._compiled is not None and self._key is None:
             self._registry.register(key, self._compiled, self._sources)
         return key, parameters
 
-    @overload
-    def __call__(
-        self, func: Callable[P, Awaitable[R]]
-    ) -> Callable[P, Coroutine[object, None, R]]: ...
-
-    @overload
-    def __call__(self, func: Callable[P, R]) -> Callable[P, Coroutine[object, None, R]]: ...
-
-    def __call__(self, func: Callable[P, Any]) -> Callable[P, Coroutine[object, None, Any]]:
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:
+        coroutine_only(func, "limit")
         key, parameters = self._bind(func)
-        is_coroutine = inspect.iscoroutinefunction(func)
         shadow, settle, decider = self._shadow, self._settle, self._decider
         direct, admit = self._direct(key, parameters)
 
         @functools.wraps(func)
-        async def limited(*args: P.args, **kwargs: P.kwargs) -> Any:
+        async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
             known = None if direct is None else direct(args, kwargs)
             if known is not None:  # the direct path (ratelimit.direct)
                 plan, values = known
@@ -350,15 +347,10 @@ class Limit:
                     call, refused = self._refusal(values, refused, shadow)
                     if not refused.shadow:
                         await self._waited(call, refused)
-                if is_coroutine:
-                    return await func(*args, **kwargs)
-                return await run_body(func, is_coroutine, args, kwargs)
+                return await func(*args, **kwargs)
             site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
             decision = await self._admit(key, site, shadow)
-            if is_coroutine:  # run_body's common case, inline: one coroutine less a call
-                result = await func(*args, **kwargs)
-            else:
-                result = await run_body(func, is_coroutine, args, kwargs)
+            result = await func(*args, **kwargs)
             if settle is not None:  # the body returned: what it really cost is known
                 await self._settled(decision, result)
             return result

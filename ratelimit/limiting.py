@@ -28,6 +28,7 @@ from ratelimit.decider import Decider
 from ratelimit.limit import Limit
 from ratelimit.registry import Registry
 from ratelimit.settings import Settings
+from ratelimit.wrapping import block_key
 
 if TYPE_CHECKING:  # defaults (PEP 696) for type checkers, which bring typing_extensions
     from typing_extensions import TypeVar
@@ -50,17 +51,9 @@ class CostedLimit(Limit, Generic[P]):
     decorates functions of those parameters. (The same object as any limit; the type is a
     type checker's.)"""
 
-    @overload  # type: ignore[override]
-    def __call__(
+    def __call__(  # type: ignore[override]
         self: CostedLimit[P2], func: Callable[P2, Awaitable[R2]]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    @overload
-    def __call__(
-        self: CostedLimit[P2], func: Callable[P2, R2]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    def __call__(self, func: Callable[..., Any]) -> Callable[..., Coroutine[object, None, Any]]:
+    ) -> Callable[P2, Coroutine[object, None, R2]]:
         return super().__call__(func)
 
 
@@ -68,34 +61,18 @@ class SettledLimit(Limit, Generic[R]):
     """A :class:`~ratelimit.limit.Limit` whose ``settle=`` takes an ``R``: it decorates
     functions returning one."""
 
-    @overload  # type: ignore[override]
-    def __call__(
+    def __call__(  # type: ignore[override]
         self: SettledLimit[R2], func: Callable[P2, Awaitable[R2]]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    @overload
-    def __call__(
-        self: SettledLimit[R2], func: Callable[P2, R2]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    def __call__(self, func: Callable[..., Any]) -> Callable[..., Coroutine[object, None, Any]]:
+    ) -> Callable[P2, Coroutine[object, None, R2]]:
         return super().__call__(func)
 
 
 class CostedSettledLimit(Limit, Generic[P, R]):
     """Both: ``cost=`` a callable of ``P``, ``settle=`` taking an ``R``."""
 
-    @overload  # type: ignore[override]
-    def __call__(
+    def __call__(  # type: ignore[override]
         self: CostedSettledLimit[P2, R2], func: Callable[P2, Awaitable[R2]]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    @overload
-    def __call__(
-        self: CostedSettledLimit[P2, R2], func: Callable[P2, R2]
-    ) -> Callable[P2, Coroutine[object, None, R2]]: ...
-
-    def __call__(self, func: Callable[..., Any]) -> Callable[..., Coroutine[object, None, Any]]:
+    ) -> Callable[P2, Coroutine[object, None, R2]]:
         return super().__call__(func)
 
 
@@ -183,7 +160,9 @@ class LimitMaker:
         ``tier=get_tier``; ``"default"`` for other values), or a callable (sync or async)
         of the decorated call's arguments returning rules.
         ``key``: shares counters between functions (default: the function's
-        ``module.qualname``; for ``async with``, ``""``, shared by every such block).
+        ``module.qualname``; for ``async with`` and the methods, where ``limit()`` was
+        called, ``module.qualname:line:column``: each such place counts on its own; give
+        ``key=`` to a block that overrides or ``ratelimit peek``/``reset`` must name).
         ``limit(key=...)`` without rules reuses the rules and selectors registered for that
         key. ``selector``: an object whose items, attributes or methods give selector values.
         ``cost``: how many hits one call is worth, at most every rule's count (a whole
@@ -230,6 +209,40 @@ class LimitMaker:
             wait,
             self.settings.shadow if shadow is None else shadow,
             settle,
+            "" if key is not None else block_key(1),  # where its blocks count
+        )
+
+    def _limit_at(
+        self,
+        site: str,
+        rules: RulesLike | None,
+        key: str | None,
+        selector: object | None,
+        cost: CostLike,
+        settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None,
+        wait: float | bool,
+        shadow: bool | None,
+        selectors: dict[str, object],
+    ) -> Limit:
+        """:meth:`limit`, made at ``site`` (the key of its blocks without ``key=``): for
+        :mod:`ratelimit.sync`, whose callers made it."""
+        typed: type[Limit] = Limit
+        if settle is not None:
+            typed = SettledLimit if not callable(cost) else CostedSettledLimit
+        elif callable(cost) and not isinstance(cost, Mapping):
+            typed = CostedLimit
+        return typed(
+            self._decider,
+            self._registry,
+            rules,
+            key,
+            selector,
+            selectors,
+            cost,
+            wait,
+            self.settings.shadow if shadow is None else shadow,
+            settle,
+            site,
         )
 
     def concurrency(
@@ -251,7 +264,22 @@ class LimitMaker:
         ``RateLimitExceeded``). ``lease``: seconds after which a dead holder's slot frees;
         renewed every third of it while the body runs. ``wait``: how long a refused call
         may queue for a slot (``True``: as long as it takes). ``key``, ``selector`` and
-        ``**selectors`` as in :meth:`limit`. Slots and rates are separate counters: stack
+        ``**selectors`` as in :meth:`limit` (a block without ``key=`` counts under where
+        ``concurrency()`` was called). Slots and rates are separate counters: stack
         ``@rl.concurrency(...)`` over ``@rl.limit(...)`` for both.
         """
-        return Concurrency(self._decider, limits, key, selector, selectors, lease, wait)
+        site = "" if key is not None else block_key(1)
+        return self._concurrency_at(site, limits, key, selector, selectors, lease, wait)
+
+    def _concurrency_at(
+        self,
+        site: str,
+        limits: str,
+        key: str | None,
+        selector: object | None,
+        selectors: dict[str, object],
+        lease: float,
+        wait: float | bool,
+    ) -> Concurrency:
+        """:meth:`concurrency`, made at ``site`` (the key of its blocks without ``key=``)."""
+        return Concurrency(self._decider, limits, key, selector, selectors, lease, wait, site)

@@ -142,6 +142,17 @@ class Parameters:
                 return False
         return all(name in kwargs for name in self._required_keywords)
 
+    def may_give(self, name: str) -> bool:
+        """Whether some call could give selector ``name``: a parameter of that name (not
+        ``*args`` or ``**kwargs``), any name when it takes ``**kwargs``, or any name when
+        its first argument is an object whose attributes may hold it (see :func:`_object_first`)."""
+        kinds = inspect.Parameter
+        parameter = self.signature.parameters.get(name)
+        variadic = (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+        if parameter is not None and parameter.kind not in variadic:
+            return True
+        return self._keywords is None or _object_first(self.signature)
+
     def lookup(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         """The argument the call gives parameter ``name``, or a missing marker."""
         position = self._positions.get(name)
@@ -209,6 +220,44 @@ def resolved_now(
             return None
         values.append(as_text(value))
     return tuple(values)
+
+
+_PLAIN = frozenset(
+    {"str", "bytes", "bytearray", "int", "float", "complex", "bool", "list", "dict", "tuple"}
+    | {"set", "frozenset", "None"}
+)
+
+
+def unannotated_first(signature: inspect.Signature) -> bool:
+    """Whether the first parameter is positional, unannotated and not ``self``/``cls``: a
+    plain value or an object (a ``request``), which only a call tells apart."""
+    kinds = inspect.Parameter
+    first = next(iter(signature.parameters.values()), None)
+    return (
+        first is not None
+        and first.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        and first.name not in ("self", "cls")
+        and first.annotation is first.empty
+    )
+
+
+def _object_first(signature: inspect.Signature) -> bool:
+    """Whether the first positional argument may be an object with selector attributes:
+    ``self`` or ``cls``, ``*args``, or annotated with something other than a built-in type
+    (``str``, ``int``, ...). An unannotated first parameter of another name is taken for a
+    plain value here; :func:`ratelimit.wrapping.findable` still lets its attributes answer
+    a name that is no misspelling of a parameter (:func:`unannotated_first`)."""
+    kinds = inspect.Parameter
+    first = next(iter(signature.parameters.values()), None)
+    if first is None or first.kind in (kinds.KEYWORD_ONLY, kinds.VAR_KEYWORD):
+        return False
+    if first.kind is kinds.VAR_POSITIONAL or first.name in ("self", "cls"):
+        return True
+    annotation = first.annotation
+    if annotation is first.empty or annotation is None:
+        return False
+    named = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return named not in _PLAIN
 
 
 def as_text(value: object) -> str | None:

@@ -1,13 +1,27 @@
 """What the decorators of ``limit()`` and ``concurrency()`` share: checking what they wrap,
-binding a call's arguments for its selectors, and running the wrapped body."""
+binding a call's arguments for its selectors, and the key of a block without ``key=``."""
 
 from __future__ import annotations
 
+import asyncio
+import difflib
+import functools
 import inspect
-from collections.abc import Callable
+import itertools
+import sys
+from collections.abc import Callable, Iterator
+from types import CodeType, FrameType
 from typing import Any
 
-from ratelimit.selectors import CallSite, Parameters
+from ratelimit.chosen import ChosenRules
+from ratelimit.errors import SelectorNotFoundError
+from ratelimit.plan import CompiledTree
+from ratelimit.selectors import CallSite, Parameters, SelectorSources, unannotated_first
+from ratelimit.slots import SlotLimit
+
+_MARKED = getattr(asyncio.coroutines, "_is_coroutine", None)
+"""What ``asgiref.sync.markcoroutinefunction`` sets before Python 3.12 (which has
+``inspect.markcoroutinefunction``, seen by ``inspect.iscoroutinefunction``)."""
 
 
 def function_name(func: Callable[..., Any]) -> str:
@@ -25,6 +39,126 @@ def wrappable(func: object, what: str, generators: str) -> Parameters:
     return Parameters(inspect.signature(func))
 
 
+def is_async(func: object) -> bool:
+    """Whether calling ``func`` gives a coroutine, by its definition: an ``async def`` (or
+    a method of one), a ``functools.partial`` of one, an object whose ``__call__`` is one,
+    or a function marked as one (``inspect.markcoroutinefunction``)."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    if inspect.iscoroutinefunction(func):
+        return True
+    if _MARKED is not None and getattr(func, "_is_coroutine", None) is _MARKED:
+        return True
+    if callable(func) and not inspect.isroutine(func) and not isinstance(func, type):
+        return is_async(type(func).__call__)
+    return False
+
+
+def coroutine_only(func: object, what: str) -> None:
+    """Refuse a plain function for the async ``what()``: its callers would get a coroutine
+    that nobody awaits. Generators and what is not callable are :func:`wrappable`'s."""
+    if not callable(func) or is_async(func):
+        return
+    if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
+        return
+    raise TypeError(
+        f"ratelimit.RateLimit.{what}() decorates coroutine functions, not plain function "
+        f"{function_name(func)}: use ratelimit.sync.RateLimit for plain functions (the same "
+        "rules, on the same stores), or make it async def"
+    )
+
+
+def findable(
+    rules: CompiledTree | ChosenRules | tuple[SlotLimit, ...],
+    sources: SelectorSources,
+    parameters: Parameters,
+    func: Callable[..., Any],
+    key: str,
+    what: str = "limit",
+) -> None:
+    """Raise :class:`SelectorNotFoundError` now, when ``what()`` decorates ``func``, for a
+    selector of ``rules`` that no call could find (:mod:`ratelimit.selectors`): no keyword
+    of ``what()`` gives it, there is no ``selector=`` object, ``func`` has no parameter of
+    that name nor ``**kwargs``, and its first argument is not an object that might hold it
+    (:meth:`Parameters.may_give`). Otherwise a call looks, as it always has."""
+    if sources.obj is not None:
+        return
+    for name, rule in _selector_rules(rules):
+        if name in sources.keywords or parameters.may_give(name):
+            continue
+        kinds = inspect.Parameter
+        own = [
+            p.name
+            for p in parameters.signature.parameters.values()
+            if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+        ]
+        close = difflib.get_close_matches(name, [*own, *sources.keywords], n=1)
+        if not close and unannotated_first(parameters.signature):
+            continue  # maybe an attribute of a first argument such as a request: the call tells
+        hint = f"did you mean {close[0]!r}?" if close else f"pass {name}= to {what}()"
+        keywords = ", ".join(sources.keywords) or "none"
+        function = f"{function_name(func)}{parameters.signature}"
+        raise SelectorNotFoundError(
+            name,
+            key,
+            [f"keyword arguments of {what}() ({keywords})", f"parameters of {function}"],
+            f"selector {name!r} of rule '{rule}' can come from no call of {function}: it is "
+            f"not one of its parameters, nor a keyword argument of {what}() ({keywords}), and "
+            f"there is no selector= object; {hint}",
+        )
+
+
+def _selector_rules(
+    rules: CompiledTree | ChosenRules | tuple[SlotLimit, ...],
+) -> Iterator[tuple[str, object]]:
+    """Each selector of ``rules`` with the first rule naming it (none for rules that a
+    callable chooses per call)."""
+    if isinstance(rules, tuple):
+        trees: list[tuple[object, ...]] = [rules]
+    elif isinstance(rules, ChosenRules):
+        trees = [c.rules for c in rules.entries.values()]
+    else:
+        trees = [rules.rules]
+    seen = set()
+    for tree in trees:
+        for rule in tree:
+            name = getattr(rule, "selector", None)
+            if name is not None and name not in seen:
+                seen.add(name)
+                yield name, rule
+
+
+_SITES: dict[tuple[int, int], tuple[CodeType, str]] = {}
+
+
+def block_key(depth: int) -> str:
+    """The key of a limit made without ``key=`` and used as a block or by its methods: where
+    it was made, the caller ``depth`` frames up: ``module.qualname:line:column`` of the call
+    of ``limit()`` (``module:line:column`` at a module's top level; the column counts from
+    1, so that two limits made on one line count apart). Worked out once per place."""
+    frame = sys._getframe(depth + 1)
+    code = frame.f_code
+    where = (id(code), frame.f_lasti)  # a code object hashes its constants: slow
+    found = _SITES.get(where)
+    if found is not None and found[0] is code:  # kept alive by the cache: its own id
+        return found[1]
+    if len(_SITES) >= 4096:  # code made at run time (exec) must not pile up
+        _SITES.clear()
+    key = _place(frame.f_globals.get("__name__") or "?", code, frame)
+    _SITES[where] = (code, key)
+    return key
+
+
+def _place(module: str, code: CodeType, frame: FrameType) -> str:
+    name = module if code.co_qualname == "<module>" else f"{module}.{code.co_qualname}"
+    line, _, column, _ = next(
+        itertools.islice(code.co_positions(), frame.f_lasti // 2, None), (None, None, None, None)
+    )
+    if line is None or column is None:  # no positions (python -X no_debug_ranges)
+        return f"{name}:{frame.f_lineno}"
+    return f"{name}:{line}:{column + 1}"
+
+
 def call_site(
     func: Callable[..., Any], parameters: Parameters, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> CallSite:
@@ -34,13 +168,3 @@ def call_site(
     except TypeError as exc:
         raise TypeError(f"{function_name(func)}(): {exc}") from None
     return CallSite(parameters, args, kwargs)
-
-
-async def run_body(
-    func: Callable[..., Any], is_coroutine: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """Run the wrapped function; a plain ``def`` returning an awaitable is awaited too."""
-    if is_coroutine:
-        return await func(*args, **kwargs)
-    result = func(*args, **kwargs)
-    return await result if inspect.isawaitable(result) else result

@@ -247,9 +247,10 @@ async def test_the_largest_cost_the_log_takes(rl: RateLimit) -> None:
 async def test_two_limits_on_one_log_keep_each_others_history(
     rl: RateLimit, clock: FakeClock
 ) -> None:
-    """``100/h`` and ``5/s`` on one identifier (two blocks without ``key=``): each admitted
-    call of the short limit must not cut the history the long one reads."""
-    hourly, burst = rl.limit("100/h"), rl.limit("5/s")
+    """``100/h`` and ``5/s`` on one identifier (made at one place without ``key=``: one
+    key, whatever the rules): each admitted call of the short limit must not cut the history
+    the long one reads."""
+    hourly, burst = [rl.limit(rules) for rules in ("100/h", "5/s")]
     admitted_hourly = 0
     for _ in range(300):  # a call of each per second for 300 s
         admitted_hourly += (await hourly.decide()).allowed

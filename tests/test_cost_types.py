@@ -66,9 +66,9 @@ def test_a_cost_or_a_settle_that_does_not_fit_the_function_is_a_type_error() -> 
         return ""
 
     @rl.limit(RULES, key="c", cost=estimate, settle=used)  # type: ignore[arg-type]
-    def sync_other_result(api: str, prompt: str, max_tokens: int) -> int:
+    async def int_result(api: str, prompt: str, max_tokens: int) -> int:
         return 0
 
     assert callable(other_parameters)
     assert callable(other_result)
-    assert callable(sync_other_result)
+    assert callable(int_result)

@@ -204,18 +204,6 @@ async def test_the_plan_table_starts_again_when_full_and_still_counts_exactly(
     assert admitted == [10, 10, 10, 0]
 
 
-async def test_a_plain_def_runs_as_before() -> None:
-    rl = RateLimit(MemoryBackend(), "direct")
-
-    @rl.limit("user:1/m")
-    def work(user: str) -> str:
-        return user.upper()
-
-    assert await work("ann") == "ANN"
-    with pytest.raises(RateLimitExceeded):
-        await work("ann")
-
-
 async def test_hooks_installed_after_decorating_see_the_next_call() -> None:
     from ratelimit.hooks import Hooks
 

@@ -40,7 +40,7 @@ import threading
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, Unpack, cast
+from typing import Any, TypeVar, Unpack
 
 from ratelimit.chosen import RulesLike
 from ratelimit.concurrency import DEFAULT_LEASE
@@ -57,6 +57,7 @@ from ratelimit.sync.direct import DirectPath, direct_path
 from ratelimit.sync.limits import Concurrency, Limit
 from ratelimit.sync.overriding import Overrides
 from ratelimit.sync.portal import Portal
+from ratelimit.wrapping import block_key
 
 T = TypeVar("T")
 _limiters = 0
@@ -234,12 +235,12 @@ class RateLimit:
         """A limit as ``@decorator`` of a plain function (which stays one) or in ``with``;
         the arguments of :meth:`ratelimit.RateLimit.limit`. ``wait``: how long a refused
         call blocks its thread for admission."""
-        options: dict[str, Any] = {"cost": cost, "settle": settle, "wait": wait}
-        options["shadow"] = shadow
+        site = "" if key is not None else block_key(1)  # where its blocks count
 
         def make(limiter: AsyncRateLimit) -> AsyncLimit:
-            limit = cast(Callable[..., AsyncLimit], limiter.limit)  # its overloads, untyped
-            return limit(rules, key, selector, **options, **selectors)
+            return limiter._limit_at(
+                site, rules, key, selector, cost, settle, wait, shadow, selectors
+            )
 
         return Limit(self, make)
 
@@ -256,10 +257,11 @@ class RateLimit:
         """At most N bodies at once, as ``@decorator`` or in ``with``; the arguments of
         :meth:`ratelimit.RateLimit.concurrency`. The lease is renewed on the limiter's
         loop while the body runs in its thread."""
+        site = "" if key is not None else block_key(1)  # where its blocks count
         return Concurrency(
             self,
-            lambda limiter: limiter.concurrency(
-                limits, key, selector, lease=lease, wait=wait, **selectors
+            lambda limiter: limiter._concurrency_at(
+                site, limits, key, selector, selectors, lease, wait
             ),
         )
 

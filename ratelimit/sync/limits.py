@@ -19,7 +19,7 @@ from ratelimit.decision import Decision
 from ratelimit.limit import Limit as AsyncLimit
 from ratelimit.sync.direct import DirectPath
 from ratelimit.sync.portal import Portal
-from ratelimit.wrapping import call_site, function_name
+from ratelimit.wrapping import call_site, function_name, is_async
 
 if TYPE_CHECKING:
     from ratelimit.limiter import RateLimit as AsyncRateLimit
@@ -70,7 +70,7 @@ class _Twin(Generic[A]):
         self._generation = generation
 
     def _decorates(self, func: Callable[..., Any]) -> tuple[str, Any]:
-        if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        if is_async(func) or inspect.isasyncgenfunction(func):
             raise TypeError(
                 f"ratelimit.sync decorates plain functions, not async def "
                 f"{function_name(func)}: use ratelimit.RateLimit for coroutines"
@@ -211,7 +211,7 @@ class Concurrency(_Twin[AsyncConcurrency]):
     def __enter__(self) -> Decision:
         slots = self.twin()
         held, decision = self._owner.portal.run(
-            lambda: slots._enter(slots._key or "", None), lambda got: slots._exit(got[0])
+            lambda: slots._enter(slots.block_key(), None), lambda got: slots._exit(got[0])
         )
         stack: list[tuple[AsyncConcurrency, Held]] = self._held.__dict__.setdefault("stack", [])
         stack.append((slots, held))
