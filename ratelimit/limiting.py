@@ -193,24 +193,8 @@ class LimitMaker:
 
             decision = await rl.limit("user:3/m", user=name, key="login").decide()
         """
-        typed: type[Limit] = Limit
-        if settle is not None:
-            typed = SettledLimit if not callable(cost) else CostedSettledLimit
-        elif callable(cost) and not isinstance(cost, Mapping):
-            typed = CostedLimit
-        return typed(
-            self._decider,
-            self._registry,
-            rules,
-            key,
-            selector,
-            selectors,
-            cost,
-            wait,
-            self.settings.shadow if shadow is None else shadow,
-            settle,
-            "" if key is not None else block_key(1),  # where its blocks count
-        )
+        site = "" if key is not None else block_key(1)  # where its blocks count
+        return self._limit_at(site, rules, key, selector, cost, settle, wait, shadow, selectors)
 
     def _limit_at(
         self,
