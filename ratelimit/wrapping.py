@@ -41,10 +41,11 @@ def wrappable(func: object, what: str, generators: str) -> Parameters:
 
 def is_async(func: object) -> bool:
     """Whether calling ``func`` gives a coroutine, by its definition: an ``async def`` (or
-    a method of one), a ``functools.partial`` of one, an object whose ``__call__`` is one,
-    or a function marked as one (``inspect.markcoroutinefunction``)."""
-    while isinstance(func, functools.partial):
-        func = func.func
+    a method of one), a ``functools.partial``, ``staticmethod`` or ``classmethod`` of one,
+    an object whose ``__call__`` is one, or a function marked as one
+    (``inspect.markcoroutinefunction``)."""
+    while isinstance(func, (functools.partial, staticmethod, classmethod)):
+        func = func.func if isinstance(func, functools.partial) else func.__func__
     if inspect.iscoroutinefunction(func):
         return True
     if _MARKED is not None and getattr(func, "_is_coroutine", None) is _MARKED:
@@ -58,6 +59,9 @@ def coroutine_only(func: object, what: str) -> None:
     """Refuse a plain function for the async ``what()``: its callers would get a coroutine
     that nobody awaits. Generators and what is not callable are :func:`wrappable`'s."""
     if not callable(func) or is_async(func):
+        return
+    wrapped = getattr(func, "__wrapped__", None)  # a functools.wraps'd def passing one on
+    if inspect.isfunction(func) and wrapped is not None and is_async(wrapped):
         return
     if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
         return
@@ -93,8 +97,10 @@ def findable(
             if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
         ]
         close = difflib.get_close_matches(name, [*own, *sources.keywords], n=1)
-        if not close and unannotated_first(parameters.signature):
-            continue  # maybe an attribute of a first argument such as a request: the call tells
+        if unannotated_first(parameters.signature) and not difflib.get_close_matches(
+            name, own[:1]
+        ):  # maybe an attribute of a first argument such as a request (request.user beside
+            continue  # a parameter user_id): the call tells; usr on login(user) is a typo
         hint = f"did you mean {close[0]!r}?" if close else f"pass {name}= to {what}()"
         keywords = ", ".join(sources.keywords) or "none"
         function = f"{function_name(func)}{parameters.signature}"

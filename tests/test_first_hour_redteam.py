@@ -1,0 +1,125 @@
+"""Issue 37's checks when decorating, red-teamed: what worked at the call before them is
+not refused when decorated (a request's attribute beside a parameter of a like name, an
+async def behind a ``staticmethod`` or a ``functools.wraps`` wrapper)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+import ratelimit.sync
+from ratelimit import MemoryBackend, RateLimit, SelectorNotFoundError
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+async def rl() -> AsyncIterator[RateLimit]:
+    limiter = RateLimit(MemoryBackend(), "first-hour-redteam")
+    yield limiter
+    await limiter.aclose()
+
+
+@pytest.fixture
+def sync_rl() -> Iterator[ratelimit.sync.RateLimit]:
+    limiter = ratelimit.sync.RateLimit.from_url("memory://", "first-hour-redteam")
+    yield limiter
+    limiter.close()
+
+
+class Request:
+    user = "ann"
+    ip = "192.0.2.1"
+
+
+async def test_a_request_attribute_named_like_a_parameter_is_left_to_the_call(
+    rl: RateLimit,
+) -> None:
+    @rl.limit("user:1/m", key="user-id")
+    async def profile(request, user_id):  # type: ignore[no-untyped-def]
+        return request.user
+
+    @rl.limit("user:1/m", key="username")
+    async def page(request, username):  # type: ignore[no-untyped-def]
+        return request.user
+
+    @rl.limit("ip:1/m", key="zip")
+    async def shipping(request, zip):  # type: ignore[no-untyped-def]
+        return request.ip
+
+    @rl.limit("user:1/m", key="renamed-self")
+    async def act(this, user_id):  # type: ignore[no-untyped-def]
+        return this.user
+
+    assert await profile(Request(), 5) == "ann"
+    assert await page(Request(), "bob") == "ann"
+    assert await shipping(Request(), "12345") == "192.0.2.1"
+    assert await act(Request(), 5) == "ann"
+    with pytest.raises(ratelimit.RateLimitExceeded):  # it counts by request.user
+        await profile(Request(), 6)
+
+
+def test_a_misspelling_of_the_first_parameter_still_fails_when_decorating(
+    rl: RateLimit, sync_rl: ratelimit.sync.RateLimit
+) -> None:
+    async def login(user, password):  # type: ignore[no-untyped-def]
+        ...
+
+    def plain(user, password):  # type: ignore[no-untyped-def]
+        ...
+
+    with pytest.raises(SelectorNotFoundError, match="did you mean 'user'"):
+        rl.limit("usr:3/m")(login)
+    with pytest.raises(SelectorNotFoundError, match="did you mean 'user'"):
+        sync_rl.limit("usr:3/m")(plain)
+
+
+async def fetch(n: int = 1) -> int:
+    return n
+
+
+def passing_on(func: Callable[..., Coroutine[Any, Any, int]]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:  # a plain def handing on the coroutine
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+async def test_an_async_def_behind_a_staticmethod_or_a_wrapper_is_accepted(
+    rl: RateLimit,
+) -> None:
+    class Client:
+        @staticmethod
+        async def get() -> str:
+            return "got"
+
+    static = Client.__dict__["get"]
+    assert await rl.limit("1/m", key="static")(static)() == "got"
+    assert await rl.concurrency("1", key="static-slots")(static)() == "got"
+    assert await rl.limit("1/m", key="wrapped")(passing_on(fetch))(3) == 3
+
+    def plain() -> int:
+        return 1
+
+    with pytest.raises(TypeError, match="use ratelimit.sync.RateLimit"):
+        rl.limit("1/m", key="plain-wrapped")(functools.wraps(plain)(lambda: 1))  # type: ignore[arg-type]
+
+
+def test_the_sync_limiter_refuses_an_async_def_behind_a_staticmethod(
+    sync_rl: ratelimit.sync.RateLimit,
+) -> None:
+    class Client:
+        @staticmethod
+        async def get() -> None: ...
+
+        @staticmethod
+        def plain() -> str:
+            return "plain"
+
+    with pytest.raises(TypeError, match="use ratelimit.RateLimit for coroutines"):
+        sync_rl.limit("1/s", key="static-async")(Client.__dict__["get"])
+    assert sync_rl.limit("1/s", key="static-plain")(Client.__dict__["plain"])() == "plain"
