@@ -5,6 +5,7 @@ async def behind a ``staticmethod`` or a ``functools.wraps`` wrapper)."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
@@ -123,3 +124,49 @@ def test_the_sync_limiter_refuses_an_async_def_behind_a_staticmethod(
     with pytest.raises(TypeError, match="use ratelimit.RateLimit for coroutines"):
         sync_rl.limit("1/s", key="static-async")(Client.__dict__["get"])
     assert sync_rl.limit("1/s", key="static-plain")(Client.__dict__["plain"])() == "plain"
+
+
+# --- blocks typed in: a REPL, a notebook, exec (every statement on line 1) ---
+
+
+async def _typed_in(
+    rl: RateLimit, source: str, filename: str = "<stdin>", times: int = 1
+) -> list[str]:
+    """``source`` (``lim = rl.limit(...)``) run as a REPL or notebook runs a statement: the
+    keys of ``times`` decisions of the limit it makes."""
+    namespace: dict[str, Any] = {"rl": rl, "__name__": "__main__"}
+    keys = []
+    for _ in range(times):
+        exec(compile(source, filename, "single"), namespace)
+        keys.append((await namespace["lim"].acquire()).key)
+    return keys
+
+
+async def test_two_statements_typed_in_count_apart(rl: RateLimit) -> None:
+    hourly = await _typed_in(rl, "lim = rl.limit('100/h')", times=3)
+    minutely = await _typed_in(rl, "lim = rl.limit('3/m')")  # not the three hits above
+    assert len(set(hourly)) == 1
+    assert hourly[0] != minutely[0]
+    assert hourly[0].startswith("__main__:1:7:")
+    cells = [  # a notebook: its cells' files are real, its __main__ has no __file__
+        await _typed_in(rl, f"lim = rl.limit('{rules}')", f"/tmp/ipykernel_1/{n}.py")
+        for n, rules in enumerate(["100/h", "2/m"])
+    ]
+    assert cells[0] != cells[1]
+
+
+async def test_a_statement_typed_again_counts_on(rl: RateLimit) -> None:
+    await _typed_in(rl, "lim = rl.limit('2/m')", times=2)
+    with pytest.raises(ratelimit.RateLimitExceeded):  # the same cell run again
+        await _typed_in(rl, "lim = rl.limit('2/m')")
+
+
+async def test_a_block_in_a_comprehension_has_the_key_of_every_python(rl: RateLimit) -> None:
+    async def search() -> list[str]:
+        return [(await limit.acquire()).key for limit in [rl.limit("5/m") for _ in "ab"]]
+
+    line = search.__code__.co_firstlineno + 1
+    place = f"{__name__}.{search.__qualname__}:{line}"
+    keys = await search()
+    assert keys[0] == keys[1]
+    assert re.fullmatch(rf"{re.escape(place)}:\d+", keys[0])  # no <listcomp> (as 3.12+)
