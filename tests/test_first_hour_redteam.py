@@ -170,3 +170,21 @@ async def test_a_block_in_a_comprehension_has_the_key_of_every_python(rl: RateLi
     keys = await search()
     assert keys[0] == keys[1]
     assert re.fullmatch(rf"{re.escape(place)}:\d+", keys[0])  # no <listcomp> (as 3.12+)
+
+
+# --- header names: one answer, asked before or after iterating ---
+
+
+def test_a_header_name_reads_alike_before_and_after_iterating() -> None:
+    from ratelimit.asgi.header_map import HeaderMap
+
+    raw = [(b"X-\xc4", b"latin"), (b"k", b"plain"), (b"X-API-Key", b"k1")]
+    asked = ["X-\xc4", "x-\xe4", "\u212a", "x-api-KEY", "X-\u043a\u043b\u044e\u0447"]
+    fresh = HeaderMap(raw)
+    before = [(fresh.get(name), name in fresh) for name in asked]
+    iterated = HeaderMap(raw)
+    names = list(iterated)
+    after = [(iterated.get(name), name in iterated) for name in asked]
+    assert before == after
+    assert before == [("latin", True), (None, False), (None, False), ("k1", True), (None, False)]
+    assert names == ["x-\xc4", "k", "x-api-key"]  # HTTP folds ASCII letters only
