@@ -188,3 +188,18 @@ def test_a_header_name_reads_alike_before_and_after_iterating() -> None:
     assert before == after
     assert before == [("latin", True), (None, False), (None, False), ("k1", True), (None, False)]
     assert names == ["x-\xc4", "k", "x-api-key"]  # HTTP folds ASCII letters only
+
+
+async def test_limits_made_at_one_place_count_together_unless_keyed(rl: RateLimit) -> None:
+    # what docs/rules.md says of a loop or a helper making limits for its callers
+    def helper(rules: str, key: str | None = None) -> ratelimit.Limit:
+        return rl.limit(rules, key=key)
+
+    shared = {tenant: helper("2/m") for tenant in ("a", "b")}
+    assert (await shared["a"].decide()).allowed
+    assert (await shared["a"].decide()).allowed
+    assert not (await shared["b"].decide()).allowed  # the helper's place: one counter
+    keyed = {tenant: helper("2/m", key=f"export:{tenant}") for tenant in ("a", "b")}
+    assert (await keyed["a"].decide()).allowed
+    assert (await keyed["a"].decide()).allowed
+    assert (await keyed["b"].decide()).allowed
