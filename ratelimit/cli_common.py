@@ -57,7 +57,8 @@ def nothing_counted(args: argparse.Namespace, values: dict[str, str]) -> str:
     return (
         f"nothing counted for key {args.key!r} and {who(values)} in namespace "
         f"{args.namespace!r} ({namespace_hint(args.namespace)}; is the key? a decorated "
-        "function's is its module.qualname)"
+        "function's is its module.qualname, a block's without key= where it was made, "
+        "module.qualname:line:column, as Decision.key shows)"
     )
 
 

@@ -246,7 +246,7 @@ def _object_first(signature: inspect.Signature) -> bool:
     ``self`` or ``cls``, ``*args``, or annotated with something other than a built-in type
     (``str``, ``int``, ...). An unannotated first parameter of another name is taken for a
     plain value here; :func:`ratelimit.wrapping.findable` still lets its attributes answer
-    a name that is no misspelling of a parameter (:func:`unannotated_first`)."""
+    a name that is no misspelling of that parameter's own name (:func:`unannotated_first`)."""
     kinds = inspect.Parameter
     first = next(iter(signature.parameters.values()), None)
     if first is None or first.kind in (kinds.KEYWORD_ONLY, kinds.VAR_KEYWORD):

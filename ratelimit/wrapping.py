@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import functools
+import hashlib
 import inspect
 import itertools
 import sys
@@ -41,10 +42,11 @@ def wrappable(func: object, what: str, generators: str) -> Parameters:
 
 def is_async(func: object) -> bool:
     """Whether calling ``func`` gives a coroutine, by its definition: an ``async def`` (or
-    a method of one), a ``functools.partial`` of one, an object whose ``__call__`` is one,
-    or a function marked as one (``inspect.markcoroutinefunction``)."""
-    while isinstance(func, functools.partial):
-        func = func.func
+    a method of one), a ``functools.partial``, ``staticmethod`` or ``classmethod`` of one,
+    an object whose ``__call__`` is one, or a function marked as one
+    (``inspect.markcoroutinefunction``)."""
+    while isinstance(func, (functools.partial, staticmethod, classmethod)):
+        func = func.func if isinstance(func, functools.partial) else func.__func__
     if inspect.iscoroutinefunction(func):
         return True
     if _MARKED is not None and getattr(func, "_is_coroutine", None) is _MARKED:
@@ -58,6 +60,9 @@ def coroutine_only(func: object, what: str) -> None:
     """Refuse a plain function for the async ``what()``: its callers would get a coroutine
     that nobody awaits. Generators and what is not callable are :func:`wrappable`'s."""
     if not callable(func) or is_async(func):
+        return
+    wrapped = getattr(func, "__wrapped__", None)  # a functools.wraps'd def passing one on
+    if inspect.isfunction(func) and wrapped is not None and is_async(wrapped):
         return
     if inspect.isasyncgenfunction(func) or inspect.isgeneratorfunction(func):
         return
@@ -93,8 +98,10 @@ def findable(
             if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
         ]
         close = difflib.get_close_matches(name, [*own, *sources.keywords], n=1)
-        if not close and unannotated_first(parameters.signature):
-            continue  # maybe an attribute of a first argument such as a request: the call tells
+        if unannotated_first(parameters.signature) and not difflib.get_close_matches(
+            name, own[:1]
+        ):  # maybe an attribute of a first argument such as a request (request.user beside
+            continue  # a parameter user_id): the call tells; usr on login(user) is a typo
         hint = f"did you mean {close[0]!r}?" if close else f"pass {name}= to {what}()"
         keywords = ", ".join(sources.keywords) or "none"
         function = f"{function_name(func)}{parameters.signature}"
@@ -135,7 +142,11 @@ def block_key(depth: int) -> str:
     """The key of a limit made without ``key=`` and used as a block or by its methods: where
     it was made, the caller ``depth`` frames up: ``module.qualname:line:column`` of the call
     of ``limit()`` (``module:line:column`` at a module's top level; the column counts from
-    1, so that two limits made on one line count apart). Worked out once per place."""
+    1, so that two limits made on one line count apart; comprehensions are left out of the
+    qualname, as Python 3.12 runs them inline). Code typed in (a REPL, a notebook cell,
+    ``exec``), whose lines all count from 1, adds a digest of what it says, so that two
+    such statements count apart and the same one run again counts on. Worked out once
+    per place."""
     frame = sys._getframe(depth + 1)
     code = frame.f_code
     where = (id(code), frame.f_lasti)  # a code object hashes its constants: slow
@@ -150,13 +161,42 @@ def block_key(depth: int) -> str:
 
 
 def _place(module: str, code: CodeType, frame: FrameType) -> str:
-    name = module if code.co_qualname == "<module>" else f"{module}.{code.co_qualname}"
+    parts = [part for part in code.co_qualname.split(".") if part not in _INLINED]
+    if parts[-1:] == ["<locals>"]:
+        del parts[-1]
+    name = ".".join([module, *parts])
     line, _, column, _ = next(
         itertools.islice(code.co_positions(), frame.f_lasti // 2, None), (None, None, None, None)
     )
-    if line is None or column is None:  # no positions (python -X no_debug_ranges)
-        return f"{name}:{frame.f_lineno}"
-    return f"{name}:{line}:{column + 1}"
+    place = f"{name}:{frame.f_lineno}"  # no positions (python -X no_debug_ranges)
+    if line is not None and column is not None:
+        place = f"{name}:{line}:{column + 1}"
+    if code.co_filename.startswith("<") or "__file__" not in frame.f_globals:
+        return f"{place}:{_digest(code)}"  # typed in (a REPL, a notebook, exec): all line 1
+    return place
+
+
+_INLINED = frozenset({"<module>", "<listcomp>", "<setcomp>", "<dictcomp>"})
+"""What a ``qualname`` leaves out of a block's key: comprehensions run inline from Python
+3.12 (PEP 709), so one block keeps one key on every version."""
+
+
+def _digest(code: CodeType) -> str:
+    """What ``code`` says (its bytecode, names and constants), alike in every process."""
+    text = "\0".join(
+        [code.co_qualname, code.co_code.hex(), *code.co_names, _stable(code.co_consts)]
+    )
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:8]
+
+
+def _stable(const: object) -> str:
+    if isinstance(const, CodeType):
+        return _digest(const)
+    if isinstance(const, tuple):
+        return "(" + ",".join(_stable(c) for c in const) + ")"
+    if isinstance(const, frozenset):  # its order follows the process's string hashing
+        return "{" + ",".join(sorted(_stable(c) for c in const)) + "}"
+    return repr(const)
 
 
 def call_site(

@@ -68,7 +68,8 @@ def test_peek_and_reset_see_what_the_library_counted_by_default(
     assert (
         f"nothing counted for key {key!r} and user='ann' in namespace 'ratelimit' (is the "
         "namespace right? the library's default is ''; is the key? a decorated function's "
-        "is its module.qualname)\n"
+        "is its module.qualname, a block's without key= where it was made, "
+        "module.qualname:line:column, as Decision.key shows)\n"
     ) in out
     assert cli(["reset", *store, "--namespace", "ratelimit"]) == 0
     assert capsys.readouterr().out.startswith(

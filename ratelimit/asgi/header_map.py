@@ -18,11 +18,20 @@ from collections.abc import Iterable, Iterator, Mapping
 
 def field_values(raw: Iterable[tuple[bytes, bytes]], name: str) -> list[str]:
     """Every line of the field ``name`` (any case) in ASGI's ``raw`` pairs, in order."""
-    try:
-        wanted = name.lower().encode("latin-1")
-    except (AttributeError, UnicodeEncodeError):  # not a str, or no header's name
+    wanted = _folded(name)
+    if wanted is None:
         return []
     return [value.decode("latin-1") for key, value in raw if key.lower() == wanted]
+
+
+def _folded(name: object) -> bytes | None:
+    """``name`` as the bytes of a field's name in lower case (ASCII letters only, as HTTP
+    folds them and as ``bytes.lower`` does: ``"Ä"`` stays, ``"\u212a"`` (Kelvin) is no
+    ``k``); ``None`` for what is no header's name (not a str, or not latin-1)."""
+    try:
+        return name.encode("latin-1").lower() if isinstance(name, str) else None
+    except UnicodeEncodeError:
+        return None
 
 
 class HeaderMap(Mapping[str, str]):
@@ -47,7 +56,10 @@ class HeaderMap(Mapping[str, str]):
 
     def __getitem__(self, name: str) -> str:
         if self._fields is not None:
-            return self._fields[name.lower() if isinstance(name, str) else name]
+            folded = _folded(name)
+            if folded is None or folded.decode("latin-1") not in self._fields:
+                raise KeyError(name)
+            return self._fields[folded.decode("latin-1")]
         found = self.values_of(name)
         if not found:
             raise KeyError(name)
@@ -60,7 +72,7 @@ class HeaderMap(Mapping[str, str]):
         if self._fields is None:
             fields: dict[str, str] = {}
             for name, value in self._raw:
-                key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+                key, text = name.lower().decode("latin-1"), value.decode("latin-1")
                 fields[key] = f"{fields[key]}, {text}" if key in fields else text
             self._fields = fields
         return self._fields
