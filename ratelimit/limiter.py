@@ -65,10 +65,10 @@ class RateLimit(LimitMaker):
     The keywords are :class:`~ratelimit.Settings` (documented there): ``algorithm``,
     ``sync_rate``, ``on_error``, ``timeout``, ``denial_cache``, ``hooks``, ``background``,
     ``use_scripts``, ``auto_pipeline``, ``disable_locks``, ``lock_ttl``,
-    ``lock_polling_interval``, ``lock_timeout``, ``shadow``, ``override_refresh`` and
-    ``clock``; or ``settings=`` gives a
-    ``Settings`` made beforehand (keywords given too replace its values). Every setting is
-    checked here, so a bad one fails when the limiter is made.
+    ``lock_polling_interval``, ``lock_timeout``, ``spread``, ``shadow``,
+    ``override_refresh`` and ``clock``; or ``settings=`` gives a ``Settings`` made
+    beforehand (keywords given too replace its values). Every setting is checked here, so
+    a bad one fails when the limiter is made.
 
     Example::
 
@@ -152,6 +152,7 @@ class RateLimit(LimitMaker):
         lock_ttl: float = _UNSET,
         lock_polling_interval: float = _UNSET,
         lock_timeout: float = _UNSET,
+        spread: bool | None = _UNSET,
         shadow: bool = _UNSET,
         override_refresh: float = _UNSET,
         clock: Callable[[], float] | None = _UNSET,

@@ -45,11 +45,21 @@ class CompiledTree:
     """A rule tree flattened for evaluation: leaves in order and a prefix program (which
     storage code may encode for its own scripts). Use :func:`compile_tree` to get the shared,
     cached instance for a tree.
+
+    ``spreads``: whether a store of many nodes (a cluster) may keep each identifier of
+    this tree apart from the others, so that one limit's identifiers spread over the nodes:
+    every rule names one and the same selector (``user:5/m | user:100/h``), so that one call
+    counts on the identifiers of one value only, which can share one slot of their own. A
+    tree mixing selectors or with a rule without one (``apikey:100/h & 10/s``) is decided
+    atomically across its identifiers, in one slot per (namespace, key): it is *pinned*. So
+    is a tree compiled with ``pinned=True``: the trees of one key must agree on where each
+    identifier is kept, whatever the call, or one identifier would have two counters (rules
+    chosen per call, the service's descriptors decided together).
     """
 
-    __slots__ = ("program", "rules", "selectors", "tree")
+    __slots__ = ("pinned", "program", "rules", "selectors", "spreads", "tree")
 
-    def __init__(self, tree: Node) -> None:
+    def __init__(self, tree: Node, pinned: bool = False) -> None:
         self.tree = tree
         rules: list[Rule] = []
         program: list[int] = []
@@ -59,6 +69,14 @@ class CompiledTree:
         self.selectors: tuple[str, ...] = tuple(
             dict.fromkeys(r.selector for r in rules if r.selector is not None)
         )
+        spreads = (
+            len(self.selectors) == 1
+            and "#" not in self.selectors[0]
+            and all(r.selector is not None for r in rules)
+        )
+        self.pinned: bool = pinned and spreads
+        """Compiled pinned although its shape spreads."""
+        self.spreads: bool = spreads and not pinned
 
     @classmethod
     def _emit(cls, node: Node, rules: list[Rule], program: list[int]) -> None:
@@ -71,13 +89,36 @@ class CompiledTree:
             cls._emit(child, rules, program)
 
     def __repr__(self) -> str:
-        return f"CompiledTree({str(self.tree)!r})"
+        pinned = ", pinned=True" if self.pinned else ""
+        return f"CompiledTree({str(self.tree)!r}{pinned})"
 
 
-@functools.lru_cache(maxsize=4096)
-def compile_tree(tree: Node) -> CompiledTree:
-    """The compiled form of ``tree``, shared by every limit with an equal tree."""
-    return CompiledTree(tree)
+_compiled = functools.lru_cache(maxsize=4096)(CompiledTree)
+
+
+def compile_tree(tree: Node, pinned: bool = False) -> CompiledTree:
+    """The compiled form of ``tree``, shared by every limit with an equal tree (one instance
+    per tree and ``pinned``: see :attr:`CompiledTree.spreads`)."""
+    compiled = _compiled(tree, False)
+    return _compiled(tree, True) if pinned and compiled.spreads else compiled
+
+
+def layout_under(compiled: CompiledTree, limit: CompiledTree) -> CompiledTree:
+    """``compiled`` (an override's rules) kept where the limit it replaces keeps its
+    identifiers: pinned under a pinned limit, so that no identifier gets a counter of its
+    own apart from the limit's. Under a spreading limit it stays as it is: rules that
+    spread keep each identifier where the limit does; rules that mix selectors are decided
+    together, pinned (:func:`mixes_under` says when that moves the limit's identifiers)."""
+    if compiled.spreads and not limit.spreads:
+        return compile_tree(compiled.tree, pinned=True)
+    return compiled
+
+
+def mixes_under(compiled: CompiledTree, limit: CompiledTree) -> bool:
+    """Whether ``compiled`` (an override's rules) counts, pinned, on a selector that
+    ``limit`` spreads: those identifiers then count apart from the limit's own counters
+    while the override is in force (in a store that spreads)."""
+    return limit.spreads and not compiled.spreads and limit.selectors[0] in compiled.selectors
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # eq=False: hashed by identity, cheaply

@@ -34,6 +34,7 @@ ENGINE_SETTINGS = (
     "lock_polling_interval",
     "lock_timeout",
     "timeout",
+    "spread",
 )
 """The settings of the Redis engines: a backend object is configured by its own constructor."""
 
@@ -75,6 +76,12 @@ class Settings:
       refused (``degraded=True``) whatever ``on_error`` says, or ``LockTimeoutError`` is
       raised under ``on_error="raise"``; never admitted. ``disable_locks=True`` drops that
       lock (faster, with a bounded overshoot under concurrency).
+    - ``spread`` (Redis Cluster): ``None`` (default) keeps each identifier of a limit
+      whose rules name one selector (``user:5/m | user:100/h``) under a hash tag of its
+      own on a ``RedisCluster`` client, so that one hot limit's identifiers spread over
+      the cluster's slots and nodes; other trees, and every tree on any other client, keep
+      one slot per (namespace, key). ``False`` keeps one slot per (namespace, key) on a
+      cluster too (the layout before spreading existed); ``True`` spreads on any client.
     - ``shadow``: every limit of this limiter in shadow mode (``limit(shadow=...)``
       chooses per limit): calls are decided and counted as usual, but a refused call is
       let through, its decision marked ``shadow=True`` for hooks and logged on the
@@ -106,6 +113,7 @@ class Settings:
     lock_ttl: float = 10.0
     lock_polling_interval: float = 0.1
     lock_timeout: float = 10.0
+    spread: bool | None = None
     shadow: bool = False
     override_refresh: float = 1.0
     clock: Callable[[], float] | None = None
@@ -115,6 +123,7 @@ class Settings:
         check_timeout(self.timeout)
         for name in ("use_scripts", "auto_pipeline", "disable_locks", "background", "shadow"):
             check_flag(name, getattr(self, name))
+        check_spread(self.spread)
         locked = not self.use_scripts and not self.disable_locks  # the command engine's lock
         check_lock_settings(
             self.lock_ttl,
@@ -163,6 +172,7 @@ class SettingsKeywords(TypedDict, total=False):
     lock_ttl: float
     lock_polling_interval: float
     lock_timeout: float
+    spread: bool | None
     shadow: bool
     override_refresh: float
     clock: Callable[[], float] | None
@@ -295,6 +305,14 @@ def check_flag(name: str, value: object) -> None:
     """A setting that must be ``True`` or ``False`` (not merely truthy)."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, not {value!r}")
+
+
+def check_spread(spread: object) -> None:
+    """``spread``: ``None`` (on a cluster client), ``True`` or ``False``."""
+    if spread is not None and not isinstance(spread, bool):
+        raise TypeError(
+            f"spread must be None (spread on a Redis Cluster client), True or False, not {spread!r}"
+        )
 
 
 MIN_LOCK_TTL = 0.1

@@ -76,6 +76,10 @@ class SlotClaim:
     counts: tuple[int, ...]
     token: str
     lease_us: int
+    spreads: bool = False
+    """Whether a store of many nodes may keep each identifier's slots apart (every limit
+    names one and the same selector: one claim holds slots of one value only), as
+    :attr:`~ratelimit.plan.CompiledTree.spreads` says of rules."""
 
 
 def claim_for(
@@ -95,4 +99,8 @@ def claim_for(
             continue
         identifier = Identifier(namespace, key, limit.selector, value)
         counts[identifier] = min(counts.get(identifier, limit.count), limit.count)
-    return SlotClaim(namespace, key, tuple(counts), tuple(counts.values()), token, lease_us)
+    named = {limit.selector for limit in limits}
+    spreads = len(named) == 1 and None not in named
+    return SlotClaim(
+        namespace, key, tuple(counts), tuple(counts.values()), token, lease_us, spreads
+    )

@@ -27,7 +27,7 @@ from ratelimit import (
 )
 from ratelimit.backends.redis import command_decisions
 from ratelimit.backends.redis.connections import ConnectionGate
-from ratelimit.backends.redis.keys import identifier_key, lock_key
+from ratelimit.backends.redis.keys import identifier_key, lock_key, tag
 from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.plan import Identifier
 from tests.redis_server import RedisServer
@@ -45,8 +45,8 @@ async def client() -> AsyncIterator[aioredis.Redis]:
 
 def test_the_lock_shares_the_hash_tag_of_the_counters() -> None:
     counters = identifier_key(Identifier("shop", "search", "user", "vova")).encode()
-    assert key_slot(lock_key("shop", "search").encode()) == key_slot(counters)
-    assert lock_key("shop", "search") == "rl:{shop:search}:lock"
+    assert key_slot(lock_key(tag("shop", "search")).encode()) == key_slot(counters)
+    assert lock_key(tag("shop", "search")) == "rl:{shop:search}:lock"
 
 
 def test_polling_is_jittered_and_never_passes_the_timeout() -> None:
@@ -269,7 +269,7 @@ async def test_the_command_engine_sends_no_lua() -> None:
 async def test_a_holder_killed_with_sigkill_blocks_others_at_most_lock_ttl(
     redis_client: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
-    name = lock_key(namespace, "killed")
+    name = lock_key(tag(namespace, "killed"))
     holder = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.lock_holder", redis_url, name, "1.0",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE,
@@ -331,7 +331,7 @@ async def test_a_lock_set_that_lands_after_its_caller_left_is_given_back(
     started = time.monotonic()
     assert (await limit.decide()).allowed  # was: LockTimeoutError after 10 s
     assert time.monotonic() - started < 5  # far below lock_timeout; lock_ttl is 60
-    assert not await client.exists(lock_key("lost", "k"))
+    assert not await client.exists(lock_key(tag("lost", "k")))
     await client.aclose()
 
 
@@ -385,7 +385,7 @@ async def test_waiters_block_on_redis_and_closing_leaves_nothing_pending(
     destroyed" and redis-py's "no running event loop")."""
     client = aioredis.Redis.from_url(redis_url)
     rl = RateLimit(client, namespace, use_scripts=False, lock_timeout=30)
-    await redis_client.set(lock_key(namespace, "k"), "someone else", px=60_000)
+    await redis_client.set(lock_key(tag(namespace, "k")), "someone else", px=60_000)
     calls = [asyncio.create_task(rl.limit("5/s", key="k").decide()) for _ in range(20)]
     deadline = time.monotonic() + 10
 

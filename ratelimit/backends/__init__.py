@@ -118,6 +118,7 @@ def _redis_backend(
             lock_timeout=settings.lock_timeout,
             owns_client=owns_client,
             timeout=settings.timeout,
+            spread=settings.spread,
         )
     script = RedisScriptBackend(
         client,
@@ -125,6 +126,7 @@ def _redis_backend(
         owns_client=owns_client,
         timeout=settings.timeout,
         auto_pipeline=settings.auto_pipeline,
+        spread=settings.spread,
     )
     if settings.sync_rate > 0:
         return SyncedBackend(script, settings.sync_rate, clock=clock)

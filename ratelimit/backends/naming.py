@@ -41,7 +41,7 @@ def tag(namespace: str, key: str) -> str:
     return f"{PREFIX}:{{{encode_part(namespace)}:{encode_part(key)}}}"
 
 
-_selector_part = functools.lru_cache(maxsize=1024)(encode_part)
+selector_part = functools.lru_cache(maxsize=1024)(encode_part)
 """:func:`encode_part` of a selector name: a limit's few names, encoded once."""
 
 
@@ -49,6 +49,6 @@ def identifier_key(identifier: Identifier) -> str:
     """The Redis key of one identifier."""
     name = tag(identifier.namespace, identifier.key)
     if identifier.selector is not None and identifier.value is not None:
-        name = f"{name}:{_selector_part(identifier.selector)}={encode_part(identifier.value)}"
+        name = f"{name}:{selector_part(identifier.selector)}={encode_part(identifier.value)}"
     # "!" is encoded in every part, and a unit is a word: no value can end like this
     return name if identifier.unit is None else f"{name}!{identifier.unit}"

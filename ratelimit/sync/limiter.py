@@ -116,6 +116,7 @@ class RateLimit:
         lock_ttl: float = _UNSET,
         lock_polling_interval: float = _UNSET,
         lock_timeout: float = _UNSET,
+        spread: bool | None = _UNSET,
         shadow: bool = _UNSET,
         override_refresh: float = _UNSET,
         clock: Callable[[], float] | None = _UNSET,

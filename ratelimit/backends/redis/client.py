@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import parse_url
 
-from ratelimit.backends.redis.compat import CLIENTS
+from ratelimit.backends.redis.compat import CLIENTS, CLUSTERS
 from ratelimit.backends.redis.sentinel import (
     SENTINEL_SCHEME,
     SentinelDiscovery,
@@ -18,6 +18,7 @@ from ratelimit.backends.redis.sentinel import (
     sentinel_client,
 )
 from ratelimit.errors import ConfigurationError
+from ratelimit.settings import check_spread
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
@@ -57,6 +58,13 @@ def is_redis_client(obj: object) -> bool:
     """Whether ``obj`` is an asyncio client the Redis engines can drive: redis-py's
     ``Redis`` or ``RedisCluster``, or valkey-py's ``Valkey`` or ``ValkeyCluster``."""
     return isinstance(obj, CLIENTS)
+
+
+def spreads_on(client: object, spread: object) -> bool:
+    """The ``spread`` setting for ``client`` (checked): ``None`` spreads on a cluster
+    client (``RedisCluster``, ``ValkeyCluster``) only."""
+    check_spread(spread)
+    return isinstance(client, CLUSTERS) if spread is None else bool(spread)
 
 
 CLUSTER_TRANSACTIONS = (6, 2)

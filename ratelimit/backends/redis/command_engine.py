@@ -38,6 +38,7 @@ from ratelimit.backends.redis.client import (
     RedisClient,
     check_transactions,
     close_client,
+    spreads_on,
 )
 from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
 from ratelimit.backends.redis.connections import (
@@ -51,6 +52,7 @@ from ratelimit.backends.redis.keys import (
     lock_key,
     plan_keys,
     slot_fields,
+    tag,
     window_fields,
 )
 from ratelimit.backends.redis.lock import RedisLock
@@ -77,7 +79,8 @@ class RedisCommandBackend(RedisOverrides):
     is how long a decision waits for the lock before
     :class:`~ratelimit.errors.LockTimeoutError`, which the failure policy answers with a
     refusal (or raises, under ``on_error="raise"``). Waiting never admits, and is not part
-    of the ``timeout`` of the decision's round trips.
+    of the ``timeout`` of the decision's round trips. ``spread``: the setting of
+    :class:`~ratelimit.Settings` (``None``: on a cluster client).
 
     Example::
 
@@ -98,6 +101,7 @@ class RedisCommandBackend(RedisOverrides):
         lock_timeout: float = 10.0,
         owns_client: bool = False,
         timeout: float | None = None,
+        spread: bool | None = None,
     ) -> None:
         # the checks Settings makes of the same settings: a backend made by hand meets them
         check_flag("disable_locks", disable_locks)
@@ -115,6 +119,9 @@ class RedisCommandBackend(RedisOverrides):
         self.lock_polling_interval = lock_polling_interval
         self.lock_timeout = lock_timeout
         self.timeout = timeout
+        self.spread = spreads_on(client, spread)
+        """Whether identifiers of trees that spread get hash tags of their own
+        (:mod:`~ratelimit.backends.redis.keys`)."""
         self._closed = False
         self._loop = LoopBinding()
         self._gate = ConnectionGate(client)  # never more commands at once than connections
@@ -125,7 +132,7 @@ class RedisCommandBackend(RedisOverrides):
     def lock(self, namespace: str, key: str) -> RedisLock:
         """The lock guarding every identifier of one (namespace, key): one object per key
         while this process uses it, so that its callers queue in the process."""
-        name = lock_key(namespace, key)
+        name = lock_key(tag(namespace, key))
         lock = self._locks.get(name)
         if lock is None:
             lock = self._locks[name] = RedisLock(

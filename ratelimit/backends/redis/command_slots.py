@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ratelimit.backends.redis.client import RedisClient
-from ratelimit.backends.redis.keys import revoked_key, slots_key
+from ratelimit.backends.redis.keys import prefix_of, revoked_key, slots_key
 from ratelimit.slots import SlotClaim
 
 
@@ -32,7 +32,7 @@ class Engine(Protocol):
 async def acquire(engine: Engine, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
     """Read every holder (and the claim's revocation mark), then write."""
     keys = [slots_key(i) for i in claim.identifiers]
-    revoked = revoked_key(claim.namespace, claim.key, claim.token)
+    revoked = revoked_key(prefix_of(claim.namespace, claim.key, claim.identifiers), claim.token)
 
     def fill(read: Any) -> None:
         for key in keys:
@@ -83,5 +83,6 @@ async def release(engine: Engine, claim: SlotClaim, revoke: bool) -> None:
         write.zrem(slots_key(identifier), claim.token)
     if revoke:
         ms = math.ceil(claim.lease_us / 1000)
-        write.set(revoked_key(claim.namespace, claim.key, claim.token), 1, px=ms)
+        prefix = prefix_of(claim.namespace, claim.key, claim.identifiers)
+        write.set(revoked_key(prefix, claim.token), 1, px=ms)
     await write.execute()

@@ -27,7 +27,13 @@ from redis.commands.core import AsyncScript
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.layout import reset_keep_ms
 from ratelimit.backends.redis import fast_pipeline
-from ratelimit.backends.redis.client import SCHEMES, RedisClient, close_client, redis_py_version
+from ratelimit.backends.redis.client import (
+    SCHEMES,
+    RedisClient,
+    close_client,
+    redis_py_version,
+    spreads_on,
+)
 from ratelimit.backends.redis.errors import (
     NOT_A_REPLY,
     backend_error,
@@ -38,6 +44,7 @@ from ratelimit.backends.redis.errors import (
 from ratelimit.backends.redis.keys import (
     counter_key,
     plan_keys,
+    prefix_of,
     reset_key,
     revoked_key,
     slots_key,
@@ -92,6 +99,7 @@ class RedisScriptBackend(RedisOverrides):
     (``ConfigurationError`` where it cannot run). ``batch_scripts`` (default on) sends the
     decisions and settles of one pipelined batch as one call of the batch script
     (:mod:`~ratelimit.backends.redis.batch`), each decided as it would be alone.
+    ``spread``: the setting of :class:`~ratelimit.Settings` (``None``: on a cluster client).
 
     Example::
 
@@ -108,6 +116,7 @@ class RedisScriptBackend(RedisOverrides):
         auto_pipeline: bool = True,
         fast_path: bool | None = None,
         batch_scripts: bool = True,
+        spread: bool | None = None,
     ) -> None:
         check_timeout(timeout)  # the checks Settings makes of the same settings
         check_clock(clock)
@@ -116,6 +125,9 @@ class RedisScriptBackend(RedisOverrides):
         self.client = client
         self.clock = clock
         self.timeout = timeout
+        self.spread = spreads_on(client, spread)
+        """Whether identifiers of trees that spread get hash tags of their own
+        (:mod:`~ratelimit.backends.redis.keys`)."""
         self._owns_client = owns_client
         self._pipeline = pipeline_for(
             client,
@@ -197,7 +209,8 @@ class RedisScriptBackend(RedisOverrides):
         counts = " ".join(map(str, claim.counts)).encode()
         args = (now, op, claim.token.encode(), str(claim.lease_us).encode(), counts)
         keys = [slots_key(i) for i in claim.identifiers]
-        keys.append(revoked_key(claim.namespace, claim.key, claim.token))
+        prefix = prefix_of(claim.namespace, claim.key, claim.identifiers)
+        keys.append(revoked_key(prefix, claim.token))
         reply = await self._pipeline.call(
             Command(SLOTS_SCRIPT, keys, args, pack_args(args)), claim.key
         )
