@@ -160,12 +160,17 @@ STORES = [
     "memory",
     "fakeredis",
     "fakeredis-commands",
+    "fakeredis-spread",
+    "fakeredis-spread-commands",
     pytest.param("redis", marks=pytest.mark.redis),
     pytest.param("redis-commands", marks=pytest.mark.redis),
+    pytest.param("redis-spread", marks=pytest.mark.redis),
     pytest.param("postgres", marks=pytest.mark.postgres),
 ]
 """Every store and Redis engine, for a promise that must hold on each: build the backend with
-:func:`store_backend` (and :func:`supporting` where an algorithm is not on every store)."""
+:func:`store_backend` (and :func:`supporting` where an algorithm is not on every store).
+``-spread``: the Redis engine with ``spread=True``, each identifier of a tree that spreads
+under a hash tag of its own, as on a Redis Cluster client (here on one server)."""
 
 
 Maker = Callable[[str], RateLimit]
@@ -213,7 +218,8 @@ def store_backend(
     request: pytest.FixtureRequest, kind: str, clock: Callable[[], float] | None = None
 ) -> Any:
     """A new backend of the store ``kind`` (one of :data:`STORES`), owning its client, on the
-    Redis or PostgreSQL the tests started; ``-commands`` is the locked command engine."""
+    Redis or PostgreSQL the tests started; ``-commands`` is the locked command engine,
+    ``-spread`` keys spread as on a cluster."""
     if kind == "memory":
         return MemoryBackend(clock=clock)
     if kind == "postgres":
@@ -224,7 +230,7 @@ def store_backend(
     else:
         client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
     engine = RedisCommandBackend if kind.endswith("-commands") else RedisScriptBackend
-    return engine(client, clock=clock, owns_client=True)
+    return engine(client, clock=clock, owns_client=True, spread="-spread" in kind or None)
 
 
 def supporting(backend: Any, algorithm: str) -> Any:
@@ -244,7 +250,8 @@ async def make_backend(
     """A factory of backends of the parametrized kind: ``make_backend(clock=None)``.
 
     ``fakeredis``/``redis`` run the script engine; ``-commands`` the locked command engine;
-    ``valkey-client`` drives the real server through valkey-py's ``Valkey`` client.
+    ``-spread`` spreads keys as on a cluster; ``valkey-client`` drives the real server
+    through valkey-py's ``Valkey`` client.
     """
     kind: str = request.param
     clients: list[Any] = []
@@ -260,9 +267,10 @@ async def make_backend(
         else:
             client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
         clients.append(client)
+        spread = "-spread" in kind or None
         if kind.endswith("-commands"):
-            return RedisCommandBackend(client, clock=clock)
-        return RedisScriptBackend(client, clock=clock)
+            return RedisCommandBackend(client, clock=clock, spread=spread)
+        return RedisScriptBackend(client, clock=clock, spread=spread)
 
     yield factory
     for client in clients:
