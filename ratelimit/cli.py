@@ -44,9 +44,12 @@ from ratelimit.cli_common import (
     INVALID,
     OK,
     REFUSED,
+    SPREAD,
+    SPREAD_HELP,
     STORAGE_HELP,
     default_algorithm,
     default_namespace,
+    default_spread,
     limiter_of,
     namespace_help,
     nothing_counted,
@@ -56,7 +59,7 @@ from ratelimit.cli_common import (
 )
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, RuleSyntaxError
-from ratelimit.explain import describe
+from ratelimit.explain import describe, placement
 from ratelimit.limiter import RateLimit
 from ratelimit.rules import to_tree
 
@@ -74,6 +77,7 @@ def _check(args: argparse.Namespace) -> int:
         domains = sorted(loaded.domains)
         count = f"{_plural(len(loaded.limits), 'limit')} in {_plural(len(domains), 'domain')}"
         print(f"{target}: {count} ({', '.join(domains)})")
+        print(f"  {RULES_FILE_PLACEMENT}")
         for limit in loaded.limits:
             shadow = " (shadow)" if limit.shadow else ""
             print(f"  line {limit.line}: {limit.domain} [{limit.text}]: {limit.rules}{shadow}")
@@ -86,7 +90,14 @@ def _check(args: argparse.Namespace) -> int:
         return INVALID
     print(tree)
     print(f"  {describe(tree)}")
+    print(f"  {placement(tree)}")
     return OK
+
+
+RULES_FILE_PLACEMENT = (
+    "on a Redis Cluster: one slot per domain (pinned: the service decides a request's "
+    "descriptors together, atomically)"
+)
 
 
 def _is_file(target: str) -> bool:
@@ -187,6 +198,7 @@ def _serve(args: argparse.Namespace) -> int:
         return FAILED
     env = dict(os.environ)
     flags = {"port": "PORT", "storage": "STORAGE", "rules_file": "RULES_FILE", "host": "HOST"}
+    flags |= {"spread": "SPREAD"}
     flags |= {"algorithm": "ALGORITHM", "workers": "WORKERS", "metrics_port": "METRICS_PORT"}
     flags |= {"tls_cert": "TLS_CERT", "tls_key": "TLS_KEY", "tls_client_ca": "TLS_CLIENT_CA"}
     for flag, name in flags.items():
@@ -236,6 +248,9 @@ def parser() -> argparse.ArgumentParser:
             default=default_algorithm(),
             help=ALGORITHM_HELP,
         )
+        command.add_argument(
+            "--spread", choices=tuple(SPREAD), default=default_spread(), help=SPREAD_HELP
+        )
         command.add_argument("--key", required=True, help="the limit's key")
         command.add_argument("rules", help="the limit's rules, such as 'user:5/m'")
         command.add_argument("values", nargs="*", help="selector values: name=value ...")
@@ -251,6 +266,9 @@ def parser() -> argparse.ArgumentParser:
         choices=ALGORITHMS,
         default=default_algorithm(),
         help=ALGORITHM_HELP + "; the rules set must suit it",
+    )
+    override.add_argument(
+        "--spread", choices=tuple(SPREAD), default=default_spread(), help=SPREAD_HELP
     )
     override.add_argument("--key", help="the limit's key (list: all keys without it)")
     override.add_argument("--ttl", type=float, help="seconds until it expires (set)")
@@ -270,6 +288,12 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--storage")
     serve.add_argument("--rules-file", dest="rules_file")
+    serve.add_argument(
+        "--spread",
+        choices=tuple(SPREAD),
+        help="as RATELIMIT_SPREAD (default auto): the spread setting of the service's "
+        "limiter; its own limits are always kept one slot per key",
+    )
     serve.add_argument(
         "--algorithm", choices=ALGORITHMS, help="as RATELIMIT_ALGORITHM (default sliding-log)"
     )
@@ -301,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "override" or any(word.startswith("-") for word in extra):
             top.error(f"unrecognized arguments: {' '.join(extra)}")
         args.words += extra
+    spread = getattr(args, "spread", None)
+    if spread is not None and spread.lower() not in SPREAD:  # from $RATELIMIT_SPREAD
+        top.error(f"RATELIMIT_SPREAD={spread!r}: use auto, on or off")
     if args.command == "check":
         return _check(args)
     if args.command in ("peek", "reset"):
