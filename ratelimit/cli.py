@@ -77,11 +77,11 @@ def _check(args: argparse.Namespace) -> int:
         domains = sorted(loaded.domains)
         count = f"{_plural(len(loaded.limits), 'limit')} in {_plural(len(domains), 'domain')}"
         print(f"{target}: {count} ({', '.join(domains)})")
-        print(f"  {RULES_FILE_PLACEMENT}")
         for limit in loaded.limits:
             shadow = " (shadow)" if limit.shadow else ""
             print(f"  line {limit.line}: {limit.domain} [{limit.text}]: {limit.rules}{shadow}")
             print(f"    {describe(limit.rules, per=f'descriptor [{limit.text}]')}")
+        print(RULES_FILE_PLACEMENT)
         return OK
     try:
         tree = to_tree(target)
