@@ -139,3 +139,12 @@ async def test_a_failing_server_never_raises(caplog: pytest.LogCaptureFixture) -
 def test_saw_outside_an_event_loop_does_nothing() -> None:
     check = LayoutCheck(fakeredis.FakeAsyncRedis())
     check.saw(plan("no-loop", "k"))  # no running loop: no look, no error
+
+
+async def test_cancel_gives_up_the_looks_still_running() -> None:
+    client = fakeredis.FakeAsyncRedis()
+    check = LayoutCheck(client)
+    check.saw(plan("cancelled", "k"))
+    check.cancel()
+    await check.wait()  # ends: the look was cancelled, nothing raised
+    await client.aclose()

@@ -11,6 +11,7 @@ the ``ratelimit`` logger when it finds some::
 
     check = LayoutCheck(client)
     check.saw(plan)          # on every decision: a set lookup; the first one starts a look
+    check.cancel()           # when the engine closes
 
 It looks in the one slot the old layout kept that (namespace, key) in: ``CLUSTER
 GETKEYSINSLOT <slot> 10`` on the node owning it (a cluster client), or a ``SCAN MATCH``
@@ -76,6 +77,11 @@ class LayoutCheck:
         """Wait for the looks started so far to end (for tests and a tidy close)."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def cancel(self) -> None:
+        """Give up the looks still running (an engine closing: nothing waits for them)."""
+        for task in self._tasks:
+            task.cancel()
 
     async def _look(self, namespace: str, key: str, selector: str) -> None:
         try:
