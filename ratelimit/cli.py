@@ -16,7 +16,12 @@
 ``$RATELIMIT_NAMESPACE``, else ``""``, the library's default (as ``RateLimit(...)`` and the
 service). ``peek``, ``reset`` and ``override`` print the namespace they read, and say when
 they found nothing there. ``check`` says in words what each tree means
-(:mod:`ratelimit.explain`): ``&`` refuses only when every side would.
+(:mod:`ratelimit.explain`): ``&`` refuses only when every side would; and where its
+counters live on a Redis Cluster (spread by its one selector, or one slot for the key).
+``peek``, ``reset``, ``override`` and ``serve`` take ``--spread auto|on|off`` (default
+``$RATELIMIT_SPREAD``, else ``auto``): the ``spread`` setting of a Redis store, so that they
+read the keys an application with that setting writes. ``redis+cluster://host:port`` opens a
+Redis Cluster.
 
 Exit codes: 0 fine (``peek``: the call would be admitted; ``migrate``: the store is
 prepared; ``override get|delete``: there was one); 1 the rules or rules file are invalid,
