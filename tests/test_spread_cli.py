@@ -100,6 +100,8 @@ async def test_a_cluster_url_opens_a_cluster_client_that_spreads() -> None:
     assert rl.storage.spread is True  # type: ignore[attr-defined]
     off = RateLimit.from_url("redis+cluster://127.0.0.1:7001", spread=False)
     assert off.storage.spread is False  # type: ignore[attr-defined]
+    await rl.aclose()
+    await off.aclose()
 
 
 def _args(spread: str, algorithm: str | None = None) -> argparse.Namespace:
