@@ -6,16 +6,19 @@ selectors keeps one tag and one lock per (namespace, key), as before."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import fakeredis
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
 
 from ratelimit import ConcurrencyLimitExceeded, Decision, RateLimit, RedisCommandBackend
+from ratelimit.backends.redis.client import CLUSTER_TRANSACTIONS, redis_py_version
 from ratelimit.backends.redis.keys import (
     lock_key,
     prefix_of,
@@ -28,6 +31,7 @@ from ratelimit.backends.redis.keys import (
 from ratelimit.plan import Identifier, Plan
 from ratelimit.slots import claim_for, parse_slots
 from tests.conftest import FakeClock, admitted
+from tests.redis_server import RedisCluster
 from tests.workers import run_workers
 
 pytestmark = pytest.mark.timeout(30)
@@ -331,6 +335,74 @@ async def test_processes_on_a_spreading_limit_admit_exactly_its_count_per_user(
     assert not await redis_client.exists(tag(namespace, "hot"))
     keys = {k.decode() async for k in redis_client.scan_iter(match=f"rl:{{{namespace}:h*")}
     assert all(k.startswith(f"rl:{{{namespace}:hot:user=u") for k in keys), sorted(keys)
+
+
+# --- a real Redis Cluster: the command engine spreads there by default ---
+
+
+@pytest.fixture(scope="module")
+def cluster_url() -> Iterator[str]:
+    if os.environ.get("REDIS_URL"):
+        pytest.skip("REDIS_URL points at one server; the cluster test starts its own nodes")
+    with RedisCluster() as cluster:
+        yield cluster.url
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_on_a_cluster_each_user_decides_on_its_own_node(
+    cluster_url: str, namespace: str, algorithm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spread`` unset on a cluster client: each user's keys, lock and ``TIME`` on the node
+    of that user's slot (no CROSSSLOT, no MOVED left unanswered), users over several nodes,
+    exact counts; decide, settle, reset and slots alike."""
+    if redis_py_version() < CLUSTER_TRANSACTIONS:
+        pytest.skip("the command engine on a cluster needs redis-py 6.2 or later")
+    client = await AsyncRedisCluster.from_url(cluster_url).initialize()
+    rl = RateLimit(
+        client, namespace, use_scripts=False, algorithm=algorithm, on_error="raise", timeout=5
+    )
+    assert rl.storage.spread  # type: ignore[attr-defined]
+    asked: list[str] = []
+    execute = client.execute_command
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        if args[0] == "TIME":
+            asked.append(kwargs["target_nodes"].name)
+        return await execute(*args, **kwargs)
+
+    monkeypatch.setattr(client, "execute_command", spy)
+    try:
+        await decide_on_nodes(rl, client, namespace, asked)
+    finally:
+        await rl.aclose()
+        await client.aclose()
+
+
+async def decide_on_nodes(
+    rl: RateLimit, client: AsyncRedisCluster, namespace: str, asked: list[str]
+) -> None:
+    by_node: dict[str, list[str]] = {}  # two users on each node
+    for name in (f"u{n}" for n in range(200)):
+        slot = key_slot(spread_tag(user(namespace, name)).encode())
+        users = by_node.setdefault(client.nodes_manager.get_node_from_slot(slot).name, [])
+        if len(users) < 2:
+            users.append(name)
+    assert len(by_node) == 3
+    for node, name in ((node, name) for node, names in by_node.items() for name in names):
+        limit = rl.limit("user:3/m | user:50 tokens/h", key="login", user=name)
+        asked.clear()
+        reserved = await limit.decide(cost={"tokens": 40})
+        assert reserved.allowed
+        assert await limit.settle(reserved, {"tokens": 10})
+        assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
+        await limit.reset()
+        assert (await limit.decide()).allowed
+        async with rl.concurrency("user:1", key="login", user=name):
+            pass
+        assert asked
+        assert set(asked) == {node}  # the store's clock of the user's own node
 
 
 def test_the_lock_prefix_of_a_pinned_plan_is_todays() -> None:
