@@ -6,14 +6,16 @@ the same answers as the pinned layout; trees that do not spread keep one tag per
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import fakeredis
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
 
 from ratelimit import RateLimit, RedisScriptBackend
@@ -28,6 +30,7 @@ from ratelimit.plan import Identifier, cached_plan, compile_tree
 from ratelimit.rules import to_tree
 from ratelimit.slots import claim_for, parse_slots
 from tests.conftest import FakeClock
+from tests.redis_server import RedisCluster
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -347,3 +350,56 @@ def test_push_stays_a_pair_for_stores_that_ignore_the_layout() -> None:
     identifier, entries, _ = push
     assert identifier.key == "k"
     assert entries == [(1, 2, 3.0)]
+
+
+@pytest.fixture(scope="module")
+def cluster_url() -> Iterator[str]:
+    if os.environ.get("REDIS_URL"):
+        pytest.skip("REDIS_URL points at one server; this test starts its own cluster")
+    with RedisCluster() as cluster:
+        yield cluster.url
+
+
+@pytest.mark.redis
+async def test_every_spread_call_runs_on_a_real_cluster(cluster_url: str) -> None:
+    """On a cluster client the engine spreads by default: decisions, settles, resets, slots
+    and a sync of many users go to the users' own slots on several nodes, none CROSSSLOT."""
+    client = AsyncRedisCluster.from_url(cluster_url)
+    namespace = f"sp-{uuid.uuid4().hex[:10]}"
+    clock = FakeClock()
+    engine = RedisScriptBackend(client, clock=clock, timeout=10)
+    assert engine.spread
+    rl = RateLimit(engine, namespace, denial_cache=0, on_error="raise")
+    synced = synced_limiter(client, clock, namespace, "sliding-window")
+    users = [f"u{n}" for n in range(12)]
+    try:
+        for user in users:
+            limit = rl.limit("user:2/m | user:100 tokens/m", user=user, key="llm")
+            decision = await limit.decide(cost={"tokens": 60})
+            assert await limit.settle(decision, {"tokens": 10})
+            assert (await limit.decide(cost={"tokens": 90})).allowed  # 50 back: 100 of 100
+            assert not (await limit.decide(cost={"tokens": 1})).allowed
+            await limit.reset()
+            assert (await limit.decide(cost={"tokens": 1})).allowed
+            async with rl.concurrency("user:1", user=user, key="jobs"):
+                pass
+            assert (await synced.limit("user:5/m", user=user, key="s").decide()).allowed
+        storage = synced.storage
+        assert isinstance(storage, SyncedBackend)
+        await storage.sync()  # raises if a push failed as a whole; logs one that failed
+        assert storage.unsynced() == 0  # every push landed
+        nodes = {
+            client.nodes_manager.get_node_from_slot(
+                key_slot(spread_prefix(namespace, "llm", u).encode())
+            ).name
+            for u in users
+        }
+        assert len(nodes) > 1
+        for user in users:
+            for key in ("llm", "s"):
+                prefix = spread_prefix(namespace, key, user)
+                assert await client.exists(f"{prefix}:w" if key == "s" else prefix)
+    finally:
+        await rl.aclose()
+        await synced.aclose()
+        await client.aclose()
