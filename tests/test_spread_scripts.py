@@ -403,3 +403,25 @@ async def test_every_spread_call_runs_on_a_real_cluster(cluster_url: str) -> Non
         await rl.aclose()
         await synced.aclose()
         await client.aclose()
+
+
+@pytest.mark.redis
+def test_the_sync_api_s_direct_path_spreads(redis_url: str) -> None:
+    """Threaded code decides on a twin of the script engine (its calls sent by the calling
+    thread): the twin keeps the engine's layout."""
+    import redis
+
+    from ratelimit.sync import RateLimit as SyncRateLimit
+
+    namespace = f"sp-{uuid.uuid4().hex[:10]}"
+    with SyncRateLimit.from_url(redis_url, namespace, spread=True, denial_cache=0) as rl:
+        assert rl.direct is not None
+        limit = rl.limit("user:2/m", user="alice", key="threads")
+        assert [limit.decide().allowed for _ in range(3)] == [True, True, False]
+    client = redis.Redis.from_url(redis_url)
+    prefix = spread_prefix(namespace, "threads", "alice")
+    assert {k.decode() for k in client.scan_iter(match=f"rl:{{{namespace}:*")} == {
+        prefix,
+        f"{prefix}:n",
+    }
+    client.close()

@@ -272,7 +272,11 @@ class RedisScriptBackend(RedisOverrides):
         """For ``sync_rate``: push local diffs and fetch totals for many identifiers in one
         pipelined round trip. Returns Redis's time (us; ``None`` if no call succeeded) and,
         per push, its totals or the error of its call (its diffs were then not applied).
-        ``LimiterClosedError`` once closed, as every call that would reach Redis."""
+        ``LimiterClosedError`` once closed, as every call that would reach Redis. Each push
+        is a call of its own on its identifier's one key, written where decisions of its
+        tree keep it (spread when this engine and :attr:`Push.spreads
+        <ratelimit.backends.base.Push.spreads>` both say so): one slot per call, which a
+        cluster client's pipeline routes to its node."""
         self._open()
         now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
         commands = []
