@@ -414,7 +414,7 @@ def test_the_sync_api_s_direct_path_spreads(redis_url: str) -> None:
     from ratelimit.sync import RateLimit as SyncRateLimit
 
     namespace = f"sp-{uuid.uuid4().hex[:10]}"
-    with SyncRateLimit.from_url(redis_url, namespace, spread=True, denial_cache=0) as rl:
+    with SyncRateLimit.from_url(redis_url, namespace, spread=True, denial_cache=0, timeout=5) as rl:
         assert rl.direct is not None
         limit = rl.limit("user:2/m", user="alice", key="threads")
         assert [limit.decide().allowed for _ in range(3)] == [True, True, False]
