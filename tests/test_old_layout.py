@@ -148,3 +148,35 @@ async def test_cancel_gives_up_the_looks_still_running() -> None:
     check.cancel()
     await check.wait()  # ends: the look was cancelled, nothing raised
     await client.aclose()
+
+
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["scripts", "commands"])
+async def test_a_limiter_that_spreads_warns_of_old_counters_from_its_decisions(
+    use_scripts: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The engines call the check on their decisions: a limiter upgraded in place (here
+    spread=True on one server, as a cluster client does by default) warns once."""
+    client = fakeredis.FakeAsyncRedis()
+    await write_old_layout(client, "up", "old")
+    rl = RateLimit(client, "up", spread=True, use_scripts=use_scripts)
+
+    @rl.limit("user:5/m | user:100/h", key="old")
+    async def work(user: str) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        for user in ("ann", "bob", "carol"):
+            await work(user)
+        layout = rl._decider.backend._layout  # type: ignore[attr-defined]
+        await layout.wait()
+    (warned,) = warnings_of(caplog)
+    assert "namespace 'up', key 'old'" in warned
+    await rl.aclose()
+    await client.aclose()
+
+
+async def test_a_limiter_that_does_not_spread_never_looks() -> None:
+    client = fakeredis.FakeAsyncRedis()
+    rl = RateLimit(client, "up")  # one server, spread unset: today's layout, no check
+    assert rl._decider.backend._layout is None  # type: ignore[attr-defined]
+    await rl.aclose()
+    await client.aclose()

@@ -60,6 +60,7 @@ from ratelimit.backends.redis.keys import (
 )
 from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.backends.redis.lock_tasks import SETTLE_TIMEOUT, Blocking, settle
+from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.overrides import RedisOverrides
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
@@ -125,6 +126,7 @@ class RedisCommandBackend(RedisOverrides):
         self.spread = spreads_on(client, spread)
         """Whether identifiers of trees that spread get hash tags of their own
         (:mod:`~ratelimit.backends.redis.keys`)."""
+        self._layout = LayoutCheck(client) if self.spread else None  # warns of old counters
         self._closed = False
         self._loop = LoopBinding()
         self._gate = ConnectionGate(client)  # never more commands at once than connections
@@ -156,6 +158,8 @@ class RedisCommandBackend(RedisOverrides):
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        if self._layout is not None:
+            self._layout.saw(plan)
         return await self._guarded(
             self._prefix(plan),
             lambda: self._decide(plan),
@@ -345,6 +349,8 @@ class RedisCommandBackend(RedisOverrides):
         if self._closed:
             return
         self._closed = True
+        if self._layout is not None:
+            self._layout.cancel()
         if self._loop.loop is not None and self._loop.loop is not asyncio.get_running_loop():
             self._bind()
         # give-backs of locks whose callers left finish first; nothing is left pending

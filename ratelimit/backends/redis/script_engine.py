@@ -49,6 +49,7 @@ from ratelimit.backends.redis.keys import (
     revoked_key,
     slots_key,
 )
+from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.overrides import RedisOverrides
 from ratelimit.backends.redis.pipeline import (
     MAX_ALONE,
@@ -130,6 +131,7 @@ class RedisScriptBackend(RedisOverrides):
         """Whether identifiers of trees that spread get hash tags of their own
         (:mod:`~ratelimit.backends.redis.keys`): a decision's keys are spread where
         ``spread and plan.compiled.spreads``, a claim's where ``spread and claim.spreads``."""
+        self._layout = LayoutCheck(client) if self.spread else None  # warns of old counters
         self._command_of = spread_command_of if self.spread else command_of
         # chosen once: a decision pays nothing for the layout (a plan whose tree does not
         # spread is pinned by either cache)
@@ -156,6 +158,8 @@ class RedisScriptBackend(RedisOverrides):
             self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        if self._layout is not None:
+            self._layout.saw(plan)
         if self.clock is None:
             command = self._command_of(plan)
         else:
@@ -306,6 +310,8 @@ class RedisScriptBackend(RedisOverrides):
         if self._closed:
             return
         self._closed = True
+        if self._layout is not None:
+            self._layout.cancel()
         await self._pipeline.aclose()
         if self._owns_client:
             await close_client(self.client)
