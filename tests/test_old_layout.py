@@ -180,3 +180,21 @@ async def test_a_limiter_that_does_not_spread_never_looks() -> None:
     assert rl._decider.backend._layout is None  # type: ignore[attr-defined]
     await rl.aclose()
     await client.aclose()
+
+
+async def test_old_counters_are_found_among_many_other_keys(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A busy database: a sample of it would miss the old counters; the exact old keys of
+    the identifiers decided first find them (the first one decided has none here)."""
+    client = fakeredis.FakeAsyncRedis()
+    await client.mset({f"other:{i}": 1 for i in range(5_000)})
+    await write_old_layout(client, "busy", "old")
+    check = LayoutCheck(client)
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        for value in ("alice", "carol", "ann"):
+            check.saw(plan("busy", "old", value))
+        await check.wait()
+    (warned,) = warnings_of(caplog)
+    assert "rl:{busy:old}:user=ann" in warned
+    await client.aclose()
