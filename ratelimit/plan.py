@@ -105,11 +105,13 @@ def compile_tree(tree: Node, pinned: bool = False) -> CompiledTree:
 
 def layout_under(compiled: CompiledTree, limit: CompiledTree) -> CompiledTree:
     """``compiled`` (an override's rules) kept where the limit it replaces keeps its
-    identifiers: pinned under a pinned limit, so that no identifier gets a counter of its
-    own apart from the limit's. Under a spreading limit it stays as it is: rules that
-    spread keep each identifier where the limit does; rules that mix selectors are decided
-    together, pinned (:func:`mixes_under` says when that moves the limit's identifiers)."""
-    if compiled.spreads and not limit.spreads:
+    identifiers: it spreads only where it spreads on the selector the limit spreads on,
+    else it is pinned, so that no identifier gets a counter of its own apart from the
+    limit's (under a pinned limit), nor from another override's (one spreading by ``ip``
+    under a ``user`` limit, beside one mixing ``ip`` with a rule of no selector, would keep
+    one ip in two places). Rules that mix selectors are decided together, pinned
+    (:func:`mixes_under` says when that moves the limit's identifiers)."""
+    if compiled.spreads and not (limit.spreads and compiled.selectors == limit.selectors):
         return compile_tree(compiled.tree, pinned=True)
     return compiled
 
