@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -114,6 +115,14 @@ def layout_under(compiled: CompiledTree, limit: CompiledTree) -> CompiledTree:
     if compiled.spreads and not (limit.spreads and compiled.selectors == limit.selectors):
         return compile_tree(compiled.tree, pinned=True)
     return compiled
+
+
+def spread_alike(trees: Iterable[CompiledTree]) -> bool:
+    """Whether every one of ``trees`` (the trees one key decides under: a mapping's tiers,
+    HTTP routes sharing a ``key=``) spreads, on one and the same selector: else each must
+    be compiled pinned, or one identifier would have two counters."""
+    selectors = {c.selectors[0] if c.spreads else None for c in trees}
+    return None not in selectors and len(selectors) == 1
 
 
 def mixes_under(compiled: CompiledTree, limit: CompiledTree) -> bool:

@@ -186,3 +186,30 @@ async def test_two_overrides_naming_one_ip_count_on_one_counter() -> None:
         assert not (await bob.decide()).allowed  # the ip's one call was alice's
     finally:
         await rl.aclose()
+
+
+async def test_routes_sharing_a_key_share_its_counters_where_keys_spread() -> None:
+    """docs/web.md's shared cap: ``site`` counted by a route mixing it with ``ip`` and by one
+    naming it alone, under one ``key=``. Every route of the key is pinned (before, the
+    second spread: each route kept its own ``site`` counter and the cap admitted twice)."""
+    pytest.importorskip("starlette")
+    from ratelimit.asgi import Route, client_ip
+    from ratelimit.asgi.routes import RouteTable
+    from tests.test_asgi import app_with, client
+
+    rl = RateLimit(fakeredis.FakeAsyncRedis(), "routes", spread=True, denial_cache=0)
+    site = client_ip()
+    routes = [
+        Route("/login", "ip:5/m | site:3/m", key="site", site=site),
+        Route("/*", "site:3/m", key="site", site=site),
+    ]
+    try:
+        async with client(app_with(rl, routes)) as http:
+            codes = [(await http.get(path)).status_code for path in ["/login", "/a"] * 2]
+        assert codes == [200, 200, 200, 429]
+        assert not any(route.limit.compiled.spreads for route in routes)
+        alike = [Route(p, "site:3/m", key="own", site=site) for p in ("/b", "/c")]
+        RouteTable([*alike, Route("/d", "site:3/m & 9/m", site=site)], (), rl)
+        assert all(route.limit.compiled.spreads for route in alike)  # one layout already
+    finally:
+        await rl.aclose()
