@@ -4,6 +4,7 @@ silent when there are none, and never raises when the server fails."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -180,3 +181,23 @@ async def test_a_limiter_that_does_not_spread_never_looks() -> None:
     assert rl._decider.backend._layout is None  # type: ignore[attr-defined]
     await rl.aclose()
     await client.aclose()
+
+
+def test_a_decision_made_without_a_running_loop_leaves_the_look_to_a_later_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The sync API's direct path decides with no running loop, where no look can start:
+    that decision must not count as the look (before, the key was marked seen and never
+    looked at, so threaded code never got the warning)."""
+    client = fakeredis.FakeAsyncRedis()
+    asyncio.run(write_old_layout(client, "noloop", "old"))
+    check = LayoutCheck(client)
+    check.saw(plan("noloop", "old"))  # no running loop: nothing started, nothing noted
+
+    async def later() -> None:
+        check.saw(plan("noloop", "old"))
+        await check.wait()
+
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        asyncio.run(later())
+    assert len(warnings_of(caplog)) == 1

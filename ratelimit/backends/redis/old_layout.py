@@ -57,19 +57,21 @@ class LayoutCheck:
 
     def saw(self, plan: Plan) -> None:
         """Note a decision of ``plan`` by an engine whose ``spread`` is on: the first time
-        a (namespace, key, selector) of a tree that spreads is seen, start one look for
-        its counters in the old layout. Never raises."""
+        a (namespace, key, selector) of a tree that spreads is seen in a running event
+        loop, start one look for its counters in the old layout (a decision made with no
+        running loop leaves it to a later one). Never raises."""
         compiled = plan.compiled
         if not compiled.spreads:
             return
         seen = (plan.namespace, plan.key, compiled.selectors[0])
         if seen in self._seen or len(self._seen) >= MAX_SEEN:
             return
-        self._seen.add(seen)
         try:
-            task = asyncio.get_running_loop().create_task(self._look(*seen))
-        except RuntimeError:  # no running loop: nothing to look with
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop (the sync API's direct path): a later look
             return
+        self._seen.add(seen)
+        task = loop.create_task(self._look(*seen))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
