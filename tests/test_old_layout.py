@@ -201,3 +201,20 @@ def test_a_decision_made_without_a_running_loop_leaves_the_look_to_a_later_one(
     with caplog.at_level(logging.WARNING, logger="ratelimit"):
         asyncio.run(later())
     assert len(warnings_of(caplog)) == 1
+
+
+async def test_slots_and_reset_marks_of_the_key_are_no_old_counters(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A concurrency limit mixing ``user`` with a cap (``user:1 | 3``) keeps its slots in the
+    key's one slot today, and a reset leaves marks only: neither is a counter the spreading
+    limit no longer reads (before, either warned of old counters)."""
+    client = fakeredis.FakeAsyncRedis()
+    rl = RateLimit(client, "slots", spread=True)
+    async with rl.concurrency("user:1 | 3", user="alice", key="jobs", lease=60):
+        check = LayoutCheck(client)
+        with caplog.at_level(logging.WARNING, logger="ratelimit"):
+            check.saw(plan("slots", "jobs"))
+            await check.wait()
+    assert not warnings_of(caplog)
+    await rl.aclose()

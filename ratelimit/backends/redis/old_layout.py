@@ -15,7 +15,8 @@ the ``ratelimit`` logger when it finds some::
 
 It looks in the one slot the old layout kept that (namespace, key) in: ``CLUSTER
 GETKEYSINSLOT <slot> 10`` on the node owning it (a cluster client), or a ``SCAN MATCH``
-of at most :data:`SCANNED` keys (a client of one server with ``spread=True``). The look
+of at most :data:`SCANNED` keys (a client of one server with ``spread=True``); concurrency
+slot sets (``:c``) and reset marks (``:r``) found there are no counters. The look
 runs in a background task of its own, kept referenced until it ends; whatever it meets
 (a failing server, a command refused) is logged at debug level, never raised.
 """
@@ -107,14 +108,14 @@ class LayoutCheck:
             keys = await client.execute_command(
                 "CLUSTER GETKEYSINSLOT", client.keyslot(pinned), SAMPLE, target_nodes=node
             )
-            return [k for k in map(_text, keys) if k.startswith(prefix)]
+            return [k for k in map(_text, keys) if k.startswith(prefix) and _counter(k)]
         found: list[str] = []
         cursor, scanned = 0, 0
         pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
         while scanned < SCANNED:
             cursor, keys = await client.scan(cursor, match=pattern, count=100)
             scanned += 100
-            found += map(_text, keys)
+            found += filter(_counter, map(_text, keys))
             if found or not cursor:
                 break
         return found
@@ -132,6 +133,12 @@ def old_layout_warning(namespace: str, key: str, selector: str, found: list[str]
         "rules' longest span. To keep the old layout, set spread=False (RATELIMIT_SPREAD=off "
         "for the command and the service); else let them expire (after the longest span)."
     )
+
+
+def _counter(key: str) -> bool:
+    """Whether ``key`` holds counts: not a concurrency slot set (``:c``: a concurrency limit
+    of the key that is pinned today keeps its slots there) nor a reset mark (``:r``)."""
+    return not key.endswith((":c", ":r"))
 
 
 def _text(key: object) -> str:
