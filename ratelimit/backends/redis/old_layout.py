@@ -17,7 +17,8 @@ ones, which have old counters) and, the first time, at a sample of the old slot:
 
 The sample is of the one slot the old layout kept that (namespace, key) in: ``CLUSTER
 GETKEYSINSLOT <slot> 10`` on the node owning it (a cluster client), or a ``SCAN MATCH``
-of at most :data:`SCANNED` keys (a client of one server with ``spread=True``). The look
+of at most :data:`SCANNED` keys (a client of one server with ``spread=True``); concurrency
+slot sets (``:c``) and reset marks (``:r``) found there are no counters. The look
 runs in a background task of its own, kept referenced until it ends; whatever it meets
 (a failing server, a command refused) is logged at debug level, never raised.
 """
@@ -62,8 +63,9 @@ class LayoutCheck:
 
     def saw(self, plan: Plan) -> None:
         """Note a decision of ``plan`` by an engine whose ``spread`` is on: for the first
-        :data:`LOOKS` decisions of a (namespace, key, selector) of a tree that spreads,
-        start a look for its counters in the old layout. Never raises."""
+        :data:`LOOKS` decisions of a (namespace, key, selector) of a tree that spreads made
+        in a running event loop, start a look for its counters in the old layout (a
+        decision made with no running loop leaves it to a later one). Never raises."""
         compiled = plan.compiled
         if not compiled.spreads:
             return
@@ -71,11 +73,12 @@ class LayoutCheck:
         looks = self._seen.get(seen, 0)
         if looks >= LOOKS or (not looks and len(self._seen) >= MAX_SEEN):
             return
-        self._seen[seen] = looks + 1
         try:
-            task = asyncio.get_running_loop().create_task(self._look(plan, not looks))
-        except RuntimeError:  # no running loop: nothing to look with
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop (the sync API's direct path): a later look
             return
+        self._seen[seen] = looks + 1
+        task = loop.create_task(self._look(plan, not looks))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -132,14 +135,14 @@ class LayoutCheck:
             keys = await client.execute_command(
                 "CLUSTER GETKEYSINSLOT", client.keyslot(pinned), SAMPLE, target_nodes=node
             )
-            return [k for k in map(_text, keys) if k.startswith(prefix)]
+            return [k for k in map(_text, keys) if k.startswith(prefix) and _counter(k)]
         found: list[str] = []
         cursor, scanned = 0, 0
         pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
         while scanned < SCANNED:
             cursor, keys = await client.scan(cursor, match=pattern, count=100)
             scanned += 100
-            found += map(_text, keys)
+            found += filter(_counter, map(_text, keys))
             if found or not cursor:
                 break
         return found
@@ -157,6 +160,12 @@ def old_layout_warning(namespace: str, key: str, selector: str, found: list[str]
         "rules' longest span. To keep the old layout, set spread=False (RATELIMIT_SPREAD=off "
         "for the command and the service); else let them expire (after the longest span)."
     )
+
+
+def _counter(key: str) -> bool:
+    """Whether ``key`` holds counts: not a concurrency slot set (``:c``: a concurrency limit
+    of the key that is pinned today keeps its slots there) nor a reset mark (``:r``)."""
+    return not key.endswith((":c", ":r"))
 
 
 def _text(key: object) -> str:
