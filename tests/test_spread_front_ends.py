@@ -12,7 +12,7 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from ratelimit import MemoryBackend, RateLimit
+from ratelimit import ConcurrencyLimitExceeded, MemoryBackend, RateLimit
 from ratelimit.chosen import ChosenRules
 from ratelimit.decision import Decision
 from ratelimit.plan import CompiledTree, Plan, compile_tree, layout_under
@@ -213,3 +213,47 @@ async def test_routes_sharing_a_key_share_its_counters_where_keys_spread() -> No
         assert all(route.limit.compiled.spreads for route in alike)  # one layout already
     finally:
         await rl.aclose()
+
+
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["scripts", "commands"])
+async def test_concurrency_limits_of_one_key_keep_one_slot_set_per_identifier(
+    use_scripts: bool,
+) -> None:
+    """Two concurrency limits made for one key, one that would spread (``user:1``) and one
+    that pins (``user:1 | 5``): both keep alice's slots in one place, so she holds one
+    slot at a time, as with spread=False (each set apart let her hold two)."""
+    client = fakeredis.FakeAsyncRedis()
+    rl = RateLimit(client, "slots", spread=True, use_scripts=use_scripts)
+    alone = rl.concurrency("user:1", key="jobs", user="alice")
+    shared = rl.concurrency("user:1 | 5", key="jobs", user="alice")
+    async with alone:
+        with pytest.raises(ConcurrencyLimitExceeded):
+            async with shared:
+                pass
+    async with shared:
+        with pytest.raises(ConcurrencyLimitExceeded):
+            async with alone:
+                pass
+    keys = {k.decode() for k in await client.keys("*")}
+    assert not any("jobs:user=" in k for k in keys), keys  # no spread slot set was made
+    await rl.aclose()
+    await client.aclose()
+
+
+def test_a_keys_concurrency_limits_spread_only_when_all_spread_by_one_selector() -> None:
+    from ratelimit.slots import SlotLayouts, parse_slots
+
+    layouts = SlotLayouts()
+    user, mixed, ip = parse_slots("user:1"), parse_slots("user:1 | 5"), parse_slots("ip:3")
+    assert layouts.spreads("unregistered", user)
+    assert not layouts.spreads("unregistered", mixed)
+    layouts.register("a", user)
+    layouts.register("a", parse_slots("user:4"))
+    assert layouts.spreads("a", user)
+    layouts.register("a", ip)
+    assert not layouts.spreads("a", user)
+    layouts.register("a", user)  # once pinned, a key stays pinned
+    assert not layouts.spreads("a", user)
+    layouts.register("b", mixed)
+    layouts.register("b", user)
+    assert not layouts.spreads("b", user)
