@@ -234,7 +234,7 @@ async def test_concurrency_limits_of_one_key_keep_one_slot_set_per_identifier(
         with pytest.raises(ConcurrencyLimitExceeded):
             async with alone:
                 pass
-    keys = {k.decode() for k in await client.keys("*")}
+    keys = {str(k) for k in await client.keys("*")}
     assert not any("jobs:user=" in k for k in keys), keys  # no spread slot set was made
     await rl.aclose()
     await client.aclose()
