@@ -36,9 +36,19 @@ PROCESSES = 4
 LIMIT = 1000
 RULE = f"user:{LIMIT}/m"
 
-SIZES = {"script": (10_000, 2, 4, 400), "commands": (1_000, 1, 2, 300)}
+SIZES = {"script": (10_000, 2, 4, 400), "commands": (1_500, 1, 1, 260)}
 """Per engine: users, calls per user per process, hot users, calls per hot user per process
-(the command engine takes a lock per identifier: fewer calls, the same 4 processes)."""
+(the command engine takes a lock per identifier, so a hot user's calls queue on its lock:
+fewer calls, the same 4 processes, ordinary users still most of them, so that where the hot
+users' slots happen to lie cannot tip a node's share)."""
+
+ALGORITHMS = [
+    "sliding-log",
+    "gcra",
+    # the window counters take the same path through the cluster client: once per CI run
+    pytest.param("sliding-window", marks=pytest.mark.once),
+    pytest.param("fixed-window", marks=pytest.mark.once),
+]
 
 DECISION_COMMAND = {"script": "evalsha", "commands": "exec"}
 """The command each engine sends once per decision (the command engine's decision is
@@ -119,7 +129,7 @@ def needs_cluster_transactions(engine: str) -> None:
         pytest.skip("the command engine on a cluster needs redis-py 6.2 or later")
 
 
-@pytest.mark.parametrize("algorithm", ["sliding-log", "sliding-window", "fixed-window", "gcra"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("engine", ["script", "commands"])
 async def test_one_hot_limit_spreads_over_three_nodes(
     cluster: RedisCluster,
