@@ -45,6 +45,7 @@ from tests.redis_server import RedisCluster, RedisServer
 USERS = 10_000
 LIMIT = 1000
 LAYOUTS = {"pinned": False, "spread": True}
+RUN = uuid.uuid4().hex[:6]
 
 
 @dataclass
@@ -103,9 +104,9 @@ async def measure(
         if store.cluster
         else aioredis.Redis.from_url(store.url)
     )
-    rl = RateLimit(
-        client, f"bench-cluster-{uuid.uuid4().hex[:6]}", algorithm=algorithm, spread=spread
-    )
+    # one namespace per row in every round: a pinned row's slot stays on one node
+    namespace = f"bench-cluster-{RUN}-{algorithm}-{spread}"
+    rl = RateLimit(client, namespace, algorithm=algorithm, spread=spread)
 
     @rl.limit(f"user:{LIMIT}/m", key="bench")
     async def work(user: str) -> None: ...
