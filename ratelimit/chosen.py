@@ -11,12 +11,17 @@ names (here ``tier``); a value it lacks takes the ``"default"`` entry, or raises
 ``ConfigurationError`` naming the value. Every text is parsed once (when the limit is made
 for a mapping, at its first call for a callable, then from the parse cache); a bad text from
 a callable raises ``RuleSyntaxError`` naming it.
+
+Where a store spreads keys (:attr:`~ratelimit.plan.CompiledTree.spreads`), the trees of one
+key must agree on where each identifier is kept: a callable's trees are compiled pinned
+(their shape may differ from call to call), and a mapping's spread only when every entry
+spreads on the same selector (else every entry is compiled pinned).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 from ratelimit.errors import ConfigurationError
@@ -52,6 +57,10 @@ class ChosenRules:
                         f"rules mapping keys are selector values (text), not {value!r}"
                     )
                 self.entries[value] = compile_tree(to_tree(text))
+            if not _spread_alike(self.entries.values()):
+                self.entries = {
+                    v: compile_tree(c.tree, pinned=True) for v, c in self.entries.items()
+                }
             named = {s.partition("#")[0] for c in self.entries.values() for s in c.selectors}
             free = [name for name in keywords if name not in named]
             if len(free) != 1:
@@ -96,7 +105,7 @@ class ChosenRules:
             chosen = self.function(*args, **kwargs)
             if inspect.isawaitable(chosen):
                 chosen = await chosen
-            return compile_tree(to_tree(chosen)), None
+            return compile_tree(to_tree(chosen), pinned=True), None
         (value,) = await resolve((self.by,), sources, key, call)
         compiled = self.entries.get(value or "") or self.entries.get(DEFAULT)
         if compiled is None:
@@ -105,3 +114,9 @@ class ChosenRules:
                 f"(the mapping names {', '.join(map(repr, self.entries))})"
             )
         return compiled, (self.by, value)
+
+
+def _spread_alike(trees: Iterable[CompiledTree]) -> bool:
+    """Whether every tree spreads, on one and the same selector."""
+    selectors = {c.selectors[0] if c.spreads else None for c in trees}
+    return None not in selectors and len(selectors) == 1

@@ -16,7 +16,12 @@
 ``$RATELIMIT_NAMESPACE``, else ``""``, the library's default (as ``RateLimit(...)`` and the
 service). ``peek``, ``reset`` and ``override`` print the namespace they read, and say when
 they found nothing there. ``check`` says in words what each tree means
-(:mod:`ratelimit.explain`): ``&`` refuses only when every side would.
+(:mod:`ratelimit.explain`): ``&`` refuses only when every side would; and where its
+counters live on a Redis Cluster (spread by its one selector, or one slot for the key).
+``peek``, ``reset``, ``override`` and ``serve`` take ``--spread auto|on|off`` (default
+``$RATELIMIT_SPREAD``, else ``auto``): the ``spread`` setting of a Redis store, so that they
+read the keys an application with that setting writes. ``redis+cluster://host:port`` opens a
+Redis Cluster.
 
 Exit codes: 0 fine (``peek``: the call would be admitted; ``migrate``: the store is
 prepared; ``override get|delete``: there was one); 1 the rules or rules file are invalid,
@@ -44,9 +49,12 @@ from ratelimit.cli_common import (
     INVALID,
     OK,
     REFUSED,
+    SPREAD,
+    SPREAD_HELP,
     STORAGE_HELP,
     default_algorithm,
     default_namespace,
+    default_spread,
     limiter_of,
     namespace_help,
     nothing_counted,
@@ -56,7 +64,7 @@ from ratelimit.cli_common import (
 )
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, ConfigurationError, RuleSyntaxError
-from ratelimit.explain import describe
+from ratelimit.explain import describe, placement
 from ratelimit.limiter import RateLimit
 from ratelimit.rules import to_tree
 
@@ -78,6 +86,7 @@ def _check(args: argparse.Namespace) -> int:
             shadow = " (shadow)" if limit.shadow else ""
             print(f"  line {limit.line}: {limit.domain} [{limit.text}]: {limit.rules}{shadow}")
             print(f"    {describe(limit.rules, per=f'descriptor [{limit.text}]')}")
+        print(RULES_FILE_PLACEMENT)
         return OK
     try:
         tree = to_tree(target)
@@ -86,7 +95,14 @@ def _check(args: argparse.Namespace) -> int:
         return INVALID
     print(tree)
     print(f"  {describe(tree)}")
+    print(f"  {placement(tree)}")
     return OK
+
+
+RULES_FILE_PLACEMENT = (
+    "on a Redis Cluster: one slot per domain (pinned: the service decides a request's "
+    "descriptors together, atomically)"
+)
 
 
 def _is_file(target: str) -> bool:
@@ -187,6 +203,7 @@ def _serve(args: argparse.Namespace) -> int:
         return FAILED
     env = dict(os.environ)
     flags = {"port": "PORT", "storage": "STORAGE", "rules_file": "RULES_FILE", "host": "HOST"}
+    flags |= {"spread": "SPREAD"}
     flags |= {"algorithm": "ALGORITHM", "workers": "WORKERS", "metrics_port": "METRICS_PORT"}
     flags |= {"tls_cert": "TLS_CERT", "tls_key": "TLS_KEY", "tls_client_ca": "TLS_CLIENT_CA"}
     for flag, name in flags.items():
@@ -236,6 +253,9 @@ def parser() -> argparse.ArgumentParser:
             default=default_algorithm(),
             help=ALGORITHM_HELP,
         )
+        command.add_argument(
+            "--spread", choices=tuple(SPREAD), default=default_spread(), help=SPREAD_HELP
+        )
         command.add_argument("--key", required=True, help="the limit's key")
         command.add_argument("rules", help="the limit's rules, such as 'user:5/m'")
         command.add_argument("values", nargs="*", help="selector values: name=value ...")
@@ -251,6 +271,9 @@ def parser() -> argparse.ArgumentParser:
         choices=ALGORITHMS,
         default=default_algorithm(),
         help=ALGORITHM_HELP + "; the rules set must suit it",
+    )
+    override.add_argument(
+        "--spread", choices=tuple(SPREAD), default=default_spread(), help=SPREAD_HELP
     )
     override.add_argument("--key", help="the limit's key (list: all keys without it)")
     override.add_argument("--ttl", type=float, help="seconds until it expires (set)")
@@ -270,6 +293,12 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--storage")
     serve.add_argument("--rules-file", dest="rules_file")
+    serve.add_argument(
+        "--spread",
+        choices=tuple(SPREAD),
+        help="as RATELIMIT_SPREAD (default auto): the spread setting of the service's "
+        "limiter; its own limits are always kept one slot per key",
+    )
     serve.add_argument(
         "--algorithm", choices=ALGORITHMS, help="as RATELIMIT_ALGORITHM (default sliding-log)"
     )
@@ -301,6 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "override" or any(word.startswith("-") for word in extra):
             top.error(f"unrecognized arguments: {' '.join(extra)}")
         args.words += extra
+    spread = getattr(args, "spread", None)
+    if spread is not None and spread.lower() not in SPREAD:  # from $RATELIMIT_SPREAD
+        top.error(f"RATELIMIT_SPREAD={spread!r}: use auto, on or off")
     if args.command == "check":
         return _check(args)
     if args.command in ("peek", "reset"):

@@ -11,7 +11,9 @@ from urllib.parse import urlsplit
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
+from ratelimit.backends.redis.client import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.urls import redacted, storage_url_problem
+from ratelimit.errors import ConfigurationError
 from ratelimit.limiter import RateLimit
 
 OK, REFUSED, USAGE, FAILED = 0, 1, 2, 3
@@ -21,6 +23,33 @@ ALGORITHM_HELP = (
     "the limiters' algorithm (default: $RATELIMIT_ALGORITHM, else the store's own: "
     "sliding-window on PostgreSQL, sliding-log elsewhere)"
 )
+
+
+SPREAD = {"auto": None, "on": True, "off": False}
+"""``--spread`` and ``RATELIMIT_SPREAD``: the ``spread`` setting they give."""
+SPREAD_HELP = (
+    "where a Redis store keeps each identifier of rules naming one selector: auto (the "
+    "library's default: its own slot on a Redis Cluster, redis+cluster://), on, or off "
+    "(one slot per key, as before spreading; also what rules chosen per call, rules "
+    "mixing selectors and the service's limits always use); the application's spread= "
+    "setting (default: $RATELIMIT_SPREAD, else auto; other stores never spread)"
+)
+
+
+def default_spread() -> str:
+    """``--spread``'s default: ``RATELIMIT_SPREAD``, else ``auto``."""
+    return os.environ.get("RATELIMIT_SPREAD", "").strip().lower() or "auto"
+
+
+def spread_of(text: str, named: str = "RATELIMIT_SPREAD") -> bool | None:
+    """The ``spread`` setting ``text`` (``auto``, ``on`` or ``off``) gives;
+    ``ConfigurationError`` naming ``named`` (where it came from) for another."""
+    if text.lower() not in SPREAD:
+        raise ConfigurationError(
+            f"{named}={text!r}: where a Redis store keeps each identifier is 'auto' (spread "
+            "on a Redis Cluster), 'on' or 'off'"
+        )
+    return SPREAD[text.lower()]
 
 
 def default_namespace() -> str:
@@ -107,9 +136,18 @@ def who(values: dict[str, str]) -> str:
 
 
 def limiter_of(args: argparse.Namespace, storage: str) -> RateLimit:
-    """The limiter a command works through: ``--namespace`` and the algorithm
-    (:func:`algorithm_of`) of ``args``, and ``on_error="raise"`` (a storage that fails is
-    reported, never guessed at)."""
+    """The limiter a command works through: ``--namespace``, ``--spread`` (on a Redis
+    store) and the algorithm (:func:`algorithm_of`) of ``args``, and ``on_error="raise"``
+    (a storage that fails is reported, never guessed at)."""
     return RateLimit.from_url(
-        storage, namespace=args.namespace, on_error="raise", algorithm=algorithm_of(args, storage)
+        storage,
+        namespace=args.namespace,
+        on_error="raise",
+        algorithm=algorithm_of(args, storage),
+        spread=spread_of(args.spread) if redis_storage(storage) else None,
     )
+
+
+def redis_storage(url: str) -> bool:
+    """Whether ``url`` opens a Redis store (the only stores that take ``spread``)."""
+    return urlsplit(url).scheme in REDIS_SCHEMES

@@ -28,6 +28,7 @@ module may raise these without an import loop); import both from ``ratelimit``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -93,12 +94,18 @@ class SelectorNotFoundError(RateLimitError, LookupError):
         )
 
 
+_VALUE = re.compile(r"=[^{}]*\}")
+"""A selector's value inside a spread hash tag (``{ns:key:apikey=<value>}``)."""
+
+
 class LockTimeoutError(RateLimitError, TimeoutError):
     """The command engine could not take its Redis lock within ``lock_timeout``.
 
-    The call was neither admitted nor counted. ``lock`` is the lock's Redis key,
-    ``waited`` the seconds spent trying, ``retry_after`` the seconds until the holder seen
-    last loses the lock by its ``lock_ttl`` (``None`` when not known).
+    The call was neither admitted nor counted. ``lock`` is the lock's Redis key (where
+    keys spread, one per selector value: the message, which is logged, shows ``=…``
+    instead of the value, an API key perhaps), ``waited`` the seconds spent trying,
+    ``retry_after`` the seconds until the holder seen last loses the lock by its
+    ``lock_ttl`` (``None`` when not known).
 
     Under ``on_error="raise"`` it reaches the caller; otherwise the failure policy turns it
     into a refusal (``Decision(allowed=False, degraded=True)``): lock contention never
@@ -110,7 +117,8 @@ class LockTimeoutError(RateLimitError, TimeoutError):
         self.waited = waited
         self.retry_after = retry_after
         super().__init__(
-            f"could not take lock {lock!r} within {waited:.3f} s; the call was not admitted "
+            f"could not take lock {_VALUE.sub('=…}', lock)!r} within {waited:.3f} s; the call "
+            "was not admitted "
             "(raise lock_timeout, or lower contention on this key)"
         )
 

@@ -12,13 +12,20 @@ A rule with a selector counts per value of it ("for one apikey"); one without co
 call of the key together ("for the whole key"). A group whose rules all count calls the same
 way says so once, at its end. ``per=`` names what a rule without a selector counts per
 instead (the service's rules file counts per descriptor).
+
+:func:`placement` says where a tree's counters live on a Redis Cluster (a store that
+spreads, :attr:`~ratelimit.plan.CompiledTree.spreads`): ``"user:5/m | user:100/h"`` reads
+``on a Redis Cluster: spread by user (each user's counters in a slot of their own)``, and
+``"apikey:100/h & 10/s"`` ``on a Redis Cluster: one slot for the whole key (pinned: it has
+a rule without a selector)``.
 """
 
 from __future__ import annotations
 
+from ratelimit.plan import compile_tree
 from ratelimit.rules import And, Node, Rule
 
-__all__ = ["describe"]
+__all__ = ["describe", "placement"]
 
 _UNITS = (("day", 86_400_000), ("hour", 3_600_000), ("minute", 60_000), ("second", 1_000))
 
@@ -37,6 +44,28 @@ def describe(node: Node, per: str | None = None) -> str:
         head, word = ("either", "or") if len(parts) == 2 else ("any of", "or")
         head = f"refused when {head}"
     return f"{head}: {', '.join(parts[:-1])}, {word} {parts[-1]}"
+
+
+def placement(node: Node) -> str:
+    """Where ``node``'s counters live on a Redis Cluster: spread by its one selector, or
+    one slot for the whole key, and why (a limit's rules chosen per call, the service's
+    limits and ``spread=False`` keep one slot whatever the tree)."""
+    compiled = compile_tree(node)
+    if compiled.spreads:
+        name = compiled.selectors[0]
+        return (
+            f"on a Redis Cluster: spread by {name} (each {name}'s counters in a slot of their own)"
+        )
+    names = list(dict.fromkeys(s.partition("#")[0] for s in compiled.selectors))
+    if len(names) > 1:
+        why = f"it mixes {', '.join(names[:-1])} and {names[-1]}"
+    elif not names:
+        why = "no rule names a selector"
+    elif any(rule.selector is None for rule in compiled.rules):
+        why = "it has a rule without a selector"
+    else:
+        why = f"it names {names[0]} twice with separate values"
+    return f"on a Redis Cluster: one slot for the whole key (pinned: {why})"
 
 
 def span(ms: int) -> str:

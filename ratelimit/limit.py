@@ -18,6 +18,7 @@ from ratelimit.direct import PlanOf, Values, admission, direct_path
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.lowered import refusing
 from ratelimit.overrides import Override, OverrideCache
+from ratelimit.overriding import override_rules
 from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import Rule, to_tree
@@ -136,7 +137,9 @@ class Limit:
                     named.setdefault(*chosen)
                 found = overrides.match(key, named)
                 if found is not None:
-                    overridden = await self._overridden(overrides, found, key, call, cost, named)
+                    overridden = await self._overridden(
+                        overrides, found, key, call, cost, named, compiled
+                    )
                     if overridden is not None:
                         return overridden
         if cost is None and self._cost.fixed:  # most calls: no coroutine for the cost
@@ -192,14 +195,16 @@ class Limit:
         call: CallSite | None,
         cost: CostValue | None,
         named: dict[str, str | None],
+        limit: CompiledTree,
     ) -> tuple[CallKey, bool | Rule] | None:
         """The call under ``found``, the override in force for its values (``named``), and
         ``True``; ``None`` for the limit's own rules when it cannot apply to the call (a
         selector it names that this limit cannot resolve, a cost its rules cannot count:
         logged). A cost above what its rules admit at once comes with the rule that
-        refuses it (:mod:`ratelimit.lowered`)."""
+        refuses it (:mod:`ratelimit.lowered`). Its rules keep each identifier where the
+        limit's own (``limit``) do (:func:`~ratelimit.overriding.override_rules`)."""
         try:
-            tree = found.compiled
+            tree = override_rules(found, key, limit, overrides.warn)
             missing = [s for s in tree.selectors if s not in named]
             if missing:
                 more = await resolve(missing, self._registered(key).sources, key, call)

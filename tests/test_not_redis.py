@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import RateLimit, RedisScriptBackend
+from ratelimit.backends.base import Push
 from ratelimit.errors import BackendError
 from ratelimit.plan import Identifier
 from tests.redis_server import (
@@ -156,7 +157,7 @@ async def test_a_sync_reply_not_redis_fails_its_own_push_only() -> None:
         return replies
 
     backend._pipeline.send = send  # type: ignore[method-assign]
-    pushes = [(Identifier("ns", "k", "user", u), [(1_000_000, 5, 1.0)]) for u in "ab"]
+    pushes = [Push(Identifier("ns", "k", "user", u), [(1_000_000, 5, 1.0)]) for u in "ab"]
     server_now, totals = await backend.sync_counters(pushes)
     assert len(totals) == 2
     assert isinstance(totals[0], BackendError)

@@ -143,3 +143,16 @@ def test_memory_takes_no_spread_setting() -> None:
 
     with pytest.raises(TypeError, match="spread=True apply to a Redis client"):
         RateLimit.from_url("memory://", spread=True)
+
+
+def test_a_lock_timeout_logs_no_selector_value() -> None:
+    """A spread lock is named by the caller's value (an API key, perhaps): the message,
+    which the failure policy logs, leaves it out; the attribute keeps the whole key."""
+    from ratelimit.errors import LockTimeoutError
+
+    lock = lock_key(spread_tag(Identifier("shop", "search", "apikey", "sk_live_123")))
+    error = LockTimeoutError(lock, 0.1)
+    assert "sk_live_123" not in str(error)
+    assert "'rl:{shop:search:apikey=…}:lock'" in str(error)
+    assert error.lock == lock
+    assert "'rl:{shop:search}:lock'" in str(LockTimeoutError(lock_key(tag("shop", "search")), 1))

@@ -134,7 +134,7 @@ class HTTPLimit:
     ) -> Decision:
         """The decision under ``found``'s rules, whose selectors this route's sources (or
         ``ip``, the client's address) give; ``ConfigurationError`` where they cannot."""
-        tree = found.compiled
+        tree = limiter.overrides.rules_of(found, key, self.compiled)
         named = dict(zip(self.compiled.selectors, values, strict=True))
         missing = tuple(name for name in tree.selectors if name not in named)
         if missing:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeGuard, runtime_checkable
+from typing import NamedTuple, Protocol, TypeGuard, runtime_checkable
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.decision import Decision
@@ -99,8 +99,19 @@ class SlotStore(Protocol):
         ...
 
 
-Push = tuple[Identifier, Sequence[tuple[int, int, float]]]
-"""One identifier's local diffs for ``sync_counters``: (window size us, window index, diff)."""
+class Push(NamedTuple):
+    """One identifier's local diffs for ``sync_counters``."""
+
+    identifier: Identifier
+    entries: Sequence[tuple[int, int, float]]
+    """(window size us, window index, diff)."""
+    spreads: bool = False
+    """Whether the tree that counted on it spreads
+    (:attr:`~ratelimit.plan.CompiledTree.spreads`): a store that keeps each such
+    identifier apart (a Redis engine with ``spread``) writes it where that tree's
+    decisions would; other stores ignore it."""
+
+
 Totals = dict[int, dict[int, float]]
 """One identifier's totals from ``sync_counters``: per window size, per window index, count."""
 

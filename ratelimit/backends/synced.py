@@ -54,13 +54,16 @@ logger = logging.getLogger("ratelimit")
 
 class _Local:
     """One (identifier, window size): totals fetched at the last sync, hits sent by a sync
-    whose reply has not landed yet, and hits since."""
+    whose reply has not landed yet, and hits since. ``spreads``: whether the tree of the
+    plan that made it spreads (a store that spreads syncs it where that tree's decisions
+    keep it: :class:`~ratelimit.backends.base.Push`)."""
 
-    __slots__ = ("diff", "identifier", "in_flight", "size", "synced", "used_us")
+    __slots__ = ("diff", "identifier", "in_flight", "size", "spreads", "synced", "used_us")
 
-    def __init__(self, identifier: Identifier, size: int) -> None:
+    def __init__(self, identifier: Identifier, size: int, spreads: bool = False) -> None:
         self.identifier = identifier
         self.size = size
+        self.spreads = spreads
         self.synced: dict[int, float] = {}
         self.in_flight: dict[int, float] = {}
         self.diff: dict[int, float] = {}
@@ -196,7 +199,9 @@ class SyncedBackend:
         for i, (names, found) in enumerate(zip(window_names(plan), entries, strict=True)):
             for w, local in enumerate(found):
                 if local is None:
-                    local = known[names[w]] = _Local(plan.identifiers[i], plan.windows[i][w])
+                    local = known[names[w]] = _Local(
+                        plan.identifiers[i], plan.windows[i][w], plan.compiled.spreads
+                    )
                 local.used_us = now
                 if decision.allowed and plan.record:
                     local.add(now // local.size, plan.identifier_cost(i))
@@ -214,7 +219,7 @@ class SyncedBackend:
         counts = [(local.count(index), local.count(index - 1)) if local else (0.0, 0.0)]
         decision = evaluate(plan, now, counts)
         if local is None:
-            local = self._locals[name] = _Local(plan.identifiers[0], size)
+            local = self._locals[name] = _Local(plan.identifiers[0], size, plan.compiled.spreads)
         local.used_us = now
         if decision.allowed and plan.record:
             local.add(index, plan.cost)
@@ -245,7 +250,9 @@ class SyncedBackend:
                         local.add(at, -min(-delta, local.count(at)))
                     continue
                 if local is None:
-                    local = self._locals[name] = _Local(plan.identifiers[k], size)
+                    local = self._locals[name] = _Local(
+                        plan.identifiers[k], size, plan.compiled.spreads
+                    )
                 local.used_us = now
                 local.add(now // size, delta)
 
@@ -316,22 +323,24 @@ class SyncedBackend:
         include them), so hits made while a sync is in flight are never out of sight."""
         with self._lock:
             now = self._now()
-            taken: dict[Identifier, list[tuple[_Local, dict[int, float]]]] = {}
+            # per identifier and layout: one push each (one identifier's sizes share one)
+            taken: dict[tuple[Identifier, bool], list[tuple[_Local, dict[int, float]]]] = {}
             for name, local in list(self._locals.items()):
                 idle = not local.diff and not local.in_flight
                 if idle and now - local.used_us > 2 * local.size:
                     del self._locals[name]  # unused for two windows: forget it
                     continue
-                taken.setdefault(local.identifier, []).append((local, local.send()))
+                by = (local.identifier, local.spreads)
+                taken.setdefault(by, []).append((local, local.send()))
         if not taken:
             return
         pushes: list[Push] = []
-        for identifier, sizes in taken.items():
+        for (identifier, spreads), sizes in taken.items():
             entries = []
             for local, sent in sizes:  # every size is named, so every size gets its totals
                 size = local.size
                 entries += [(size, i, d) for i, d in sent.items()] or [(size, now // size, 0.0)]
-            pushes.append((identifier, entries))
+            pushes.append(Push(identifier, entries, spreads))
         sent_us = time.time_ns() // 1000
         try:
             server_now, results = await self.remote.sync_counters(pushes)
@@ -339,7 +348,7 @@ class SyncedBackend:
             self._landed(taken.values(), None)
             raise
         received_us = time.time_ns() // 1000
-        for (identifier, sizes), result in zip(taken.items(), results, strict=True):
+        for ((identifier, _), sizes), result in zip(taken.items(), results, strict=True):
             if isinstance(result, Exception):
                 logger.warning("ratelimit: sync of %r failed, retrying: %s", identifier, result)
                 self._landed([sizes], None)

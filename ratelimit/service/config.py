@@ -37,7 +37,11 @@ start, and a bad one stops the service with a message naming the variable.
   ``RateLimit-Policy``, ``RateLimit`` and (when ``OVER_LIMIT``) ``Retry-After`` in
   ``response_headers_to_add``, which Envoy adds to its client's response
   (:mod:`ratelimit.service.envoy_headers`); ``off`` for none (also ``true``/``false``,
-  ``1``/``0``).
+  ``1``/``0``);
+- ``RATELIMIT_SPREAD``, default ``auto``: the limiter's ``spread`` setting on a Redis
+  store (``on``/``off``; other stores ignore it). The service's own limits are kept one
+  slot per key whatever it says (:mod:`ratelimit.service.handlers`); it is for what the
+  service shares a store with.
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ import importlib.util
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
+from ratelimit.backends.redis.client import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.urls import redacted, storage_url_problem
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
 from ratelimit.rules import to_tree
@@ -93,6 +99,11 @@ class ServiceConfig:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     response_headers: bool = True
+    spread: bool | None = None
+
+    def store_spread(self) -> bool | None:
+        """``spread`` for ``RateLimit.from_url``: ``None`` (the default) but on a Redis store."""
+        return self.spread if urlsplit(self.storage).scheme in REDIS_SCHEMES else None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
@@ -185,6 +196,14 @@ class ServiceConfig:
                     "or 'off' (or true/false, 1/0)"
                 )
             values["response_headers"] = SWITCH[text.lower()]
+        if found := read("RATELIMIT_SPREAD"):
+            variable, text = found
+            if text.lower() != "auto" and text.lower() not in SWITCH:
+                raise ConfigurationError(
+                    f"{variable}={text!r}: where a Redis store keeps each identifier is "
+                    "'auto' (spread on a Redis Cluster), 'on' or 'off'"
+                )
+            values["spread"] = SWITCH.get(text.lower())
         values.update(tls_files(env))
         config = cls(**values)  # type: ignore[arg-type]
         if config.workers > 1 and config.storage.startswith("memory://"):

@@ -4,9 +4,11 @@ gRPC servicers in :mod:`ratelimit.service.server` only translate errors):
 - ratio's ``RateLimit(owner, resource)``: ``RATELIMIT_RULES`` decided for that pair;
 - Envoy's RLS v3 ``ShouldRateLimit``: each descriptor mapped to its rules by the rules file,
   every enforced descriptor of one request decided together in one atomic decision (one
-  script on Redis), shadow descriptors in a second one that never refuses; the answer
-  carries the ``RateLimit`` headers Envoy passes on to its client
-  (:mod:`ratelimit.service.envoy_headers`).
+  script on Redis: every tree decided here is compiled pinned, so that a descriptor's
+  counters stay in its domain's one Redis Cluster slot whichever descriptors came with
+  it, and ratio's key in one slot whatever override applies), shadow descriptors in a
+  second one that never refuses; the answer carries the ``RateLimit`` headers Envoy
+  passes on to its client (:mod:`ratelimit.service.envoy_headers`).
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def ratio_tree(text: str, algorithm: str = SLIDING_LOG) -> CompiledTree:
     return compile_tree(
         map_rules(
             tree, lambda rule: rule if rule.selector else dataclasses.replace(rule, selector=PAIR)
-        )
+        ),
+        pinned=True,  # an override may name other selectors: one layout for the key
     )
 
 
@@ -242,7 +245,7 @@ class Handlers:
         as they are (asked without counting), the rules below the cost exhausted until
         their window has passed; the refusal, for ``Retry-After`` (``None``: shadow)."""
         n, limit, value, cost = item
-        compiled = compile_tree(limit.tree)
+        compiled = compile_tree(limit.tree, pinned=True)
         peek = await self.limiter.decide(
             compiled,
             f"envoy/{domain}",
@@ -340,7 +343,8 @@ class Handlers:
             own = selector == limit.selector
             trees.append(limit.tree if own else per_selector(limit.rules, selector))
             costs += [cost] * len(compile_tree(limit.rules).rules)
-        compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees))
+        # pinned: a descriptor's counters stay in the domain's slot whichever came with it
+        compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees), pinned=True)
         per_leaf = costs[0] if len(set(costs)) == 1 else tuple(costs)
         key, selected = f"envoy/{domain}", tuple(values[s] for s in compiled.selectors)
         try:  # the others were checked before anything was counted (_lowered)

@@ -198,6 +198,7 @@ class Service:
                 timeout=config.timeout,
                 lock_ttl=max(10.0, 2 * config.timeout),  # outlives the work it guards
                 hooks=hooks,
+                spread=config.store_spread(),
             )
         self.handlers = Handlers(
             self.limiter,

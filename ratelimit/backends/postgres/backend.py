@@ -337,7 +337,7 @@ class PostgresBackend(PostgresOverrides):
         indexes: list[int] = []
         diffs: list[float] = []
         first: list[int] = []  # per push, its first entry (1-based)
-        for identifier, entries in pushes:
+        for identifier, entries, _ in pushes:  # one layout: whether it spreads is moot
             first.append(len(keys) + 1)
             for size, index, diff in entries:
                 keys.append(identifier_key(identifier))

@@ -22,17 +22,26 @@ from ratelimit.settings import check_spread
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
-SCHEMES = ("redis", "rediss", "unix", SENTINEL_SCHEME)
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+"""Storage URLs of a Redis Cluster (any one node's address: the client finds the others),
+and the scheme each is for one server (TLS: ``rediss+cluster``)."""
+
+SCHEMES = ("redis", "rediss", "unix", SENTINEL_SCHEME, *CLUSTER_SCHEMES)
 """The storage URLs that open a client for the Redis engines (:func:`client_from_url`;
-``redis+sentinel``: the primary found through Sentinel). The engines declare these as
-their ``schemes``."""
+``redis+sentinel``: the primary found through Sentinel; ``redis+cluster``: a
+``RedisCluster``). The engines declare these as their ``schemes``."""
 
 
-def client_from_url(url: str, **options: Any) -> aioredis.Redis:
+def client_from_url(url: str, **options: Any) -> RedisClient:
     """A redis-py asyncio client for ``url``; ``options`` go to ``redis.asyncio.from_url``,
-    or for ``redis+sentinel://`` to ``Sentinel.master_for`` (:func:`sentinel_client`)."""
-    if urlsplit(url).scheme == SENTINEL_SCHEME:
+    for ``redis+sentinel://`` to ``Sentinel.master_for`` (:func:`sentinel_client`), for
+    ``redis+cluster://host:port`` (and ``rediss+cluster://``) to ``RedisCluster.from_url``
+    (with the URL's plain scheme: the cluster's nodes are found from that one)."""
+    scheme = urlsplit(url).scheme
+    if scheme == SENTINEL_SCHEME:
         return sentinel_client(url, **options)
+    if scheme in CLUSTER_SCHEMES:
+        return RedisCluster.from_url(_plain(url), **options)
     client: aioredis.Redis = aioredis.from_url(url, **options)
     return client
 
@@ -40,10 +49,25 @@ def client_from_url(url: str, **options: Any) -> aioredis.Redis:
 def check_redis_url(url: str) -> None:
     """Parse ``url`` as :func:`client_from_url` would, opening nothing: ``ValueError`` (or
     ``ConfigurationError``) saying what is wrong."""
-    if urlsplit(url).scheme == SENTINEL_SCHEME:
+    scheme = urlsplit(url).scheme
+    if scheme == SENTINEL_SCHEME:
         SentinelURL(url)
+    elif scheme in CLUSTER_SCHEMES:
+        parsed = parse_url(_plain(url))
+        if not parsed.get("host"):
+            raise ConfigurationError(f"{scheme}:// names one node of the cluster: host[:port]")
+        if parsed.get("db"):
+            raise ConfigurationError(
+                f"a Redis Cluster has database 0 only, not {parsed['db']} ({scheme}://host:port)"
+            )
     else:
         parse_url(url)
+
+
+def _plain(url: str) -> str:
+    """A cluster URL with the scheme of one server (``redis+cluster:`` -> ``redis:``)."""
+    scheme, _, rest = url.partition(":")
+    return f"{CLUSTER_SCHEMES[scheme]}:{rest}"
 
 
 async def close_client(client: Any) -> None:

@@ -33,8 +33,8 @@ from ratelimit.backends.redis import command_slots
 from ratelimit.backends.redis.keys import (
     arrival_keys,
     counter_key,
-    identifier_key,
     kept_key,
+    name_of,
     slot_fields,
     window_fields,
 )
@@ -59,8 +59,9 @@ class Engine(command_slots.Engine, Protocol):
 async def decide_logs(engine: Engine, plan: Plan, may_write: bool = True) -> Decision:
     """Sliding log: the same lists as ``sliding_log.lua``; deep logs are read past their head
     only when a rule must look that far."""
-    keys = [identifier_key(identifier) for identifier in plan.identifiers]
-    kept_keys = [kept_key(identifier) for identifier in plan.identifiers]
+    spread = engine.spread and plan.compiled.spreads
+    keys = [name_of(identifier, spread) for identifier in plan.identifiers]
+    kept_keys = [kept_key(identifier, spread) for identifier in plan.identifiers]
     limits = limits_per_identifier(plan)
     rules = plan.compiled.rules
     deep = [
@@ -129,7 +130,8 @@ async def decide_logs(engine: Engine, plan: Plan, may_write: bool = True) -> Dec
 
 async def decide_windows(engine: Engine, plan: Plan, may_write: bool = True) -> Decision:
     """Sliding or fixed window: the same counters as ``window_counters.lua``."""
-    keys = [counter_key(identifier) for identifier in plan.identifiers]
+    spread = engine.spread and plan.compiled.spreads
+    keys = [counter_key(identifier, spread) for identifier in plan.identifiers]
     sizes = plan.windows
 
     def fill(read: Any) -> None:
@@ -179,7 +181,7 @@ async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) ->
     leaf reading it rescaled to its own count; admitted, it is written as
     :func:`~ratelimit.algorithms.gcra_shared_next` pushes it; refused, a key read under
     another count is written as read, as the script does."""
-    keys = arrival_keys(plan)
+    keys = arrival_keys(plan, engine.spread and plan.compiled.spreads)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
     replies = await engine._read(functools.partial(get_each, keys))
     now = await engine._now(replies, keys[0])

@@ -1,7 +1,10 @@
 """The Redis backend's command engine (``use_scripts=False``): plain commands, no Lua at all.
 
 For Redis-compatible servers and proxies that refuse scripts. Per decision, under a lock per
-(namespace, key) (see :mod:`ratelimit.backends.redis.lock`) unless ``disable_locks``:
+(namespace, key) (see :mod:`ratelimit.backends.redis.lock`) unless ``disable_locks``; where
+the keys spread (``spread`` and a tree that spreads: :mod:`~ratelimit.backends.redis.keys`),
+a lock per identifier's value instead, beside its keys, so that two values of one limit never
+wait on each other:
 
 1. one pipeline reads ``TIME``, the newest entries of every log (up to 64, ``LRANGE``), their
    ``PTTL``, the largest count kept on each (its ``:n`` companion), and ``LINDEX count-1``
@@ -51,12 +54,13 @@ from ratelimit.backends.redis.keys import (
     counter_key,
     lock_key,
     plan_keys,
+    prefix_of,
     slot_fields,
-    tag,
     window_fields,
 )
 from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.backends.redis.lock_tasks import SETTLE_TIMEOUT, Blocking, settle
+from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.overrides import RedisOverrides
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
@@ -122,6 +126,7 @@ class RedisCommandBackend(RedisOverrides):
         self.spread = spreads_on(client, spread)
         """Whether identifiers of trees that spread get hash tags of their own
         (:mod:`~ratelimit.backends.redis.keys`)."""
+        self._layout = LayoutCheck(client) if self.spread else None  # warns of old counters
         self._closed = False
         self._loop = LoopBinding()
         self._gate = ConnectionGate(client)  # never more commands at once than connections
@@ -129,10 +134,12 @@ class RedisCommandBackend(RedisOverrides):
         self._locks: weakref.WeakValueDictionary[str, RedisLock] = weakref.WeakValueDictionary()
         self._lock_tasks: set[asyncio.Future[Any]] = set()  # what the locks run apart
 
-    def lock(self, namespace: str, key: str) -> RedisLock:
-        """The lock guarding every identifier of one (namespace, key): one object per key
-        while this process uses it, so that its callers queue in the process."""
-        name = lock_key(tag(namespace, key))
+    def lock(self, prefix: str) -> RedisLock:
+        """The lock guarding the keys under ``prefix`` (:func:`~.keys.prefix_of`: every
+        identifier of one (namespace, key), or of one value where the keys spread): one
+        object per lock while this process uses it, so that its callers queue in the
+        process."""
+        name = lock_key(prefix)
         lock = self._locks.get(name)
         if lock is None:
             lock = self._locks[name] = RedisLock(
@@ -151,9 +158,10 @@ class RedisCommandBackend(RedisOverrides):
     async def decide(self, plan: Plan) -> Decision:
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        if self._layout is not None:
+            self._layout.saw(plan)
         return await self._guarded(
-            plan.namespace,
-            plan.key,
+            self._prefix(plan),
             lambda: self._decide(plan),
             f"decide key {plan.key!r}",
             refuse_only=lambda: self._decide(plan, may_write=False),
@@ -166,24 +174,32 @@ class RedisCommandBackend(RedisOverrides):
                 raise LimiterClosedError("this Redis backend")
             return
         await self._guarded(
-            plan.namespace,
-            plan.key,
+            self._prefix(plan),
             lambda: command_settles.BY_ALGORITHM[plan.algorithm.name](self, settlement),
             f"settle key {plan.key!r}",
         )
 
+    def _prefix(self, plan: Plan) -> str:
+        """The hash tag of ``plan``'s keys, which its lock carries (:func:`~.keys.prefix_of`)."""
+        spread = self.spread and plan.compiled.spreads
+        return prefix_of(plan.namespace, plan.key, plan.identifiers, spread)
+
+    def _claim_prefix(self, claim: SlotClaim) -> str:
+        """The hash tag of ``claim``'s keys, which its lock carries."""
+        spread = self.spread and claim.spreads
+        return prefix_of(claim.namespace, claim.key, claim.identifiers, spread)
+
     async def _guarded(
         self,
-        namespace: str,
-        key: str,
+        prefix: str,
         work: Callable[[], Awaitable[T]],
         what: str,
         refuse_only: Callable[[], Awaitable[T]] | None = None,
         always_lock: bool = False,
     ) -> T:
-        """Run ``work`` under the lock of (namespace, key) unless ``disable_locks`` (and
-        not ``always_lock``: concurrency slots are a hard cap, never overshot), with
-        Redis errors raised as ``BackendError``.
+        """Run ``work`` under the lock of the keys under ``prefix`` (:meth:`lock`) unless
+        ``disable_locks`` (and not ``always_lock``: concurrency slots are a hard cap, never
+        overshot), with Redis errors raised as ``BackendError``.
 
         Each step is sent once; redis-py's own retry (the client's ``retry=``) may resend a
         command after a dropped connection, so a hit can then count twice (refusing sooner,
@@ -197,7 +213,7 @@ class RedisCommandBackend(RedisOverrides):
         # A LockTimeoutError is contention, not an outage: replied() lets it through.
         async with replied(self._close_idle, f"to {what}", self.timeout):
             try:
-                return await self._once(namespace, key, work, always_lock)
+                return await self._once(prefix, work, always_lock)
             except OutOfMemoryError:
                 if refuse_only is None:
                     raise
@@ -207,21 +223,18 @@ class RedisCommandBackend(RedisOverrides):
     async def _close_idle(self) -> None:
         await close_idle(self.client)
 
-    async def _once(
-        self, namespace: str, key: str, work: Callable[[], Awaitable[T]], locked: bool = False
-    ) -> T:
+    async def _once(self, prefix: str, work: Callable[[], Awaitable[T]], locked: bool = False) -> T:
         if self.disable_locks and not locked:
             async with self._gate.slot():  # waiting for a connection is not an outage
                 async with asyncio.timeout(self.timeout):
                     return await work()
-        async with self.lock(namespace, key).held(), self._gate.slot():
+        async with self.lock(prefix).held(), self._gate.slot():
             async with asyncio.timeout(self.timeout):  # the lock's wait is not an outage
                 return await work()
 
     async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
         return await self._guarded(
-            claim.namespace,
-            claim.key,
+            self._claim_prefix(claim),
             lambda: command_slots.acquire(self, claim),
             "take a slot",
             always_lock=True,
@@ -229,8 +242,7 @@ class RedisCommandBackend(RedisOverrides):
 
     async def renew_slots(self, claim: SlotClaim) -> bool:
         return await self._guarded(
-            claim.namespace,
-            claim.key,
+            self._claim_prefix(claim),
             lambda: command_slots.renew(self, claim),
             "renew a slot",
             always_lock=True,
@@ -238,25 +250,24 @@ class RedisCommandBackend(RedisOverrides):
 
     async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
         await self._guarded(
-            claim.namespace,
-            claim.key,
+            self._claim_prefix(claim),
             lambda: command_slots.release(self, claim, revoke),
             "give a slot back",
             always_lock=True,
         )
 
     async def reset(self, plan: Plan) -> None:
-        keys = plan_keys(plan)
+        keys = plan_keys(plan, self.spread and plan.compiled.spreads)
         if keys:
             await self._guarded(
-                plan.namespace, plan.key, lambda: command_settles.reset(self, plan, keys), "reset"
+                self._prefix(plan), lambda: command_settles.reset(self, plan, keys), "reset"
             )
 
     async def update_counter(self, update: CounterUpdate) -> float:
         identifier = update.identifier
+        # a counter of no selector: pinned whatever ``spread`` says (one lock per key)
         return await self._guarded(
-            identifier.namespace,
-            identifier.key,
+            prefix_of(identifier.namespace, identifier.key, (identifier,)),
             lambda: self._update_counter(update),
             f"update counter {identifier.key!r}",
         )
@@ -338,6 +349,8 @@ class RedisCommandBackend(RedisOverrides):
         if self._closed:
             return
         self._closed = True
+        if self._layout is not None:
+            self._layout.cancel()
         if self._loop.loop is not None and self._loop.loop is not asyncio.get_running_loop():
             self._bind()
         # give-backs of locks whose callers left finish first; nothing is left pending

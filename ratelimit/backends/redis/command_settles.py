@@ -36,8 +36,8 @@ from ratelimit.backends.redis.command_decisions import (
 from ratelimit.backends.redis.keys import (
     arrival_keys,
     counter_key,
-    identifier_key,
     kept_key,
+    name_of,
     reset_key,
     slot_fields,
     window_fields,
@@ -49,8 +49,9 @@ from ratelimit.settling import Settlement, held_arrival
 async def settle_logs(engine: Engine, settlement: Settlement) -> None:
     """Sliding log: the whole list read, settled, and written back in one ``MULTI``."""
     plan = settlement.plan
-    keys = [identifier_key(identifier) for identifier in plan.identifiers]
-    kept_keys = [kept_key(identifier) for identifier in plan.identifiers]
+    spread = engine.spread and plan.compiled.spreads
+    keys = [name_of(identifier, spread) for identifier in plan.identifiers]
+    kept_keys = [kept_key(identifier, spread) for identifier in plan.identifiers]
 
     def fill(read: Any) -> None:
         for key, kept in zip(keys, kept_keys, strict=True):
@@ -58,7 +59,7 @@ async def settle_logs(engine: Engine, settlement: Settlement) -> None:
             read.pttl(key)
             read.get(kept)
         for identifier in plan.identifiers:
-            read.get(reset_key(identifier))
+            read.get(reset_key(identifier, spread))
 
     replies = await engine._read(fill)
     now = await engine._now(replies, keys[0])
@@ -101,7 +102,8 @@ async def settle_windows(engine: Engine, settlement: Settlement) -> None:
             todo.setdefault((k, rule.span_ms * US_PER_MS), delta)
     if not todo:
         return
-    keys = [counter_key(identifier) for identifier in plan.identifiers]
+    spread = engine.spread and plan.compiled.spreads
+    keys = [counter_key(identifier, spread) for identifier in plan.identifiers]
 
     def fill(read: Any) -> None:
         for k, size in todo:
@@ -109,7 +111,7 @@ async def settle_windows(engine: Engine, settlement: Settlement) -> None:
         for k, _size in todo:
             read.pttl(keys[k])
         for k, _size in todo:
-            read.get(reset_key(plan.identifiers[k]))
+            read.get(reset_key(plan.identifiers[k], spread))
 
     replies = await engine._read(fill)
     now = await engine._now(replies, keys[0])
@@ -142,9 +144,10 @@ async def settle_windows(engine: Engine, settlement: Settlement) -> None:
 async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
     """GCRA: each arrival time read, settled and written as the script does."""
     plan = settlement.plan
-    keys = arrival_keys(plan)
+    spread = engine.spread and plan.compiled.spreads
+    keys = arrival_keys(plan, spread)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-    marks = [reset_key(plan.identifiers[i]) for i, _, _ in times]
+    marks = [reset_key(plan.identifiers[i], spread) for i, _, _ in times]
     replies = await engine._read(functools.partial(get_each, keys + marks))
     now = await engine._now(replies, keys[0])
     write = engine.client.pipeline(transaction=True)
@@ -175,10 +178,11 @@ def reset_since(mark: bytes | str | None, at_us: int) -> bool:
 
 
 async def reset(engine: Engine, plan: Plan, keys: list[str]) -> None:
-    """Delete ``keys`` (a plan's, for ``reset()``) and mark each identifier reset at now,
-    in one ``MULTI``, as ``reset.lua`` does on the script engine: each mark kept as long as
-    the longest of what it forgot (and an earlier mark) would have been."""
-    marks = [reset_key(identifier) for identifier in plan.identifiers]
+    """Delete ``keys`` (a plan's, for ``reset()``, in its layout) and mark each identifier
+    reset at now, in one ``MULTI``, as ``reset.lua`` does on the script engine: each mark
+    kept as long as the longest of what it forgot (and an earlier mark) would have been."""
+    spread = engine.spread and plan.compiled.spreads
+    marks = [reset_key(identifier, spread) for identifier in plan.identifiers]
 
     def fill(read: Any) -> None:
         for key in keys + marks:
@@ -189,8 +193,8 @@ async def reset(engine: Engine, plan: Plan, keys: list[str]) -> None:
     keep_ms = max(reset_keep_ms(plan, injected=engine.clock is not None), *map(int, replies))
     write = engine.client.pipeline(transaction=True)
     write.delete(*keys)
-    for identifier in plan.identifiers:
-        write.set(reset_key(identifier), now, px=keep_ms)
+    for mark in marks:
+        write.set(mark, now, px=keep_ms)
     await write.execute()
 
 

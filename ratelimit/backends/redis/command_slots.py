@@ -1,10 +1,12 @@
 """Concurrency slots on the command engine (``use_scripts=False``): ``slots.lua``'s take,
 renew and give-back in plain commands, each run by the engine under its lock.
 
-The same keys as the script: a sorted set per identifier (holders' tokens scored by when
-their lease ends) and, for a claim given back with ``revoke``, a mark that a take of that
-token arriving later respects (it takes nothing) until the lease has passed. The lock
-orders these steps; the script engine's atomic script does the same on its own.
+The same keys as the script, in the same layout (spread where the engine's ``spread`` and
+the claim's :attr:`~ratelimit.slots.SlotClaim.spreads` say so): a sorted set per identifier
+(holders' tokens scored by when their lease ends) and, for a claim given back with
+``revoke``, a mark that a take of that token arriving later respects (it takes nothing)
+until the lease has passed. The lock orders these steps; the script engine's atomic script
+does the same on its own.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class Engine(Protocol):
     (:class:`~ratelimit.backends.redis.command_engine.RedisCommandBackend`)."""
 
     client: RedisClient
+    spread: bool
+    """Whether keys of trees (and claims) that spread get hash tags of their own."""
 
     async def _read(self, fill: Callable[[Any], None]) -> list[Any]: ...
 
@@ -31,8 +35,11 @@ class Engine(Protocol):
 
 async def acquire(engine: Engine, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
     """Read every holder (and the claim's revocation mark), then write."""
-    keys = [slots_key(i) for i in claim.identifiers]
-    revoked = revoked_key(prefix_of(claim.namespace, claim.key, claim.identifiers), claim.token)
+    spread = engine.spread and claim.spreads
+    keys = [slots_key(i, spread) for i in claim.identifiers]
+    revoked = revoked_key(
+        prefix_of(claim.namespace, claim.key, claim.identifiers, spread), claim.token
+    )
 
     def fill(read: Any) -> None:
         for key in keys:
@@ -57,7 +64,7 @@ async def acquire(engine: Engine, claim: SlotClaim) -> tuple[bool, tuple[int, ..
 
 
 async def renew(engine: Engine, claim: SlotClaim) -> bool:
-    keys = [slots_key(i) for i in claim.identifiers]
+    keys = [slots_key(i, engine.spread and claim.spreads) for i in claim.identifiers]
 
     def fill(read: Any) -> None:
         for key in keys:
@@ -78,11 +85,12 @@ async def renew(engine: Engine, claim: SlotClaim) -> bool:
 
 
 async def release(engine: Engine, claim: SlotClaim, revoke: bool) -> None:
+    spread = engine.spread and claim.spreads
     write = engine.client.pipeline(transaction=True)
     for identifier in claim.identifiers:
-        write.zrem(slots_key(identifier), claim.token)
+        write.zrem(slots_key(identifier, spread), claim.token)
     if revoke:
         ms = math.ceil(claim.lease_us / 1000)
-        prefix = prefix_of(claim.namespace, claim.key, claim.identifiers)
+        prefix = prefix_of(claim.namespace, claim.key, claim.identifiers, spread)
         write.set(revoked_key(prefix, claim.token), 1, px=ms)
     await write.execute()

@@ -49,6 +49,7 @@ from ratelimit.backends.redis.keys import (
     revoked_key,
     slots_key,
 )
+from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.overrides import RedisOverrides
 from ratelimit.backends.redis.pipeline import (
     MAX_ALONE,
@@ -64,6 +65,7 @@ from ratelimit.backends.redis.scripts import (
     lua,
     plan_command,
     settle_command,
+    spread_command_of,
 )
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError, LimiterClosedError
@@ -127,7 +129,12 @@ class RedisScriptBackend(RedisOverrides):
         self.timeout = timeout
         self.spread = spreads_on(client, spread)
         """Whether identifiers of trees that spread get hash tags of their own
-        (:mod:`~ratelimit.backends.redis.keys`)."""
+        (:mod:`~ratelimit.backends.redis.keys`): a decision's keys are spread where
+        ``spread and plan.compiled.spreads``, a claim's where ``spread and claim.spreads``."""
+        self._layout = LayoutCheck(client) if self.spread else None  # warns of old counters
+        self._command_of = spread_command_of if self.spread else command_of
+        # chosen once: a decision pays nothing for the layout (a plan whose tree does not
+        # spread is pinned by either cache)
         self._owns_client = owns_client
         self._pipeline = pipeline_for(
             client,
@@ -151,7 +158,12 @@ class RedisScriptBackend(RedisOverrides):
             self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
-        command = command_of(plan) if self.clock is None else plan_command(plan, self.clock)
+        if self._layout is not None:
+            self._layout.saw(plan)
+        if self.clock is None:
+            command = self._command_of(plan)
+        else:
+            command = plan_command(plan, self.clock, self.spread)
         pipeline = self._pipeline
         future = pipeline.queued(command, plan.key)  # most calls: awaited here, no layer
         reply = await (pipeline.alone(command, plan.key) if future is None else future)
@@ -208,8 +220,9 @@ class RedisScriptBackend(RedisOverrides):
         now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
         counts = " ".join(map(str, claim.counts)).encode()
         args = (now, op, claim.token.encode(), str(claim.lease_us).encode(), counts)
-        keys = [slots_key(i) for i in claim.identifiers]
-        prefix = prefix_of(claim.namespace, claim.key, claim.identifiers)
+        spread = self.spread and claim.spreads
+        keys = [slots_key(i, spread) for i in claim.identifiers]
+        prefix = prefix_of(claim.namespace, claim.key, claim.identifiers, spread)
         keys.append(revoked_key(prefix, claim.token))
         reply = await self._pipeline.call(
             Command(SLOTS_SCRIPT, keys, args, pack_args(args)), claim.key
@@ -222,20 +235,21 @@ class RedisScriptBackend(RedisOverrides):
             self._open()
         if settlement.empty:
             return
-        command = settle_command(settlement, self.clock)  # batched with decisions
+        command = settle_command(settlement, self.clock, self.spread)  # batched with decisions
         pipeline, key = self._pipeline, settlement.plan.key
         future = pipeline.queued(command, key)
         await (pipeline.alone(command, key) if future is None else future)
 
     async def reset(self, plan: Plan) -> None:
         self._open()
-        keys = plan_keys(plan)
+        spread = self.spread and plan.compiled.spreads
+        keys = plan_keys(plan, spread)
         if not keys:
             return
         now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
         keep_ms = reset_keep_ms(plan, injected=self.clock is not None)
         args = (now, str(len(keys)).encode(), str(keep_ms).encode())
-        marks = [reset_key(identifier) for identifier in plan.identifiers]
+        marks = [reset_key(identifier, spread) for identifier in plan.identifiers]
         await self._pipeline.call(
             Command(RESET_SCRIPT, keys + marks, args, pack_args(args)), plan.key
         )
@@ -262,13 +276,17 @@ class RedisScriptBackend(RedisOverrides):
         """For ``sync_rate``: push local diffs and fetch totals for many identifiers in one
         pipelined round trip. Returns Redis's time (us; ``None`` if no call succeeded) and,
         per push, its totals or the error of its call (its diffs were then not applied).
-        ``LimiterClosedError`` once closed, as every call that would reach Redis."""
+        ``LimiterClosedError`` once closed, as every call that would reach Redis. Each push
+        is a call of its own on its identifier's one key, written where decisions of its
+        tree keep it (spread when this engine and :attr:`Push.spreads
+        <ratelimit.backends.base.Push.spreads>` both say so): one slot per call, which a
+        cluster client's pipeline routes to its node."""
         self._open()
         now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
         commands = []
-        for identifier, entries in pushes:
+        for identifier, entries, spreads in pushes:
             args = (now, " ".join(f"{s} {i} {d!r}" for s, i, d in entries).encode())
-            keys = [counter_key(identifier)]
+            keys = [counter_key(identifier, self.spread and spreads)]  # one slot per call
             commands.append(Command(COUNTER_SYNC_SCRIPT, keys, args, pack_args(args)))
         with mapped("to sync counters", SYNC_TIMEOUT):
             results = await self._pipeline.send(commands, SYNC_TIMEOUT) if commands else []
@@ -292,6 +310,8 @@ class RedisScriptBackend(RedisOverrides):
         if self._closed:
             return
         self._closed = True
+        if self._layout is not None:
+            self._layout.cancel()
         await self._pipeline.aclose()
         if self._owns_client:
             await close_client(self.client)

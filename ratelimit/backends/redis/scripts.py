@@ -4,6 +4,12 @@ Redis scripts cannot import, so each is its shared parts (``_now.lua``, ``_tree.
 ``_windows.lua``, ``_gcra.lua``) joined to its own file. :data:`BY_ALGORITHM` is the script engine's
 table of what it supports: per algorithm, its script, the keys a plan reads, how leaves map
 to those keys, and the ARGV the script reads after the common ones.
+
+Every key of a plan follows one layout (:mod:`~ratelimit.backends.redis.keys`): pinned (the
+limit's hash tag), or spread (each identifier's own) where the engine spreads and the plan's
+tree does (``spread`` below is the engine's setting; a plan whose tree does not spread is
+pinned whatever it says). Decisions, their settles and resets of one plan build their keys
+here alike, so a settle and a reset find what the decision wrote.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from ratelimit.backends.layout import arrival_slots
 from ratelimit.backends.redis.keys import (
     arrival_keys,
     counter_key,
-    identifier_key,
     kept_of,
+    name_of,
     reset_key,
 )
 from ratelimit.backends.redis.resp import Command, Script, pack_args, pack_keys
@@ -58,8 +64,8 @@ class Scripted(NamedTuple):
     """One algorithm on the script engine."""
 
     script: Script
-    keys: Callable[[Plan], list[str]]
-    """The keys a plan's script reads and writes."""
+    keys: Callable[[Plan, bool], list[str]]
+    """The keys a plan's script reads and writes, spread (``True``) or pinned."""
     slots: Slots
     extra: Callable[[CompiledTree], tuple[bytes, ...]]
     """What the script reads after the common ARGV (tree, slots, costs, record)."""
@@ -82,16 +88,16 @@ def _per_arrival(
     return slots, tuple(i for i, _, _ in times)
 
 
-def _log_keys(plan: Plan) -> list[str]:
+def _log_keys(plan: Plan, spread: bool) -> list[str]:
     if len(plan.identifiers) == 1:  # the common case, without building lists twice
-        name = identifier_key(plan.identifiers[0])
+        name = name_of(plan.identifiers[0], spread)
         return [name, kept_of(name)]
-    names = [identifier_key(i) for i in plan.identifiers]  # each encoded once
+    names = [name_of(i, spread) for i in plan.identifiers]  # each encoded once
     return names + [kept_of(name) for name in names]
 
 
-def _counter_keys(plan: Plan) -> list[str]:
-    return [counter_key(i) for i in plan.identifiers]
+def _counter_keys(plan: Plan, spread: bool) -> list[str]:
+    return [counter_key(i, spread) for i in plan.identifiers]
 
 
 def _bursts(compiled: CompiledTree) -> tuple[bytes, ...]:
@@ -174,33 +180,40 @@ def _args(
     return args, packed, (b"", *args), _NO_TIME + packed
 
 
-def plan_command(plan: Plan, clock: Clock | None = None) -> Command:
+def plan_command(plan: Plan, clock: Clock | None = None, spread: bool = False) -> Command:
     """The plan's ``EVALSHA``: its script, keys and arguments; the time read from ``clock``
-    when one is injected (tests), else left to the script (Redis ``TIME``)."""
+    when one is injected (tests), else left to the script (Redis ``TIME``). ``spread``: the
+    engine's setting (the keys spread where the plan's tree does too)."""
     name = plan.algorithm.name
     scripted = BY_ALGORITHM[name]
     args, packed, untimed, packed_untimed = _args(
         plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, name, plan.costs
     )
+    keys = scripted.keys(plan, spread and plan.compiled.spreads)
     if clock is None:  # the script reads Redis's TIME
-        return Command(scripted.script, scripted.keys(plan), untimed, packed_untimed)
+        return Command(scripted.script, keys, untimed, packed_untimed)
     now = str(clock_us(clock)).encode()
-    return Command(scripted.script, scripted.keys(plan), (now, *args), pack_args((now,)) + packed)
+    return Command(scripted.script, keys, (now, *args), pack_args((now,)) + packed)
 
 
 _NO_TIME = pack_args((b"",))
 
 
-def settle_command(settlement: Settlement, clock: Clock | None = None) -> Command:
+def settle_command(
+    settlement: Settlement, clock: Clock | None = None, spread: bool = False
+) -> Command:
     """The ``EVALSHA`` of one settle: the settle script of the plan's algorithm, the keys
     its decision used, the tree, per leaf its key and its delta, the reservation's time,
     the script's extra arguments and, last, per leaf until when the reservation holds
     (``Settlement.held``, read by ``settle_gcra.lua``; see ``settle_*.lua``). The window
     counters, GCRA and the log also get, after their keys, each key's (the log: each
     list's) identifier's reset mark. What depends on the plan alone is built once per plan
-    (:func:`_settle_parts`): the call just decided on it finds it there."""
+    and layout (:func:`_settle_parts`): the call just decided on it finds it there.
+    ``spread``: the engine's setting, as for :func:`plan_command`."""
     plan = settlement.plan
-    script, keys, packed_keys, head, tail, whole = _settle_parts(plan)
+    script, keys, packed_keys, head, tail, whole = _settle_parts(
+        plan, spread and plan.compiled.spreads
+    )
     # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
     if whole:
         deltas = " ".join([str(int(d)) for d in settlement.deltas])
@@ -214,26 +227,29 @@ def settle_command(settlement: Settlement, clock: Clock | None = None) -> Comman
 
 @functools.lru_cache(maxsize=PLANS)
 def _settle_parts(
-    plan: Plan,
+    plan: Plan, spread: bool = False
 ) -> tuple[Script, list[str], bytes, tuple[bytes, ...], tuple[bytes, ...], bool]:
     """What a plan's settles share: the settle script, its keys (plain and packed), the
     arguments before the deltas (tree, slots) and after the time (the script's extra),
-    and whether deltas are whole. Kept per plan, as :data:`command_of` keeps decisions'."""
+    and whether deltas are whole. Kept per plan and layout (``spread``: the effective
+    one), as :data:`command_of` and :data:`spread_command_of` keep decisions'."""
     scripted = BY_ALGORITHM[plan.algorithm.name]
     slots, owners = scripted.slots(plan.compiled, plan.leaf_identifiers)
-    keys = [*command_of(plan).keys, *reset_keys(plan, owners)]  # the decision's, cached
+    decided = spread_command_of(plan) if spread else command_of(plan)  # the decision's, cached
+    keys = [*decided.keys, *reset_keys(plan, owners, spread)]
     head = (tree_wire(plan.compiled), " ".join(str(i + 1) for i in slots).encode())
     tail = tuple(scripted.extra(plan.compiled))
     return scripted.settle, keys, pack_keys(keys), head, tail, scripted.whole
 
 
-def reset_keys(plan: Plan, owners: tuple[int, ...] | None) -> list[str]:
+def reset_keys(plan: Plan, owners: tuple[int, ...] | None, spread: bool = False) -> list[str]:
     """Per key of a plan's script, the :func:`reset_key` of the identifier it belongs to
-    (``owners``: per key its identifier; ``None``: key ``k`` is identifier ``k``'s)."""
+    (``owners``: per key its identifier; ``None``: key ``k`` is identifier ``k``'s), in the
+    effective layout ``spread``."""
     identifiers = plan.identifiers
     if owners is None:
-        return [reset_key(identifier) for identifier in identifiers]
-    return [reset_key(identifiers[i]) for i in owners]
+        return [reset_key(identifier, spread) for identifier in identifiers]
+    return [reset_key(identifiers[i], spread) for i in owners]
 
 
 command_of = functools.lru_cache(maxsize=PLANS)(plan_command)
@@ -241,4 +257,14 @@ command_of = functools.lru_cache(maxsize=PLANS)(plan_command)
 through the plan cache, so every call of a decorated function finds its bytes packed). One
 cache for the process, as the plan cache is: a backend keeps no cache of its own, whose
 cycle through the backend would keep thousands of commands alive until the garbage
-collector's slowest pass."""
+collector's slowest pass. Its keys are pinned: an engine that spreads uses
+:data:`spread_command_of`."""
+
+
+def _spread_command(plan: Plan) -> Command:
+    return plan_command(plan, None, True)
+
+
+spread_command_of = functools.lru_cache(maxsize=PLANS)(_spread_command)
+""":data:`command_of` for an engine that spreads: the plan's keys spread where its tree
+does (:attr:`~ratelimit.plan.CompiledTree.spreads`), else pinned, as every engine's are."""

@@ -1,0 +1,136 @@
+"""The one-time warning of counters kept in the layout before spreading.
+
+An engine whose ``spread`` is on keeps each identifier of a tree that spreads under a hash
+tag of its own (``rl:{<ns>:<key>:<selector>=<value>}``, :mod:`.keys`), where earlier
+versions, and ``spread=False``, keep every identifier of a (namespace, key) under one
+(``rl:{<ns>:<key>}:<selector>=<value>``). A limiter upgraded in place on a Redis Cluster
+no longer reads what the old layout counted: each identifier starts again from nothing,
+once. :class:`LayoutCheck` looks, once per spreading (namespace, key, selector) a process
+decides, for counters of that (namespace, key) in the old layout, and logs one warning on
+the ``ratelimit`` logger when it finds some::
+
+    check = LayoutCheck(client)
+    check.saw(plan)          # on every decision: a set lookup; the first one starts a look
+    check.cancel()           # when the engine closes
+
+It looks in the one slot the old layout kept that (namespace, key) in: ``CLUSTER
+GETKEYSINSLOT <slot> 10`` on the node owning it (a cluster client), or a ``SCAN MATCH``
+of at most :data:`SCANNED` keys (a client of one server with ``spread=True``). The look
+runs in a background task of its own, kept referenced until it ends; whatever it meets
+(a failing server, a command refused) is logged at debug level, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from ratelimit.backends.naming import encode_part, selector_part, tag
+from ratelimit.backends.redis.compat import CLUSTERS
+from ratelimit.plan import Plan
+
+logger = logging.getLogger("ratelimit")
+
+SAMPLE = 10
+"""Keys asked of the old layout's slot (``CLUSTER GETKEYSINSLOT <slot> 10``)."""
+SCANNED = 500
+"""Keys a ``SCAN`` looks through at most, on a client of one server."""
+LOOK_TIMEOUT = 10.0
+"""Seconds one look may take before it is given up (quietly)."""
+MAX_SEEN = 10_000
+"""(namespace, key, selector) triples looked for at most; more start no look."""
+
+
+class LayoutCheck:
+    """Warns once per (namespace, key) when counters of the layout before spreading are
+    found for a limit that now spreads (see the module). ``client``: the engine's
+    ``redis.asyncio.Redis`` or ``RedisCluster`` (or valkey-py's)."""
+
+    __slots__ = ("_client", "_seen", "_tasks", "_warned")
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._seen: set[tuple[str, str, str]] = set()
+        self._warned: set[tuple[str, str]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def saw(self, plan: Plan) -> None:
+        """Note a decision of ``plan`` by an engine whose ``spread`` is on: the first time
+        a (namespace, key, selector) of a tree that spreads is seen, start one look for
+        its counters in the old layout. Never raises."""
+        compiled = plan.compiled
+        if not compiled.spreads:
+            return
+        seen = (plan.namespace, plan.key, compiled.selectors[0])
+        if seen in self._seen or len(self._seen) >= MAX_SEEN:
+            return
+        self._seen.add(seen)
+        try:
+            task = asyncio.get_running_loop().create_task(self._look(*seen))
+        except RuntimeError:  # no running loop: nothing to look with
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait(self) -> None:
+        """Wait for the looks started so far to end (for tests and a tidy close)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def cancel(self) -> None:
+        """Give up the looks still running (an engine closing: nothing waits for them)."""
+        for task in self._tasks:
+            task.cancel()
+
+    async def _look(self, namespace: str, key: str, selector: str) -> None:
+        try:
+            async with asyncio.timeout(LOOK_TIMEOUT):
+                found = await self._old_keys(namespace, key, selector)
+        except Exception as exc:  # a look must never fail a decision, nor be noisy
+            logger.debug("ratelimit: looking for counters of the old layout failed: %r", exc)
+            return
+        if found and (namespace, key) not in self._warned:
+            self._warned.add((namespace, key))
+            logger.warning("ratelimit: %s", old_layout_warning(namespace, key, selector, found))
+
+    async def _old_keys(self, namespace: str, key: str, selector: str) -> list[str]:
+        """Keys of ``selector``'s identifiers of (namespace, key) in the old layout."""
+        pinned = tag(namespace, key)
+        prefix = f"{pinned}:{selector_part(selector)}="
+        client = self._client
+        if isinstance(client, CLUSTERS):
+            await client.initialize()
+            node = client.get_node_from_key(pinned)
+            keys = await client.execute_command(
+                "CLUSTER GETKEYSINSLOT", client.keyslot(pinned), SAMPLE, target_nodes=node
+            )
+            return [k for k in map(_text, keys) if k.startswith(prefix)]
+        found: list[str] = []
+        cursor, scanned = 0, 0
+        pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
+        while scanned < SCANNED:
+            cursor, keys = await client.scan(cursor, match=pattern, count=100)
+            scanned += 100
+            found += map(_text, keys)
+            if found or not cursor:
+                break
+        return found
+
+
+def old_layout_warning(namespace: str, key: str, selector: str, found: list[str]) -> str:
+    """The warning :class:`LayoutCheck` logs."""
+    return (
+        f"namespace {namespace!r}, key {key!r}: counters of the layout before spreading were "
+        f"found (such as {found[0]}), which this limiter no longer reads: it keeps each "
+        f"{selector}'s counters under a hash tag of its own (spread, the default on a Redis "
+        f"Cluster client), {tag(namespace, key)[:-1]}:{encode_part(selector)}=<value>}}. "
+        "While processes of both layouts run (a rolling upgrade), and until those counters "
+        "expire, each identifier may be admitted up to its limit again, once, over the "
+        "rules' longest span. To keep the old layout, set spread=False (RATELIMIT_SPREAD=off "
+        "for the command and the service); else let them expire (after the longest span)."
+    )
+
+
+def _text(key: object) -> str:
+    return key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else str(key)

@@ -1,0 +1,158 @@
+"""Issue 38: every front end keeps one layout per identifier. For one (namespace, key),
+every tree a call decides under agrees on where each identifier is kept: rules chosen per
+call and the service's trees are pinned, tiers spread only when every entry spreads on one
+selector, and an override keeps the layout of the limit it replaces (warned when it mixes
+selectors under a limit that spreads)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from ratelimit import MemoryBackend, RateLimit
+from ratelimit.chosen import ChosenRules
+from ratelimit.decision import Decision
+from ratelimit.plan import CompiledTree, Plan
+
+
+class Recording(MemoryBackend):
+    """A memory backend that remembers the compiled tree of every plan it decides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trees: list[CompiledTree] = []
+
+    async def decide(self, plan: Plan) -> Decision:
+        self.trees.append(plan.compiled)
+        return await super().decide(plan)
+
+    def admit(self, plan: Plan) -> Decision | None:
+        self.trees.append(plan.compiled)
+        return super().admit(plan)
+
+
+async def test_rules_chosen_by_a_callable_are_pinned() -> None:
+    backend = Recording()
+    rl = RateLimit(backend)
+
+    @rl.limit(lambda user: "user:5/m", key="chosen")
+    async def work(user: str) -> None: ...
+
+    await work("alice")
+    (tree,) = backend.trees
+    assert str(tree.tree) == "user:5/m"
+    assert not tree.spreads
+    assert tree.pinned
+
+
+def test_a_mapping_spreads_only_when_every_entry_spreads_on_one_selector() -> None:
+    alike = ChosenRules({"free": "user:5/m", "pro": "user:50/m | user:500/h"}, {"tier": 1})
+    assert all(c.spreads for c in alike.trees)
+    mixed = ChosenRules({"free": "user:5/m", "pro": "ip:50/m"}, {"tier": 1})
+    assert not any(c.spreads for c in mixed.trees)
+    assert all(c.pinned for c in mixed.trees)
+    partly = ChosenRules({"free": "user:5/m", "pro": "user:50/m & 100/m"}, {"tier": 1})
+    assert not any(c.spreads for c in partly.trees)
+    # equal mappings still compare equal (one registration per key)
+    assert mixed == ChosenRules({"free": "user:5/m", "pro": "ip:50/m"}, {"tier": 1})
+
+
+async def test_a_pinned_limits_override_is_applied_pinned() -> None:
+    backend = Recording()
+    rl = RateLimit(backend)
+
+    @rl.limit("user:5/m & 100/m", key="mixed")
+    async def work(user: str) -> None: ...
+
+    await rl.overrides.set("mixed", "user:1/m", user="alice")
+    await work("alice")
+    (tree,) = backend.trees
+    assert str(tree.tree) == "user:1/m"
+    assert not tree.spreads  # the limit keeps alice in the key's one slot: so does this
+
+
+async def test_an_override_mixing_selectors_under_a_spreading_limit_warns_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backend = Recording()
+    rl = RateLimit(backend)
+
+    @rl.limit("user:5/m", key="spreads")
+    async def work(user: str, ip: str) -> None: ...
+
+    await rl.overrides.set("spreads", "user:9/m & ip:9/m", user="alice")
+    await rl.overrides.set("spreads", "user:7/m", user="bob")
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        for _ in range(3):
+            await work("alice", "1.2.3.4")
+        await work("bob", "1.2.3.4")
+    assert [t.spreads for t in backend.trees] == [False, False, False, True]
+    warned = [r.getMessage() for r in caplog.records if "mixes selectors" in r.getMessage()]
+    assert len(warned) == 1
+    assert "key 'spreads'" in warned[0]
+    assert "an override naming user only, or spread=False, avoids it" in warned[0]
+
+
+async def test_an_http_routes_override_keeps_the_routes_layout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pytest.importorskip("starlette")
+    from ratelimit.asgi import Route, header
+    from tests.test_asgi import app_with, client
+
+    backend = Recording()
+    rl = RateLimit(backend)
+    routes = [
+        Route("/a", "api:5/m & 100/m", key="pinned", api=header("x-api-key")),
+        Route("/b", "api:5/m", key="spread", api=header("x-api-key")),
+    ]
+    await rl.overrides.set("pinned", "api:50/m", api="k")
+    await rl.overrides.set("spread", "api:50/m & ip:50/m", api="k")
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        async with client(app_with(rl, routes)) as http:
+            await http.get("/a", headers={"x-api-key": "k"})
+            await http.get("/b", headers={"x-api-key": "k"})
+            await http.get("/b", headers={"x-api-key": "k"})
+    assert [str(t.tree) for t in backend.trees] == ["api:50/m", *["api:50/m & ip:50/m"] * 2]
+    assert not any(t.spreads for t in backend.trees)
+    warned = [r for r in caplog.records if "mixes selectors" in r.getMessage()]
+    assert len(warned) == 1
+
+
+RULES = """\
+[[limit]]
+domain = "envoy"
+descriptor = ["remote_address"]
+rule = "3/m"
+
+[[limit]]
+domain = "envoy"
+descriptor = ["client_id"]
+rule = "5/m"
+"""
+
+
+async def test_the_service_decides_every_tree_pinned(tmp_path: Path) -> None:
+    pytest.importorskip("grpc")
+    from ratelimit.service import rules_file
+    from ratelimit.service.handlers import Handlers, ratio_tree
+    from ratelimit.service.proto import ratio_pb2
+    from ratelimit.service.proto.envoy import rls_pb2
+
+    path = tmp_path / "rules.toml"
+    path.write_text(RULES)
+    backend = Recording()
+    rl = RateLimit(backend, denial_cache=0)
+    handlers = Handlers(rl, ratio_tree("owner:10/m"), rules_file.load(path), 5.0)
+    one = rls_pb2.RateLimitRequest(domain="envoy")
+    one.descriptors.add().entries.add(key="remote_address", value="10.0.0.1")
+    both = rls_pb2.RateLimitRequest(domain="envoy")
+    both.descriptors.add().entries.add(key="remote_address", value="10.0.0.1")
+    both.descriptors.add().entries.add(key="client_id", value="c")
+    await handlers.should_rate_limit(one)
+    await handlers.should_rate_limit(both)
+    await handlers.rate_limit(ratio_pb2.RateLimitRequest(owner="ann", resource="r"))
+    assert len(backend.trees) == 3
+    assert not any(t.spreads for t in backend.trees)
