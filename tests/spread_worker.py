@@ -4,7 +4,8 @@
 RULE INSTANT USERS REPEATS HOT_USERS HOT_CALLS``: ENGINE ``script`` or ``commands``
 (``use_scripts=False``); SPREAD ``auto`` (the default ``spread=None``: spreads on a cluster
 client) or ``off`` (``spread=False``); INSTANT the frozen clock's reading (seconds: every
-process decides at the same instant, so no window moves and no algorithm may admit more).
+process decides at the same instant, so no window moves and no algorithm may admit more),
+or ``server``: no injected clock, each node's own ``TIME``).
 
 It says it is ready on the control Redis, waits for the go (a BLPOP), then decides RULE
 (``key="spread"``) for users ``u0`` .. ``u<USERS-1>`` REPEATS times each and for users
@@ -36,7 +37,12 @@ SPREAD = {"auto": None, "off": False}
 
 
 def limiter(
-    client: RedisCluster, namespace: str, algorithm: str, engine: str, spread: str, instant: float
+    client: RedisCluster,
+    namespace: str,
+    algorithm: str,
+    engine: str,
+    spread: str,
+    instant: float | None,
 ) -> RateLimit:
     options: dict[str, Any] = {}
     if engine == "commands":
@@ -46,7 +52,7 @@ def limiter(
         namespace,
         algorithm=algorithm,
         spread=SPREAD[spread],
-        clock=lambda: instant,
+        clock=None if instant is None else lambda: instant,
         timeout=5.0,  # a generous deadline: exact counts, on a loaded machine
         on_error="raise",  # a decision Redis did not answer fails the run, never admits
         denial_cache=0,  # every call asks Redis (the calls per node are what is measured)
@@ -56,7 +62,7 @@ def limiter(
 
 async def main(argv: list[str]) -> str:
     control_url, namespace, cluster_url, algorithm, engine, spread, rule = argv[:7]
-    instant = float(argv[7])
+    instant = None if argv[7] == "server" else float(argv[7])
     users, repeats, hot_users, hot_calls = (int(a) for a in argv[8:12])
     client = RedisCluster.from_url(cluster_url)
     rl = limiter(client, namespace, algorithm, engine, spread, instant)

@@ -168,6 +168,22 @@ async def test_one_hot_limit_spreads_over_three_nodes(
     assert min(shares) >= 0.25, calls
 
 
+async def test_one_hot_limit_on_the_nodes_own_clocks(
+    cluster: RedisCluster, redis_client: aioredis.Redis, namespace: str
+) -> None:
+    """No injected clock: each decision reads the time of the node its keys are on (the
+    script's ``TIME``). Per hour, so that a slow run cannot let a window move."""
+    reset_stats(cluster)
+    results = await decide_in_processes(
+        redis_client, cluster, namespace, "sliding-log", "script", "auto", f"user:{LIMIT}/h",
+        "server", "2000", "1", "2", "300",
+    )  # fmt: skip
+    calls = calls_per_node(cluster, "evalsha")
+    assert sum(result["ordinary"] for result in results) == PROCESSES * 2000
+    assert hot_totals(results) == {"hot0": LIMIT, "hot1": LIMIT}
+    assert min(n / sum(calls) for n in calls) >= 0.25, calls
+
+
 @pytest.mark.parametrize("engine", ["script", "commands"])
 async def test_a_tree_that_mixes_in_a_global_rule_stays_in_one_slot(
     cluster: RedisCluster, redis_client: aioredis.Redis, namespace: str, engine: str
