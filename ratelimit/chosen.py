@@ -21,11 +21,11 @@ spreads on the same selector (else every entry is compiled pinned).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import CompiledTree, compile_tree
+from ratelimit.plan import CompiledTree, compile_tree, spread_alike
 from ratelimit.rules import RuleLike, to_tree
 from ratelimit.selectors import CallSite, SelectorSources, resolve
 
@@ -57,7 +57,7 @@ class ChosenRules:
                         f"rules mapping keys are selector values (text), not {value!r}"
                     )
                 self.entries[value] = compile_tree(to_tree(text))
-            if not _spread_alike(self.entries.values()):
+            if not spread_alike(self.entries.values()):
                 self.entries = {
                     v: compile_tree(c.tree, pinned=True) for v, c in self.entries.items()
                 }
@@ -114,9 +114,3 @@ class ChosenRules:
                 f"(the mapping names {', '.join(map(repr, self.entries))})"
             )
         return compiled, (self.by, value)
-
-
-def _spread_alike(trees: Iterable[CompiledTree]) -> bool:
-    """Whether every tree spreads, on one and the same selector."""
-    selectors = {c.selectors[0] if c.spreads else None for c in trees}
-    return None not in selectors and len(selectors) == 1

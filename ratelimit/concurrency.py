@@ -116,6 +116,8 @@ class Concurrency:
         self._wait = wait_seconds(wait)
         self._held: dict[asyncio.Task[Any] | None, list[Held]] = {}
         self._released: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+        if key is not None or site:  # known now: where its slots are kept, with the key's
+            decider.slot_layouts.register(self.block_key(), self.limits)
 
     # --- async with ---
 
@@ -153,6 +155,7 @@ class Concurrency:
         )
         key = self._key if self._key is not None else function_name(func)
         findable(self.limits, self._sources, parameters, func, key, "concurrency")
+        self._decider.slot_layouts.register(key, self.limits)
         return key, parameters
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:
@@ -183,6 +186,7 @@ class Concurrency:
             dict(zip(self._names, values, strict=True)),
             os.urandom(12).hex(),
             round(self.lease * 1_000_000),
+            decider.slot_layouts.spreads(key, self.limits),
         )
 
     async def _enter(self, key: str, call: CallSite | None) -> tuple[Held, Decision]:

@@ -25,13 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, cast
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import (
-    Backend,
-    SettleStore,
-    SlotStore,
-    check_settles,
-    holds_slots,
-)
+from ratelimit.backends.base import Backend, SettleStore, SlotStore, check_settles, holds_slots
 from ratelimit.background import BackgroundCounter
 from ratelimit.costs import per_leaf
 from ratelimit.decision import Decision, make_decision
@@ -49,7 +43,7 @@ from ratelimit.plan import CompiledTree, Cost, CounterUpdate, Plan, cached_plan,
 from ratelimit.policy import FailurePolicy
 from ratelimit.rules import Rule
 from ratelimit.settling import Settlement, Settling, reservation, settlement
-from ratelimit.slots import SlotClaim
+from ratelimit.slots import SlotClaim, SlotLayouts
 
 
 class CallKey(NamedTuple):
@@ -107,6 +101,7 @@ class Decider:
         "namespace",
         "overrides",
         "policy",
+        "slot_layouts",
     )
 
     def __init__(
@@ -131,6 +126,7 @@ class Decider:
         self.background = background
         self.closed = False
         self._unfinished: set[asyncio.Future[Any]] = set()
+        self.slot_layouts = SlotLayouts()  # where each key's concurrency slots are kept
 
     def finish_later(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
         """Run ``work`` off its caller's path (a slot given back after its caller left),

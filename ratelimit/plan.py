@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -105,13 +106,23 @@ def compile_tree(tree: Node, pinned: bool = False) -> CompiledTree:
 
 def layout_under(compiled: CompiledTree, limit: CompiledTree) -> CompiledTree:
     """``compiled`` (an override's rules) kept where the limit it replaces keeps its
-    identifiers: pinned under a pinned limit, so that no identifier gets a counter of its
-    own apart from the limit's. Under a spreading limit it stays as it is: rules that
-    spread keep each identifier where the limit does; rules that mix selectors are decided
-    together, pinned (:func:`mixes_under` says when that moves the limit's identifiers)."""
-    if compiled.spreads and not limit.spreads:
+    identifiers: it spreads only where it spreads on the selector the limit spreads on,
+    else it is pinned, so that no identifier gets a counter of its own apart from the
+    limit's (under a pinned limit), nor from another override's (one spreading by ``ip``
+    under a ``user`` limit, beside one mixing ``ip`` with a rule of no selector, would keep
+    one ip in two places). Rules that mix selectors are decided together, pinned
+    (:func:`mixes_under` says when that moves the limit's identifiers)."""
+    if compiled.spreads and not (limit.spreads and compiled.selectors == limit.selectors):
         return compile_tree(compiled.tree, pinned=True)
     return compiled
+
+
+def spread_alike(trees: Iterable[CompiledTree]) -> bool:
+    """Whether every one of ``trees`` (the trees one key decides under: a mapping's tiers,
+    HTTP routes sharing a ``key=``) spreads, on one and the same selector: else each must
+    be compiled pinned, or one identifier would have two counters."""
+    selectors = {c.selectors[0] if c.spreads else None for c in trees}
+    return None not in selectors and len(selectors) == 1
 
 
 def mixes_under(compiled: CompiledTree, limit: CompiledTree) -> bool:

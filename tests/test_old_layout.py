@@ -4,6 +4,7 @@ silent when there are none, and never raises when the server fails."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -180,3 +181,58 @@ async def test_a_limiter_that_does_not_spread_never_looks() -> None:
     assert rl._decider.backend._layout is None  # type: ignore[attr-defined]
     await rl.aclose()
     await client.aclose()
+
+
+async def test_old_counters_are_found_among_many_other_keys(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A busy database: a sample of it would miss the old counters; the exact old keys of
+    the identifiers decided first find them (the first one decided has none here)."""
+    client = fakeredis.FakeAsyncRedis()
+    await client.mset({f"other:{i}": 1 for i in range(5_000)})
+    await write_old_layout(client, "busy", "old")
+    check = LayoutCheck(client)
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        for value in ("alice", "carol", "ann"):
+            check.saw(plan("busy", "old", value))
+        await check.wait()
+    (warned,) = warnings_of(caplog)
+    assert "rl:{busy:old}:user=ann" in warned
+    await client.aclose()
+
+
+def test_a_decision_made_without_a_running_loop_leaves_the_look_to_a_later_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The sync API's direct path decides with no running loop, where no look can start:
+    that decision must not count as the look (before, the key was marked seen and never
+    looked at, so threaded code never got the warning)."""
+    client = fakeredis.FakeAsyncRedis()
+    asyncio.run(write_old_layout(client, "noloop", "old"))
+    check = LayoutCheck(client)
+    check.saw(plan("noloop", "old"))  # no running loop: nothing started, nothing noted
+
+    async def later() -> None:
+        check.saw(plan("noloop", "old"))
+        await check.wait()
+
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        asyncio.run(later())
+    assert len(warnings_of(caplog)) == 1
+
+
+async def test_slots_and_reset_marks_of_the_key_are_no_old_counters(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A concurrency limit mixing ``user`` with a cap (``user:1 | 3``) keeps its slots in the
+    key's one slot today, and a reset leaves marks only: neither is a counter the spreading
+    limit no longer reads (before, either warned of old counters)."""
+    client = fakeredis.FakeAsyncRedis()
+    rl = RateLimit(client, "slots", spread=True)
+    async with rl.concurrency("user:1 | 3", user="alice", key="jobs", lease=60):
+        check = LayoutCheck(client)
+        with caplog.at_level(logging.WARNING, logger="ratelimit"):
+            check.saw(plan("slots", "jobs"))
+            await check.wait()
+    assert not warnings_of(caplog)
+    await rl.aclose()

@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import fakeredis
 import pytest
 
-from ratelimit import MemoryBackend, RateLimit
+from ratelimit import ConcurrencyLimitExceeded, MemoryBackend, RateLimit
 from ratelimit.chosen import ChosenRules
 from ratelimit.decision import Decision
-from ratelimit.plan import CompiledTree, Plan
+from ratelimit.plan import CompiledTree, Plan, compile_tree, layout_under
+from ratelimit.rules import to_tree
 
 
 class Recording(MemoryBackend):
@@ -156,3 +158,102 @@ async def test_the_service_decides_every_tree_pinned(tmp_path: Path) -> None:
     await handlers.rate_limit(ratio_pb2.RateLimitRequest(owner="ann", resource="r"))
     assert len(backend.trees) == 3
     assert not any(t.spreads for t in backend.trees)
+
+
+def test_an_override_spreading_on_another_selector_is_pinned() -> None:
+    """Under a limit spreading by user, an override spreading by ip is pinned: ip is not
+    the limit's selector, and other overrides of the key (``ip:1/m | 100/m``) keep ip's
+    counters in the key's one slot, so that each ip has one counter whatever override a
+    call gets."""
+    spreading = compile_tree(to_tree("user:5/m"))
+    by_ip = compile_tree(to_tree("ip:1/m"))
+    assert layout_under(by_ip, spreading) is compile_tree(by_ip.tree, pinned=True)
+    by_user = compile_tree(to_tree("user:9/m | user:90/h"))
+    assert layout_under(by_user, spreading) is by_user
+
+
+async def test_two_overrides_naming_one_ip_count_on_one_counter() -> None:
+    """Alice's override counts her ip by ip only, bob's with a rule of no selector: one ip
+    they share has one counter (before, alice's kept it under a hash tag of its own, bob's
+    in the key's slot: each admitted the ip's one call a minute)."""
+    rl = RateLimit(fakeredis.FakeAsyncRedis(), "ov-ip", spread=True, denial_cache=0)
+    try:
+        await rl.overrides.set("ov", "ip:1/m", user="alice")
+        await rl.overrides.set("ov", "ip:1/m | 100/m", user="bob")
+        alice = rl.limit("user:5/m", user="alice", ip="1.2.3.4", key="ov")
+        bob = rl.limit("user:5/m", user="bob", ip="1.2.3.4", key="ov")
+        assert (await alice.decide()).allowed
+        assert not (await bob.decide()).allowed  # the ip's one call was alice's
+    finally:
+        await rl.aclose()
+
+
+async def test_routes_sharing_a_key_share_its_counters_where_keys_spread() -> None:
+    """docs/web.md's shared cap: ``site`` counted by a route mixing it with ``ip`` and by one
+    naming it alone, under one ``key=``. Every route of the key is pinned (before, the
+    second spread: each route kept its own ``site`` counter and the cap admitted twice)."""
+    pytest.importorskip("starlette")
+    from ratelimit.asgi import Route, client_ip
+    from ratelimit.asgi.routes import RouteTable
+    from tests.test_asgi import app_with, client
+
+    rl = RateLimit(fakeredis.FakeAsyncRedis(), "routes", spread=True, denial_cache=0)
+    site = client_ip()
+    routes = [
+        Route("/login", "ip:5/m | site:3/m", key="site", site=site),
+        Route("/*", "site:3/m", key="site", site=site),
+    ]
+    try:
+        async with client(app_with(rl, routes)) as http:
+            codes = [(await http.get(path)).status_code for path in ["/login", "/a"] * 2]
+        assert codes == [200, 200, 200, 429]
+        assert not any(route.limit.compiled.spreads for route in routes)
+        alike = [Route(p, "site:3/m", key="own", site=site) for p in ("/b", "/c")]
+        RouteTable([*alike, Route("/d", "site:3/m & 9/m", site=site)], (), rl)
+        assert all(route.limit.compiled.spreads for route in alike)  # one layout already
+    finally:
+        await rl.aclose()
+
+
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["scripts", "commands"])
+async def test_concurrency_limits_of_one_key_keep_one_slot_set_per_identifier(
+    use_scripts: bool,
+) -> None:
+    """Two concurrency limits made for one key, one that would spread (``user:1``) and one
+    that pins (``user:1 | 5``): both keep alice's slots in one place, so she holds one
+    slot at a time, as with spread=False (each set apart let her hold two)."""
+    client = fakeredis.FakeAsyncRedis()
+    rl = RateLimit(client, "slots", spread=True, use_scripts=use_scripts)
+    alone = rl.concurrency("user:1", key="jobs", user="alice")
+    shared = rl.concurrency("user:1 | 5", key="jobs", user="alice")
+    async with alone:
+        with pytest.raises(ConcurrencyLimitExceeded):
+            async with shared:
+                pass
+    async with shared:
+        with pytest.raises(ConcurrencyLimitExceeded):
+            async with alone:
+                pass
+    keys = {k.decode() for k in await client.keys("*")}
+    assert not any("jobs:user=" in k for k in keys), keys  # no spread slot set was made
+    await rl.aclose()
+    await client.aclose()
+
+
+def test_a_keys_concurrency_limits_spread_only_when_all_spread_by_one_selector() -> None:
+    from ratelimit.slots import SlotLayouts, parse_slots
+
+    layouts = SlotLayouts()
+    user, mixed, ip = parse_slots("user:1"), parse_slots("user:1 | 5"), parse_slots("ip:3")
+    assert layouts.spreads("unregistered", user)
+    assert not layouts.spreads("unregistered", mixed)
+    layouts.register("a", user)
+    layouts.register("a", parse_slots("user:4"))
+    assert layouts.spreads("a", user)
+    layouts.register("a", ip)
+    assert not layouts.spreads("a", user)
+    layouts.register("a", user)  # once pinned, a key stays pinned
+    assert not layouts.spreads("a", user)
+    layouts.register("b", mixed)
+    layouts.register("b", user)
+    assert not layouts.spreads("b", user)

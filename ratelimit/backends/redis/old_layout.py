@@ -5,17 +5,20 @@ tag of its own (``rl:{<ns>:<key>:<selector>=<value>}``, :mod:`.keys`), where ear
 versions, and ``spread=False``, keep every identifier of a (namespace, key) under one
 (``rl:{<ns>:<key>}:<selector>=<value>``). A limiter upgraded in place on a Redis Cluster
 no longer reads what the old layout counted: each identifier starts again from nothing,
-once. :class:`LayoutCheck` looks, once per spreading (namespace, key, selector) a process
+once. :class:`LayoutCheck` looks, for each spreading (namespace, key, selector) a process
 decides, for counters of that (namespace, key) in the old layout, and logs one warning on
-the ``ratelimit`` logger when it finds some::
+the ``ratelimit`` logger when it finds some. It looks for the exact old keys of the first
+:data:`LOOKS` identifiers decided (those that come first after an upgrade are the busy
+ones, which have old counters) and, the first time, at a sample of the old slot::
 
     check = LayoutCheck(client)
-    check.saw(plan)          # on every decision: a set lookup; the first one starts a look
+    check.saw(plan)          # on every decision: a dict lookup; the first few start a look
     check.cancel()           # when the engine closes
 
-It looks in the one slot the old layout kept that (namespace, key) in: ``CLUSTER
+The sample is of the one slot the old layout kept that (namespace, key) in: ``CLUSTER
 GETKEYSINSLOT <slot> 10`` on the node owning it (a cluster client), or a ``SCAN MATCH``
-of at most :data:`SCANNED` keys (a client of one server with ``spread=True``). The look
+of at most :data:`SCANNED` keys (a client of one server with ``spread=True``); concurrency
+slot sets (``:c``) and reset marks (``:r``) found there are no counters. The look
 runs in a background task of its own, kept referenced until it ends; whatever it meets
 (a failing server, a command refused) is logged at debug level, never raised.
 """
@@ -28,6 +31,7 @@ from typing import Any
 
 from ratelimit.backends.naming import encode_part, selector_part, tag
 from ratelimit.backends.redis.compat import CLUSTERS
+from ratelimit.backends.redis.keys import plan_keys
 from ratelimit.plan import Plan
 
 logger = logging.getLogger("ratelimit")
@@ -40,6 +44,8 @@ LOOK_TIMEOUT = 10.0
 """Seconds one look may take before it is given up (quietly)."""
 MAX_SEEN = 10_000
 """(namespace, key, selector) triples looked for at most; more start no look."""
+LOOKS = 32
+"""Identifiers of one (namespace, key, selector) whose old keys are looked for."""
 
 
 class LayoutCheck:
@@ -51,25 +57,28 @@ class LayoutCheck:
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._seen: set[tuple[str, str, str]] = set()
+        self._seen: dict[tuple[str, str, str], int] = {}  # looks started per triple
         self._warned: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def saw(self, plan: Plan) -> None:
-        """Note a decision of ``plan`` by an engine whose ``spread`` is on: the first time
-        a (namespace, key, selector) of a tree that spreads is seen, start one look for
-        its counters in the old layout. Never raises."""
+        """Note a decision of ``plan`` by an engine whose ``spread`` is on: for the first
+        :data:`LOOKS` decisions of a (namespace, key, selector) of a tree that spreads made
+        in a running event loop, start a look for its counters in the old layout (a
+        decision made with no running loop leaves it to a later one). Never raises."""
         compiled = plan.compiled
         if not compiled.spreads:
             return
         seen = (plan.namespace, plan.key, compiled.selectors[0])
-        if seen in self._seen or len(self._seen) >= MAX_SEEN:
+        looks = self._seen.get(seen, 0)
+        if looks >= LOOKS or (not looks and len(self._seen) >= MAX_SEEN):
             return
-        self._seen.add(seen)
         try:
-            task = asyncio.get_running_loop().create_task(self._look(*seen))
-        except RuntimeError:  # no running loop: nothing to look with
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no running loop (the sync API's direct path): a later look
             return
+        self._seen[seen] = looks + 1
+        task = loop.create_task(self._look(plan, not looks))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -83,10 +92,15 @@ class LayoutCheck:
         for task in self._tasks:
             task.cancel()
 
-    async def _look(self, namespace: str, key: str, selector: str) -> None:
+    async def _look(self, plan: Plan, sample: bool) -> None:
+        namespace, key, selector = plan.namespace, plan.key, plan.compiled.selectors[0]
+        if (namespace, key) in self._warned:
+            return
         try:
             async with asyncio.timeout(LOOK_TIMEOUT):
-                found = await self._old_keys(namespace, key, selector)
+                found = await self._old_keys_of(plan)
+                if not found and sample:
+                    found = await self._old_keys(namespace, key, selector)
         except Exception as exc:  # a look must never fail a decision, nor be noisy
             logger.debug("ratelimit: looking for counters of the old layout failed: %r", exc)
             return
@@ -94,8 +108,24 @@ class LayoutCheck:
             self._warned.add((namespace, key))
             logger.warning("ratelimit: %s", old_layout_warning(namespace, key, selector, found))
 
+    async def _old_keys_of(self, plan: Plan) -> list[str]:
+        """Of the keys ``plan``'s identifiers had in the old layout (one slot: the old
+        layout's tag), one that exists."""
+        client = self._client
+        for name in plan_keys(plan, spread=False):
+            if isinstance(client, CLUSTERS):
+                await client.initialize()
+                node = client.get_node_from_key(name)
+                there = await client.execute_command("EXISTS", name, target_nodes=node)
+            else:
+                there = await client.exists(name)
+            if there:
+                return [name]
+        return []
+
     async def _old_keys(self, namespace: str, key: str, selector: str) -> list[str]:
-        """Keys of ``selector``'s identifiers of (namespace, key) in the old layout."""
+        """Keys of ``selector``'s identifiers of (namespace, key) in the old layout, from a
+        sample of its slot."""
         pinned = tag(namespace, key)
         prefix = f"{pinned}:{selector_part(selector)}="
         client = self._client
@@ -105,14 +135,14 @@ class LayoutCheck:
             keys = await client.execute_command(
                 "CLUSTER GETKEYSINSLOT", client.keyslot(pinned), SAMPLE, target_nodes=node
             )
-            return [k for k in map(_text, keys) if k.startswith(prefix)]
+            return [k for k in map(_text, keys) if k.startswith(prefix) and _counter(k)]
         found: list[str] = []
         cursor, scanned = 0, 0
         pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix) + "*"
         while scanned < SCANNED:
             cursor, keys = await client.scan(cursor, match=pattern, count=100)
             scanned += 100
-            found += map(_text, keys)
+            found += filter(_counter, map(_text, keys))
             if found or not cursor:
                 break
         return found
@@ -130,6 +160,12 @@ def old_layout_warning(namespace: str, key: str, selector: str, found: list[str]
         "rules' longest span. To keep the old layout, set spread=False (RATELIMIT_SPREAD=off "
         "for the command and the service); else let them expire (after the longest span)."
     )
+
+
+def _counter(key: str) -> bool:
+    """Whether ``key`` holds counts: not a concurrency slot set (``:c``: a concurrency limit
+    of the key that is pinned today keeps its slots there) nor a reset mark (``:r``)."""
+    return not key.endswith((":c", ":r"))
 
 
 def _text(key: object) -> str:
