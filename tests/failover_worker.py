@@ -1,6 +1,7 @@
 """One OS process deciding on a Redis Cluster while a master fails over.
 
-``python -m tests.failover_worker CONTROL_URL NAMESPACE SECONDS CLUSTER_URL``: says it is
+``python -m tests.failover_worker CONTROL_URL NAMESPACE SECONDS CLUSTER_URL LAYOUT``
+(LAYOUT ``spread``: the default ``spread=None``, or ``pinned``: ``spread=False``): says it is
 ready on the control Redis, waits for the go (a BLPOP), then for SECONDS decides in a loop on
 ``user:100000/h`` (timeout 0.25 s, fail-open) and prints: decisions, degraded ones, the
 slowest call in ms, and the wall-clock time of its last degraded decision (0 for none).
@@ -18,9 +19,11 @@ from redis.asyncio.cluster import RedisCluster
 from ratelimit import RateLimit
 
 
-async def main(control_url: str, namespace: str, seconds: float, cluster_url: str) -> str:
+async def main(
+    control_url: str, namespace: str, seconds: float, cluster_url: str, layout: str
+) -> str:
     client = RedisCluster.from_url(cluster_url)
-    rl = RateLimit(client, namespace, timeout=0.25)
+    rl = RateLimit(client, namespace, timeout=0.25, spread=None if layout == "spread" else False)
     await rl.limit("user:100000/h", key="hit", user="warm-up").decide()
     control = aioredis.Redis.from_url(control_url)
     await control.incr(f"{namespace}:ready")
@@ -43,4 +46,5 @@ async def main(control_url: str, namespace: str, seconds: float, cluster_url: st
 
 
 if __name__ == "__main__":
-    print(asyncio.run(main(sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4])))
+    control_url, namespace, seconds, cluster_url, layout = sys.argv[1:6]
+    print(asyncio.run(main(control_url, namespace, float(seconds), cluster_url, layout)))

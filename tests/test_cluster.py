@@ -12,6 +12,7 @@ from redis.crc import key_slot
 
 from ratelimit import ConfigurationError, RateLimit, RateLimitExceeded
 from ratelimit.backends.redis.client import CLUSTER_TRANSACTIONS, redis_py_version
+from ratelimit.backends.redis.keys import lock_key, tag
 from tests.redis_server import RedisCluster
 
 pytestmark = pytest.mark.redis
@@ -50,7 +51,7 @@ async def test_trees_over_many_selectors_run_on_a_cluster(
         async def work(user: str, ip: str) -> None: ...
 
         assert [await _admitted(work, "u", "1.1.1.1") for _ in range(4)] == [1, 1, 0, 0]
-        slot = key_slot(f"rl:{{{namespace}:{key}}}".encode())
+        slot = key_slot(tag(namespace, key).encode())  # the tree mixes user and ip: pinned
         nodes_used.add(cluster_client.nodes_manager.get_node_from_slot(slot).name)
     assert len(nodes_used) > 1
 
@@ -122,8 +123,9 @@ async def test_the_lock_waits_and_wakes_within_one_slot(cluster_url: str, namesp
     )
     assert sum(d.allowed for d in decisions) == 20
     assert not any(d.degraded for d in decisions)
-    assert await clients[0].exists(f"rl:{{{namespace}:hot}}:lock:wake")  # releases woke
-    assert not await clients[0].exists(f"rl:{{{namespace}:hot}}:lock")
+    lock = lock_key(tag(namespace, "hot"))  # a rule without a selector: pinned
+    assert await clients[0].exists(f"{lock}:wake")  # releases woke
+    assert not await clients[0].exists(lock)
     for client in clients:
         await client.aclose()
 

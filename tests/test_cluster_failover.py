@@ -19,6 +19,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
 
 from ratelimit import RateLimit
+from ratelimit.backends.redis.keys import name_of
+from ratelimit.plan import Identifier
 from tests.redis_server import RedisCluster
 from tests.traffic import through_a_failure
 from tests.workers import run_workers
@@ -39,59 +41,104 @@ def cluster() -> Iterator[RedisCluster]:
         yield started
 
 
-def tag_of(namespace: str, key: str) -> int:
-    return key_slot(f"rl:{{{namespace}:{key}}}".encode())
+LAYOUTS = {"pinned": False, "spread": None}
+"""The ``spread`` setting of each layout: ``None`` (the default) spreads a limit whose
+rules name one selector on a cluster client, each user's keys under a hash tag of their own;
+``False`` keeps every key of a (namespace, key) in its one slot."""
+
+
+def tag_of(namespace: str, key: str, user: str, layout: str) -> int:
+    """The slot of ``user``'s keys under the limit ``user:N/span`` of ``key``."""
+    identifier = Identifier(namespace, key, "user", user)
+    return key_slot(name_of(identifier, spread=layout == "spread").encode())
+
+
+def slot_owners(cluster: RedisCluster) -> list[tuple[int, int, int]]:
+    """(first slot, last slot, master's port) of each range of slots."""
+    client: Any = redis.Redis(port=cluster.servers[0].port)
+    try:
+        ranges = client.execute_command("CLUSTER SLOTS")
+    finally:
+        client.close()
+    return [(int(start), int(end), int(master[1])) for start, end, master, *_ in ranges]
 
 
 def master_port(cluster: RedisCluster, slot: int) -> int:
-    client: Any = redis.Redis(port=cluster.servers[0].port)
-    try:
-        for start, end, master, *_ in client.execute_command("CLUSTER SLOTS"):
-            if start <= slot <= end:
-                return int(master[1])
-    finally:
-        client.close()
+    for start, end, port in slot_owners(cluster):
+        if start <= slot <= end:
+            return port
     raise LookupError(slot)
 
 
-async def test_a_master_killed_under_traffic(cluster: RedisCluster) -> None:
+def keys_in_slot(port: int, slot: int) -> int:
+    client: Any = redis.Redis(port=port)
+    try:
+        return int(client.execute_command("CLUSTER COUNTKEYSINSLOT", slot))
+    finally:
+        client.close()
+
+
+def fresh_user(cluster: RedisCluster, namespace: str, key: str, layout: str) -> str:
+    """A user nobody decided on yet whose keys are on the master of ``u0``'s (the one a
+    test kills or moves), to count exactly on after the failover."""
+    owners = slot_owners(cluster)
+    victim = master_port(cluster, tag_of(namespace, key, "u0", layout))
+    for n in range(100_000):
+        slot = tag_of(namespace, key, f"fresh{n}", layout)
+        if any(start <= slot <= end and port == victim for start, end, port in owners):
+            return f"fresh{n}"
+    raise LookupError(victim)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+async def test_a_master_killed_under_traffic(cluster: RedisCluster, layout: str) -> None:
+    """Pinned, the master killed holds the limit's slot; spread, it holds user ``u0``'s
+    (a third of the 50 users' keys)."""
     namespace = f"failover-{uuid.uuid4().hex[:8]}"
     client = AsyncRedisCluster.from_url(cluster.url)
-    rl = RateLimit(client, namespace, timeout=TIMEOUT)
+    rl = RateLimit(client, namespace, timeout=TIMEOUT, spread=LAYOUTS[layout])
     try:
-        victim_port = master_port(cluster, tag_of(namespace, "hit"))
+        victim_port = master_port(cluster, tag_of(namespace, "hit", "u0", layout))
+        fresh = fresh_user(cluster, namespace, "hit", layout)
         victim = next(s for s in cluster.servers if s.port == victim_port)
         failover = await through_a_failure(
             lambda n: rl.limit("user:100000/h", key="hit", user=f"u{n % 50}").decide(),
             victim.stop,  # SIGKILL the master that holds the slot, under traffic
         )
         print(
-            f"cluster failover: the dead master's keys decided by Redis again "
+            f"cluster failover ({layout}): the dead master's keys decided by Redis again "
             f"{failover.resumed_after:.2f} s after it died; {failover.degraded} degraded "
             f"(fail-open) meanwhile; slowest call {failover.slowest * 1000:.0f} ms"
         )
         assert failover.resumed_after < RESUME_WITHIN
         assert failover.slowest < TIMEOUT + 2.0  # a margin for a loaded machine's scheduling
-        # the same slot, on its new master (another limiter: its own rules for the key)
-        exact = RateLimit(client, namespace).limit("3/h", key="hit")
-        fresh = [(await exact.decide()).allowed for _ in range(4)]
-        assert fresh == [True] * 3 + [False]
+        assert failover.degraded > 0  # the kill landed under the traffic's keys
+        # a user on the same master, now its replica (another limiter: its own rules)
+        other = RateLimit(client, namespace, spread=LAYOUTS[layout])
+        exact = other.limit("user:3/h", key="hit", user=fresh)
+        assert [(await exact.decide()).allowed for _ in range(4)] == [True] * 3 + [False]
     finally:
         await client.aclose()
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 async def test_a_master_killed_while_four_processes_decide(
-    cluster: RedisCluster, redis_client: aioredis.Redis
+    cluster: RedisCluster, redis_client: aioredis.Redis, layout: str
 ) -> None:
-    """4 OS processes decide on one limit's slot for 8 s; 1.5 s in, its master is killed."""
+    """4 OS processes decide on one limit for 8 s; 1.5 s in, the master of user ``u0``'s
+    keys is killed (pinned: of every user's)."""
     namespace = f"failover4-{uuid.uuid4().hex[:8]}"
-    victim_port = master_port(cluster, tag_of(namespace, "hit"))
+    slot = tag_of(namespace, "hit", "u0", layout)
+    victim_port = master_port(cluster, slot)
+    fresh = fresh_user(cluster, namespace, "hit", layout)
     victim = next(s for s in cluster.servers if s.port == victim_port)
     killed_at = 0.0
+    held = 0
 
     async def kill_soon() -> None:
-        nonlocal killed_at
+        nonlocal killed_at, held
         await asyncio.sleep(1.5)  # traffic first: the kill lands in the middle of it
+        held = keys_in_slot(victim_port, slot)
         victim.stop()
         killed_at = time.time()
 
@@ -101,7 +148,7 @@ async def test_a_master_killed_while_four_processes_decide(
         redis_client,
         namespace,
         "tests.failover_worker",
-        *(control_url, namespace, "8", cluster.url),
+        *(control_url, namespace, "8", cluster.url, layout),
         after_go=kill_soon,
     )
     results = [out.split() for out in outputs]
@@ -110,10 +157,11 @@ async def test_a_master_killed_while_four_processes_decide(
     slowest = max(float(r[2]) for r in results)
     last_degraded = max(float(r[3]) for r in results)
     print(
-        f"cluster failover, 4 processes: {decisions} decisions, {degraded} degraded "
+        f"cluster failover ({layout}), 4 processes: {decisions} decisions, {degraded} degraded "
         f"(fail-open), the last {last_degraded - killed_at:.2f} s after the kill; slowest "
         f"call {slowest:.0f} ms"
     )
+    assert held > 0  # the master killed held u0's keys
     assert degraded > 0  # the kill landed under traffic
     assert last_degraded - killed_at < RESUME_WITHIN
     assert decisions > 4 * degraded  # most decisions were answered by Redis
@@ -121,27 +169,30 @@ async def test_a_master_killed_while_four_processes_decide(
     alive = next(s.url for s in [*cluster.servers, *cluster.replicas] if s is not victim)
     client = AsyncRedisCluster.from_url(alive)  # the first node may be the one killed
     try:
-        exact = RateLimit(client, namespace).limit("3/h", key="hit")
+        other = RateLimit(client, namespace, spread=LAYOUTS[layout])
+        exact = other.limit("user:3/h", key="hit", user=fresh)
         assert [(await exact.decide()).allowed for _ in range(4)] == [True] * 3 + [False]
     finally:
         await client.aclose()
 
 
-async def test_a_slot_migrated_under_traffic(cluster: RedisCluster) -> None:
-    """The slot of one limit moves to another master (``MIGRATING``/``IMPORTING``, its keys
-    moved one at a time with decisions in between, then the slot given to the new node)
-    while decisions run; the limit holds across the move: 50 calls of a 50/h limit are
-    admitted in all, then none. ``on_error="deny"``: a decision Redis cannot answer in the
-    middle of the move (``TRYAGAIN`` while a limit's keys are split) refuses, never admits."""
+@pytest.mark.parametrize("layout", LAYOUTS)
+async def test_a_slot_migrated_under_traffic(cluster: RedisCluster, layout: str) -> None:
+    """The slot of one limit (spread: of its one user's keys) moves to another master
+    (``MIGRATING``/``IMPORTING``, its keys moved one at a time with decisions in between,
+    then the slot given to the new node) while decisions run; the limit holds across the
+    move: 50 calls of a 50/h limit are admitted in all, then none. ``on_error="deny"``: a
+    decision Redis cannot answer in the middle of the move (``TRYAGAIN`` while a limit's
+    keys are split) refuses, never admits."""
     namespace = f"migrate-{uuid.uuid4().hex[:8]}"
-    slot = tag_of(namespace, "moving")
+    slot = tag_of(namespace, "moving", "u0", layout)
     source_port = master_port(cluster, slot)
     target_port = next(s.port for s in cluster.servers if s.port != source_port)
     source: Any = redis.Redis(port=source_port)
     target: Any = redis.Redis(port=target_port)
     client = AsyncRedisCluster.from_url(cluster.url)
-    rl = RateLimit(client, namespace, timeout=None, on_error="deny")
-    limit = rl.limit("50/h", key="moving")
+    rl = RateLimit(client, namespace, timeout=None, on_error="deny", spread=LAYOUTS[layout])
+    limit = rl.limit("user:50/h", key="moving", user="u0")
     admitted = degraded = 0
 
     async def decide(times: int) -> None:
@@ -153,6 +204,7 @@ async def test_a_slot_migrated_under_traffic(cluster: RedisCluster) -> None:
 
     try:
         await decide(20)
+        assert keys_in_slot(source_port, slot) > 0  # the slot moved holds the limit's keys
         source_id = source.execute_command("CLUSTER MYID")
         target_id = target.execute_command("CLUSTER MYID")
         target.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
@@ -164,7 +216,7 @@ async def test_a_slot_migrated_under_traffic(cluster: RedisCluster) -> None:
         for node in (target, source):
             node.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
         await decide(60)  # MOVED, then the new owner
-        print(f"slot migration under traffic: {admitted} admitted, {degraded} degraded (denied)")
+        print(f"slot migration ({layout}): {admitted} admitted, {degraded} degraded (denied)")
         assert admitted == 50
         assert master_port(cluster, slot) == target_port
     finally:
