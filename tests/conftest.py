@@ -255,8 +255,14 @@ async def make_backend(
     """
     kind: str = request.param
     clients: list[Any] = []
+    made: list[Backend] = []
 
     def factory(clock: Callable[[], float] | None = None) -> Backend:
+        backend = made_backend(clock)
+        made.append(backend)
+        return backend
+
+    def made_backend(clock: Callable[[], float] | None) -> Backend:
         if kind == "memory":
             return MemoryBackend(clock=clock)
         client: Any
@@ -273,6 +279,8 @@ async def make_backend(
         return RedisScriptBackend(client, clock=clock, spread=spread)
 
     yield factory
+    for backend in made:  # its background work (a spread engine's look) ends before its client
+        await backend.aclose()
     for client in clients:
         await client.aclose()
 

@@ -350,7 +350,7 @@ class RedisCommandBackend(RedisOverrides):
             return
         self._closed = True
         if self._layout is not None:
-            self._layout.cancel()
+            await self._layout.aclose()  # before the client closes under a look
         if self._loop.loop is not None and self._loop.loop is not asyncio.get_running_loop():
             self._bind()
         # give-backs of locks whose callers left finish first; nothing is left pending

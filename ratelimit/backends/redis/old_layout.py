@@ -53,13 +53,14 @@ class LayoutCheck:
     found for a limit that now spreads (see the module). ``client``: the engine's
     ``redis.asyncio.Redis`` or ``RedisCluster`` (or valkey-py's)."""
 
-    __slots__ = ("_client", "_seen", "_tasks", "_warned")
+    __slots__ = ("_client", "_closed", "_seen", "_tasks", "_warned")
 
     def __init__(self, client: Any) -> None:
         self._client = client
         self._seen: dict[tuple[str, str, str], int] = {}  # looks started per triple
         self._warned: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def saw(self, plan: Plan) -> None:
         """Note a decision of ``plan`` by an engine whose ``spread`` is on: for the first
@@ -67,7 +68,7 @@ class LayoutCheck:
         in a running event loop, start a look for its counters in the old layout (a
         decision made with no running loop leaves it to a later one). Never raises."""
         compiled = plan.compiled
-        if not compiled.spreads:
+        if not compiled.spreads or self._closed:
             return
         seen = (plan.namespace, plan.key, compiled.selectors[0])
         looks = self._seen.get(seen, 0)
@@ -88,9 +89,18 @@ class LayoutCheck:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def cancel(self) -> None:
-        """Give up the looks still running (an engine closing: nothing waits for them)."""
+        """Give up the looks still running, and start no more."""
+        self._closed = True
         for task in self._tasks:
             task.cancel()
+
+    async def aclose(self) -> None:
+        """:meth:`cancel`, and wait until the looks have let go of their connections (an
+        engine closing, before it closes its client)."""
+        self.cancel()
+        loop = asyncio.get_running_loop()
+        ours = [task for task in self._tasks if task.get_loop() is loop]
+        await asyncio.gather(*ours, return_exceptions=True)
 
     async def _look(self, plan: Plan, sample: bool) -> None:
         namespace, key, selector = plan.namespace, plan.key, plan.compiled.selectors[0]

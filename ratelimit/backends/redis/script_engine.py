@@ -311,7 +311,7 @@ class RedisScriptBackend(RedisOverrides):
             return
         self._closed = True
         if self._layout is not None:
-            self._layout.cancel()
+            await self._layout.aclose()  # before the client closes under a look
         await self._pipeline.aclose()
         if self._owns_client:
             await close_client(self.client)
