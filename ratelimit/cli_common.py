@@ -36,9 +36,15 @@ SPREAD_HELP = (
 )
 
 
+_SAME = {"true": "on", "1": "on", "false": "off", "0": "off"}
+"""What ``RATELIMIT_SPREAD`` may say for ``on``/``off`` too, as the service reads it."""
+
+
 def default_spread() -> str:
-    """``--spread``'s default: ``RATELIMIT_SPREAD``, else ``auto``."""
-    return os.environ.get("RATELIMIT_SPREAD", "").strip().lower() or "auto"
+    """``--spread``'s default: ``RATELIMIT_SPREAD`` (``true``/``false``, ``1``/``0`` read
+    as ``on``/``off``, as the service reads them), else ``auto``."""
+    text = os.environ.get("RATELIMIT_SPREAD", "").strip().lower() or "auto"
+    return _SAME.get(text, text)
 
 
 def spread_of(text: str, named: str = "RATELIMIT_SPREAD") -> bool | None:

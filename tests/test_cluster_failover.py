@@ -28,6 +28,8 @@ from tests.workers import run_workers
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
 TIMEOUT = 0.25
+EXACT_TIMEOUT = 5.0
+"""The deadline of the decisions counted exactly after a failover or a migration."""
 RESUME_WITHIN = 30.0
 """Seconds after a master's death by which its keys must be decided by Redis again (node
 timeout 1 s, then the replica's election, then the client's new view of the slots)."""
@@ -114,9 +116,15 @@ async def test_a_master_killed_under_traffic(cluster: RedisCluster, layout: str)
         assert failover.slowest < TIMEOUT + 2.0  # a margin for a loaded machine's scheduling
         assert failover.degraded > 0  # the kill landed under the traffic's keys
         # a user on the same master, now its replica (another limiter: its own rules)
-        other = RateLimit(client, namespace, spread=LAYOUTS[layout])
+        # a slow answer must not pass for an admission: no fail-open, a generous deadline
+        other = RateLimit(
+            client, namespace, spread=LAYOUTS[layout], timeout=EXACT_TIMEOUT, on_error="raise"
+        )
         exact = other.limit("user:3/h", key="hit", user=fresh)
-        assert [(await exact.decide()).allowed for _ in range(4)] == [True] * 3 + [False]
+        try:
+            assert [(await exact.decide()).allowed for _ in range(4)] == [True] * 3 + [False]
+        finally:
+            await other.aclose()  # its looks for old counters end before the client closes
     finally:
         await client.aclose()
 
@@ -169,9 +177,15 @@ async def test_a_master_killed_while_four_processes_decide(
     alive = next(s.url for s in [*cluster.servers, *cluster.replicas] if s is not victim)
     client = AsyncRedisCluster.from_url(alive)  # the first node may be the one killed
     try:
-        other = RateLimit(client, namespace, spread=LAYOUTS[layout])
+        # a slow answer must not pass for an admission: no fail-open, a generous deadline
+        other = RateLimit(
+            client, namespace, spread=LAYOUTS[layout], timeout=EXACT_TIMEOUT, on_error="raise"
+        )
         exact = other.limit("user:3/h", key="hit", user=fresh)
-        assert [(await exact.decide()).allowed for _ in range(4)] == [True] * 3 + [False]
+        try:
+            assert [(await exact.decide()).allowed for _ in range(4)] == [True] * 3 + [False]
+        finally:
+            await other.aclose()  # its looks for old counters end before the client closes
     finally:
         await client.aclose()
 

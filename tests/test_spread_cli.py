@@ -175,3 +175,16 @@ def test_the_command_reaches_a_cluster(
     assert cli(["override", "get", "--storage", url, "--key", "k", "user=ann"]) == 0
     assert "user:5/m" in capsys.readouterr().out
     assert cli(["reset", *base, "--spread", "off", "user:1/m", "user=ann"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [("true", "on"), ("1", "on"), ("FALSE", "off"), ("0", "off"), ("", "auto"), ("Off", "off")],
+)
+def test_the_command_reads_spread_from_the_environment_as_the_service_does(
+    given: str, read: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ratelimit.cli_common import default_spread
+
+    monkeypatch.setenv("RATELIMIT_SPREAD", given)
+    assert default_spread() == read
