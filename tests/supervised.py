@@ -85,7 +85,11 @@ def children(pid: int) -> set[int]:
     """The processes ``pid`` started, as Linux lists them."""
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found.update(int(child) for child in (task / "children").read_text().split())
+        try:
+            listed = (task / "children").read_text()
+        except FileNotFoundError:  # a thread that ended since the listing: it has none
+            continue
+        found.update(int(child) for child in listed.split())
     return found
 
 
