@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -273,8 +274,15 @@ def test_batching_finds_the_spread_tag() -> None:
     assert len(sent) == 1
 
 
-async def test_spread_decisions_of_many_users_are_batched_on_one_server() -> None:
-    client = fakeredis.FakeAsyncRedis()
+@pytest.mark.parametrize("server", ["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
+async def test_spread_decisions_of_many_users_are_batched_on_one_server(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    client: Any = (
+        fakeredis.FakeAsyncRedis()
+        if server == "fakeredis"
+        else aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+    )
     rl = limiter(client, FakeClock(), True)
     backend = rl.storage
     assert isinstance(backend, RedisScriptBackend)
@@ -283,7 +291,10 @@ async def test_spread_decisions_of_many_users_are_batched_on_one_server() -> Non
             *[rl.limit("user:5/m", user=f"u{n}", key="many").decide() for n in range(40)]
         )
         assert all(d.allowed for d in decisions)
-        assert max(backend.calls_per_script) > 1  # batched calls, though every user's tag differs
+        # batched calls, though every user's tag differs; on Python 3.13 fakeredis answers a
+        # lone call without yielding to the loop, so every call goes alone (test_batch.py)
+        if server == "redis" or sys.version_info < (3, 13):
+            assert max(backend.calls_per_script) > 1, backend.calls_per_script
         assert len(await keys_of(client, rl.namespace)) == 80
     finally:
         await rl.aclose()
