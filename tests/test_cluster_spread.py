@@ -130,7 +130,11 @@ def needs_cluster_transactions(engine: str) -> None:
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-@pytest.mark.parametrize("engine", ["script", "commands"])
+@pytest.mark.parametrize(
+    # the command engine's runs are the slowest (a lock per user): once per CI run
+    "engine",
+    ["script", pytest.param("commands", marks=pytest.mark.once)],
+)
 async def test_one_hot_limit_spreads_over_three_nodes(
     cluster: RedisCluster,
     redis_client: aioredis.Redis,
