@@ -39,6 +39,7 @@ from ratelimit.errors import (
     LimiterClosedError,
     LockTimeoutError,
 )
+from ratelimit.reserve import DEFAULT_BY, kept_for
 from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve
 from ratelimit.slots import SlotClaim, SlotLimit, claim_for, parse_slots
 from ratelimit.waiting import wait_seconds
@@ -96,6 +97,8 @@ class Concurrency:
         lease: float = DEFAULT_LEASE,
         wait: float | bool = False,
         site: str = "",
+        reserve: object = None,
+        reserve_by: object = DEFAULT_BY,
     ) -> None:
         self._site = site  # the key of a block without key=: where it was made
         self.limits = parse_slots(limits)
@@ -108,9 +111,12 @@ class Concurrency:
         if key is not None and not isinstance(key, str):
             raise TypeError(f"key must be text, not {type(key).__name__}")
         named = {limit.selector for limit in self.limits} - {None}
+        self._reserve = kept_for(reserve, reserve_by, self.limits, f"concurrency({limits!r})")
         self._decider = decider
         self._key = key
         self._names = tuple(sorted(n for n in named if n is not None))
+        if self._reserve is not None:  # the priority comes last (:meth:`_claim`)
+            self._names += (self._reserve.by,)
         self._sources = SelectorSources(selectors, selector)
         self.lease = float(lease)
         self._wait = wait_seconds(wait)
@@ -155,6 +161,9 @@ class Concurrency:
         )
         key = self._key if self._key is not None else function_name(func)
         findable(self.limits, self._sources, parameters, func, key, "concurrency")
+        if self._reserve is not None:
+            function = f"{function_name(func)}{parameters.signature}"
+            self._reserve.findable(self._sources, parameters, function, key)
         self._decider.slot_layouts.register(key, self.limits)
         return key, parameters
 
@@ -179,8 +188,9 @@ class Concurrency:
         decider = self._decider
         decider.check_open()
         values = await resolve(self._names, self._sources, key, call) if self._names else ()
+        limits = self.limits if self._reserve is None else self._reserve.limits_for(values[-1])
         return claim_for(
-            self.limits,
+            limits,
             decider.namespace,
             key,
             dict(zip(self._names, values, strict=True)),

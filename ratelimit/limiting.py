@@ -27,6 +27,7 @@ from ratelimit.costs import CostLike, CostValue
 from ratelimit.decider import Decider
 from ratelimit.limit import Limit
 from ratelimit.registry import Registry
+from ratelimit.reserve import DEFAULT_BY
 from ratelimit.settings import Settings
 from ratelimit.wrapping import block_key
 
@@ -237,6 +238,8 @@ class LimitMaker:
         *,
         lease: float = DEFAULT_LEASE,
         wait: float | bool = False,
+        reserve: Mapping[str, int] | None = None,
+        reserve_by: str = DEFAULT_BY,
         **selectors: object,
     ) -> Concurrency:
         """At most N bodies at once, as ``@decorator`` or in ``async with``.
@@ -250,10 +253,15 @@ class LimitMaker:
         may queue for a slot (``True``: as long as it takes). ``key``, ``selector`` and
         ``**selectors`` as in :meth:`limit` (a block without ``key=`` counts under where
         ``concurrency()`` was called). Slots and rates are separate counters: stack
-        ``@rl.concurrency(...)`` over ``@rl.limit(...)`` for both.
+        ``@rl.concurrency(...)`` over ``@rl.limit(...)`` for both. ``reserve``: slots kept
+        for critical work, ``{"critical": 20}`` (most critical first; levels nest); a call's
+        priority is the selector ``priority`` (or the one ``reserve_by`` names), and a call
+        of no listed priority takes only what the reserve leaves (:mod:`ratelimit.reserve`).
         """
         site = "" if key is not None else block_key(1)
-        return self._concurrency_at(site, limits, key, selector, selectors, lease, wait)
+        return self._concurrency_at(
+            site, limits, key, selector, selectors, lease, wait, reserve, reserve_by
+        )
 
     def _concurrency_at(
         self,
@@ -264,6 +272,10 @@ class LimitMaker:
         selectors: dict[str, object],
         lease: float,
         wait: float | bool,
+        reserve: Mapping[str, int] | None = None,
+        reserve_by: str = DEFAULT_BY,
     ) -> Concurrency:
         """:meth:`concurrency`, made at ``site`` (the key of its blocks without ``key=``)."""
-        return Concurrency(self._decider, limits, key, selector, selectors, lease, wait, site)
+        return Concurrency(
+            self._decider, limits, key, selector, selectors, lease, wait, site, reserve, reserve_by
+        )

@@ -253,18 +253,16 @@ class RateLimit:
         *,
         lease: float = DEFAULT_LEASE,
         wait: float | bool = False,
+        reserve: Mapping[str, int] | None = None,
+        reserve_by: str = "priority",
         **selectors: object,
     ) -> Concurrency:
         """At most N bodies at once, as ``@decorator`` or in ``with``; the arguments of
         :meth:`ratelimit.RateLimit.concurrency`. The lease is renewed on the limiter's
         loop while the body runs in its thread."""
         site = "" if key is not None else block_key(1)  # where its blocks count
-        return Concurrency(
-            self,
-            lambda limiter: limiter._concurrency_at(
-                site, limits, key, selector, selectors, lease, wait
-            ),
-        )
+        made = (site, limits, key, selector, selectors, lease, wait, reserve, reserve_by)
+        return Concurrency(self, lambda limiter: limiter._concurrency_at(*made))
 
     # --- the one door, for front ends (WSGI, Flask, Django) ---
 
