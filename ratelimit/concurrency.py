@@ -27,7 +27,7 @@ import functools
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
@@ -184,10 +184,15 @@ class Concurrency:
 
     # --- taking and giving back ---
 
-    async def _claim(self, key: str, call: CallSite | None) -> SlotClaim:
+    async def _claim(
+        self, key: str, call: CallSite | None, given: Mapping[str, str | None] | None = None
+    ) -> SlotClaim:
         decider = self._decider
         decider.check_open()
-        values = await resolve(self._names, self._sources, key, call) if self._names else ()
+        if given is not None:  # known already (an HTTP route read them from its request)
+            values: tuple[str | None, ...] = tuple(given.get(name) for name in self._names)
+        else:
+            values = await resolve(self._names, self._sources, key, call) if self._names else ()
         limits = self.limits if self._reserve is None else self._reserve.limits_for(values[-1])
         return claim_for(
             limits,
@@ -199,9 +204,22 @@ class Concurrency:
             decider.slot_layouts.spreads(key, self.limits),
         )
 
-    async def _enter(self, key: str, call: CallSite | None) -> tuple[Held, Decision]:
+    @contextlib.asynccontextmanager
+    async def held_for(self, key: str, values: Mapping[str, str | None]) -> AsyncIterator[Decision]:
+        """Hold the slots of ``key`` for one piece of work whose selector values (and
+        priority) are known, such as an HTTP request's (:mod:`ratelimit.asgi.slot_routes`):
+        as ``async with``, raising :class:`ConcurrencyLimitExceeded` when none is free."""
+        held, decision = await self._enter(key, None, values)
+        try:
+            yield decision
+        finally:
+            await self._exit(held)
+
+    async def _enter(
+        self, key: str, call: CallSite | None, given: Mapping[str, str | None] | None = None
+    ) -> tuple[Held, Decision]:
         """Take the slots of one call (waiting up to ``wait``), and start renewing them."""
-        claim = await self._claim(key, call)
+        claim = await self._claim(key, call, given)
         if not claim.identifiers:  # no selector resolved: nothing limits the call
             return Held(None, None), make_decision(True, 0.0, None, None, key)
         loop = asyncio.get_running_loop()

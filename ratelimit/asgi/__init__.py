@@ -35,6 +35,7 @@ from ratelimit.asgi.middleware import RateLimitMiddleware
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.routes import Route
+from ratelimit.asgi.slot_routes import SlotRoute
 from ratelimit.asgi.sources import (
     Source,
     client_ip,
@@ -64,6 +65,7 @@ __all__ = [
     "RateLimitMiddleware",
     "Route",
     "RouteLimit",
+    "SlotRoute",
     "Source",
     "SourceValueError",
     "TrustedProxies",

@@ -33,6 +33,7 @@ from ratelimit.asgi.limits import HTTPResponse
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, RouteTable
+from ratelimit.asgi.slot_routes import SlotRoute, with_slot_routes
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit
@@ -57,7 +58,9 @@ class RateLimitMiddleware:
 
     ``limiter``: the :class:`~ratelimit.RateLimit` that counts. ``routes``: :class:`Route`
     limits, the first match deciding. ``exclude``: path patterns that never touch the
-    limiter (health checks, metrics), checked first. ``trusted_proxies``: the addresses or
+    limiter (health checks, metrics), checked first. ``routes`` may hold
+    :class:`~ratelimit.asgi.SlotRoute` objects too: slots a request holds while it runs
+    (see there). ``trusted_proxies``: the addresses or
     networks (``"unix"`` for a unix socket's peer, ``"*"`` for any peer) whose forwarding
     header names the client (default: none; the client is the connection's peer);
     ``forwarded_header``: the one header those proxies set, ``"x-forwarded-for"`` (default),
@@ -73,7 +76,7 @@ class RateLimitMiddleware:
         self,
         app: ASGIApp,
         limiter: RateLimit,
-        routes: Sequence[Route] = (),
+        routes: Sequence[Route | SlotRoute] = (),
         *,
         exclude: Iterable[str] = (),
         trusted_proxies: Iterable[str] = (),
@@ -87,10 +90,13 @@ class RateLimitMiddleware:
             raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
         self.app = app
         self.limiter = limiter
-        self.table = RouteTable(routes, exclude, limiter)
+        routes = tuple(routes)
+        rates = [route for route in routes if not isinstance(route, SlotRoute)]
+        self.table = RouteTable(rates, exclude, limiter)
         self.routes = self.table.routes
         self.exclude = self.table.exclude
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
+        self.app = with_slot_routes(app, limiter, routes, self.table, self.proxies)
         self.headers = bool(headers)
         self.legacy_headers = bool(legacy_headers)
         self.refused = refused
