@@ -192,3 +192,52 @@ async def test_under_uvicorn_on_a_real_redis(redis_url: str, namespace: str) -> 
         server.should_exit = True
         await serving
         await rl.aclose()
+
+
+async def test_an_open_websocket_holds_its_slot_and_a_full_route_refuses_the_handshake() -> None:
+    rl = RateLimit.from_url("memory://")
+    closed = asyncio.Event()
+    opened = asyncio.Event()
+
+    async def sockets(scope: Any, receive: Any, send: Any) -> None:
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        opened.set()
+        await closed.wait()
+        await send({"type": "websocket.close", "code": 1000})
+
+    app = RateLimitMiddleware(sockets, rl, [SlotRoute("/ws", "1", methods=["WEBSOCKET"])])
+    handshake = {
+        "type": "websocket", "path": "/ws", "query_string": b"", "headers": [],
+        "client": ("10.0.0.1", 1), "extensions": {"websocket.http.response": {}},
+    }  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    first: list[Any] = []
+    second: list[Any] = []
+    third: list[Any] = []
+
+    def sender(into: list[Any]) -> Any:
+        async def send(message: Any) -> None:
+            into.append(message)
+
+        return send
+
+    open_socket = asyncio.create_task(app(dict(handshake), receive, sender(first)))
+    await opened.wait()
+    await app(dict(handshake), receive, sender(second))
+    assert second[0]["type"] == "websocket.http.response.start"
+    assert second[0]["status"] == 429
+    closed.set()
+    await open_socket
+    assert [m["type"] for m in first] == ["websocket.accept", "websocket.close"]
+    closed.clear()
+    opened.clear()
+    reopened = asyncio.create_task(app(dict(handshake), receive, sender(third)))
+    await opened.wait()  # the closed socket gave its slot back
+    closed.set()
+    await reopened
+    assert third[0]["type"] == "websocket.accept"
+    await rl.aclose()
