@@ -58,8 +58,7 @@ async def main() -> None:
         for _ in range(PROCESSES)
     ]
     limiters = [
-        RateLimit(store, namespace, on_error="local", local_share=1 / PROCESSES)
-        for store in stores
+        RateLimit(store, namespace, on_error="local", local_share=1 / PROCESSES) for store in stores
     ]
     searches = [rl.limit("user:100/h", key="search", user="ann") for rl in limiters]
 
