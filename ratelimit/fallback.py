@@ -39,7 +39,7 @@ from typing import Any
 from ratelimit.backends.base import Clock
 from ratelimit.backends.memory import MemoryBackend
 from ratelimit.decision import Decision
-from ratelimit.plan import CompiledTree, Plan, compile_tree
+from ratelimit.plan import PLANS, CompiledTree, Plan, compile_tree
 from ratelimit.rules import Node, Rule
 from ratelimit.slots import SlotClaim
 
@@ -79,6 +79,7 @@ class LocalFallback:
         self._injected: Clock | None = None
         self._store: MemoryBackend | None = None
         self._scaled: dict[CompiledTree, CompiledTree] = {}
+        self._plans: dict[Plan, Plan] = {}  # each plan at this share (plans hash by identity)
         self._next_probe = -math.inf
         self._probing = False
         self.local_claims: set[str] = set()
@@ -120,8 +121,13 @@ class LocalFallback:
         """``plan`` decided on the local store at this process's share, ``degraded``; its
         rules are the limit's own (not their scaled copies)."""
         compiled = plan.compiled
-        scaled = self.scaled(compiled)
-        decision = await self.store.decide(dataclasses.replace(plan, compiled=scaled))
+        local = self._plans.get(plan)
+        if local is None:
+            if len(self._plans) >= PLANS:
+                self._plans.clear()
+            local = self._plans[plan] = dataclasses.replace(plan, compiled=self.scaled(compiled))
+        scaled = local.compiled
+        decision = await self.store.decide(local)
         rule = decision.rule
         if rule is not None:
             rule = compiled.rules[_leaf_of(scaled, rule)]
