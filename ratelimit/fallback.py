@@ -175,6 +175,10 @@ class LocalFallback:
         now = self.clock()
         if self._probing or now < self._next_probe or self.probe is None or self.spawn is None:
             return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # the sync API's direct path, in a caller's thread: the next
+            return  # call goes to the limiter's loop (an outage is under way), which probes
         self._next_probe = now + PROBE_EVERY
         self._probing = True
         self.spawn(self._probe(self.probe, answered))

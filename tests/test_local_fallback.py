@@ -340,3 +340,58 @@ def test_on_error_names_local() -> None:
     with pytest.raises(ConfigurationError, match="allow, deny, raise, local"):
         Settings(on_error="fallback")
     assert Settings(on_error="local", local_share=1).local_share == 1
+
+
+# --- other stores ---
+
+
+async def test_a_postgres_store_that_cannot_be_reached_falls_back_alike() -> None:
+    pytest.importorskip("asyncpg")
+    from tests.redis_server import free_port
+
+    url = f"postgresql://user:secret@127.0.0.1:{free_port()}/nowhere"  # nothing listens
+    rl = RateLimit.from_url(
+        url, on_error="local", local_share=0.5, algorithm="sliding-window", timeout=5.0
+    )
+    limit = rl.limit("user:6/h", key="pg", user="ann")
+    decisions = [await limit.decide() for _ in range(4)]
+    assert [d.allowed for d in decisions] == [True, True, True, False]  # 6 * 0.5
+    assert all(d.degraded for d in decisions)
+    await rl.aclose()
+
+
+@pytest.mark.redis
+def test_the_sync_api_on_a_real_redis_killed_and_restarted(clock: FakeClock) -> None:
+    """The sync API decides in the calling thread on Redis (its direct path): a failure
+    there is decided locally too, and the limiter's loop probes the store."""
+    from tests.redis_server import RedisServer
+
+    with RedisServer() as server:
+        rl = SyncRateLimit.from_url(
+            server.url, on_error="local", local_share=0.5, timeout=5.0, clock=clock
+        )
+
+        @rl.limit("user:6/h")
+        def search(user: str) -> bool:
+            return True
+
+        assert search("ann")  # the store counts it
+        server.stop()
+        assert [search("ann") for _ in range(3)] == [True] * 3  # the direct path, then the loop's
+        with pytest.raises(RateLimitExceeded) as raised:
+            search("ann")
+        assert raised.value.decision.degraded
+        server.start()  # same port, empty
+        clock.advance(PROBE_EVERY)
+        for _ in range(100):  # each call a turn of the limiter's loop, where the probe runs
+            decision = rl.limit("user:6/h", key=search_key(search), user="ann").decide()
+            if not decision.degraded:
+                break
+        assert not decision.degraded
+        assert decision.remaining == 5  # the restarted store counts from nothing
+        rl.close()
+
+
+def search_key(func: Any) -> str:
+    """The key a decorated function's limit counts under."""
+    return f"{func.__module__}.{func.__qualname__}"
