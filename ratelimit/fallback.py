@@ -38,7 +38,8 @@ from typing import Any
 
 from ratelimit.backends.base import Clock
 from ratelimit.backends.memory import MemoryBackend
-from ratelimit.decision import Decision
+from ratelimit.decision import Decision, RuleState, make_decision
+from ratelimit.errors import ConfigurationError
 from ratelimit.plan import PLANS, CompiledTree, Plan, compile_tree
 from ratelimit.rules import Node, Rule
 from ratelimit.slots import SlotClaim
@@ -79,7 +80,9 @@ class LocalFallback:
         self._injected: Clock | None = None
         self._store: MemoryBackend | None = None
         self._scaled: dict[CompiledTree, CompiledTree] = {}
-        self._plans: dict[Plan, Plan] = {}  # each plan at this share (plans hash by identity)
+        self._plans: dict[Plan, tuple[Plan, int | None]] = {}
+        """Each plan at this share (plans hash by identity), with the leaf whose share can
+        never admit the call's cost, if one cannot."""
         self._next_probe = -math.inf
         self._probing = False
         self.local_claims: set[str] = set()
@@ -121,11 +124,19 @@ class LocalFallback:
         """``plan`` decided on the local store at this process's share, ``degraded``; its
         rules are the limit's own (not their scaled copies)."""
         compiled = plan.compiled
-        local = self._plans.get(plan)
-        if local is None:
+        entry = self._plans.get(plan)
+        if entry is None:
             if len(self._plans) >= PLANS:
                 self._plans.clear()
-            local = self._plans[plan] = dataclasses.replace(plan, compiled=self.scaled(compiled))
+            local = dataclasses.replace(plan, compiled=self.scaled(compiled))
+            entry = self._plans[plan] = (local, _beyond(local))
+        local, beyond = entry
+        if beyond is not None:  # the call costs more than a rule's share can ever admit
+            refusing = compiled.rules[beyond]
+            span = refusing.span_ms / 1000
+            state = RuleState(refusing, beyond, True, 0, span)
+            refused = make_decision(False, span, refusing, 0, plan.key, (state,))
+            return dataclasses.replace(refused, degraded=True)
         scaled = local.compiled
         decision = await self.store.decide(local)
         rule = decision.rule
@@ -198,6 +209,20 @@ class LocalFallback:
 async def _quietly(work: Awaitable[Any]) -> None:
     with contextlib.suppress(Exception):
         await work
+
+
+def _beyond(plan: Plan) -> int | None:
+    """The first leaf of ``plan`` whose rule refuses its cost however little is counted
+    (a share's count, or burst, below it), as :mod:`ratelimit.lowered` finds for an
+    override: the store's evaluators take only costs a rule can admit at once."""
+    for leaf, rule in enumerate(plan.compiled.rules):
+        if plan.leaf_identifiers[leaf] < 0:  # its selector did not resolve: counts nothing
+            continue
+        try:
+            plan.algorithm.check_rule(rule, plan.leaf_cost(leaf))
+        except ConfigurationError:
+            return leaf
+    return None
 
 
 def _leaf_of(scaled: CompiledTree, rule: Rule) -> int:

@@ -395,3 +395,24 @@ def test_the_sync_api_on_a_real_redis_killed_and_restarted(clock: FakeClock) -> 
 def search_key(func: Any) -> str:
     """The key a decorated function's limit counts under."""
     return f"{func.__module__}.{func.__qualname__}"
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-log", "sliding-window", "fixed-window", "gcra"])
+async def test_costs_count_against_the_share(algorithm: str, store: Flaky) -> None:
+    rl = RateLimit(store, on_error="local", local_share=0.2, algorithm=algorithm)
+    store.down = True
+    small = compile_tree(to_tree("5/h"))  # 1 locally
+    beyond = await rl.decide(small, "big", cost=rl.check(small, 3))  # more than the share
+    assert not beyond.allowed
+    assert beyond.degraded
+    assert beyond.rule == Rule(5, 3_600_000)
+    assert beyond.retry_after == 3600
+    one = await rl.decide(small, "one", cost=rl.check(small, 1))
+    assert one.allowed
+    assert not await rl.settle(one, 1)  # recorded locally only: nothing to settle
+    tokens = compile_tree(to_tree("apikey:1000 tokens/m"))  # 200 locally
+    first = await rl.decide(tokens, "llm", ("a",), cost={"tokens": 150})
+    second = await rl.decide(tokens, "llm", ("a",), cost={"tokens": 100})
+    assert first.allowed
+    assert not second.allowed
+    await rl.aclose()
