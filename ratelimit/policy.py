@@ -78,8 +78,21 @@ class FailurePolicy:
     async def decide(self, backend: Backend, plan: Plan) -> Decision:
         """``backend``'s decision of ``plan``, or this policy's when it fails; under
         ``"local"`` while an outage is under way, the local one at once (and a probe)."""
+        if self.outage_started is not None:  # rarely
+            return await self._decide_failing(backend, plan)
+        try:
+            return await backend.decide(plan)
+        except BackendError as exc:
+            return await self.failed_plan(exc, plan)
+        except LockTimeoutError as exc:
+            return self.lock_timed_out(exc, plan.key)
+
+    async def _decide_failing(self, backend: Backend, plan: Plan) -> Decision:
+        """:meth:`decide` while an outage is under way: under ``"local"`` decided locally
+        at once (the probe asks the store); else the store is asked, and its answer ends
+        the outage."""
         local = self.local
-        if local is not None and self.outage_started is not None:
+        if local is not None:
             local.maybe_probe(self.answered)
             self._failed(None)
             return await local.decide(plan)
@@ -89,8 +102,7 @@ class FailurePolicy:
             return await self.failed_plan(exc, plan)
         except LockTimeoutError as exc:
             return self.lock_timed_out(exc, plan.key)
-        if self.outage_started is not None:
-            self._recovered()
+        self.answered()
         return decision
 
     async def settle(self, backend: SettleStore, settlement: Settlement) -> bool:
