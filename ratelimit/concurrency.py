@@ -234,7 +234,9 @@ class Concurrency:
                 raise ConcurrencyLimitExceeded(decision, full)
             await self._until_released(min(pause * (1 + random.random()), left))
             pause = min(pause * 2, MAX_POLL)
-        if decision.degraded:  # fail-open: the body runs holding nothing
+        if decision.degraded and decision.remaining is None:
+            # fail-open: the body runs holding nothing (on_error="local"'s take, with what
+            # is left, holds a slot of its local store: given back there)
             return Held(None, None), decision
         renewal = loop.create_task(self._renew(claim), name=f"ratelimit renewal of {key!r}")
         return Held(claim, renewal), decision

@@ -206,15 +206,14 @@ class Decider:
 
     async def ask(self, plan: Plan) -> Decision:
         """The store's decision of ``plan``, or the failure policy's when it fails."""
+        if self.policy.outage_started is not None:  # an outage under way: rarely
+            return await self.policy.decide(self.backend, plan)
         try:
-            decision = await self.backend.decide(plan)
+            return await self.backend.decide(plan)
         except BackendError as exc:
-            return self.policy.failed(exc, plan.key)
+            return await self.policy.failed_plan(exc, plan)
         except LockTimeoutError as exc:
             return self.policy.lock_timed_out(exc, plan.key)
-        if self.policy.outage_started is not None:  # an outage to end: rarely
-            self.policy.answered()
-        return decision
 
     async def _decide_within(
         self, call: CallKey, record: bool, shadow: bool, within: float, override: bool | Rule
@@ -226,7 +225,7 @@ class Decider:
             )
         except TimeoutError:  # the hooks never saw it: they see the policy's answer
             late = BackendError(f"the decision of key {call.key!r} took over {within:g} s")
-            decision = self.policy.failed(late, call.key)
+            decision = await self.policy.failed_plan(late, cached_plan(*call, record))
             if self.hooks:
                 self.hooks(decision, _clock() - started)
             return decision
@@ -268,10 +267,10 @@ class Decider:
         leave the take holding a slot that nobody gives back. A take that failed (its answer
         lost) may still reach the store later: its give-back revokes the claim, so that
         such a take takes nothing."""
-        taking = self.finish_later(self.slot_store().acquire_slots(claim))
+        taking = self.finish_later(self.policy.take_slots(self.slot_store(), claim))
         fullest = None
         try:
-            taken, held = await asyncio.shield(taking)
+            taken, held, degraded = await asyncio.shield(taking)
         except asyncio.CancelledError:
             taking.add_done_callback(functools.partial(_taken_after_leaving, give_back, claim))
             raise
@@ -281,13 +280,15 @@ class Decider:
         except LockTimeoutError as exc:  # the command engine's lock stayed held: nothing taken
             decision = self.policy.lock_timed_out(exc, claim.key)
         else:
-            self.policy.answered()
+            if not degraded:  # else taken on on_error="local"'s own store
+                self.policy.answered()
             left = [count - n for n, count in zip(held, claim.counts, strict=True)]
             if taken:
                 decision = make_decision(True, 0.0, None, min(left) - 1, claim.key)
             else:
                 decision = make_decision(False, SLOT_RETRY, None, 0, claim.key)
                 fullest = left.index(min(left))
+            decision = dataclasses.replace(decision, degraded=True) if degraded else decision
         if self.hooks:
             self.hooks(decision, 0.0)
         return decision, fullest
@@ -295,12 +296,13 @@ class Decider:
     async def renew_slots(self, claim: SlotClaim) -> bool:
         """Renew ``claim``'s lease; ``False`` when it ran out first. Raises as the store
         does (``BackendError``, ``LockTimeoutError``, ``LimiterClosedError``)."""
-        return await self.slot_store().renew_slots(claim)
+        return await (self.policy.holding(claim, False) or self.slot_store()).renew_slots(claim)
 
     async def release_slots(self, claim: SlotClaim, revoke: bool = False) -> None:
         """Give ``claim``'s slots back (``revoke``: and make a take arriving later take
         nothing). Raises as the store does."""
-        await self.slot_store().release_slots(claim, revoke=revoke)
+        store = self.policy.holding(claim, revoke) or self.slot_store()  # where it was taken
+        await store.release_slots(claim, revoke=revoke)
 
     def check_settling(self, settle: object) -> None:
         """``settle=`` can work here: a callable, a store that settles, and no background

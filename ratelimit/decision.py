@@ -162,6 +162,12 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
                 "past lock_timeout, which refuses under any on_error (use_scripts=False: "
                 "contention, not an outage)"
             )
+        elif decision.degraded and decision.rule is not None:  # on_error="local"'s refusal
+            what = (
+                f"call refused for key {decision.key!r}: the rate-limit storage failed and "
+                f"this process's local share of rule '{decision.rule}' is used up "
+                "(on_error='local' decides in-process until the storage answers)"
+            )
         elif decision.degraded:
             what = (
                 f"call refused for key {decision.key!r}: the rate-limit storage failed and "

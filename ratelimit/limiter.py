@@ -63,8 +63,8 @@ class RateLimit(LimitMaker):
     counters apart from others on the same Redis.
 
     The keywords are :class:`~ratelimit.Settings` (documented there): ``algorithm``,
-    ``sync_rate``, ``on_error``, ``timeout``, ``denial_cache``, ``hooks``, ``background``,
-    ``use_scripts``, ``auto_pipeline``, ``disable_locks``, ``lock_ttl``,
+    ``sync_rate``, ``on_error``, ``local_share``, ``timeout``, ``denial_cache``, ``hooks``,
+    ``background``, ``use_scripts``, ``auto_pipeline``, ``disable_locks``, ``lock_ttl``,
     ``lock_polling_interval``, ``lock_timeout``, ``spread``, ``shadow``,
     ``override_refresh`` and ``clock``; or ``settings=`` gives a ``Settings`` made
     beforehand (keywords given too replace its values). Every setting is checked here, so
@@ -97,7 +97,7 @@ class RateLimit(LimitMaker):
         check_supported(backend, algorithm)
         self._backend = backend
         self._hooks = Hooks(settings.hooks)
-        self._policy = FailurePolicy(settings.on_error, self._hooks)
+        self._policy = FailurePolicy(settings.on_error, self._hooks, settings.local_share)
         self._denials = DenialCache(settings.denial_cache, clock=clock_of(backend))
         self._background = (
             BackgroundCounter(
@@ -131,6 +131,11 @@ class RateLimit(LimitMaker):
             cache,
         )
         self._registry = Registry()
+        if self._policy.local is not None:  # on_error="local": its clock, probe and tasks
+            decider = self._decider
+            self._policy.local.attach(
+                clock_of(backend), lambda: decider.ping(settings.timeout), decider.finish_later
+            )
 
     @classmethod
     def from_url(
@@ -142,6 +147,7 @@ class RateLimit(LimitMaker):
         algorithm: str = _UNSET,
         sync_rate: float = _UNSET,
         on_error: str = _UNSET,
+        local_share: float = _UNSET,
         timeout: float | None = _UNSET,
         denial_cache: int = _UNSET,
         hooks: Sequence[Hook] = _UNSET,

@@ -17,12 +17,14 @@ from typing import Any, TypedDict
 
 from ratelimit.algorithms import SLIDING_LOG, Algorithm, named
 from ratelimit.errors import ConfigurationError
+from ratelimit.fallback_settings import check_local
 from ratelimit.hooks import Hook
 from ratelimit.plan import CompiledTree, Cost, CounterUpdate, Identifier, compile_tree
 from ratelimit.rules import MAX_SPAN_MS
 
-ON_ERROR = ("allow", "deny", "raise")
-"""What a decision does when its storage fails: admit, refuse, or raise ``BackendError``."""
+ON_ERROR = ("allow", "deny", "raise", "local")
+"""What a decision does when its storage fails: admit, refuse, raise ``BackendError``, or
+decide in-process on this process's share of each limit (:mod:`ratelimit.fallback`)."""
 
 SYNC_RATE_NEEDS_SCRIPTS = "sync_rate applies to a Redis client with use_scripts=True (the default)"
 
@@ -55,8 +57,12 @@ class Settings:
       process may admit up to a limit per interval before it sees the others); ``< 0`` is
       local only, no store at all.
     - ``on_error``: what a decision does when Redis fails or misses its deadline:
-      ``"allow"`` (default, fail-open), ``"deny"`` or ``"raise"`` (``BackendError``); such
-      decisions say ``degraded=True``.
+      ``"allow"`` (default, fail-open), ``"deny"``, ``"raise"`` (``BackendError``) or
+      ``"local"`` (decided in-process on ``local_share`` of each limit until the store
+      answers again: :mod:`ratelimit.fallback`); such decisions say ``degraded=True``.
+    - ``local_share`` (``on_error="local"`` only; default 1): the share of each rule's count
+      (and burst) one process admits while the store fails, ``0 < share <= 1``; with N
+      processes, ``1/N`` keeps their sum about the limit.
     - ``timeout`` (seconds, default 0.25; ``None`` for none): bounds each decision's work on
       Redis, so a hung Redis never hangs a caller. Waiting for the command engine's lock is
       not part of it and never fails open.
@@ -103,6 +109,7 @@ class Settings:
     algorithm: str = SLIDING_LOG
     sync_rate: float = 0
     on_error: str = "allow"
+    local_share: float = 1.0
     timeout: float | None = 0.25
     denial_cache: int = 10_000
     hooks: Sequence[Hook] = ()
@@ -141,6 +148,7 @@ class Settings:
             if not callable(hook):
                 raise TypeError(f"a hook must be callable, not {type(hook).__name__}")
         check_on_error(self.on_error)
+        check_local(self.on_error, self.local_share, self.background, self.sync_rate)
         check_sync_rate(self.sync_rate, self.algorithm, self.use_scripts)
 
     def replace(self, **changes: object) -> Settings:
@@ -162,6 +170,7 @@ class SettingsKeywords(TypedDict, total=False):
     algorithm: str
     sync_rate: float
     on_error: str
+    local_share: float
     timeout: float | None
     denial_cache: int
     hooks: Sequence[Hook]

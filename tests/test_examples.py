@@ -32,6 +32,7 @@ EXPECTED = {
     "tiers.py": "acme, raised: 4 of 6 admitted; refused by apikey:8/m (override)",
     "threads.py": "8 searches by ann in 2 threads: 5 admitted under user:5/m",
     "reserved_slots.py": "critical:  2 of 20 got a slot, 10 held",
+    "local_fallback.py": "store down: [25, 25, 25, 25] admitted of 60 each, 100 in all",
 }
 ON_MEMORY = {
     **EXPECTED,

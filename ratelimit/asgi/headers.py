@@ -181,10 +181,11 @@ def violated(decision: Decision) -> list[str]:
 
 def problem(decision: Decision) -> tuple[int, bytes]:
     """The status and ``application/problem+json`` body of a refusal: 429 naming the
-    violated policies, or 503 when the limiter could not decide: the storage failed under
-    ``on_error="deny"``, or the command engine's lock stayed held past ``lock_timeout``."""
+    violated policies (``on_error="local"``'s refusals too: a rule's local share), or 503
+    when the limiter could not decide: the storage failed under ``on_error="deny"``, or the
+    command engine's lock stayed held past ``lock_timeout``."""
     wait = retry_after(decision)
-    if decision.degraded:
+    if decision.degraded and decision.rule is None:
         body = {
             "type": "about:blank",
             "title": "Service Unavailable",

@@ -17,7 +17,12 @@ start, and a bad one stops the service with a message naming the variable.
   (earlier versions of the service used ``ratelimit``: set ``RATELIMIT_NAMESPACE=ratelimit``
   to keep what they stored; the service warns at start when it finds overrides there and
   none under ``""``, see :mod:`ratelimit.service.upgrading`);
-- ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow`` or ``deny``;
+- ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow``, ``deny`` or
+  ``local`` (while the store fails, each process decides on its share of each limit,
+  answering OK or OVER_LIMIT as any decision: :mod:`ratelimit.fallback`);
+- ``RATELIMIT_LOCAL_SHARE``, default ``1`` (with ``RATELIMIT_ON_ERROR=local`` only): that
+  share, ``0 < share <= 1``, e.g. ``0.25`` for four processes in all (``RATELIMIT_WORKERS``
+  and every replica of the service count);
 - ``RATELIMIT_ALGORITHM``, default ``sliding-log``: ``sliding-window``, ``fixed-window`` or
   ``gcra`` (the only one that takes ``burst N`` in rules);
 - ``RATELIMIT_METRICS``, default ``prometheus`` when ``prometheus-client`` is installed
@@ -56,6 +61,7 @@ from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.backends.redis.client import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.urls import redacted, storage_url_problem
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
+from ratelimit.fallback_settings import check_local_share
 from ratelimit.rules import to_tree
 from ratelimit.service.tls import tls_files
 
@@ -89,6 +95,7 @@ class ServiceConfig:
     namespace_given: bool = False
     """``RATELIMIT_NAMESPACE`` was set (even empty): no warning of the old default's."""
     on_error: str = "allow"
+    local_share: float = 1.0
     metrics: str = field(default_factory=default_metrics)
     metrics_port: int = 9464
     metrics_host: str | None = None
@@ -158,12 +165,15 @@ class ServiceConfig:
         values["namespace_given"] = "RATELIMIT_NAMESPACE" in env
         if found := read("RATELIMIT_ON_ERROR"):
             variable, text = found
-            if text not in ("allow", "deny"):
+            if text not in ("allow", "deny", "local"):
                 raise ConfigurationError(
                     f"{variable}={text!r}: the service's failure policy is 'allow' (answer OK, "
-                    "marked degraded) or 'deny' (answer OVER_LIMIT)"
+                    "marked degraded), 'deny' (answer OVER_LIMIT) or 'local' (decide on this "
+                    "process's share of each limit)"
                 )
             values["on_error"] = text
+        if found := read("RATELIMIT_LOCAL_SHARE"):
+            values["local_share"] = local_share(*found, values.get("on_error", "allow"))
         if found := read("RATELIMIT_ALGORITHM"):
             variable, text = found
             if text not in ALGORITHMS:
@@ -252,3 +262,18 @@ def duration(text: str, variable: str) -> float:
             f"{variable}={text!r}: the timeout must be above 0 and at most an hour"
         )
     return seconds
+
+
+def local_share(variable: str, text: str, on_error: object) -> float:
+    """``RATELIMIT_LOCAL_SHARE``: a number with ``0 < share <= 1``, with
+    ``RATELIMIT_ON_ERROR=local`` only."""
+    if on_error != "local":
+        raise ConfigurationError(
+            f"{variable}={text!r} applies only to RATELIMIT_ON_ERROR=local (here "
+            f"{on_error!r}, so it would do nothing)"
+        )
+    try:
+        share: object = float(text)
+    except ValueError:
+        share = text
+    return check_local_share(share, variable)

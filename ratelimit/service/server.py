@@ -186,6 +186,7 @@ class Service:
                 config.storage,
                 namespace=config.namespace,
                 on_error=config.on_error,
+                local_share=config.local_share,
                 algorithm=config.algorithm,
                 hooks=hooks,
             )
@@ -194,6 +195,7 @@ class Service:
                 config.storage,
                 namespace=config.namespace,
                 on_error=config.on_error,
+                local_share=config.local_share,
                 algorithm=config.algorithm,
                 timeout=config.timeout,
                 lock_ttl=max(10.0, 2 * config.timeout),  # outlives the work it guards

@@ -18,8 +18,7 @@ costs, settle, overrides, hooks and failure policy, one implementation. Any numb
 threads share one limiter. A plain decision of a decorated function is made in the calling
 thread, without waking the loop, where the store allows (:mod:`ratelimit.sync.direct`).
 Selector callables, ``cost=`` and ``settle=`` callables run on that loop's thread, with the
-calling thread's context variables (Flask's ``request`` and ``g`` are seen): keep them
-quick, as every thread waits for them.
+calling thread's context variables (Flask's ``request``, ``g``): keep them quick.
 
 **Fork-safe.** A process forked after the limiter was used (a gunicorn worker, made from a
 preloaded app) gets its own loop and connections at its first call: a limiter made by
@@ -106,6 +105,7 @@ class RateLimit:
         algorithm: str = _UNSET,
         sync_rate: float = _UNSET,
         on_error: str = _UNSET,
+        local_share: float = _UNSET,
         timeout: float | None = _UNSET,
         denial_cache: int = _UNSET,
         hooks: Sequence[Hook] = _UNSET,
@@ -122,8 +122,8 @@ class RateLimit:
         clock: Callable[[], float] | None = _UNSET,
         **options: Any,
     ) -> RateLimit:
-        """Open storage by URL, as :meth:`ratelimit.RateLimit.from_url` (the same settings,
-        typed, and client options); a forked child opens it again at its first call."""
+        """Open storage by URL, as :meth:`ratelimit.RateLimit.from_url` (the same settings, typed,
+        and client options); a forked child opens it again at its first call."""
         given = locals()
         chosen = {name: given[name] for name in KEYWORD_SETTINGS if given[name] is not _UNSET}
 
