@@ -18,7 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route as StarletteRoute
 
 from ratelimit import ConfigurationError, MemoryBackend, RateLimit
-from ratelimit.asgi import RateLimitMiddleware, Route
+from ratelimit.asgi import RateLimitMiddleware, Route, RouteLimit
 from tests.conftest import FailingBackend, run_virtual
 
 pytestmark = pytest.mark.timeout(30)
@@ -378,3 +378,44 @@ def test_a_waiter_that_stays_is_admitted_and_its_application_reads_on() -> None:
         return [str(m.get("status", m.get("body"))) for m in sent]
 
     assert run(main) == ["200", "b'ok'"]
+
+
+# --- RouteLimit ---
+
+
+def test_a_route_limit_waits_too_with_or_without_the_middleware() -> None:
+    """ip:2/s with delay=1.5: of 6 at once, 2 at once, 2 a second later, 2 refused."""
+
+    async def spike(with_middleware: bool) -> list[tuple[int, float]]:
+        rl = limiter()
+        limit = RouteLimit(rl, "ip:2/s", delay=1.5, waiting=10)
+
+        async def endpoint(request: Request) -> PlainTextResponse:
+            await limit.check(request)
+            return PlainTextResponse("ok")
+
+        app = Starlette(routes=[StarletteRoute("/x", endpoint)])
+        if with_middleware:
+            app.add_middleware(RateLimitMiddleware, limiter=rl, routes=[])
+        async with client(app) as http:
+            answers = await asyncio.gather(*(timed(http.get("/x")) for _ in range(6)))
+        return sorted((r.status_code, t) for r, t in answers)
+
+    async def main() -> list[list[tuple[int, float]]]:
+        return [await spike(True), await spike(False)]
+
+    for answers in run(main):
+        admitted = [t for status, t in answers if status == 200]
+        assert [status for status, _ in answers].count(429) == 2
+        assert admitted[:2] == [0.0, 0.0] or admitted[0] == admitted[1]
+        assert all(t - admitted[0] >= 1.0 - 1e-9 for t in admitted[2:])
+
+
+def test_a_route_limit_checks_its_delay() -> None:
+    async def main() -> None:
+        with pytest.raises(ConfigurationError, match=r"RouteLimit\('ip:2/s'\): delay must be"):
+            RouteLimit(limiter(), "ip:2/s", delay=-1)
+        with pytest.raises(ConfigurationError, match="shadow limit never refuses"):
+            RouteLimit(limiter(), "ip:2/s", delay=1, shadow=True)
+
+    run(main)

@@ -124,7 +124,7 @@ class WaitingRoom:
         deadline = clock() + self.delay
         identity: Hashable = None
         if self.count and self.count < self.waiting:  # one of its identifier's may be waiting
-            identity = await self._identity(limit, request)
+            identity = await self._identity(limit, key, request)
             line = self.lines.get(identity)
             if line is not None:  # behind them, without asking first
                 refusal = line.refusal_at(clock())
@@ -141,14 +141,24 @@ class WaitingRoom:
         ):
             return decision, receive
         if identity is None:
-            identity = await self._identity(limit, request)
+            identity = await self._identity(limit, key, request)
         return await self._wait(ask, decision, identity, receive, deadline)
 
+    async def held(
+        self, limiter: RateLimit, limit: HTTPLimit, key: str, request: HTTPRequest
+    ) -> Decision:
+        """:meth:`decided` for a limit inside the application (a ``RouteLimit``), which
+        cannot listen for the client leaving: the application owns ``receive``."""
+        decision, _ = await self.decided(limiter, limit, key, request, _unheard)
+        assert decision is not None  # nobody heard the client leave
+        return decision
+
     @staticmethod
-    async def _identity(limit: HTTPLimit, request: HTTPRequest) -> Hashable:
-        """What one line holds: the route's selector values of the request."""
+    async def _identity(limit: HTTPLimit, key: str, request: HTTPRequest) -> Hashable:
+        """What one line holds: the key and the limit's selector values of the request."""
         selectors = limit.compiled.selectors
-        return tuple(await resolve(selectors, limit.sources, request)) if selectors else ()
+        values = await resolve(selectors, limit.sources, request) if selectors else ()
+        return (key, *values)
 
     async def _wait(
         self,
@@ -201,6 +211,12 @@ class WaitingRoom:
                 del self.lines[identity]
             elif head:
                 line.turns[0].set_result(None)
+
+
+async def _unheard() -> Message:
+    """A ``receive`` that never answers: nothing to listen to."""
+    await asyncio.get_running_loop().create_future()
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Listener:
