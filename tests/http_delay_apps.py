@@ -8,7 +8,8 @@ configured by environment variables so that several processes share one store's 
 - ``RL_TEST_ALGORITHM``: the limiter's algorithm (default ``sliding-log``).
 
 ``/api/...`` is limited and answers with the process's id and the time it ran
-(``time.time()``); ``/health`` is not limited.
+(``time.time()``); ``/health`` and ``/waiting`` (how many requests wait in this process)
+are not limited.
 """
 
 from __future__ import annotations
@@ -43,18 +44,24 @@ def app() -> Starlette:
     async def health(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
 
+    rules = os.environ.get("RL_TEST_RULES", "ip:5/s")
+    route = Route("/api/{path:path}", rules, delay=float(os.environ.get("RL_TEST_DELAY", "3")))
+
+    async def waiting(request: Request) -> JSONResponse:
+        return JSONResponse(route.room.count if route.room is not None else 0)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with rl:
             yield
 
     served = Starlette(
-        routes=[StarletteRoute("/health", health), StarletteRoute("/api/{path:path}", api)],
+        routes=[
+            StarletteRoute("/health", health),
+            StarletteRoute("/waiting", waiting),
+            StarletteRoute("/api/{path:path}", api),
+        ],
         lifespan=lifespan,
     )
-    rules = os.environ.get("RL_TEST_RULES", "ip:5/s")
-    delay = float(os.environ.get("RL_TEST_DELAY", "3"))
-    served.add_middleware(
-        RateLimitMiddleware, limiter=rl, routes=[Route("/api/{path:path}", rules, delay=delay)]
-    )
+    served.add_middleware(RateLimitMiddleware, limiter=rl, routes=[route])
     return served

@@ -71,6 +71,33 @@ def check_spike(
     return sorted({r.json()["pid"] for r in admitted})
 
 
+async def waiting_becomes(http: httpx.AsyncClient, count: int, within: float) -> None:
+    """Poll the server until ``count`` requests wait there; fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while (now := (await http.get("/waiting")).json()) != count:
+        assert time.monotonic() < deadline, f"{now} waiting, not {count}"
+        await asyncio.sleep(0.02)
+
+
+def test_a_client_that_leaves_stops_waiting_under_uvicorn() -> None:
+    """On ip:1/30s with delay=50 a second request would wait 30 s; its client leaves, and
+    uvicorn's http.disconnect ends its wait at once (checked well within those 30 s)."""
+
+    async def main(server: UvicornServer) -> None:
+        async with server.client(timeout=60) as http, server.client(timeout=60) as leaving:
+            assert (await http.get("/api/first")).status_code == 200
+            waiter = asyncio.ensure_future(leaving.get("/api/second"))
+            await waiting_becomes(http, 1, within=10)
+            waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
+            await leaving.aclose()  # the connection closes: the client has left
+            await waiting_becomes(http, 0, within=10)
+
+    with servers(1, "memory://", "ip:1/30s", 50.0) as (server,):
+        asyncio.run(main(server))
+
+
 def test_a_spike_waits_its_turn_under_one_uvicorn_on_memory() -> None:
     with servers(1, "memory://", "ip:5/s", 3.0) as running:
         responses, took = asyncio.run(spike(running, 15))
