@@ -173,6 +173,11 @@ class WaitingRoom:
         loop = asyncio.get_running_loop()
         clock = loop.time
         line = self.lines.get(identity)
+        if self.count >= self.waiting:  # filled while this request looked for its line
+            if first is None:
+                assert line is not None  # it came to join this line
+                first = line.refusal_at(clock())
+            return first, receive
         if line is None:
             assert first is not None  # a line starts with a refused request
             line = self.lines[identity] = Line(first, clock())
