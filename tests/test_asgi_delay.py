@@ -419,3 +419,28 @@ def test_a_route_limit_checks_its_delay() -> None:
             RouteLimit(limiter(), "ip:2/s", delay=1, shadow=True)
 
     run(main)
+
+
+def test_a_full_room_does_not_let_a_newcomer_overtake_its_identifier(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """waiting=1, the rule free again at 1.0 while the waiter sleeps its jitter (to 1.1): a
+    request of its identifier coming at 1.05 finds the room full and gets the line's
+    refusal at once, instead of asking and taking the waiter's turn."""
+    monkeypatch.setattr("ratelimit.asgi.delay.random.random", lambda: 1.0)
+
+    async def main() -> tuple[list[tuple[int, float]], Admitted]:
+        admitted: Admitted = []
+        app = served(limiter(), [Route("/x", "ip:1/s", delay=5, waiting=1)], admitted)
+        async with client(app) as http:
+            await http.get("/x", params={"n": "first"})
+            waiter = asyncio.ensure_future(timed(http.get("/x", params={"n": "waiter"})))
+            await asyncio.sleep(1.05)
+            newcomer = await timed(http.get("/x", params={"n": "newcomer"}))
+            answers = [await waiter, newcomer]
+        return [(r.status_code, t) for r, t in answers], admitted
+
+    answers, admitted = run(main)
+    assert answers[0] == (200, pytest.approx(1.1))
+    assert answers[1] == (429, pytest.approx(1.05))
+    assert [n for n, _ in admitted] == ["first", "waiter"]

@@ -9,7 +9,8 @@ the delay only changes *when* a refused request asks again, so waiting never adm
 the rules, across any number of processes.
 
 Per route and process: at most ``waiting`` requests wait at once (a request that finds
-the room full is answered as without ``delay=``); requests of one identifier (the route's
+the room full is answered as without ``delay=``, or, when requests of its identifier wait,
+with their last refusal: it never goes before them); requests of one identifier (the route's
 selector values, e.g. one ``ip``) wait in line, first come first served: only the first of
 them asks the store, and a later request of that identifier never asks before an earlier
 one has been admitted or has given up. Across processes the store decides who goes first.
@@ -123,12 +124,12 @@ class WaitingRoom:
         clock = asyncio.get_running_loop().time
         deadline = clock() + self.delay
         identity: Hashable = None
-        if self.count and self.count < self.waiting:  # one of its identifier's may be waiting
+        if self.count:  # one of its identifier's may be waiting: never ask before them
             identity = await self._identity(limit, key, request)
             line = self.lines.get(identity)
             if line is not None:  # behind them, without asking first
                 refusal = line.refusal_at(clock())
-                if refusal.retry_after > self.delay:
+                if refusal.retry_after > self.delay or self.count >= self.waiting:
                     return refusal, receive
                 return await self._wait(ask, None, identity, receive, deadline)
         decision = await ask()
