@@ -116,15 +116,36 @@ class WaitingRoom:
         the application is to read the request from; ``None`` when the client left while
         it waited."""
 
+        arrived = asyncio.get_running_loop().time()
+        if not self.count:  # nobody waits: the usual decision, and only a refusal waits
+            decision = await limit.decide(limiter, request, key)
+            if decision.allowed:
+                return decision, receive
+            return await self._refused(limiter, limit, key, request, receive, decision, arrived)
+        return await self._refused(limiter, limit, key, request, receive, None, arrived)
+
+    async def _refused(
+        self,
+        limiter: RateLimit,
+        limit: HTTPLimit,
+        key: str,
+        request: HTTPRequest,
+        receive: Receive,
+        decision: Decision | None,
+        arrived: float,
+    ) -> tuple[Decision | None, Receive]:
+        """:meth:`decided` for a request refused (``decision``) or yet to decide while
+        others wait (``None``), which came at ``arrived`` (the loop's clock)."""
+
         def ask() -> Awaitable[Decision]:
             return limit.decide(limiter, request, key)
 
         if request.scope["type"] != "http":
-            return await ask(), receive
+            return decision or await ask(), receive
         clock = asyncio.get_running_loop().time
-        deadline = clock() + self.delay
+        deadline = arrived + self.delay
         identity: Hashable = None
-        if self.count:  # one of its identifier's may be waiting: never ask before them
+        if decision is None:  # one of its identifier's may be waiting: never ask before them
             identity = await self._identity(limit, key, request)
             line = self.lines.get(identity)
             if line is not None:  # behind them, without asking first
@@ -132,7 +153,7 @@ class WaitingRoom:
                 if refusal.retry_after > self.delay or self.count >= self.waiting:
                     return refusal, receive
                 return await self._wait(ask, None, identity, receive, deadline)
-        decision = await ask()
+            decision = await ask()
         if (
             decision.allowed
             or decision.shadow
