@@ -33,6 +33,7 @@ EXPECTED = {
     "threads.py": "8 searches by ann in 2 threads: 5 admitted under user:5/m",
     "reserved_slots.py": "critical:  2 of 20 got a slot, 10 held",
     "local_fallback.py": "store down: [25, 25, 25, 25] admitted of 60 each, 100 in all",
+    "http_delay.py": "12 at once on ip:4/s, delay=1.5: 4 admitted at once",
 }
 ON_MEMORY = {
     **EXPECTED,

@@ -125,7 +125,15 @@ class RateLimitMiddleware:
             route, params = found
             request = HTTPRequest(scope, self.proxies, params)
             try:
-                decision = await route.limit.decide(self.limiter, request, route.key)
+                if route.room is None:
+                    decision = await route.limit.decide(self.limiter, request, route.key)
+                else:  # delay=: a refused request may wait its turn
+                    held, receive = await route.room.decided(
+                        self.limiter, route.limit, route.key, request, receive
+                    )
+                    if held is None:
+                        return  # the client left while it waited
+                    decision = held
             except SourceValueError as exc:
                 await _answer(scope, receive, send, *unreadable(exc))
                 return

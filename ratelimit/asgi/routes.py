@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ratelimit.asgi.delay import WAITING, WaitingRoom, delay_seconds
 from ratelimit.asgi.limits import HTTPCost, HTTPLimit, HTTPSettle
 from ratelimit.errors import ConfigurationError
 from ratelimit.limiter import RateLimit
@@ -60,11 +61,14 @@ class Route:
     a number: for rules that count one unit, that unit's amount) or a callable (sync or
     async) of the request and the :class:`~ratelimit.asgi.HTTPResponse` (``None``: the
     reservation stands); settled as the response starts. ``shadow``: decide and report,
-    never refuse (default: the limiter's setting).
+    never refuse (default: the limiter's setting). ``delay``: the most seconds a refused
+    request may wait for its turn instead of being answered 429 (0 to 60; default 0, none);
+    ``waiting``: how many may wait at once, per route and process (default 100); see
+    :mod:`ratelimit.asgi.delay`.
     Everything is checked here, when the application starts.
     """
 
-    __slots__ = ("key", "limit", "methods", "path", "regex")
+    __slots__ = ("key", "limit", "methods", "path", "regex", "room")
 
     def __init__(
         self,
@@ -76,9 +80,12 @@ class Route:
         cost: HTTPCost = 1,
         settle: HTTPSettle | None = None,
         shadow: bool | None = None,
+        delay: float = 0,
+        waiting: int | None = None,
         **sources: Any,
     ) -> None:
         where = f"Route({path!r})"
+        self.room = room_of(delay, waiting, shadow, where)
         self.path = path
         self.regex = pattern(path, where)
         if isinstance(methods, str):
@@ -106,6 +113,20 @@ class Route:
 
     def __repr__(self) -> str:
         return f"Route({self.path!r}, '{self.limit.compiled.tree}', key={self.key!r})"
+
+
+def room_of(
+    delay: float, waiting: int | None, shadow: bool | None, where: str
+) -> WaitingRoom | None:
+    """The waiting room of a route's ``delay=`` and ``waiting=``; ``None`` without a delay."""
+    seconds = delay_seconds(delay, where)
+    if not seconds:
+        if waiting is not None:
+            raise ConfigurationError(f"{where}: waiting={waiting!r} needs a delay= to wait")
+        return None
+    if shadow:
+        raise ConfigurationError(f"{where}: delay= with shadow=True: a shadow limit never refuses")
+    return WaitingRoom(seconds, WAITING if waiting is None else waiting, where)
 
 
 def view_key(method: str, name: str) -> str:

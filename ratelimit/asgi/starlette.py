@@ -37,7 +37,7 @@ from ratelimit.asgi.limits import HTTPCost, HTTPLimit
 from ratelimit.asgi.middleware import DECISIONS, STATE
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.asgi.routes import view_key
+from ratelimit.asgi.routes import room_of, view_key
 from ratelimit.decision import Decision, RateLimitExceeded
 from ratelimit.errors import SourceValueError
 from ratelimit.limiter import RateLimit
@@ -57,7 +57,9 @@ class RouteLimit:
     never count on one counter unless given one ``key``); ``**sources`` as for
     :class:`~ratelimit.asgi.Route`, body fields included; ``trusted_proxies``,
     ``forwarded_header`` and ``ipv6_prefix`` as for the middleware (a selector named ``ip``
-    reads the client)."""
+    reads the client); ``delay`` and ``waiting`` as for :class:`~ratelimit.asgi.Route` (a
+    dependency cannot hear its client leave while it waits: the application reads the
+    request)."""
 
     def __init__(
         self,
@@ -70,9 +72,13 @@ class RouteLimit:
         trusted_proxies: Iterable[str] = (),
         forwarded_header: str = "x-forwarded-for",
         ipv6_prefix: int = 64,
+        delay: float = 0,
+        waiting: int | None = None,
         **sources: Any,
     ) -> None:
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, f"RouteLimit({rules!r})", True)
+        where = f"RouteLimit({rules!r})"
+        self.room = room_of(delay, waiting, shadow, where)
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True)
         self.limit.check(limiter)
         self.limiter = limiter
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
@@ -90,7 +96,10 @@ class RouteLimit:
         key = self.limit.key or _route_key(request, self.limit.compiled.tree)
         decisions = scope.get(DECISIONS)
         try:
-            decision = await self.limit.decide(self.limiter, view, key)
+            if self.room is None:
+                decision = await self.limit.decide(self.limiter, view, key)
+            else:  # delay=: a refused request may wait its turn
+                decision = await self.room.held(self.limiter, self.limit, key, view)
         except SourceValueError as exc:
             if decisions is not None:
                 raise  # the middleware answers it
