@@ -94,6 +94,7 @@ class LimitMaker:
         settle: Callable[[R], Returns],
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> CostedSettledLimit[P, R]: ...
 
@@ -108,6 +109,7 @@ class LimitMaker:
         settle: None = None,
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> CostedLimit[P]: ...
 
@@ -122,6 +124,7 @@ class LimitMaker:
         settle: Callable[[R], Returns],
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> SettledLimit[R]: ...
 
@@ -136,6 +139,7 @@ class LimitMaker:
         settle: None = None,
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> Limit: ...
 
@@ -149,6 +153,7 @@ class LimitMaker:
         settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> Limit:
         """A limit to use as ``@decorator`` or in ``async with``.
@@ -177,6 +182,8 @@ class LimitMaker:
         long as it takes); see :mod:`ratelimit.waiting`.
         ``shadow``: decide and count as usual, but let refused calls through, marked
         ``Decision.shadow`` for hooks and logs (default: the limiter's ``shadow`` setting).
+        ``penalty``: hold back an identifier its rules refused too often, such as
+        ``"ip: 5 refusals/10m for 1h"`` (:mod:`ratelimit.penalizing`; memory:// and Redis).
         ``**selectors``: selector values as literals, callables or async callables.
 
         Raises ``RuleSyntaxError`` for a bad rule and ``ConfigurationError`` for a cost or
@@ -194,7 +201,9 @@ class LimitMaker:
             decision = await rl.limit("user:3/m", user=name, key="login").decide()
         """
         site = "" if key is not None else block_key(1)  # where its blocks count
-        return self._limit_at(site, rules, key, selector, cost, settle, wait, shadow, selectors)
+        return self._limit_at(
+            site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty
+        )
 
     def _limit_at(
         self,
@@ -207,6 +216,7 @@ class LimitMaker:
         wait: float | bool,
         shadow: bool | None,
         selectors: dict[str, object],
+        penalty: str | None = None,
     ) -> Limit:
         """:meth:`limit`, made at ``site`` (the key of its blocks without ``key=``): for
         :mod:`ratelimit.sync`, whose callers made it."""
@@ -227,6 +237,7 @@ class LimitMaker:
             self.settings.shadow if shadow is None else shadow,
             settle,
             site,
+            penalty,
         )
 
     def concurrency(
