@@ -193,6 +193,10 @@ class Penalties:
     def __init__(self, decider: Decider) -> None:
         self._decider = decider
 
+    def check(self) -> None:
+        """``ConfigurationError`` unless the limiter's store keeps penalties."""
+        check_penalties(self._decider.backend)
+
     async def list(self, key: str | None = None) -> list[PenaltyHold]:
         """The holds in force (of ``key`` only, if given): key, selector, value, seconds
         left. ``ConfigurationError`` on a store that keeps no penalties."""

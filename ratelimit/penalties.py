@@ -117,3 +117,13 @@ def penalty_selector(penalty: Penalty, selectors: Iterable[str], where: str) -> 
             f"say which one it holds back, such as '{named[0]}: {penalty}'"
         )
     return named[0] if named else None
+
+
+def checked_penalty(penalty: object, compiled: object, where: str) -> str | None:
+    """``penalty`` as a front end keeps it (its text), checked now against the rules'
+    selectors (``compiled.selectors``); ``None`` stays ``None``."""
+    if penalty is None:
+        return None
+    parsed = parse_penalty(penalty)
+    penalty_selector(parsed, getattr(compiled, "selectors", ()), where)
+    return parsed.text

@@ -60,7 +60,8 @@ class Route:
     a number: for rules that count one unit, that unit's amount) or a callable (sync or
     async) of the request and the :class:`~ratelimit.asgi.HTTPResponse` (``None``: the
     reservation stands); settled as the response starts. ``shadow``: decide and report,
-    never refuse (default: the limiter's setting).
+    never refuse (default: the limiter's setting). ``penalty``: hold back a value refused
+    too often, as ``RateLimit.limit``'s (``"ip: 5 refusals/10m for 1h"``).
     Everything is checked here, when the application starts.
     """
 
@@ -76,6 +77,7 @@ class Route:
         cost: HTTPCost = 1,
         settle: HTTPSettle | None = None,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **sources: Any,
     ) -> None:
         where = f"Route({path!r})"
@@ -94,7 +96,7 @@ class Route:
         # HEAD runs the GET endpoint (frameworks answer it so): it counts as a GET, or a
         # client would read the same page unlimited.
         self.methods = named if named is None or "GET" not in named else named | {"HEAD"}
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, False, settle)
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, False, settle, penalty)
         self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:

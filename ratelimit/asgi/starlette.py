@@ -57,7 +57,7 @@ class RouteLimit:
     never count on one counter unless given one ``key``); ``**sources`` as for
     :class:`~ratelimit.asgi.Route`, body fields included; ``trusted_proxies``,
     ``forwarded_header`` and ``ipv6_prefix`` as for the middleware (a selector named ``ip``
-    reads the client)."""
+    reads the client); ``penalty`` as for ``RateLimit.limit``."""
 
     def __init__(
         self,
@@ -67,12 +67,14 @@ class RouteLimit:
         key: str | None = None,
         cost: HTTPCost = 1,
         shadow: bool | None = None,
+        penalty: str | None = None,
         trusted_proxies: Iterable[str] = (),
         forwarded_header: str = "x-forwarded-for",
         ipv6_prefix: int = 64,
         **sources: Any,
     ) -> None:
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, f"RouteLimit({rules!r})", True)
+        where = f"RouteLimit({rules!r})"
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True, None, penalty)
         self.limit.check(limiter)
         self.limiter = limiter
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
