@@ -88,7 +88,9 @@ class Limit:
         )
         if self._compiled is not None and key:
             registry.register(key, self._compiled, self._sources)
-        self._penalizer = penalizer_for(decider, penalty, self._compiled, key or site)
+        self._penalizer = penalizer_for(
+            decider, penalty, self._compiled, f"key {key!r}" if key else site
+        )
         self._decide = decider.decide if self._penalizer is None else self._penalizer.decide
 
     def _registered(self, key: str) -> Registration:

@@ -31,6 +31,7 @@ EXPECTED = {
     "llm_tokens.py": "call 5: refused by api_key:2000 tokens/m",
     "tiers.py": "acme, raised: 4 of 6 admitted; refused by apikey:8/m (override)",
     "threads.py": "8 searches by ann in 2 threads: 5 admitted under user:5/m",
+    "penalties.py": "refused, held 3600 s, held 3590 s",
 }
 ON_MEMORY = {
     **EXPECTED,
