@@ -16,7 +16,7 @@ import asyncio
 import os
 import uuid
 
-from ratelimit import MemoryBackend, RateLimit, RedisScriptBackend
+from ratelimit import Limit, MemoryBackend, RateLimit, RedisScriptBackend
 
 
 class Clock:
@@ -44,11 +44,11 @@ async def main() -> None:
     async with RateLimit(backend, namespace) as rl, RateLimit(backend, namespace) as other:
         rules, penalty = "ip:3/m", "5 refusals/10m for 1h"
 
-        def login(limiter: RateLimit, ip: str):  # type: ignore[no-untyped-def]
+        def login(limiter: RateLimit, ip: str) -> Limit:
             return limiter.limit(rules, key="login", ip=ip, penalty=penalty)
 
         outcomes = []
-        for attempt in range(1, 13):  # a guesser: one try every 10 s
+        for _ in range(12):  # a guesser: one try every 10 s
             decision = await login(rl, "203.0.113.9").decide()
             if decision.allowed:
                 outcomes.append("ok")
