@@ -1,8 +1,10 @@
 """One OS process of the penalty tests across processes.
 
-``python -m tests.penalty_worker URL NAMESPACE ENGINE CALLS``, ENGINE ``script`` or
-``commands``: says it is ready, waits for the go signal (a BLPOP), makes CALLS decisions of
-one identifier under ``ip:1/h`` with ``penalty="8 refusals/h for 1h"``, says it is done
+``python -m tests.penalty_worker URL NAMESPACE ENGINE CALLS [STORE]``, ENGINE ``script`` or
+``commands`` (the Redis at URL), or ``postgres`` (the database at STORE, sliding windows;
+URL's Redis still carries the signals): says it is ready, waits for the go signal (a
+BLPOP), makes CALLS decisions of one identifier under ``ip:1/h`` with
+``penalty="8 refusals/h for 1h"``, says it is done
 and waits for a second go (every process done); then asks again with a limiter made anew
 (nothing known in this process) and its own. Prints: admitted, refused by the rules,
 refusals that started the hold, held; then the hold seen by the new limiter's peek and by
@@ -19,9 +21,14 @@ import redis.asyncio as aioredis
 from ratelimit import RateLimit
 
 RULES, PENALTY = "ip:1/h", "8 refusals/h for 1h"
+STORE = sys.argv[5] if len(sys.argv) > 5 else ""
 
 
 def limiter(url: str, namespace: str, engine: str) -> RateLimit:
+    if engine == "postgres":
+        return RateLimit.from_url(
+            STORE, namespace=namespace, algorithm="sliding-window", timeout=5, on_error="raise"
+        )
     return RateLimit.from_url(
         url,
         namespace=namespace,

@@ -1,6 +1,7 @@
-"""Penalties across OS processes on a real Redis: four processes each cause fewer refusals
-than the penalty's threshold, so a hold starts only from their refusals together; then each
-process sees it at once (a limiter made anew included, which knows nothing of it)."""
+"""Penalties across OS processes on a real Redis (both engines) and PostgreSQL: four
+processes each cause fewer refusals than the penalty's threshold, so a hold starts only
+from their refusals together; then each process sees it at once (a limiter made anew
+included, which knows nothing of it)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ from tests.workers import run_workers
 
 pytestmark = pytest.mark.redis
 
+ENGINES = ["script", "commands", pytest.param("postgres", marks=pytest.mark.postgres)]
+
 CALLS = 3  # per process: at most 3 refusals each, 8 needed
 
 
-@pytest.mark.parametrize("engine", ["script", "commands"])
+@pytest.mark.parametrize("engine", ENGINES)
 async def test_a_hold_started_together_is_seen_by_every_process(
-    redis_url: str, engine: str
+    request: pytest.FixtureRequest, redis_url: str, engine: str
 ) -> None:
+    store = request.getfixturevalue("postgres_url") if engine == "postgres" else redis_url
     client = aioredis.Redis.from_url(redis_url)
     namespace = f"penalty-{uuid.uuid4().hex[:8]}"
 
@@ -42,6 +46,7 @@ async def test_a_hold_started_together_is_seen_by_every_process(
             namespace,
             engine,
             str(CALLS),
+            store,
             after_go=when_all_done,
         )
         rows = [[int(n) for n in out.split()] for out in outputs]
@@ -52,7 +57,8 @@ async def test_a_hold_started_together_is_seen_by_every_process(
         assert all(row[1] + row[2] < 8 for row in rows)  # no process crossed it alone
         assert all(row[4] >= 3590 for row in rows), rows  # a limiter made anew sees it
         assert all(row[5] >= 3590 for row in rows), rows  # and each process's own
-        rl = RateLimit.from_url(redis_url, namespace=namespace)
+        algorithm = "sliding-window" if engine == "postgres" else "sliding-log"
+        rl = RateLimit.from_url(store, namespace=namespace, algorithm=algorithm)
         holds = await rl.penalties.list()
         assert [(h.key, h.selector, h.value) for h in holds] == [("login", "ip", "203.0.113.9")]
         assert await rl.penalties.lift("login", ip="203.0.113.9") == 1

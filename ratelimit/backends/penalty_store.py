@@ -4,8 +4,9 @@ every process of a namespace shares, so a hold started in one is seen by all.
 Per identifier held back (a :class:`~ratelimit.plan.Identifier`: namespace, key, selector
 and value; selector and value ``None`` for a whole key) the store keeps the times of its
 recent refusals (trimmed to the penalty's span) and, while one lasts, the end of its hold.
-Implemented by memory:// (:mod:`ratelimit.backends.memory_penalties`) and both Redis
-engines (:mod:`ratelimit.backends.redis.penalties`); Postgres, ``sync_rate`` and backend
+Implemented by memory:// (:mod:`ratelimit.backends.memory_penalties`), both Redis engines
+(:mod:`ratelimit.backends.redis.penalties`) and Postgres
+(:mod:`ratelimit.backends.postgres.penalties`); ``sync_rate``'s local counters and backend
 objects of your own that lack these methods refuse ``penalty=`` when the limit is made
 (:func:`check_penalties`).
 """
@@ -68,7 +69,7 @@ def check_penalties(backend: object) -> PenaltyStore:
     if not holds_penalties(backend):
         raise ConfigurationError(
             f"this storage ({type(backend).__name__}) keeps no penalties: penalty= needs "
-            "memory:// or Redis (not PostgreSQL, not sync_rate's local counters, not a "
-            "backend object without PenaltyStore's methods)"
+            "memory://, Redis or PostgreSQL (not sync_rate's local counters, not a backend "
+            "object without PenaltyStore's methods)"
         )
     return backend

@@ -7,7 +7,7 @@ another), one coroutine deciding one identifier after another, as a decorated fu
 would be called. Prints decisions per second and client CPU per decision
 (``time.process_time``), the median of ``--rounds`` rounds of ``--seconds`` each.
 
-    python3 bench/penalties.py [--seconds 0.5] [--rounds 5]
+    python3 bench/bench_penalties.py [--seconds 0.5] [--rounds 5]
 """
 
 from __future__ import annotations
