@@ -4,8 +4,8 @@
     ratelimit penalties list [--key login]
     ratelimit penalties lift login [ip=203.0.113.9]
 
-On a shared store only (Redis, and PostgreSQL once it keeps penalties): memory:// holds
-live in one process, which this command is not.
+On a shared store only (Redis, PostgreSQL): memory:// holds live in one process, which
+this command is not.
 """
 
 from __future__ import annotations

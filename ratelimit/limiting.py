@@ -183,7 +183,7 @@ class LimitMaker:
         ``shadow``: decide and count as usual, but let refused calls through, marked
         ``Decision.shadow`` for hooks and logs (default: the limiter's ``shadow`` setting).
         ``penalty``: hold back an identifier its rules refused too often, such as
-        ``"ip: 5 refusals/10m for 1h"`` (:mod:`ratelimit.penalizing`; memory:// and Redis).
+        ``"ip: 5 refusals/10m for 1h"`` (:mod:`ratelimit.penalizing`; memory://, Redis, Postgres).
         ``**selectors``: selector values as literals, callables or async callables.
 
         Raises ``RuleSyntaxError`` for a bad rule and ``ConfigurationError`` for a cost or
