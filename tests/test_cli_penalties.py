@@ -1,4 +1,5 @@
-"""``ratelimit penalties list|lift`` on a real Redis: the holds other processes started."""
+"""``ratelimit penalties list|lift`` on a real Redis and PostgreSQL: the holds other
+processes started."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ratelimit.cli_common import INVALID, OK, REFUSED
 
 
 async def _hold(url: str, namespace: str) -> None:
-    rl = RateLimit.from_url(url, namespace=namespace)
+    algorithm = "sliding-window" if url.startswith("postgres") else "sliding-log"
+    rl = RateLimit.from_url(url, namespace=namespace, algorithm=algorithm)
     for ip in ("198.51.100.1", "198.51.100.2"):
         limit = rl.limit("ip:1/h", key="login", ip=ip, penalty="2 refusals/m for 1h")
         for _ in range(3):
@@ -25,11 +27,20 @@ async def _hold(url: str, namespace: str) -> None:
     await rl.aclose()
 
 
-@pytest.mark.redis
-def test_list_and_lift(redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("redis_url", marks=pytest.mark.redis),
+        pytest.param("postgres_url", marks=pytest.mark.postgres),
+    ],
+)
+def test_list_and_lift(
+    request: pytest.FixtureRequest, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     namespace = f"cli-{uuid.uuid4().hex[:8]}"
-    store = ["--storage", redis_url, "--namespace", namespace]
-    asyncio.run(_hold(redis_url, namespace))
+    url = request.getfixturevalue(url)
+    store = ["--storage", url, "--namespace", namespace]
+    asyncio.run(_hold(url, namespace))
     assert main(["penalties", "list", *store]) == OK
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"3 holds in namespace {namespace!r}:"
