@@ -127,3 +127,20 @@ def checked_penalty(penalty: object, compiled: object, where: str) -> str | None
     parsed = parse_penalty(penalty)
     penalty_selector(parsed, getattr(compiled, "selectors", ()), where)
     return parsed.text
+
+
+def unselected_penalty(text: object, where: str) -> str | None:
+    """A penalty that names no selector (the service's, whose descriptors select), checked;
+    ``ConfigurationError`` naming ``where`` otherwise."""
+    if text is None:
+        return None
+    try:
+        penalty = parse_penalty(text)
+    except (RuleSyntaxError, TypeError) as exc:
+        raise ConfigurationError(f"{where}: penalty {text!r}: {exc}") from None
+    if penalty.selector is not None:
+        raise ConfigurationError(
+            f"{where}: penalty {text!r} names a selector; the descriptor's values are held "
+            "back here, so write it without one (such as '5 refusals/10m for 1h')"
+        )
+    return penalty.text
