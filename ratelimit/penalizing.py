@@ -197,6 +197,11 @@ class Penalties:
         """``ConfigurationError`` unless the limiter's store keeps penalties."""
         check_penalties(self._decider.backend)
 
+    def penalizer(self, penalty: str, selectors: tuple[str, ...], where: str) -> Penalizer:
+        """A :class:`Penalizer` of ``penalty`` on this limiter, for a front end that builds
+        its own calls (the service), checked as ``limit(penalty=...)`` checks it."""
+        return Penalizer(self._decider, parse_penalty(penalty), selectors, where)
+
     async def list(self, key: str | None = None) -> list[PenaltyHold]:
         """The holds in force (of ``key`` only, if given): key, selector, value, seconds
         left. ``ConfigurationError`` on a store that keeps no penalties."""

@@ -14,11 +14,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ratelimit.backends.penalty_store import check_penalties
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError
 from ratelimit.penalizing import Penalizer
-from ratelimit.penalties import parse_penalty
 from ratelimit.plan import Identifier, compile_tree
 from ratelimit.service.handlers import Handlers
 from ratelimit.service.rules_file import DescriptorLimit
@@ -36,7 +34,7 @@ class PenalizingHandlers(Handlers):
 
     def __post_init__(self) -> None:
         if self.rules is not None and any(limit.penalty for limit in self.rules.limits):
-            check_penalties(self.limiter._decider.backend)
+            self.limiter.penalties.check()
 
     def _penalizer(self, limit: DescriptorLimit) -> Penalizer:
         assert limit.penalty is not None
@@ -45,9 +43,7 @@ class PenalizingHandlers(Handlers):
             if len(self._penalizers) > 1024:  # rules reloaded many times
                 self._penalizers.clear()
             where = f"the rules file's line {limit.line}"
-            made = Penalizer(
-                self.limiter._decider, parse_penalty(limit.penalty), (limit.selector,), where
-            )
+            made = self.limiter.penalties.penalizer(limit.penalty, (limit.selector,), where)
             self._penalizers[(limit.penalty, limit.selector)] = made
         return made
 
