@@ -76,5 +76,9 @@ def test_checked_when_read() -> None:
     bad = RULES.replace('"3 refusals/10m for 1h"', '"3 refusals/10m"')
     with pytest.raises(ConfigurationError, match="column"):
         rules_file.parse(bad.encode(), "r")
+    with pytest.raises(ConfigurationError, match="no penalty"):
+        rules_file.parse(
+            RULES.replace('rule = "1/m"\n', 'rule = "1/m"\nalways_count = true\n', 1).encode(), "r"
+        )
     with pytest.raises(ConfigurationError, match="keeps no penalties"):
         handlers(RateLimit(FailingBackend()))

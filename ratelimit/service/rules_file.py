@@ -276,6 +276,8 @@ def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
     selector = selector_of(domain, frozen)
     tree = per_selector(rules, selector)
     penalty = unselected_penalty(entry.get("penalty"), where)
+    if penalty and always:
+        raise ConfigurationError(f"{where}: always_count reports are never refused: no penalty")
     return DescriptorLimit(
         domain, frozen, rules, tree, selector, shadow, line, always, penalty=penalty
     )
