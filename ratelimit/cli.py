@@ -40,7 +40,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ratelimit import cli_overrides
+from ratelimit import cli_overrides, cli_penalties
 from ratelimit.algorithms import ALGORITHMS, SLIDING_WINDOW
 from ratelimit.backends.urls import redacted
 from ratelimit.cli_common import (
@@ -280,6 +280,7 @@ def parser() -> argparse.ArgumentParser:
     override.add_argument(
         "words", nargs="*", help="selector values name=value ..., and (set) the rules"
     )
+    cli_penalties.add_parser(commands)
     migrate = commands.add_parser(
         "migrate",
         help="prepare the store: on Postgres, create or update its table and functions "
@@ -341,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_migrate(args))
     if args.command == "override":
         return asyncio.run(cli_overrides.run(args, top))
+    if args.command == "penalties":
+        return asyncio.run(cli_penalties.run(args, top))
     return _serve(args)
 
 

@@ -58,6 +58,9 @@ class Decision:
       watched before it is enforced.
     - ``override``: the rules that decided were an override's (``rl.overrides``), in
       force for this call instead of the limit's own; ``rule`` and ``states`` are its.
+    - ``penalty``: the call was held back by the limit's ``penalty=`` (its identifier was
+      refused too often): the seconds left of the hold, which ``retry_after`` also says
+      (the rules were not asked, nothing was counted); ``None`` otherwise.
     - ``states``: per rule of the tree that applied (its selector resolved), what it has
       left and when that changes: :class:`RuleState`, left to right. Computed when first
       read, from what the storage already answered (no second round trip). Empty when no
@@ -78,6 +81,7 @@ class Decision:
     degraded: bool = False
     shadow: bool = False
     override: bool = False
+    penalty: float | None = None
     _states: tuple[RuleState, ...] | Callable[[], tuple[RuleState, ...]] | None = field(
         default=None, compare=False, repr=False
     )
@@ -106,6 +110,15 @@ class LockRefusal(Decision):
     refusal's message tells it apart from a :class:`Decision`."""
 
 
+@dataclass(frozen=True, slots=True)
+class HeldDecision(Decision):
+    """A refusal by a penalty's hold (:mod:`ratelimit.penalizing`): ``penalty`` is set;
+    ``held_by`` says why, for the refusal's message."""
+
+    held_by: str = ""
+    """`` after K refusals within SPAN (penalty '...')``."""
+
+
 _new = object.__new__
 _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
     Decision.__dict__[name].__set__
@@ -114,6 +127,7 @@ _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
 _DEGRADED = Decision.__dict__["degraded"].__set__
 _SHADOW = Decision.__dict__["shadow"].__set__
 _OVERRIDE = Decision.__dict__["override"].__set__
+_PENALTY = Decision.__dict__["penalty"].__set__
 _STATES = Decision.__dict__["_states"].__set__
 _RESERVATION = Decision.__dict__["_reservation"].__set__
 
@@ -139,6 +153,7 @@ def make_decision(
     _DEGRADED(decision, False)
     _SHADOW(decision, False)
     _OVERRIDE(decision, False)
+    _PENALTY(decision, None)
     _STATES(decision, states)
     _RESERVATION(decision, reservation)
     return decision
@@ -161,6 +176,12 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
                 f"call refused for key {decision.key!r}: the command engine's lock stayed held "
                 "past lock_timeout, which refuses under any on_error (use_scripts=False: "
                 "contention, not an outage)"
+            )
+        elif decision.penalty is not None:
+            why = decision.held_by if isinstance(decision, HeldDecision) else ""
+            what = (
+                f"call refused for key {decision.key!r}: held back for "
+                f"{decision.penalty:.0f} s{why}"
             )
         elif decision.degraded and decision.rule is not None:  # on_error="local"'s refusal
             what = (

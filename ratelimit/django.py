@@ -258,9 +258,10 @@ def limit(
     cost: HTTPCost = 1,
     shadow: bool | None = None,
     limiter: RateLimit | None = None,
+    penalty: str | None = None,
     **sources: Any,
 ) -> Callable[[F], F]:
-    """Limit a view, checked here. ``rules``, ``cost`` and ``shadow`` as for
+    """Limit a view, checked here. ``rules``, ``cost``, ``shadow`` and ``penalty`` as for
     :class:`~ratelimit.asgi.Route`; ``**sources``: where each selector's value comes from
     (``header``, ``query_param``, ``path_param`` for the URL pattern's arguments,
     ``json_field`` for the JSON body, ``user`` for ``request.user``, or a function of the
@@ -276,7 +277,8 @@ def limit(
     where = f"limit({rules!r})"
     config = _config_for(limiter, where)
     chosen = config.limiter if limiter is None else limiter
-    view_limit = ViewLimit(chosen, rules, key, cost, shadow, config.wsgi.proxies, sources, where)
+    proxies = config.wsgi.proxies
+    view_limit = ViewLimit(chosen, rules, key, cost, shadow, proxies, sources, where, penalty)
 
     def decided(request: HttpRequest, view: Callable[..., Any]) -> Decision | HttpResponseBase:
         """The request's decision, or the answer given in the view's place."""

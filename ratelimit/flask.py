@@ -153,9 +153,10 @@ class FlaskRateLimit:
         key: str | None = None,
         cost: HTTPCost = 1,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **sources: Any,
     ) -> Callable[[F], F]:
-        """Limit a view, checked here. ``rules``, ``cost`` and ``shadow`` as for
+        """Limit a view, checked here. ``rules``, ``cost``, ``shadow`` and ``penalty`` as for
         :class:`~ratelimit.asgi.Route`; ``**sources``: where each selector's value comes
         from (``header``, ``query_param``, ``path_param`` for the view's URL variables,
         ``json_field`` for the JSON body, ``user``, or a function of the
@@ -166,7 +167,7 @@ class FlaskRateLimit:
         ``@app.route``."""
         limit = ViewLimit(
             self.limiter, rules, key, cost, shadow, self.proxies, sources,
-            f"FlaskRateLimit.limit({rules!r})",
+            f"FlaskRateLimit.limit({rules!r})", penalty,
         )  # fmt: skip
 
         def decorate(view: F) -> F:

@@ -19,6 +19,7 @@ from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.lowered import refusing
 from ratelimit.overrides import Override, OverrideCache
 from ratelimit.overriding import override_rules
+from ratelimit.penalizing import penalizer_for
 from ratelimit.plan import CompiledTree, Cost, compile_tree
 from ratelimit.registry import Registration, Registry
 from ratelimit.rules import Rule, to_tree
@@ -56,6 +57,7 @@ class Limit:
         shadow: bool = False,
         settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
         site: str = "",
+        penalty: object = None,
     ) -> None:
         self._site = site
         self._cost = CallCost(cost, decider.algorithm)
@@ -86,6 +88,10 @@ class Limit:
         )
         if self._compiled is not None and key:
             registry.register(key, self._compiled, self._sources)
+        self._penalizer = penalizer_for(
+            decider, penalty, self._compiled, f"key {key!r}" if key else site
+        )
+        self._decide = decider.decide if self._penalizer is None else self._penalizer.decide
 
     def _registered(self, key: str) -> Registration:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
@@ -233,16 +239,16 @@ class Limit:
     async def _admit(self, key: str, site: CallSite, shadow: bool | None = None) -> Decision:
         """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),
         or raise ``RateLimitExceeded``: what the decorator does before the body runs."""
-        decider = self._decider
+        decide = self._decide
         if shadow is None:
             shadow = self._shadow
         call, override = await self._call(key, site)
-        decision = await decider.decide(call, True, shadow, override=override)
+        decision = await decide(call, True, shadow, override=override)
         if not decision.allowed and not decision.shadow:
             if not self._wait or isinstance(override, Rule):  # lowered: waiting never helps
                 raise RateLimitExceeded(decision)
             decision = await admitted(
-                lambda: decider.decide(call, True, shadow, override=override),
+                lambda: decide(call, True, shadow, override=override),
                 self._wait,
                 first=decision,
             )
@@ -264,7 +270,7 @@ class Limit:
         """The decision ``decide()`` would give, recording nothing. ``cost``: as for
         :meth:`decide`."""
         call, override = await self._call(self._own_key(), None, cost)
-        return await self._decider.decide(call, False, self._shadow, override=override)
+        return await self._decide(call, False, self._shadow, override=override)
 
     async def reset(self) -> None:
         """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
@@ -276,7 +282,7 @@ class Limit:
         what this call counts (a number, or a mapping from units to amounts); default the
         limit's ``cost=`` (a callable of it is called with no arguments)."""
         call, override = await self._call(self._own_key(), None, cost)
-        return await self._decider.decide(call, True, self._shadow, override=override)
+        return await self._decide(call, True, self._shadow, override=override)
 
     async def acquire(
         self, wait: float | bool | None = None, *, cost: CostValue | None = None
@@ -289,7 +295,7 @@ class Limit:
         if isinstance(override, Rule):  # lowered below the cost: waiting never helps
             seconds = 0.0
         return await admitted(
-            lambda: self._decider.decide(call, True, self._shadow, override=override), seconds
+            lambda: self._decide(call, True, self._shadow, override=override), seconds
         )
 
     async def settle(self, decision: Decision, actual: CostValue) -> bool:
@@ -365,7 +371,7 @@ class Limit:
     def _direct(self, key: str, parameters: Parameters) -> tuple[PlanOf | None, Admit | None]:
         """The direct path of this limit decorating a function of ``parameters`` (a tree of its
         own, a fixed cost, no ``settle=``), and the store's admission without a coroutine."""
-        compiled, decider = self._compiled, self._decider
+        compiled, decider = (None if self._penalizer else self._compiled), self._decider
         if type(compiled) is not CompiledTree or not self._cost.fixed or self._settle:
             return None, None
         cost = self._cost.of(compiled, decider.algorithm)

@@ -37,6 +37,7 @@ from ratelimit.hooks import Hook, Hooks
 from ratelimit.limiting import LimitMaker
 from ratelimit.overrides import OverrideCache
 from ratelimit.overriding import Overrides
+from ratelimit.penalizing import Penalties, penalizer_cached
 from ratelimit.plan import CompiledTree, Cost
 from ratelimit.policy import FailurePolicy
 from ratelimit.registry import Registry
@@ -130,6 +131,8 @@ class RateLimit(LimitMaker):
             self._background,
             cache,
         )
+        self.penalties = Penalties(self._decider)
+        """Holds of ``penalty=``: :class:`~ratelimit.penalizing.Penalties`."""
         self._registry = Registry()
         if self._policy.local is not None:  # on_error="local": its clock, probe and tasks
             decider = self._decider
@@ -236,6 +239,7 @@ class RateLimit(LimitMaker):
         record: bool = True,
         within: float | None = None,
         override: bool | Rule = False,
+        penalty: str | None = None,
     ) -> Decision:
         """Decide one call of ``key`` under ``compiled``: the one door into the decision
         pipeline (denial cache, background counting, failure policy, storage, hooks) for
@@ -250,6 +254,7 @@ class RateLimit(LimitMaker):
         (:meth:`rl.overrides.find <ratelimit.overriding.Overrides.find>`), which the
         decision then says (``Decision.override``); or the rule of them that can never
         admit ``cost`` (:func:`ratelimit.lowered.lowered`), which refuses the call.
+        ``penalty``: as ``limit(penalty=...)`` (:mod:`ratelimit.penalizing`), checked once.
 
         Example::
 
@@ -262,6 +267,9 @@ class RateLimit(LimitMaker):
         call = new_call_key(CallKey, (compiled, self.namespace, key, values, cost, algorithm))
         if shadow is None:
             shadow = self.settings.shadow
+        if penalty is not None:
+            penalizer = penalizer_cached(self._decider, penalty, compiled, key)
+            return await penalizer.decide(call, record, shadow, within, override)
         return await self._decider.decide(call, record, shadow, within, override)
 
     async def settle(self, decision: Decision, actual: CostValue) -> bool:

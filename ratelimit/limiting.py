@@ -95,6 +95,7 @@ class LimitMaker:
         settle: Callable[[R], Returns],
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> CostedSettledLimit[P, R]: ...
 
@@ -109,6 +110,7 @@ class LimitMaker:
         settle: None = None,
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> CostedLimit[P]: ...
 
@@ -123,6 +125,7 @@ class LimitMaker:
         settle: Callable[[R], Returns],
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> SettledLimit[R]: ...
 
@@ -137,6 +140,7 @@ class LimitMaker:
         settle: None = None,
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> Limit: ...
 
@@ -150,6 +154,7 @@ class LimitMaker:
         settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> Limit:
         """A limit to use as ``@decorator`` or in ``async with``.
@@ -178,6 +183,8 @@ class LimitMaker:
         long as it takes); see :mod:`ratelimit.waiting`.
         ``shadow``: decide and count as usual, but let refused calls through, marked
         ``Decision.shadow`` for hooks and logs (default: the limiter's ``shadow`` setting).
+        ``penalty``: hold back an identifier its rules refused too often, such as
+        ``"ip: 5 refusals/10m for 1h"`` (:mod:`ratelimit.penalizing`; memory://, Redis, Postgres).
         ``**selectors``: selector values as literals, callables or async callables.
 
         Raises ``RuleSyntaxError`` for a bad rule and ``ConfigurationError`` for a cost or
@@ -195,7 +202,9 @@ class LimitMaker:
             decision = await rl.limit("user:3/m", user=name, key="login").decide()
         """
         site = "" if key is not None else block_key(1)  # where its blocks count
-        return self._limit_at(site, rules, key, selector, cost, settle, wait, shadow, selectors)
+        return self._limit_at(
+            site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty
+        )
 
     def _limit_at(
         self,
@@ -208,6 +217,7 @@ class LimitMaker:
         wait: float | bool,
         shadow: bool | None,
         selectors: dict[str, object],
+        penalty: str | None = None,
     ) -> Limit:
         """:meth:`limit`, made at ``site`` (the key of its blocks without ``key=``): for
         :mod:`ratelimit.sync`, whose callers made it."""
@@ -228,6 +238,7 @@ class LimitMaker:
             self.settings.shadow if shadow is None else shadow,
             settle,
             site,
+            penalty,
         )
 
     def concurrency(

@@ -34,6 +34,7 @@ EXPECTED = {
     "reserved_slots.py": "critical:  2 of 20 got a slot, 10 held",
     "local_fallback.py": "store down: [25, 25, 25, 25] admitted of 60 each, 100 in all",
     "http_delay.py": "12 at once on ip:4/s, delay=1.5: 4 admitted at once",
+    "penalties.py": "refused, held 3600 s, held 3590 s",
 }
 ON_MEMORY = {
     **EXPECTED,

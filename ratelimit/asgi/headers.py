@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ratelimit.decision import Decision, RuleState
+from ratelimit.decision import Decision, HeldDecision, RuleState
 from ratelimit.rules import Rule
 from ratelimit.slots import SlotLimit
 
@@ -194,6 +194,16 @@ def problem(decision: Decision) -> tuple[int, bytes]:
             f"and this service refuses requests until it can; retry after {wait} s",
         }
         return 503, json.dumps(body).encode()
+    if decision.penalty is not None:  # held back by a penalty: no rule was asked
+        why = decision.held_by if isinstance(decision, HeldDecision) else ""
+        body = {
+            "type": QUOTA_EXCEEDED,
+            "title": "Request cannot be satisfied as assigned quota has been exceeded",
+            "status": 429,
+            "detail": f"held back for {wait} s{why}; retry after {wait} s",
+            "penalty": wait,
+        }
+        return 429, json.dumps(body).encode()
     policies = violated(decision)
     body = {
         "type": QUOTA_EXCEEDED,

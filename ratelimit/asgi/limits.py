@@ -27,6 +27,7 @@ from ratelimit.errors import ConfigurationError, RateLimitError
 from ratelimit.limiter import RateLimit
 from ratelimit.lowered import lowered
 from ratelimit.overrides import Override
+from ratelimit.penalties import checked_penalty
 from ratelimit.plan import CompiledTree, compile_tree
 from ratelimit.rules import Rule, RuleLike, to_tree
 
@@ -60,7 +61,7 @@ class HTTPLimit:
     """One HTTP limit. ``where`` names it in error messages; ``body``: whether its sources
     may read the request body (a dependency's may, the middleware's may not)."""
 
-    __slots__ = ("compiled", "cost", "given_cost", "key", "settle", "shadow", "sources")
+    __slots__ = ("compiled", "cost", "given_cost", "key", "penalty", "settle", "shadow", "sources")
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class HTTPLimit:
         where: str,
         body: bool,
         settle: HTTPSettle | None = None,
+        penalty: str | None = None,
     ) -> None:
         if key is not None and (not isinstance(key, str) or not key):
             raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
@@ -89,6 +91,7 @@ class HTTPLimit:
         self.settle = settle.lower() if isinstance(settle, str) else settle
         self.shadow = shadow
         self.sources: dict[str, Source] = sources_for(self.compiled, sources, where, body)
+        self.penalty = checked_penalty(penalty, self.compiled, where)
 
     def check(self, limiter: RateLimit) -> None:
         """The limiter's algorithm can admit a request of this cost under these rules (a
@@ -97,6 +100,8 @@ class HTTPLimit:
             raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
         if not callable(self.cost) or isinstance(self.cost, Mapping):
             self.cost = limiter.check(self.compiled, self.cost)
+        if self.penalty is not None:
+            limiter.penalties.check()
 
     async def decide(self, limiter: RateLimit, request: HTTPRequest, key: str) -> Decision:
         """One request's decision under ``key`` (the limiter's shadow setting unless this
@@ -122,7 +127,9 @@ class HTTPLimit:
         if callable(cost) and not isinstance(cost, Mapping):
             cost = await self._cost_of(request)
             cost = limiter.check(compiled, cost)
-        return await limiter.decide(compiled, key, values, cost=cost, shadow=self.shadow)
+        return await limiter.decide(
+            compiled, key, values, cost=cost, shadow=self.shadow, penalty=self.penalty
+        )
 
     async def _decide_overridden(
         self,
@@ -156,7 +163,13 @@ class HTTPLimit:
                 raise
             checked, override = found_lowered
         return await limiter.decide(
-            tree, key, own, cost=checked, shadow=self.shadow, override=override
+            tree,
+            key,
+            own,
+            cost=checked,
+            shadow=self.shadow,
+            override=override,
+            penalty=self.penalty,
         )
 
     async def _cost_of(self, request: HTTPRequest) -> CostValue:

@@ -64,7 +64,8 @@ class Route:
     never refuse (default: the limiter's setting). ``delay``: the most seconds a refused
     request may wait for its turn instead of being answered 429 (0 to 60; default 0, none);
     ``waiting``: how many may wait at once, per route and process (default 100); see
-    :mod:`ratelimit.asgi.delay`.
+    :mod:`ratelimit.asgi.delay`. ``penalty``: hold back a value refused too often, as
+    ``RateLimit.limit``'s (``"ip: 5 refusals/10m for 1h"``).
     Everything is checked here, when the application starts.
     """
 
@@ -82,6 +83,7 @@ class Route:
         shadow: bool | None = None,
         delay: float = 0,
         waiting: int | None = None,
+        penalty: str | None = None,
         **sources: Any,
     ) -> None:
         where = f"Route({path!r})"
@@ -101,7 +103,7 @@ class Route:
         # HEAD runs the GET endpoint (frameworks answer it so): it counts as a GET, or a
         # client would read the same page unlimited.
         self.methods = named if named is None or "GET" not in named else named | {"HEAD"}
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, False, settle)
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, False, settle, penalty)
         self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:

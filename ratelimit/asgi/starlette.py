@@ -57,9 +57,9 @@ class RouteLimit:
     never count on one counter unless given one ``key``); ``**sources`` as for
     :class:`~ratelimit.asgi.Route`, body fields included; ``trusted_proxies``,
     ``forwarded_header`` and ``ipv6_prefix`` as for the middleware (a selector named ``ip``
-    reads the client); ``delay`` and ``waiting`` as for :class:`~ratelimit.asgi.Route` (a
-    dependency cannot hear its client leave while it waits: the application reads the
-    request)."""
+    reads the client); ``penalty`` as for ``RateLimit.limit``; ``delay`` and ``waiting``
+    as for :class:`~ratelimit.asgi.Route` (a dependency cannot hear its client leave while
+    it waits: the application reads the request)."""
 
     def __init__(
         self,
@@ -69,6 +69,7 @@ class RouteLimit:
         key: str | None = None,
         cost: HTTPCost = 1,
         shadow: bool | None = None,
+        penalty: str | None = None,
         trusted_proxies: Iterable[str] = (),
         forwarded_header: str = "x-forwarded-for",
         ipv6_prefix: int = 64,
@@ -78,7 +79,7 @@ class RouteLimit:
     ) -> None:
         where = f"RouteLimit({rules!r})"
         self.room = room_of(delay, waiting, shadow, where)
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True)
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True, None, penalty)
         self.limit.check(limiter)
         self.limiter = limiter
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)

@@ -40,6 +40,7 @@ from ratelimit.backends.layout import (
 from ratelimit.backends.memory_admit import Admit, admitter
 from ratelimit.backends.memory_entries import Arrivals, Log, Windows
 from ratelimit.backends.memory_overrides import OverrideTables
+from ratelimit.backends.memory_penalties import PenaltyTables
 from ratelimit.backends.memory_settles import SettleTables
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
@@ -50,7 +51,7 @@ from ratelimit.settling import Settlement
 from ratelimit.slots import SlotClaim
 
 
-class MemoryBackend(OverrideTables, SettleTables):
+class MemoryBackend(OverrideTables, SettleTables, PenaltyTables):
     """Sliding logs and window counters in this process's memory.
 
     ``clock`` (seconds, default ``time.monotonic``) may be replaced by a fake one in tests;

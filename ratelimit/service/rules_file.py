@@ -12,6 +12,7 @@
     descriptor = ["path=/login", "remote_address"]   # "key=value" pins a value
     rule = "5/m"
     shadow = true                             # decide and report, never refuse
+    penalty = "5 refusals/10m for 1h"         # then hold the descriptor back (refused)
 
     [[limit]]
     domain = "ai-gateway"
@@ -51,6 +52,7 @@ from typing import Any
 
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
+from ratelimit.penalties import unselected_penalty
 from ratelimit.plan import compile_tree
 from ratelimit.rules import Node, map_rules, to_tree
 from ratelimit.settings import check_cost
@@ -63,7 +65,7 @@ _TOKENS = re.compile(
     r"|#[^\n]*|(?P<open>[\[{])|(?P<close>[\]}])",
     re.MULTILINE | re.DOTALL,
 )
-_KEYS = {"domain", "descriptor", "rule", "shadow", "always_count"}
+_KEYS = {"domain", "descriptor", "rule", "shadow", "always_count", "penalty"}
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class DescriptorLimit:
     request: bool = False
     """Made from the request's own ``limit`` alone: no rules-file limit matches (``line``
     is 0)."""
+    penalty: str | None = None
+    """``penalty``: refusals that hold the descriptor back (:mod:`ratelimit.service.penalties`)."""
 
     @property
     def pinned(self) -> int:
@@ -231,7 +235,7 @@ def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
     if unknown:
         raise ConfigurationError(
             f"{where}: unknown key {unknown[0]!r}; a limit has domain, descriptor, rule, "
-            "shadow, always_count"
+            "shadow, always_count, penalty"
         )
     domain = entry.get("domain")
     if not isinstance(domain, str) or not domain:
@@ -270,8 +274,12 @@ def _limit(entry: Any, where: str, line: int) -> DescriptorLimit:
         raise ConfigurationError(f"{where}: always_count must be true or false")
     frozen = tuple(pattern)
     selector = selector_of(domain, frozen)
+    tree = per_selector(rules, selector)
+    penalty = unselected_penalty(entry.get("penalty"), where)
+    if penalty and always:
+        raise ConfigurationError(f"{where}: always_count reports are never refused: no penalty")
     return DescriptorLimit(
-        domain, frozen, rules, per_selector(rules, selector), selector, shadow, line, always
+        domain, frozen, rules, tree, selector, shadow, line, always, penalty=penalty
     )
 
 

@@ -50,6 +50,7 @@ with needs_extra("server"):
         UnknownDomain,
         ratio_tree,
     )
+    from ratelimit.service.penalties import PenalizingHandlers
     from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
     from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
 
@@ -202,7 +203,7 @@ class Service:
                 hooks=hooks,
                 spread=config.store_spread(),
             )
-        self.handlers = Handlers(
+        self.handlers = PenalizingHandlers(
             self.limiter,
             ratio_tree(config.rules, config.algorithm),
             self.rules,

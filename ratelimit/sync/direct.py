@@ -100,6 +100,7 @@ class DirectPath:
             or limit._settle is not None
             or limit._wait
             or not limit._cost.fixed
+            or limit._penalizer is not None
         ):
             return None
         compiled = registration.compiled

@@ -231,16 +231,16 @@ class RateLimit:
         settle: Callable[[Any], CostValue] | None = None,
         wait: float | bool = False,
         shadow: bool | None = None,
+        penalty: str | None = None,
         **selectors: object,
     ) -> Limit:
-        """A limit as ``@decorator`` of a plain function (which stays one) or in ``with``;
-        the arguments of :meth:`ratelimit.RateLimit.limit`. ``wait``: how long a refused
-        call blocks its thread for admission."""
+        """A limit as ``@decorator`` of a plain function or in ``with``: the arguments of
+        :meth:`ratelimit.RateLimit.limit`; ``wait`` blocks a refused call's thread."""
         site = "" if key is not None else block_key(1)  # where its blocks count
 
         def make(limiter: AsyncRateLimit) -> AsyncLimit:
             return limiter._limit_at(
-                site, rules, key, selector, cost, settle, wait, shadow, selectors
+                site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty
             )
 
         return Limit(self, make)

@@ -28,8 +28,8 @@ def no_application(environ: WSGIEnvironment, start_response: object) -> Iterable
 
 
 class ViewLimit:
-    """A limit on one view, checked when made: ``rules``, ``key``, ``cost`` and ``shadow``
-    as for :class:`~ratelimit.asgi.Route`, ``sources`` as its ``**sources`` (body fields
+    """A limit on one view, checked when made: ``rules``, ``key``, ``cost``, ``shadow`` and
+    ``penalty`` as for :class:`~ratelimit.asgi.Route`, ``sources`` as its ``**sources`` (body fields
     included: ``json_field``), ``proxies`` the client address's trusted proxies. ``where``
     names it in error messages."""
 
@@ -45,9 +45,10 @@ class ViewLimit:
         proxies: TrustedProxies,
         sources: dict[str, Any],
         where: str,
+        penalty: str | None = None,
     ) -> None:
         check_limiter(limiter, where)
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True)
+        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True, None, penalty)
         self.limit.check(limiter.limiter)
         self.limiter = limiter
         self.proxies = proxies

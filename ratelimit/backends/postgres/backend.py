@@ -28,6 +28,7 @@ from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.layout import reset_keep_us
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres.overrides import PostgresOverrides
+from ratelimit.backends.postgres.penalties import PostgresPenalties
 from ratelimit.backends.postgres.pool import SetUpPool
 from ratelimit.backends.postgres.schema import DECIDE, RESET, SETTLE
 from ratelimit.backends.postgres.url import SCHEMES
@@ -77,7 +78,7 @@ def _asyncpg() -> Any:
     return asyncpg
 
 
-class PostgresBackend(PostgresOverrides):
+class PostgresBackend(PostgresOverrides, PostgresPenalties):
     """Window counters in PostgreSQL. ``dsn`` is a ``postgresql://`` URL (its pool is opened
     in the running event loop at first use, of up to ``max_size`` connections); ``clock``
     (seconds) replaces the database's clock, for tests; ``timeout`` bounds each decision,

@@ -410,3 +410,54 @@ BEGIN
     RETURN pruned;
 END;
 $$;
+
+-- Penalties (limit(..., penalty=...)): per identifier held back (namespace, key, selector
+-- and value; '' for a whole key's), the times (us) of its recent refusals and the end of its
+-- hold; a row may go once expires_us has passed (deleted when holds are listed or lifted).
+CREATE TABLE IF NOT EXISTS ratelimit_penalties (
+    namespace text NOT NULL,
+    key text NOT NULL,
+    selector text NOT NULL,
+    value text NOT NULL,
+    refusals bigint[] NOT NULL,
+    held_until bigint NOT NULL,
+    expires_us bigint NOT NULL,
+    PRIMARY KEY (namespace, key, selector, value)
+);
+
+-- Note one refusal at p_now (NULL: the database's clock) of a penalty of p_count refusals
+-- within p_span_us, holding for p_hold_us: the hold's end when this refusal started one,
+-- else 0 (also while a hold is in force: it is never extended). The row is locked.
+CREATE OR REPLACE FUNCTION ratelimit_note_refusal(
+    p_namespace text, p_key text, p_selector text, p_value text, p_now bigint,
+    p_span_us bigint, p_count integer, p_hold_us bigint
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    kept bigint[];
+    held bigint;
+BEGIN
+    INSERT INTO ratelimit_penalties VALUES
+        (p_namespace, p_key, p_selector, p_value, '{}', 0, now_us + p_span_us)
+    ON CONFLICT DO NOTHING;
+    SELECT refusals, held_until INTO kept, held FROM ratelimit_penalties
+    WHERE namespace = p_namespace AND key = p_key AND selector = p_selector AND value = p_value
+    FOR UPDATE;
+    IF held > now_us THEN
+        RETURN 0;
+    END IF;
+    kept := array(SELECT t FROM unnest(kept) AS t WHERE t > now_us - p_span_us) || now_us;
+    IF cardinality(kept) >= p_count THEN
+        UPDATE ratelimit_penalties
+        SET refusals = '{}', held_until = now_us + p_hold_us, expires_us = now_us + p_hold_us
+        WHERE namespace = p_namespace AND key = p_key AND selector = p_selector
+          AND value = p_value;
+        RETURN now_us + p_hold_us;
+    END IF;
+    UPDATE ratelimit_penalties
+    SET refusals = kept, expires_us = greatest(held_until, now_us + p_span_us)
+    WHERE namespace = p_namespace AND key = p_key AND selector = p_selector AND value = p_value;
+    RETURN 0;
+END;
+$$;

@@ -62,6 +62,7 @@ from ratelimit.backends.redis.lock import RedisLock
 from ratelimit.backends.redis.lock_tasks import SETTLE_TIMEOUT, Blocking, settle
 from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.overrides import RedisOverrides
+from ratelimit.backends.redis.penalties import RedisPenalties
 from ratelimit.decision import Decision
 from ratelimit.errors import LimiterClosedError
 from ratelimit.evaluation import evaluate
@@ -74,7 +75,7 @@ from ratelimit.slots import SlotClaim
 T = TypeVar("T")
 
 
-class RedisCommandBackend(RedisOverrides):
+class RedisCommandBackend(RedisOverrides, RedisPenalties):
     """Decides plans with plain Redis commands, under a Redis lock unless ``disable_locks``.
 
     ``lock_ttl`` bounds how long a crashed holder blocks others; waiters are woken by the

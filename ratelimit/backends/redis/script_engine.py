@@ -51,6 +51,7 @@ from ratelimit.backends.redis.keys import (
 )
 from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.overrides import RedisOverrides
+from ratelimit.backends.redis.penalties import RedisPenalties
 from ratelimit.backends.redis.pipeline import (
     MAX_ALONE,
     MAX_BATCH,
@@ -89,7 +90,7 @@ SYNC_TIMEOUT = 5.0
 """Deadline of one sync: it carries every live key's diffs at once, off the request path."""
 
 
-class RedisScriptBackend(RedisOverrides):
+class RedisScriptBackend(RedisOverrides, RedisPenalties):
     """Decides plans with one Lua script call against ``client`` (one script per family of
     algorithms: ``sliding_log.lua``, ``window_counters.lua``, ``gcra.lua``).
 

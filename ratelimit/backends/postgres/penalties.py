@@ -1,0 +1,91 @@
+"""Penalties on Postgres (:class:`~ratelimit.backends.penalty_store.PenaltyStore`): the
+table ``ratelimit_penalties`` of ``schema.sql``, noted by its function
+``ratelimit_note_refusal`` (one statement, the row locked: two processes that cross the
+threshold together start one hold), on the database's clock unless one is injected. A
+whole key's hold keeps ``''`` as its selector and value. Rows whose time has passed are
+deleted when holds are listed or lifted."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ratelimit.backends.penalty_store import PenaltyHold
+from ratelimit.plan import Identifier
+
+NOW = "coalesce($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)"
+LEFT = f"""
+SELECT held_until - {NOW} FROM ratelimit_penalties
+WHERE namespace = $2 AND key = $3 AND selector = $4 AND value = $5
+"""
+LIST = f"""
+WITH now AS (SELECT {NOW} AS us),
+gone AS (
+    DELETE FROM ratelimit_penalties
+    WHERE namespace = $2 AND expires_us <= (SELECT us FROM now)
+)
+SELECT key, selector, value, held_until - (SELECT us FROM now) FROM ratelimit_penalties
+WHERE namespace = $2 AND ($3::text IS NULL OR key = $3) AND held_until > (SELECT us FROM now)
+ORDER BY key, selector, value
+"""
+LIFT = f"""
+WITH lifted AS (
+    DELETE FROM ratelimit_penalties
+    WHERE namespace = $2 AND key = $3
+      AND ($4::text IS NULL OR (selector = $4 AND value = $5))
+    RETURNING held_until
+)
+SELECT count(*) FILTER (WHERE held_until > {NOW}) FROM lifted
+"""
+
+
+def _named(target: Identifier) -> tuple[str, str, str, str]:
+    return target.namespace, target.key, target.selector or "", target.value or ""
+
+
+class PostgresPenalties:
+    """A mixin for the Postgres backend, whose ``_guarded`` runs a statement and ``_now``
+    gives the injected clock's time (us), else ``None``."""
+
+    _guarded: Callable[..., Awaitable[Any]]
+    _now: Callable[[], int | None]
+
+    async def note_refusal(
+        self, target: Identifier, count: int, span_ms: int, hold_ms: int
+    ) -> float:
+        ends: int = await self._guarded(
+            lambda db: db.fetchval(
+                "SELECT ratelimit_note_refusal($1, $2, $3, $4, $5, $6, $7, $8)",
+                *_named(target),
+                self._now(),
+                span_ms * 1000,
+                count,
+                hold_ms * 1000,
+            ),
+            "note a refusal for a penalty",
+        )
+        return hold_ms / 1000 if ends else 0.0
+
+    async def penalty_left(self, target: Identifier) -> float:
+        left: int | None = await self._guarded(
+            lambda db: db.fetchval(LEFT, self._now(), *_named(target)), "read a penalty's hold"
+        )
+        return left / 1_000_000 if left is not None and left > 0 else 0.0
+
+    async def list_penalties(self, namespace: str, key: str | None = None) -> list[PenaltyHold]:
+        rows = await self._guarded(
+            lambda db: db.fetch(LIST, self._now(), namespace, key), "list penalties"
+        )
+        return [
+            PenaltyHold(held, selector or None, value if selector else None, left / 1_000_000)
+            for held, selector, value, left in rows
+        ]
+
+    async def lift_penalties(
+        self, namespace: str, key: str, selector: str | None = None, value: str | None = None
+    ) -> int:
+        lifted: int = await self._guarded(
+            lambda db: db.fetchval(LIFT, self._now(), namespace, key, selector, value or ""),
+            "lift penalties",
+        )
+        return lifted
