@@ -106,6 +106,13 @@ class LockRefusal(Decision):
     refusal's message tells it apart from a :class:`Decision`."""
 
 
+@dataclass(frozen=True, slots=True)
+class LocalSlotRefusal(Decision):
+    """A concurrency take refused under ``on_error="local"`` while the store fails: this
+    process's local share of the slots is full (``degraded=True``). A refusal of the
+    limit, not the storage's (429 at the HTTP edge, as a local refusal of a rate rule)."""
+
+
 _new = object.__new__
 _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
     Decision.__dict__[name].__set__
@@ -161,6 +168,12 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
                 f"call refused for key {decision.key!r}: the command engine's lock stayed held "
                 "past lock_timeout, which refuses under any on_error (use_scripts=False: "
                 "contention, not an outage)"
+            )
+        elif isinstance(decision, LocalSlotRefusal):
+            what = (
+                f"call refused for key {decision.key!r}: the rate-limit storage failed and "
+                "this process's local share of its concurrency slots is taken (on_error="
+                "'local' decides in-process until the storage answers)"
             )
         elif decision.degraded and decision.rule is not None:  # on_error="local"'s refusal
             what = (

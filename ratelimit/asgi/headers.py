@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ratelimit.decision import Decision, RuleState
+from ratelimit.decision import Decision, LocalSlotRefusal, RuleState
 from ratelimit.rules import Rule
 from ratelimit.slots import SlotLimit
 
@@ -181,11 +181,11 @@ def violated(decision: Decision) -> list[str]:
 
 def problem(decision: Decision) -> tuple[int, bytes]:
     """The status and ``application/problem+json`` body of a refusal: 429 naming the
-    violated policies (``on_error="local"``'s refusals too: a rule's local share), or 503
-    when the limiter could not decide: the storage failed under ``on_error="deny"``, or the
-    command engine's lock stayed held past ``lock_timeout``."""
+    violated policies (``on_error="local"``'s refusals too: a local share of a rule or of
+    concurrency slots), or 503 when the limiter could not decide: the storage failed under
+    ``on_error="deny"``, or the command engine's lock stayed held past ``lock_timeout``."""
     wait = retry_after(decision)
-    if decision.degraded and decision.rule is None:
+    if decision.degraded and decision.rule is None and not isinstance(decision, LocalSlotRefusal):
         body = {
             "type": "about:blank",
             "title": "Service Unavailable",
