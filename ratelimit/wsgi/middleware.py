@@ -37,7 +37,7 @@ from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, RouteTable
 from ratelimit.decision import Decision
-from ratelimit.errors import SourceValueError
+from ratelimit.errors import ConfigurationError, SourceValueError
 from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.slots import SlotLimit
 from ratelimit.sync.limiter import RateLimit
@@ -112,6 +112,12 @@ class RateLimitMiddleware:
         self.app = app
         self.limiter = limiter
         self.table = RouteTable(routes, exclude, limiter.limiter)
+        for route in self.table.routes:
+            if route.room is not None:
+                raise ConfigurationError(
+                    f"{route!r}: delay= is the ASGI middleware's (a request waiting here would "
+                    "hold a WSGI worker thread): drop it, or serve the application over ASGI"
+                )
         self.routes = self.table.routes
         self.exclude = self.table.exclude
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
