@@ -30,6 +30,7 @@ from ratelimit.asgi.headers import (
     problem,
     rate_limit_headers,
     refusal_headers,
+    undecided,
     unreadable,
 )
 from ratelimit.asgi.limits import HTTPLimit
@@ -194,7 +195,7 @@ class RateLimitMiddleware:
         details (always for a 503), with the rate-limit headers. ``exc_info``: given when
         the application had started a response that this one replaces."""
         added = self.headers_for(decisions, full)
-        if self.refused is not None and not decision.degraded:
+        if self.refused is not None and not undecided(decision):
             application = self.refused(request, decision)
             retry = as_text(refusal_headers(decision, b"")[2:])
 
