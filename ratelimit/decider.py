@@ -288,7 +288,7 @@ class Decider:
             else:
                 decision = make_decision(False, SLOT_RETRY, None, 0, claim.key)
                 fullest = left.index(min(left))
-            decision = dataclasses.replace(decision, degraded=True) if degraded else decision
+            decision = self.policy.taken_locally(decision) if degraded else decision
         if self.hooks:
             self.hooks(decision, 0.0)
         return decision, fullest

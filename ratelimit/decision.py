@@ -119,6 +119,13 @@ class HeldDecision(Decision):
     """`` after K refusals within SPAN (penalty '...')``."""
 
 
+@dataclass(frozen=True, slots=True)
+class LocalSlotRefusal(Decision):
+    """A concurrency take refused under ``on_error="local"`` while the store fails: this
+    process's local share of the slots is full (``degraded=True``). A refusal of the
+    limit, not the storage's (429 at the HTTP edge, as a local refusal of a rate rule)."""
+
+
 _new = object.__new__
 _ALLOWED, _RETRY_AFTER, _RULE, _REMAINING, _KEY = (
     Decision.__dict__[name].__set__
@@ -182,6 +189,12 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
             what = (
                 f"call refused for key {decision.key!r}: held back for "
                 f"{decision.penalty:.0f} s{why}"
+            )
+        elif isinstance(decision, LocalSlotRefusal):
+            what = (
+                f"call refused for key {decision.key!r}: the rate-limit storage failed and "
+                "this process's local share of its concurrency slots is taken (on_error="
+                "'local' decides in-process until the storage answers)"
             )
         elif decision.degraded and decision.rule is not None:  # on_error="local"'s refusal
             what = (

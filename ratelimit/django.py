@@ -48,7 +48,7 @@ with needs_extra("django"):
     from django.utils.module_loading import import_string
     from django.utils.translation import get_language
 
-from ratelimit.asgi.headers import problem_headers, retry_after, unreadable
+from ratelimit.asgi.headers import problem_headers, retry_after, undecided, unreadable
 from ratelimit.asgi.limits import HTTPCost, HTTPResponse
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.routes import Route, view_key
@@ -141,7 +141,7 @@ class Config:
     ) -> HttpResponseBase:
         """The answer to a refused request (without the rate-limit headers, which the
         caller adds): ``refused``'s, with ``Retry-After``, or problem details."""
-        if self.refused is not None and not decision.degraded:
+        if self.refused is not None and not undecided(decision):
             response = self.refused(request, decision)
             if not response.has_header("Retry-After"):
                 response["Retry-After"] = str(retry_after(decision))

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -79,6 +80,7 @@ class LocalFallback:
         self.clock: Clock = time.monotonic
         self._injected: Clock | None = None
         self._store: MemoryBackend | None = None
+        self._making = threading.Lock()
         self._scaled: dict[CompiledTree, CompiledTree] = {}
         self._plans: dict[Plan, tuple[Plan, int | None]] = {}
         """Each plan at this share (plans hash by identity), with the leaf whose share can
@@ -105,10 +107,15 @@ class LocalFallback:
 
     @property
     def store(self) -> MemoryBackend:
-        """The local store, made at its first use with the limiter's clock."""
-        if self._store is None:
-            self._store = MemoryBackend(clock=self._injected)
-        return self._store
+        """The local store, made at its first use with the limiter's clock, once: threads
+        of the sync API whose calls failed together may reach it at once."""
+        store = self._store
+        if store is None:
+            with self._making:
+                if self._store is None:
+                    self._store = MemoryBackend(clock=self._injected)
+                store = self._store
+        return store
 
     def scaled(self, compiled: CompiledTree) -> CompiledTree:
         """``compiled`` at this process's share, compiled once per tree."""

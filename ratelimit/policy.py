@@ -26,12 +26,13 @@ then at most one a minute with how many calls were refused since.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
 from ratelimit.backends import Backend
 from ratelimit.backends.base import SettleStore, SlotStore
-from ratelimit.decision import Decision, LockRefusal
+from ratelimit.decision import Decision, LocalSlotRefusal, LockRefusal
 from ratelimit.errors import BackendError, LockTimeoutError
 from ratelimit.fallback import LocalFallback
 from ratelimit.hooks import Hooks
@@ -180,6 +181,17 @@ class FailurePolicy:
         local.maybe_probe(self.answered)
         taken, held = await local.take_slots(claim)
         return taken, held, True
+
+    @staticmethod
+    def taken_locally(decision: Decision) -> Decision:
+        """A slot take decided on ``on_error="local"``'s store: ``degraded``, and when
+        refused a :class:`LocalSlotRefusal` (the local share is full: the limit refused,
+        not the storage)."""
+        if decision.allowed:
+            return dataclasses.replace(decision, degraded=True)
+        return LocalSlotRefusal(
+            False, decision.retry_after, None, decision.remaining, decision.key, degraded=True
+        )
 
     def holding(self, claim: SlotClaim, revoke: bool) -> LocalFallback | None:
         """The local store of ``on_error="local"`` when ``claim``'s slots were taken there

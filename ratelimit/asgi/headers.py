@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ratelimit.decision import Decision, HeldDecision, RuleState
+from ratelimit.decision import Decision, HeldDecision, LocalSlotRefusal, RuleState
 from ratelimit.rules import Rule
 from ratelimit.slots import SlotLimit
 
@@ -179,13 +179,20 @@ def violated(decision: Decision) -> list[str]:
     return names
 
 
+def undecided(decision: Decision) -> bool:
+    """Whether a refusal is the limiter's failure to decide (the storage failed under
+    ``on_error="deny"``, a lock timeout: 503, never ``refused=``'s) rather than a limit's
+    (``on_error="local"``'s refusals of a local share included: 429)."""
+    return decision.degraded and decision.rule is None and type(decision) is not LocalSlotRefusal
+
+
 def problem(decision: Decision) -> tuple[int, bytes]:
     """The status and ``application/problem+json`` body of a refusal: 429 naming the
-    violated policies (``on_error="local"``'s refusals too: a rule's local share), or 503
-    when the limiter could not decide: the storage failed under ``on_error="deny"``, or the
-    command engine's lock stayed held past ``lock_timeout``."""
+    violated policies (``on_error="local"``'s refusals too: a local share of a rule or of
+    concurrency slots), or 503 when the limiter could not decide: the storage failed under
+    ``on_error="deny"``, or the command engine's lock stayed held past ``lock_timeout``."""
     wait = retry_after(decision)
-    if decision.degraded and decision.rule is None:
+    if undecided(decision):
         body = {
             "type": "about:blank",
             "title": "Service Unavailable",

@@ -27,6 +27,7 @@ from ratelimit.asgi.headers import (
     problem_headers,
     rate_limit_headers,
     refusal_headers,
+    undecided,
     unreadable,
 )
 from ratelimit.asgi.limits import HTTPResponse
@@ -233,7 +234,7 @@ class RateLimitMiddleware:
             retry = refusal_headers(decision, body)[2:]
             await _answer(scope, receive, send, status, body, [*retry, *added])
             return
-        if self.refused is not None and not decision.degraded:
+        if self.refused is not None and not undecided(decision):
             response = self.refused(request, decision)
 
             async def send_with_headers(message: Message) -> None:

@@ -30,6 +30,7 @@ from ratelimit.asgi.headers import (
     problem,
     rate_limit_headers,
     refusal_headers,
+    undecided,
     unreadable,
 )
 from ratelimit.asgi.limits import HTTPLimit
@@ -37,7 +38,7 @@ from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, RouteTable
 from ratelimit.decision import Decision
-from ratelimit.errors import SourceValueError
+from ratelimit.errors import ConfigurationError, SourceValueError
 from ratelimit.limiter import RateLimit as AsyncRateLimit
 from ratelimit.slots import SlotLimit
 from ratelimit.sync.limiter import RateLimit
@@ -112,6 +113,12 @@ class RateLimitMiddleware:
         self.app = app
         self.limiter = limiter
         self.table = RouteTable(routes, exclude, limiter.limiter)
+        for route in self.table.routes:
+            if route.room is not None:
+                raise ConfigurationError(
+                    f"{route!r}: delay= is the ASGI middleware's (a request waiting here would "
+                    "hold a WSGI worker thread): drop it, or serve the application over ASGI"
+                )
         self.routes = self.table.routes
         self.exclude = self.table.exclude
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
@@ -188,7 +195,7 @@ class RateLimitMiddleware:
         details (always for a 503), with the rate-limit headers. ``exc_info``: given when
         the application had started a response that this one replaces."""
         added = self.headers_for(decisions, full)
-        if self.refused is not None and not decision.degraded:
+        if self.refused is not None and not undecided(decision):
             application = self.refused(request, decision)
             retry = as_text(refusal_headers(decision, b"")[2:])
 
