@@ -6,7 +6,9 @@ note each refusal of the rules after.
   denial cache's answers, which are the rules' refusals remembered). A degraded refusal
   (the store failed, a command-engine lock timed out) does not count. In shadow mode a
   refusal counts, and a hold is reported (``shadow=True``, logged) but lets the call
-  through, as shadow mode does with every refusal.
+  through, as shadow mode does with every refusal. A call that waits its turn (``wait=``,
+  ``acquire(wait)``, an HTTP route's ``delay=``) counts once at most: its last refusal,
+  when it is refused in the end (:mod:`ratelimit.penalty_waits`).
 - **A held call** is refused without asking the rules (nothing is counted on the limit's
   counters): ``retry_after`` and ``Decision.penalty`` are the seconds left of the hold. It
   is not a refusal of the rules, so it never extends the hold: a hold ends on time, and
@@ -24,6 +26,7 @@ note each refusal of the rules after.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import weakref
@@ -35,6 +38,7 @@ from ratelimit.decider import CallKey, Decider, shadow_logger
 from ratelimit.decision import Decision, HeldDecision
 from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.penalties import Penalty, parse_penalty, penalty_selector
+from ratelimit.penalty_waits import waiting_call
 from ratelimit.plan import CompiledTree, Identifier
 from ratelimit.rules import Rule
 
@@ -147,17 +151,27 @@ class Penalizer:
             return decision
         decision = await decider.decide(call, record, shadow, within, override)
         if record and not decision.allowed and not decision.degraded:
-            penalty = self.penalty
-            try:
-                started = await self.store.note_refusal(
-                    target, penalty.count, penalty.span_ms, penalty.hold_ms
-                )
-            except BackendError as exc:
-                logger.warning("ratelimit: a refusal of key %r not noted: %s", call.key, exc)
-                started = 0.0
-            if started > 0:
-                self._remember(target, started, self._clock())
-                return self.held(call.key, started, decision.shadow)
+            waiting = waiting_call()
+            if waiting is not None:  # a call that waits: only its last refusal counts
+                waiting.pending = functools.partial(self._note, target)
+                return decision
+            return await self._note(target, decision)
+        return decision
+
+    async def _note(self, target: Identifier, decision: Decision) -> Decision:
+        """Note ``decision``, a refusal of the rules: the refusal, or held if it starts a
+        hold."""
+        penalty = self.penalty
+        try:
+            started = await self.store.note_refusal(
+                target, penalty.count, penalty.span_ms, penalty.hold_ms
+            )
+        except BackendError as exc:
+            logger.warning("ratelimit: a refusal of key %r not noted: %s", decision.key, exc)
+            started = 0.0
+        if started > 0:
+            self._remember(target, started, self._clock())
+            return self.held(decision.key, started, decision.shadow)
         return decision
 
 
