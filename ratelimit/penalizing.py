@@ -20,7 +20,11 @@ note each refusal of the rules after.
   held client hammering one process costs one round trip per ``RECHECK``; a lift
   (``rl.penalties.lift``) reaches the other processes within it.
 - **The store fails**: reading a hold that fails reads as none (the rules' decision then
-  meets the failure policy); a refusal that cannot be noted stays a refusal (logged).
+  meets the failure policy); a refusal that cannot be noted stays a refusal (logged). While
+  an outage is under way (the failure policy's), holds are not read from the store (no
+  round trip to wait out per call, as ``on_error="local"`` waits none): a hold this
+  process knows keeps refusing until it ends, and no new one starts (a degraded refusal
+  does not count).
 """
 
 from __future__ import annotations
@@ -113,10 +117,13 @@ class Penalizer:
         holds = _holds(self.decider)
         now = self._clock()
         trusted = holds.get(target)
+        failing = self.decider.policy.outage_started is not None
         if trusted is not None:
-            if trusted[0] > now:
+            if trusted[0] > now or (failing and trusted[1] > now):
                 return trusted[1] - now
             del holds[target]
+        if failing:  # the store fails: not asked; a hold known here lasts to its end
+            return 0.0
         try:
             left = await self.store.penalty_left(target)
         except BackendError:
