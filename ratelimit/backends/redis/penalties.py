@@ -10,7 +10,9 @@ and per namespace an index of the holds started, ``rl:{<namespace>}:penalties`` 
 for listing. Noting a refusal is one Lua script on the script engine (atomic, on the
 server's ``TIME``); on the command engine (no Lua) ``TIME``, then the trim, add and count in
 one pipeline, then ``SET NX``: two processes that both count past the threshold start one
-hold. Reading a hold is one ``PTTL`` (``GET`` under an injected clock). Every key has a TTL.
+hold. Reading a hold is one ``PTTL`` (``GET`` under an injected clock): on the script engine a
+script call sent through its automatic pipeline (:data:`HOLD_LEFT`), as decisions are; on
+the command engine a plain command. Every key has a TTL.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ratelimit.backends.naming import PREFIX, encode_part, identifier_key
 from ratelimit.backends.penalty_store import PenaltyHold
 from ratelimit.backends.redis.compat import CLUSTERS
 from ratelimit.backends.redis.errors import replied
+from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.errors import LimiterClosedError
 from ratelimit.plan import Identifier
 
@@ -54,6 +57,23 @@ local ends = now + tonumber(ARGV[4]) * 1000
 redis.call('SET', KEYS[2], ends, 'PX', tonumber(ARGV[4]) + tonumber(ARGV[6]))
 return ends
 """
+
+
+HOLD_LEFT = Script("""
+-- KEYS[1] a hold; ARGV[1] now (us; '' for the server's clock). Returns the us left, or 0.
+local now = tonumber(ARGV[1])
+if not now then
+  local ms = redis.call('PTTL', KEYS[1])
+  if ms > 0 then return ms * 1000 end
+  return 0
+end
+local ends = tonumber(redis.call('GET', KEYS[1]))
+if ends and ends > now then return ends - now end
+return 0
+""")
+"""Reading a hold on the script engine: one script call, through the engine's automatic
+pipeline as decisions go (batched with the calls in flight, on its fast path)."""
+_SERVER_TIME = pack_args([b""])
 
 
 def penalties_key(namespace: str) -> str:
@@ -159,6 +179,15 @@ class RedisPenalties:
     async def penalty_left(self, target: Identifier) -> float:
         self._penalties_open()
         hold = f"{identifier_key(target)}:ph"
+        pipeline = getattr(self, "_pipeline", None)  # the script engine's
+        if pipeline is not None:
+            if self.clock is None:
+                args, packed = [b""], _SERVER_TIME
+            else:
+                args = [str(clock_us(self.clock)).encode()]
+                packed = pack_args(args)
+            left_us = int(await pipeline.call(Command(HOLD_LEFT, [hold], args, packed), hold))
+            return left_us / 1_000_000 if left_us > 0 else 0.0
         async with replied(self._close_idle, "reading a penalty's hold", self.timeout):
             async with asyncio.timeout(self.timeout):
                 if self.clock is None:

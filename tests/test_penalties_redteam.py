@@ -1,0 +1,52 @@
+"""Penalties, as an outside tester would try them: values that are not plain words, the
+exact count that starts a hold, on every store (the ``make`` fixture of test_penalties);
+and the script engine's hold read going through its automatic pipeline as decisions do."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from ratelimit import RateLimit
+from ratelimit.backends.redis import RedisScriptBackend
+from tests.conftest import FakeClock
+from tests.test_penalties import Make, make, refuse
+
+__all__ = ["make"]  # the fixture, parametrized over every store
+
+VALUES = ["a:b", "x=y", "{tag}", "with space", "ünï©ødé", "a]b[c*?", '"q"', "a,b", "null"]
+
+
+async def test_values_of_any_text_are_held_listed_and_lifted(make: Make, clock: FakeClock) -> None:
+    rl, other = make(), make()
+    key, penalty = "k:{x}=", "2 refusals/m for 10m"
+    for value in VALUES:
+        limit = rl.limit("ip:1/h", key=key, ip=value, penalty=penalty)
+        decisions = await refuse(limit, 3)
+        assert [d.penalty is not None for d in decisions] == [False, False, True], value
+    holds = await other.penalties.list()
+    assert sorted(h.value or "" for h in holds) == sorted(VALUES)
+    assert {(h.key, h.selector) for h in holds} == {(key, "ip")}
+    for value in VALUES:
+        assert await other.penalties.lift(key, ip=value) == 1, value
+    assert await other.penalties.list() == []
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+async def test_exactly_count_refusals_start_a_hold(make: Make, count: int) -> None:
+    rl = make()
+    limit = rl.limit("ip:1/h", key="c", ip="z", penalty=f"{count} refusals/m for 10m")
+    decisions = await refuse(limit, count + 2)
+    assert decisions[0].allowed
+    assert [d.penalty is not None for d in decisions[1:]] == [False] * (count - 1) + [True] * 2
+
+
+async def test_the_script_engine_reads_holds_through_its_pipeline(clock: FakeClock) -> None:
+    backend = RedisScriptBackend(fakeredis.FakeAsyncRedis(), clock=clock, owns_client=True)
+    rl = RateLimit(backend, "piped")
+    limit = rl.limit("ip:100/h", key="k", ip="1.2.3.4", penalty="5 refusals/m for 1h")
+    for _ in range(10):
+        assert (await limit.decide()).allowed
+    sent = backend._pipeline.calls_per_script
+    assert sum(size * n for size, n in sent.items()) == 20  # ten decisions, ten hold reads
+    await rl.aclose()
