@@ -4,6 +4,9 @@ and the script engine's hold read going through its automatic pipeline as decisi
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import fakeredis
 import pytest
 
@@ -50,3 +53,26 @@ async def test_the_script_engine_reads_holds_through_its_pipeline(clock: FakeClo
     sent = backend._pipeline.calls_per_script
     assert sum(size * n for size, n in sent.items()) == 20  # ten decisions, ten hold reads
     await rl.aclose()
+
+
+async def test_refusals_crossing_together_start_one_hold(make: Make) -> None:
+    """Thirty refusals at once of a penalty of five (interleaved on the command engine's
+    several round trips, as processes would be): one hold starts, once."""
+    rl = make()
+    store: Any = rl._decider.backend
+    note, started = store.note_refusal, []
+
+    async def counted(*args: Any) -> float:
+        seconds: float = await note(*args)
+        started.append(seconds > 0)
+        return seconds
+
+    store.note_refusal = counted
+    limit = rl.limit("ip:1/h", key="t", ip="z", penalty="5 refusals/m for 10m")
+    assert (await limit.decide()).allowed
+    decisions = await asyncio.gather(*(limit.decide() for _ in range(30)))
+    assert not any(d.allowed or d.degraded for d in decisions)
+    assert sum(started) == 1
+    assert len(started) >= 5
+    assert (await limit.decide()).penalty == pytest.approx(600)
+    del store.note_refusal
