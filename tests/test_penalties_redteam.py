@@ -76,3 +76,28 @@ async def test_refusals_crossing_together_start_one_hold(make: Make) -> None:
     assert len(started) >= 5
     assert (await limit.decide()).penalty == pytest.approx(600)
     del store.note_refusal
+
+
+LONG = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(3000))  # 9 kB, incompressible
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["nul\x00byte", "lone\ud800surrogate", "50%25", LONG],
+    ids=["nul", "surrogate", "percent", "long"],
+)
+async def test_no_value_escapes_its_hold(make: Make, value: str) -> None:
+    """A value PostgreSQL's text cannot hold (NUL, a lone surrogate), or too long for its
+    index, was never noted there (the note failed, logged): such a client was never held
+    back. Any value is held on every store, and listed and lifted by its own text."""
+    rl = make()
+    limit = rl.limit("user:1/h", key="odd", user=value, penalty="2 refusals/m for 10m")
+    decisions = await refuse(limit, 4)
+    assert [d.penalty is not None for d in decisions] == [False, False, True, True]
+    holds = await rl.penalties.list(key="odd")
+    assert len(holds) == 1
+    if holds[0].value != value:  # only a digest is kept of a value this long on Postgres
+        assert value == LONG
+        assert (holds[0].value or "").startswith("%#")
+    assert await rl.penalties.lift("odd", user=value) == 1
+    assert (await limit.decide()).penalty is None
