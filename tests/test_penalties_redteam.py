@@ -101,3 +101,14 @@ async def test_no_value_escapes_its_hold(make: Make, value: str) -> None:
         assert (holds[0].value or "").startswith("%#")
     assert await rl.penalties.lift("odd", user=value) == 1
     assert (await limit.decide()).penalty is None
+
+
+async def test_the_script_engine_notes_refusals_through_its_pipeline(clock: FakeClock) -> None:
+    backend = RedisScriptBackend(fakeredis.FakeAsyncRedis(), clock=clock, owns_client=True)
+    rl = RateLimit(backend, "piped")
+    limit = rl.limit("ip:1/h", key="k", ip="1.2.3.4", penalty="50 refusals/m for 1h")
+    assert [(await limit.decide()).allowed for _ in range(5)] == [True] + [False] * 4
+    sent = backend._pipeline.calls_per_script
+    # five hold reads, two decisions (the denial cache answers the last three), four notes
+    assert sum(size * n for size, n in sent.items()) == 5 + 2 + 4
+    await rl.aclose()

@@ -1,5 +1,6 @@
 """Penalties on Redis (:class:`~ratelimit.backends.penalty_store.PenaltyStore` for both
-engines). Per identifier held back, beside its counters (the same hash tag: one slot)::
+engines). Per identifier held back, under the hash tag of its limit's key (its counters'
+tag, unless they spread: then the penalty's keys stay under the key's; one slot)::
 
     rl:{<namespace>:<key>}[:<selector>=<value>]:pl   its recent refusals (a sorted set by
                                                      time, us), trimmed to the span
@@ -7,12 +8,12 @@ engines). Per identifier held back, beside its counters (the same hash tag: one 
 
 and per namespace an index of the holds started, ``rl:{<namespace>}:penalties`` (a hash from
 ``[key, selector, value]`` to the hold's end), written only when a hold starts or is lifted,
-for listing. Noting a refusal is one Lua script on the script engine (atomic, on the
-server's ``TIME``); on the command engine (no Lua) ``TIME``, then the trim, add and count in
-one pipeline, then ``SET NX``: two processes that both count past the threshold start one
-hold. Reading a hold is one ``PTTL`` (``GET`` under an injected clock): on the script engine a
-script call sent through its automatic pipeline (:data:`HOLD_LEFT`), as decisions are; on
-the command engine a plain command. Every key has a TTL.
+for listing. On the script engine, noting a refusal is one Lua script (:data:`NOTE`, atomic,
+on the server's ``TIME``) and reading a hold another (:data:`HOLD_LEFT`: ``PTTL``, ``GET``
+under an injected clock), both sent through the engine's automatic pipeline as decisions
+are. On the command engine (no Lua), noting is ``TIME``, then the trim, add and count in one
+pipeline, then ``SET NX`` (two processes that both count past the threshold start one
+hold), and reading a plain ``PTTL`` (``GET``). Every key has a TTL.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ return ends
 """
 
 
+NOTE = Script(NOTE_LUA)
+"""Noting a refusal on the script engine: through its automatic pipeline (``EVALSHA``)."""
 HOLD_LEFT = Script("""
 -- KEYS[1] a hold; ARGV[1] now (us; '' for the server's clock). Returns the us left, or 0.
 local now = tonumber(ARGV[1])
@@ -87,13 +90,13 @@ def _text(value: bytes | str) -> str:
 
 class RedisPenalties:
     """A mixin for the Redis engines: their host has ``client``, ``clock``, ``timeout``,
-    ``_closed``, ``_close_idle`` and ``prunes_with_scripts`` (whether it runs Lua)."""
+    ``_closed``, ``_close_idle``, and on the script engine (Lua) ``_pipeline``, its
+    automatic pipeline, which the penalties' scripts go through as decisions do."""
 
     client: Any
     clock: Any
     timeout: float | None
     _closed: bool
-    prunes_with_scripts: bool
 
     async def _close_idle(self) -> None:
         raise NotImplementedError
@@ -123,22 +126,13 @@ class RedisPenalties:
         member = secrets.token_hex(8)
         async with replied(self._close_idle, "noting a refusal for a penalty", self.timeout):
             async with asyncio.timeout(self.timeout):
-                if self.prunes_with_scripts:
+                pipeline = getattr(self, "_pipeline", None)  # the script engine's
+                if pipeline is not None:
                     now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
-                    ends = int(
-                        await self.client.eval(
-                            NOTE_LUA,
-                            2,
-                            log,
-                            hold,
-                            now,
-                            span_ms * 1000,
-                            count,
-                            hold_ms,
-                            member,
-                            keep,
-                        )
-                    )
+                    args = [now, *(str(n).encode() for n in (span_ms * 1000, count, hold_ms))]
+                    args += [member.encode(), str(keep).encode()]
+                    command = Command(NOTE, [log, hold], args, pack_args(args))
+                    ends = int(await pipeline.call(command, log))
                 else:
                     ends = await self._note_commands(
                         log, hold, count, span_ms, hold_ms, member, keep
