@@ -49,6 +49,10 @@ from ratelimit.rules import Rule
 RECHECK = 1.0
 """How long a process trusts a hold it found before asking the store again (seconds)."""
 
+REMEMBERED = 10_000
+"""The most holds a limiter remembers in-process (a cache of the store's: past it, those
+no longer trusted are forgotten, then all)."""
+
 logger = logging.getLogger("ratelimit.penalties")
 
 _Holds = dict[Identifier, tuple[float, float]]
@@ -133,7 +137,13 @@ class Penalizer:
         return left
 
     def _remember(self, target: Identifier, left: float, now: float) -> None:
-        _holds(self.decider)[target] = (now + min(left, RECHECK), now + left)
+        holds = _holds(self.decider)
+        if len(holds) >= REMEMBERED:  # many held clients: forget those no longer trusted
+            for stale in [t for t, (trusted, _) in holds.items() if trusted <= now]:
+                del holds[stale]
+            if len(holds) >= REMEMBERED:
+                holds.clear()
+        holds[target] = (now + min(left, RECHECK), now + left)
 
     async def decide(
         self,

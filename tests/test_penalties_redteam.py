@@ -112,3 +112,20 @@ async def test_the_script_engine_notes_refusals_through_its_pipeline(clock: Fake
     # five hold reads, two decisions (the denial cache answers the last three), four notes
     assert sum(size * n for size, n in sent.items()) == 5 + 2 + 4
     await rl.aclose()
+
+
+async def test_many_held_clients_are_not_all_remembered(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each hold a process found was remembered until that client asked again: clients
+    held once and never seen again stayed in memory for the limiter's life."""
+    from ratelimit import MemoryBackend, penalizing
+
+    monkeypatch.setattr(penalizing, "REMEMBERED", 10, raising=False)
+    rl = RateLimit(MemoryBackend(clock=clock), "many")
+    for n in range(50):
+        limit = rl.limit("ip:1/h", key="k", ip=f"10.0.0.{n}", penalty="1 refusal/m for 1h")
+        assert (await refuse(limit, 2))[1].penalty is not None
+        clock.advance(2)  # past what the process trusts without asking
+    assert len(penalizing._holds(rl._decider)) <= 10
+    await rl.aclose()
