@@ -129,3 +129,26 @@ async def test_many_held_clients_are_not_all_remembered(
         clock.advance(2)  # past what the process trusts without asking
     assert len(penalizing._holds(rl._decider)) <= 10
     await rl.aclose()
+
+
+async def test_memory_forgets_refusals_and_holds_of_clients_gone(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memory:// kept the refusals of a value refused once (and a hold that ended) until
+    that value was refused again: values seen once stayed for the process's life."""
+    from ratelimit import MemoryBackend
+    from ratelimit.backends import memory_penalties
+
+    monkeypatch.setattr(memory_penalties, "SWEEP_EVERY", 16, raising=False)
+    backend = MemoryBackend(clock=clock)
+    rl = RateLimit(backend, "gone")
+    for n in range(200):  # each value refused once (kept 1 m), one in ten held (for 1 m)
+        limit = rl.limit("user:1/h", key="k", user=f"u{n}", penalty="3 refusals/m for 1m")
+        await refuse(limit, 2 if n % 10 else 4)
+        clock.advance(1)
+    refusals, holds = backend._penalty_tables()
+    assert len(refusals) + len(holds) <= 80  # about the last minute's, not all 200
+    assert (
+        await rl.limit("user:1/h", key="k", user="u190", penalty="3 refusals/m for 1m").peek()
+    ).penalty
+    await rl.aclose()
