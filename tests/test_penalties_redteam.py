@@ -152,3 +152,34 @@ async def test_memory_forgets_refusals_and_holds_of_clients_gone(
         await rl.limit("user:1/h", key="k", user="u190", penalty="3 refusals/m for 1m").peek()
     ).penalty
     await rl.aclose()
+
+
+@pytest.mark.postgres
+async def test_postgres_deletes_rows_of_values_gone(
+    request: pytest.FixtureRequest, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL kept a row per value ever refused until holds were listed or lifted:
+    values refused once stayed for ever. Every SWEEP_EVERY notes, rows past their time go."""
+    import uuid
+
+    import asyncpg
+
+    from ratelimit.backends.postgres import penalties as postgres_penalties
+    from tests.conftest import store_backend
+
+    monkeypatch.setattr(postgres_penalties, "SWEEP_EVERY", 16, raising=False)
+    backend = store_backend(request, "postgres", clock)
+    namespace = f"sweep-{uuid.uuid4().hex[:8]}"
+    rl = RateLimit(backend, namespace, algorithm="fixed-window")
+    for n in range(100):  # each value refused once: kept for the span, a minute
+        await refuse(rl.limit("user:1/h", key="k", user=f"u{n}", penalty="3 refusals/m for 1m"), 2)
+        clock.advance(1)
+    connection = await asyncpg.connect(request.getfixturevalue("postgres_url"))
+    try:
+        kept = await connection.fetchval(
+            "SELECT count(*) FROM ratelimit_penalties WHERE namespace = $1", namespace
+        )
+    finally:
+        await connection.close()
+    assert kept <= 80  # about the last minute's values, not all 100
+    await rl.aclose()

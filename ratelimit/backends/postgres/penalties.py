@@ -4,10 +4,12 @@ table ``ratelimit_penalties`` of ``schema.sql``, noted by its function
 threshold together start one hold), on the database's clock unless one is injected. A
 whole key's hold keeps ``''`` as its selector and value. Keys and values are kept as they
 are, except those ``text`` cannot hold or too long for the row's index (:func:`stored`).
-Rows whose time has passed are deleted when holds are listed or lifted."""
+Rows whose time has passed are deleted when holds are listed or lifted, and every
+:data:`SWEEP_EVERY` refusals a backend notes (10 000 at most at a time)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections.abc import Awaitable, Callable
@@ -15,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ratelimit.backends.penalty_store import PenaltyHold
+from ratelimit.errors import BackendError
 from ratelimit.plan import Identifier
 
 NOW = "coalesce($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)"
@@ -68,6 +71,16 @@ def shown(text: str) -> str:
     return unquote(text, errors="surrogatepass")
 
 
+SWEEP_EVERY = 1024
+"""Refusals noted by one backend between two deletions of rows past their time."""
+SWEEP = f"""
+DELETE FROM ratelimit_penalties WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM ratelimit_penalties WHERE expires_us <= {NOW} LIMIT 10000
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+
 def _named(target: Identifier) -> tuple[str, str, str, str]:
     value = "" if target.value is None else stored(target.value)
     return target.namespace, stored(target.key), target.selector or "", value
@@ -94,6 +107,10 @@ class PostgresPenalties:
             ),
             "note a refusal for a penalty",
         )
+        notes = self.__dict__["_penalty_notes"] = self.__dict__.get("_penalty_notes", 0) + 1
+        if notes % SWEEP_EVERY == 0:  # rows of values refused once and never again
+            with contextlib.suppress(BackendError):  # the next sweep deletes them
+                await self._guarded(lambda db: db.execute(SWEEP, self._now()), "sweep penalties")
         return hold_ms / 1000 if ends else 0.0
 
     async def penalty_left(self, target: Identifier) -> float:
