@@ -183,3 +183,28 @@ async def test_postgres_deletes_rows_of_values_gone(
         await connection.close()
     assert kept <= 80  # about the last minute's values, not all 100
     await rl.aclose()
+
+
+@pytest.mark.parametrize("use_scripts", [True, False])
+async def test_redis_index_of_holds_keeps_only_those_in_force(
+    clock: FakeClock, use_scripts: bool
+) -> None:
+    """The index of a namespace's holds dropped ended holds only when listed: under a
+    steady stream of holds (each pushing its expiry on) it grew for ever."""
+    from ratelimit.backends.redis import RedisCommandBackend
+    from ratelimit.backends.redis.penalties import penalties_key
+
+    client = fakeredis.FakeAsyncRedis()
+    engine = RedisScriptBackend if use_scripts else RedisCommandBackend
+    rl = RateLimit(engine(client, clock=clock, owns_client=True), "index")
+    for n in range(60):  # a hold of a minute started every ten seconds
+        limit = rl.limit("ip:1/h", key="k", ip=f"10.0.0.{n}", penalty="1 refusal/m for 1m")
+        assert (await refuse(limit, 2))[1].penalty is not None
+        clock.advance(10)
+    index = penalties_key("index")
+    kept = await (
+        client.zcard(index) if await client.type(index) == b"zset" else client.hlen(index)
+    )
+    assert kept <= 7  # the holds of the last minute, not all 60
+    assert len(await rl.penalties.list()) == 5
+    await rl.aclose()

@@ -6,12 +6,14 @@ tag, unless they spread: then the penalty's keys stay under the key's; one slot)
                                                      time, us), trimmed to the span
     rl:{<namespace>:<key>}[:<selector>=<value>]:ph   its hold: the end (us), PX the hold
 
-and per namespace an index of the holds started, ``rl:{<namespace>}:penalties`` (a hash from
-``[key, selector, value]`` to the hold's end), written only when a hold starts or is lifted,
-for listing. On the script engine, noting a refusal is one Lua script (:data:`NOTE`, atomic,
-on the server's ``TIME``) and reading a hold another (:data:`HOLD_LEFT`: ``PTTL``, ``GET``
-under an injected clock), both sent through the engine's automatic pipeline as decisions
-are. On the command engine (no Lua), noting is ``TIME``, then the trim, add and count in one
+and per namespace an index of the holds started, ``rl:{<namespace>}:penalties`` (a sorted
+set of ``[key, selector, value]`` by the hold's end, us), written only when a hold starts
+(which drops the holds ended) or is lifted, for listing.
+
+On the script engine, noting a refusal is one Lua script (:data:`NOTE`, atomic, on the
+server's ``TIME``) and reading a hold another (:data:`HOLD_LEFT`: ``PTTL``, ``GET`` under
+an injected clock), both sent through the engine's automatic pipeline as decisions are. On
+the command engine (no Lua), noting is ``TIME``, then the trim, add and count in one
 pipeline, then ``SET NX`` (two processes that both count past the threshold start one
 hold), and reading a plain ``PTTL`` (``GET``). Every key has a TTL.
 """
@@ -141,8 +143,11 @@ class RedisPenalties:
                     return 0.0
                 index = penalties_key(target.namespace)
                 field = json.dumps([target.key, target.selector, target.value])
-                await self.client.hset(index, field, ends)
-                if int(await self.client.pttl(index)) < hold_ms + keep:  # never shortened
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zadd(index, {field: ends})
+                pipe.zremrangebyscore(index, "-inf", ends - hold_ms * 1000)  # ended by now
+                pipe.pttl(index)
+                if int((await pipe.execute())[-1]) < hold_ms + keep:  # never shortened
                     await self.client.pexpire(index, hold_ms + keep)
         return hold_ms / 1000
 
@@ -194,8 +199,8 @@ class RedisPenalties:
     async def _indexed(self, namespace: str) -> tuple[int, dict[str, int]]:
         index = penalties_key(namespace)
         now = await self._penalty_now(index)
-        stored = await self.client.hgetall(index)
-        return now, {_text(field): int(end) for field, end in stored.items()}
+        stored = await self.client.zrange(index, 0, -1, withscores=True)
+        return now, {_text(field): int(end) for field, end in stored}
 
     async def list_penalties(self, namespace: str, key: str | None = None) -> list[PenaltyHold]:
         self._penalties_open()
@@ -204,7 +209,7 @@ class RedisPenalties:
                 now, indexed = await self._indexed(namespace)
                 ended = [field for field, end in indexed.items() if end <= now]
                 if ended:
-                    await self.client.hdel(penalties_key(namespace), *ended)
+                    await self.client.zrem(penalties_key(namespace), *ended)
         holds = []
         for field, end in indexed.items():
             held_key, selector, value = json.loads(field)
@@ -235,5 +240,5 @@ class RedisPenalties:
                         lifted += 1
                     await self.client.delete(f"{name}:pl")
                 if fields:
-                    await self.client.hdel(penalties_key(namespace), *fields)
+                    await self.client.zrem(penalties_key(namespace), *fields)
         return lifted
