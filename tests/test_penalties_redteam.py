@@ -208,3 +208,28 @@ async def test_redis_index_of_holds_keeps_only_those_in_force(
     assert kept <= 7  # the holds of the last minute, not all 60
     assert len(await rl.penalties.list()) == 5
     await rl.aclose()
+
+
+async def test_redis_lifts_many_holds_in_one_round_trip(clock: FakeClock) -> None:
+    """Lifting every hold of a key took two round trips per hold, all within one
+    ``timeout`` (0.25 s by default): a few hundred holds could not be lifted at once."""
+    client = fakeredis.FakeAsyncRedis()
+    rl = RateLimit(RedisScriptBackend(client, clock=clock, owns_client=True), "lift")
+    for n in range(300):
+        limit = rl.limit(
+            "ip:1/h", key="k", ip=f"10.0.{n // 250}.{n % 250}", penalty="1 refusal/m for 1h"
+        )
+        await refuse(limit, 2)
+    sent = 0
+    execute: Any = client.execute_command
+
+    async def counted(*args: Any, **options: Any) -> Any:
+        nonlocal sent
+        sent += 1
+        return await execute(*args, **options)
+
+    client.execute_command = counted  # type: ignore[method-assign]
+    assert await rl.penalties.lift("k") == 300
+    assert sent <= 3  # the index read (and the clock); the deletes go as one pipeline
+    assert await rl.penalties.list() == []
+    await rl.aclose()

@@ -233,12 +233,12 @@ class RedisPenalties:
                 targets = {Identifier(namespace, *json.loads(field)) for field in fields}
                 if selector is not None:
                     targets.add(Identifier(namespace, key, selector, value))
-                lifted = 0
+                pipe = self.client.pipeline(transaction=False)  # one round trip, however many
                 for target in targets:
                     name = identifier_key(target)
-                    if await self.client.delete(f"{name}:ph"):
-                        lifted += 1
-                    await self.client.delete(f"{name}:pl")
+                    pipe.delete(f"{name}:ph")
+                    pipe.delete(f"{name}:pl")
                 if fields:
-                    await self.client.zrem(penalties_key(namespace), *fields)
-        return lifted
+                    pipe.zrem(penalties_key(namespace), *fields)
+                replies = await pipe.execute() if targets else []
+        return sum(bool(deleted) for deleted in replies[0 : 2 * len(targets) : 2])
