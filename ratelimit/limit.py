@@ -243,15 +243,14 @@ class Limit:
         if shadow is None:
             shadow = self._shadow
         call, override = await self._call(key, site)
-        decision = await decide(call, True, shadow, override=override)
-        if not decision.allowed and not decision.shadow:
-            if not self._wait or isinstance(override, Rule):  # lowered: waiting never helps
-                raise RateLimitExceeded(decision)
+        if self._wait and not isinstance(override, Rule):  # lowered: waiting never helps
             decision = await admitted(
-                lambda: decide(call, True, shadow, override=override),
-                self._wait,
-                first=decision,
+                lambda: decide(call, True, shadow, override=override), self._wait
             )
+        else:
+            decision = await decide(call, True, shadow, override=override)
+            if not decision.allowed and not decision.shadow:
+                raise RateLimitExceeded(decision)
         return decision
 
     async def _settled(self, decision: Decision, result: Any) -> None:

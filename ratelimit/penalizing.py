@@ -6,7 +6,9 @@ note each refusal of the rules after.
   denial cache's answers, which are the rules' refusals remembered). A degraded refusal
   (the store failed, a command-engine lock timed out) does not count. In shadow mode a
   refusal counts, and a hold is reported (``shadow=True``, logged) but lets the call
-  through, as shadow mode does with every refusal.
+  through, as shadow mode does with every refusal. A call that waits its turn (``wait=``,
+  ``acquire(wait)``, an HTTP route's ``delay=``) counts once at most: its last refusal,
+  when it is refused in the end (:mod:`ratelimit.penalty_waits`).
 - **A held call** is refused without asking the rules (nothing is counted on the limit's
   counters): ``retry_after`` and ``Decision.penalty`` are the seconds left of the hold. It
   is not a refusal of the rules, so it never extends the hold: a hold ends on time, and
@@ -18,12 +20,17 @@ note each refusal of the rules after.
   held client hammering one process costs one round trip per ``RECHECK``; a lift
   (``rl.penalties.lift``) reaches the other processes within it.
 - **The store fails**: reading a hold that fails reads as none (the rules' decision then
-  meets the failure policy); a refusal that cannot be noted stays a refusal (logged).
+  meets the failure policy); a refusal that cannot be noted stays a refusal (logged). While
+  an outage is under way (the failure policy's), holds are not read from the store (no
+  round trip to wait out per call, as ``on_error="local"`` waits none): a hold this
+  process knows keeps refusing until it ends, and no new one starts (a degraded refusal
+  does not count).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import weakref
@@ -35,11 +42,16 @@ from ratelimit.decider import CallKey, Decider, shadow_logger
 from ratelimit.decision import Decision, HeldDecision
 from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.penalties import Penalty, parse_penalty, penalty_selector
+from ratelimit.penalty_waits import waiting_call
 from ratelimit.plan import CompiledTree, Identifier
 from ratelimit.rules import Rule
 
 RECHECK = 1.0
 """How long a process trusts a hold it found before asking the store again (seconds)."""
+
+REMEMBERED = 10_000
+"""The most holds a limiter remembers in-process (a cache of the store's: past it, those
+no longer trusted are forgotten, then all)."""
 
 logger = logging.getLogger("ratelimit.penalties")
 
@@ -109,10 +121,13 @@ class Penalizer:
         holds = _holds(self.decider)
         now = self._clock()
         trusted = holds.get(target)
+        failing = self.decider.policy.outage_started is not None
         if trusted is not None:
-            if trusted[0] > now:
+            if trusted[0] > now or (failing and trusted[1] > now):
                 return trusted[1] - now
             del holds[target]
+        if failing:  # the store fails: not asked; a hold known here lasts to its end
+            return 0.0
         try:
             left = await self.store.penalty_left(target)
         except BackendError:
@@ -122,7 +137,13 @@ class Penalizer:
         return left
 
     def _remember(self, target: Identifier, left: float, now: float) -> None:
-        _holds(self.decider)[target] = (now + min(left, RECHECK), now + left)
+        holds = _holds(self.decider)
+        if len(holds) >= REMEMBERED:  # many held clients: forget those no longer trusted
+            for stale in [t for t, (trusted, _) in holds.items() if trusted <= now]:
+                del holds[stale]
+            if len(holds) >= REMEMBERED:
+                holds.clear()
+        holds[target] = (now + min(left, RECHECK), now + left)
 
     async def decide(
         self,
@@ -147,17 +168,27 @@ class Penalizer:
             return decision
         decision = await decider.decide(call, record, shadow, within, override)
         if record and not decision.allowed and not decision.degraded:
-            penalty = self.penalty
-            try:
-                started = await self.store.note_refusal(
-                    target, penalty.count, penalty.span_ms, penalty.hold_ms
-                )
-            except BackendError as exc:
-                logger.warning("ratelimit: a refusal of key %r not noted: %s", call.key, exc)
-                started = 0.0
-            if started > 0:
-                self._remember(target, started, self._clock())
-                return self.held(call.key, started, decision.shadow)
+            waiting = waiting_call()
+            if waiting is not None:  # a call that waits: only its last refusal counts
+                waiting.pending = functools.partial(self._note, target)
+                return decision
+            return await self._note(target, decision)
+        return decision
+
+    async def _note(self, target: Identifier, decision: Decision) -> Decision:
+        """Note ``decision``, a refusal of the rules: the refusal, or held if it starts a
+        hold."""
+        penalty = self.penalty
+        try:
+            started = await self.store.note_refusal(
+                target, penalty.count, penalty.span_ms, penalty.hold_ms
+            )
+        except BackendError as exc:
+            logger.warning("ratelimit: a refusal of key %r not noted: %s", decision.key, exc)
+            started = 0.0
+        if started > 0:
+            self._remember(target, started, self._clock())
+            return self.held(decision.key, started, decision.shadow)
         return decision
 
 

@@ -15,6 +15,11 @@ selector values, e.g. one ``ip``) wait in line, first come first served: only th
 them asks the store, and a later request of that identifier never asks before an earlier
 one has been admitted or has given up. Across processes the store decides who goes first.
 
+Under the route's ``penalty=``, a request counts once at most: refusals it meets while it
+waits are not noted, and only its last, when it is refused in the end, is
+(:mod:`ratelimit.penalty_waits`); a request that waits and is admitted, or whose client
+leaves, counts none.
+
 A refusal the storage failed to decide (``Decision.degraded``) never waits, nor does a
 shadow refusal (it is let through), nor a WebSocket handshake. While it waits, a request
 listens for its client leaving (ASGI's ``http.disconnect``): it stops waiting and the
@@ -41,6 +46,7 @@ from ratelimit.asgi.sources import resolve
 from ratelimit.decision import Decision
 from ratelimit.errors import ConfigurationError
 from ratelimit.limiter import RateLimit
+from ratelimit.penalty_waits import Waiting
 from ratelimit.waiting import JITTER, MIN_PAUSE
 
 Message = MutableMapping[str, Any]
@@ -117,6 +123,23 @@ class WaitingRoom:
         it waited."""
 
         arrived = asyncio.get_running_loop().time()
+        if limit.penalty is not None:  # only the last refusal of a request counts
+            with Waiting() as waiting:
+                decision, receive = await self._decided(
+                    limit, limiter, key, request, receive, arrived
+                )
+                return (None if decision is None else await waiting.final(decision)), receive
+        return await self._decided(limit, limiter, key, request, receive, arrived)
+
+    async def _decided(
+        self,
+        limit: HTTPLimit,
+        limiter: RateLimit,
+        key: str,
+        request: HTTPRequest,
+        receive: Receive,
+        arrived: float,
+    ) -> tuple[Decision | None, Receive]:
         if not self.count:  # nobody waits: the usual decision, and only a refusal waits
             decision = await limit.decide(limiter, request, key)
             if decision.allowed:

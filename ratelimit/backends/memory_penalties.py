@@ -11,6 +11,9 @@ from ratelimit.backends.penalty_store import PenaltyHold
 from ratelimit.errors import LimiterClosedError
 from ratelimit.plan import Identifier
 
+SWEEP_EVERY = 1024
+"""Refusals noted between sweeps of what is kept (at least)."""
+
 
 class PenaltyTables:
     """A mixin: the memory backend's penalties. Its host sets ``_closed`` and ``_clock``."""
@@ -34,13 +37,34 @@ class PenaltyTables:
             return 0
         return end
 
+    def _sweep_penalties(self, now: int) -> None:
+        """Every :data:`SWEEP_EVERY` notes (or a quarter as many as are kept, when more):
+        forget the refusals past their span and the holds past their end, of identifiers
+        not seen since (refused once, never again: kept for ever before)."""
+        refusals, holds = self._penalty_tables()
+        swept = self.__dict__.setdefault("_penalty_sweep", [0, SWEEP_EVERY])
+        swept[0] += 1
+        if swept[0] < swept[1]:
+            return
+        spans: dict[Identifier, int] = self.__dict__.setdefault("_penalty_spans", {})
+        for target, span in list(spans.items()):
+            times = refusals.get(target)
+            if not times or times[-1] <= now - span:
+                refusals.pop(target, None)
+                del spans[target]
+        for target in [t for t, end in holds.items() if end <= now]:
+            del holds[target]
+        swept[:] = [0, max(SWEEP_EVERY, (len(refusals) + len(holds)) // 4)]
+
     async def note_refusal(
         self, target: Identifier, count: int, span_ms: int, hold_ms: int
     ) -> float:
         now = clock_us(self._clock)
+        self._sweep_penalties(now)
         if self._hold_end(target, now):
             return 0.0
         refusals, holds = self._penalty_tables()
+        self.__dict__.setdefault("_penalty_spans", {})[target] = span_ms * 1000
         times = refusals.setdefault(target, deque())
         while times and times[0] <= now - span_ms * 1000:
             times.popleft()

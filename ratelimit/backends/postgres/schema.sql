@@ -424,6 +424,7 @@ CREATE TABLE IF NOT EXISTS ratelimit_penalties (
     expires_us bigint NOT NULL,
     PRIMARY KEY (namespace, key, selector, value)
 );
+CREATE INDEX IF NOT EXISTS ratelimit_penalties_expires ON ratelimit_penalties (expires_us);
 
 -- Note one refusal at p_now (NULL: the database's clock) of a penalty of p_count refusals
 -- within p_span_us, holding for p_hold_us: the hold's end when this refusal started one,
@@ -438,9 +439,11 @@ DECLARE
     kept bigint[];
     held bigint;
 BEGIN
-    INSERT INTO ratelimit_penalties VALUES
+    -- DO UPDATE, not DO NOTHING: the row is locked from here, so that a sweep of rows past
+    -- their time (which skips locked rows) never deletes it before it is read below
+    INSERT INTO ratelimit_penalties AS p VALUES
         (p_namespace, p_key, p_selector, p_value, '{}', 0, now_us + p_span_us)
-    ON CONFLICT DO NOTHING;
+    ON CONFLICT (namespace, key, selector, value) DO UPDATE SET expires_us = p.expires_us;
     SELECT refusals, held_until INTO kept, held FROM ratelimit_penalties
     WHERE namespace = p_namespace AND key = p_key AND selector = p_selector AND value = p_value
     FOR UPDATE;

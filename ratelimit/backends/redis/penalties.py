@@ -1,16 +1,21 @@
 """Penalties on Redis (:class:`~ratelimit.backends.penalty_store.PenaltyStore` for both
-engines). Per identifier held back, beside its counters (the same hash tag: one slot)::
+engines). Per identifier held back, under the hash tag of its limit's key (its counters'
+tag, unless they spread: then the penalty's keys stay under the key's; one slot)::
 
     rl:{<namespace>:<key>}[:<selector>=<value>]:pl   its recent refusals (a sorted set by
                                                      time, us), trimmed to the span
     rl:{<namespace>:<key>}[:<selector>=<value>]:ph   its hold: the end (us), PX the hold
 
-and per namespace an index of the holds started, ``rl:{<namespace>}:penalties`` (a hash from
-``[key, selector, value]`` to the hold's end), written only when a hold starts or is lifted,
-for listing. Noting a refusal is one Lua script on the script engine (atomic, on the
-server's ``TIME``); on the command engine (no Lua) ``TIME``, then the trim, add and count in
-one pipeline, then ``SET NX``: two processes that both count past the threshold start one
-hold. Reading a hold is one ``PTTL`` (``GET`` under an injected clock). Every key has a TTL.
+and per namespace an index of the holds started, ``rl:{<namespace>}:penalties`` (a sorted
+set of ``[key, selector, value]`` by the hold's end, us), written only when a hold starts
+(which drops the holds ended) or is lifted, for listing.
+
+On the script engine, noting a refusal is one Lua script (:data:`NOTE`, atomic, on the
+server's ``TIME``) and reading a hold another (:data:`HOLD_LEFT`: ``PTTL``, ``GET`` under
+an injected clock), both sent through the engine's automatic pipeline as decisions are. On
+the command engine (no Lua), noting is ``TIME``, then the trim, add and count in one
+pipeline, then ``SET NX`` (two processes that both count past the threshold start one
+hold), and reading a plain ``PTTL`` (``GET``). Every key has a TTL.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from ratelimit.backends.naming import PREFIX, encode_part, identifier_key
 from ratelimit.backends.penalty_store import PenaltyHold
 from ratelimit.backends.redis.compat import CLUSTERS
 from ratelimit.backends.redis.errors import replied
+from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.errors import LimiterClosedError
 from ratelimit.plan import Identifier
 
@@ -56,6 +62,25 @@ return ends
 """
 
 
+NOTE = Script(NOTE_LUA)
+"""Noting a refusal on the script engine: through its automatic pipeline (``EVALSHA``)."""
+HOLD_LEFT = Script("""
+-- KEYS[1] a hold; ARGV[1] now (us; '' for the server's clock). Returns the us left, or 0.
+local now = tonumber(ARGV[1])
+if not now then
+  local ms = redis.call('PTTL', KEYS[1])
+  if ms > 0 then return ms * 1000 end
+  return 0
+end
+local ends = tonumber(redis.call('GET', KEYS[1]))
+if ends and ends > now then return ends - now end
+return 0
+""")
+"""Reading a hold on the script engine: one script call, through the engine's automatic
+pipeline as decisions go (batched with the calls in flight, on its fast path)."""
+_SERVER_TIME = pack_args([b""])
+
+
 def penalties_key(namespace: str) -> str:
     """The index of ``namespace``'s holds (no ``:`` inside its hash tag: no identifier's)."""
     return f"{PREFIX}:{{{encode_part(namespace)}}}:penalties"
@@ -67,13 +92,13 @@ def _text(value: bytes | str) -> str:
 
 class RedisPenalties:
     """A mixin for the Redis engines: their host has ``client``, ``clock``, ``timeout``,
-    ``_closed``, ``_close_idle`` and ``prunes_with_scripts`` (whether it runs Lua)."""
+    ``_closed``, ``_close_idle``, and on the script engine (Lua) ``_pipeline``, its
+    automatic pipeline, which the penalties' scripts go through as decisions do."""
 
     client: Any
     clock: Any
     timeout: float | None
     _closed: bool
-    prunes_with_scripts: bool
 
     async def _close_idle(self) -> None:
         raise NotImplementedError
@@ -103,22 +128,13 @@ class RedisPenalties:
         member = secrets.token_hex(8)
         async with replied(self._close_idle, "noting a refusal for a penalty", self.timeout):
             async with asyncio.timeout(self.timeout):
-                if self.prunes_with_scripts:
+                pipeline = getattr(self, "_pipeline", None)  # the script engine's
+                if pipeline is not None:
                     now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
-                    ends = int(
-                        await self.client.eval(
-                            NOTE_LUA,
-                            2,
-                            log,
-                            hold,
-                            now,
-                            span_ms * 1000,
-                            count,
-                            hold_ms,
-                            member,
-                            keep,
-                        )
-                    )
+                    args = [now, *(str(n).encode() for n in (span_ms * 1000, count, hold_ms))]
+                    args += [member.encode(), str(keep).encode()]
+                    command = Command(NOTE, [log, hold], args, pack_args(args))
+                    ends = int(await pipeline.call(command, log))
                 else:
                     ends = await self._note_commands(
                         log, hold, count, span_ms, hold_ms, member, keep
@@ -127,8 +143,11 @@ class RedisPenalties:
                     return 0.0
                 index = penalties_key(target.namespace)
                 field = json.dumps([target.key, target.selector, target.value])
-                await self.client.hset(index, field, ends)
-                if int(await self.client.pttl(index)) < hold_ms + keep:  # never shortened
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zadd(index, {field: ends})
+                pipe.zremrangebyscore(index, "-inf", ends - hold_ms * 1000)  # ended by now
+                pipe.pttl(index)
+                if int((await pipe.execute())[-1]) < hold_ms + keep:  # never shortened
                     await self.client.pexpire(index, hold_ms + keep)
         return hold_ms / 1000
 
@@ -159,6 +178,15 @@ class RedisPenalties:
     async def penalty_left(self, target: Identifier) -> float:
         self._penalties_open()
         hold = f"{identifier_key(target)}:ph"
+        pipeline = getattr(self, "_pipeline", None)  # the script engine's
+        if pipeline is not None:
+            if self.clock is None:
+                args, packed = [b""], _SERVER_TIME
+            else:
+                args = [str(clock_us(self.clock)).encode()]
+                packed = pack_args(args)
+            left_us = int(await pipeline.call(Command(HOLD_LEFT, [hold], args, packed), hold))
+            return left_us / 1_000_000 if left_us > 0 else 0.0
         async with replied(self._close_idle, "reading a penalty's hold", self.timeout):
             async with asyncio.timeout(self.timeout):
                 if self.clock is None:
@@ -171,8 +199,8 @@ class RedisPenalties:
     async def _indexed(self, namespace: str) -> tuple[int, dict[str, int]]:
         index = penalties_key(namespace)
         now = await self._penalty_now(index)
-        stored = await self.client.hgetall(index)
-        return now, {_text(field): int(end) for field, end in stored.items()}
+        stored = await self.client.zrange(index, 0, -1, withscores=True)
+        return now, {_text(field): int(end) for field, end in stored}
 
     async def list_penalties(self, namespace: str, key: str | None = None) -> list[PenaltyHold]:
         self._penalties_open()
@@ -181,7 +209,7 @@ class RedisPenalties:
                 now, indexed = await self._indexed(namespace)
                 ended = [field for field, end in indexed.items() if end <= now]
                 if ended:
-                    await self.client.hdel(penalties_key(namespace), *ended)
+                    await self.client.zrem(penalties_key(namespace), *ended)
         holds = []
         for field, end in indexed.items():
             held_key, selector, value = json.loads(field)
@@ -205,12 +233,12 @@ class RedisPenalties:
                 targets = {Identifier(namespace, *json.loads(field)) for field in fields}
                 if selector is not None:
                     targets.add(Identifier(namespace, key, selector, value))
-                lifted = 0
+                pipe = self.client.pipeline(transaction=False)  # one round trip, however many
                 for target in targets:
                     name = identifier_key(target)
-                    if await self.client.delete(f"{name}:ph"):
-                        lifted += 1
-                    await self.client.delete(f"{name}:pl")
+                    pipe.delete(f"{name}:ph")
+                    pipe.delete(f"{name}:pl")
                 if fields:
-                    await self.client.hdel(penalties_key(namespace), *fields)
-        return lifted
+                    pipe.zrem(penalties_key(namespace), *fields)
+                replies = await pipe.execute() if targets else []
+        return sum(bool(deleted) for deleted in replies[0 : 2 * len(targets) : 2])
