@@ -18,6 +18,7 @@ and give-back do not read the count. Pure data, as :mod:`ratelimit.slots` is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
@@ -25,12 +26,16 @@ from ratelimit.selectors import Parameters, SelectorSources, unannotated_first
 from ratelimit.slots import SlotLimit
 
 DEFAULT_BY = "priority"
+UNLISTED_WARNED = 32
+"""How many priorities that no reserve lists each reserve warns about (once each)."""
+
+logger = logging.getLogger("ratelimit")
 
 
 class Reserve:
     """Per priority, the slot limits a call of it takes under (its caps)."""
 
-    __slots__ = ("by", "caps", "levels", "ordinary")
+    __slots__ = ("by", "caps", "levels", "ordinary", "unlisted")
 
     def __init__(
         self, reserve: object, by: object, limits: tuple[SlotLimit, ...], where: str
@@ -80,12 +85,32 @@ class Reserve:
             self.caps[name] = _less(limits, above)
             above += kept
         self.ordinary = _less(limits, above)
+        self.unlisted: set[str] = set()
+        """Priorities given that no level lists, warned about once each."""
 
     def limits_for(self, priority: str | None) -> tuple[SlotLimit, ...]:
         """The caps a call of ``priority`` takes under (unlisted or ``None``: ordinary)."""
-        if priority is None:
+        if not priority:
             return self.ordinary
-        return self.caps.get(priority, self.ordinary)
+        caps = self.caps.get(priority)
+        if caps is None:
+            self._warn_unlisted(priority)
+            return self.ordinary
+        return caps
+
+    def _warn_unlisted(self, priority: str) -> None:
+        """A priority no level lists counts as ordinary: say so once (a misspelling, a
+        case, an ``Enum`` given instead of its value), for a few of them."""
+        if priority in self.unlisted or len(self.unlisted) >= UNLISTED_WARNED:
+            return
+        self.unlisted.add(priority)
+        logger.warning(
+            "ratelimit: priority %r is not one of reserve=%r: such calls are ordinary "
+            "(the priorities are compared as text, exactly: pass an Enum's value, or None "
+            "for an ordinary call)",
+            priority,
+            dict(self.levels),
+        )
 
     def findable(
         self, sources: SelectorSources, parameters: Parameters, function: str, key: str

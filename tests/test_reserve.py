@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -135,6 +136,27 @@ def test_caps_per_priority_nest_in_the_order_given() -> None:
     assert reserve.limits_for("high") == parse_slots("user:20 | 80")
     for ordinary in (None, "low", "Critical"):
         assert reserve.limits_for(ordinary) == parse_slots("user:10 | 70")
+
+
+def test_a_priority_no_level_lists_is_ordinary_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from ratelimit.reserve import UNLISTED_WARNED, Reserve
+
+    reserve = Reserve(RESERVE, "priority", parse_slots("100"), "here")
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        for _ in range(3):
+            assert reserve.limits_for("Priority.CRITICAL") == parse_slots("70")
+        assert reserve.limits_for("") == parse_slots("70")
+        assert reserve.limits_for("critical") == parse_slots("100")
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1
+    assert "'Priority.CRITICAL' is not one of reserve=" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        for n in range(UNLISTED_WARNED * 2):
+            reserve.limits_for(f"p{n}")
+    assert len(caplog.records) == UNLISTED_WARNED - 1  # bounded: a header may say anything
 
 
 @pytest.mark.postgres
