@@ -144,14 +144,26 @@ def who(values: dict[str, str]) -> str:
 def limiter_of(args: argparse.Namespace, storage: str) -> RateLimit:
     """The limiter a command works through: ``--namespace``, ``--spread`` (on a Redis
     store) and the algorithm (:func:`algorithm_of`) of ``args``, and ``on_error="raise"``
-    (a storage that fails is reported, never guessed at)."""
+    (a storage that fails is reported, never guessed at), with :data:`COMMAND_TIMEOUT` on
+    Redis (an operator's command is no request path: a far or busy Redis is waited for)."""
+    algorithm = algorithm_of(args, storage)
+    if not redis_storage(storage):
+        return RateLimit.from_url(
+            storage, namespace=args.namespace, on_error="raise", algorithm=algorithm
+        )
     return RateLimit.from_url(
         storage,
         namespace=args.namespace,
         on_error="raise",
-        algorithm=algorithm_of(args, storage),
-        spread=spread_of(args.spread) if redis_storage(storage) else None,
+        algorithm=algorithm,
+        spread=spread_of(args.spread),
+        timeout=COMMAND_TIMEOUT,
     )
+
+
+COMMAND_TIMEOUT = 5.0
+"""Seconds each store call of a command may take on Redis (a limiter's default, 0.25 s,
+bounds request paths)."""
 
 
 def redis_storage(url: str) -> bool:

@@ -119,3 +119,19 @@ def test_override_commands_on_redis_and_peek_shows_the_rules_in_force(
         "no overrides in namespace 'cli-overrides' (is the namespace right? the library's "
         "default is '')",
     ]
+
+
+async def test_the_commands_wait_for_a_far_redis_longer_than_a_request_would() -> None:
+    """An operator's command is no request path: on Redis it waits COMMAND_TIMEOUT for
+    each store call, not the limiter's 0.25 s (a busy or far Redis failed overrides get)."""
+    import argparse
+
+    from ratelimit.cli_common import COMMAND_TIMEOUT, limiter_of
+
+    args = argparse.Namespace(namespace="", spread="auto", algorithm=None)
+    rl = limiter_of(args, "redis://127.0.0.1:1/0")
+    try:
+        assert COMMAND_TIMEOUT >= 5
+        assert getattr(rl.storage, "timeout", None) == COMMAND_TIMEOUT
+    finally:
+        await rl.aclose()
