@@ -46,6 +46,37 @@ def pattern(path: str, where: str) -> re.Pattern[str]:
         raise ConfigurationError(f"{where}: {path!r}: {exc}") from None
 
 
+def route_methods(
+    methods: Iterable[str] | None, where: str
+) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+    """A route's ``methods=``, checked: the methods named (for its default key), and those
+    it applies to (``None``: every one). HEAD runs the GET endpoint (frameworks answer it
+    so): it counts as a GET, or a client would read the same page unlimited."""
+    if isinstance(methods, str):
+        methods = [methods]
+    named = None if methods is None else frozenset(m.upper() for m in methods)
+    if named is None:
+        return None, None
+    unknown = sorted(named - METHODS)
+    if unknown or not named:
+        raise ConfigurationError(
+            f"{where}: unknown method {', '.join(unknown) or '(none given)'}; "
+            f"methods are {', '.join(sorted(METHODS))}"
+        )
+    return named, named | {"HEAD"} if "GET" in named else named
+
+
+def path_match(
+    methods: frozenset[str] | None, regex: re.Pattern[str], method: str, path: str
+) -> dict[str, str] | None:
+    """The path parameters when a route of ``methods`` and ``regex`` applies to a request,
+    else ``None``."""
+    if methods is not None and method not in methods:
+        return None
+    found = regex.fullmatch(path)
+    return None if found is None else found.groupdict()
+
+
 class Route:
     """A limit on the requests whose path matches ``path`` (and, when given, whose method is
     one of ``methods``; ``"WEBSOCKET"`` names WebSocket handshakes; ``"GET"`` takes ``HEAD``
@@ -90,28 +121,13 @@ class Route:
         self.room = room_of(delay, waiting, shadow, where)
         self.path = path
         self.regex = pattern(path, where)
-        if isinstance(methods, str):
-            methods = [methods]
-        named = None if methods is None else frozenset(m.upper() for m in methods)
-        if named is not None:
-            unknown = sorted(named - METHODS)
-            if unknown or not named:
-                raise ConfigurationError(
-                    f"{where}: unknown method {', '.join(unknown) or '(none given)'}; "
-                    f"methods are {', '.join(sorted(METHODS))}"
-                )
-        # HEAD runs the GET endpoint (frameworks answer it so): it counts as a GET, or a
-        # client would read the same page unlimited.
-        self.methods = named if named is None or "GET" not in named else named | {"HEAD"}
+        named, self.methods = route_methods(methods, where)
         self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, False, settle, penalty)
         self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """The path parameters when this route applies to the request, else ``None``."""
-        if self.methods is not None and method not in self.methods:
-            return None
-        found = self.regex.fullmatch(path)
-        return None if found is None else found.groupdict()
+        return path_match(self.methods, self.regex, method, path)
 
     def __repr__(self) -> str:
         return f"Route({self.path!r}, '{self.limit.compiled.tree}', key={self.key!r})"

@@ -28,7 +28,7 @@ from typing import Any
 
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
-from ratelimit.asgi.routes import METHODS, RouteTable, pattern
+from ratelimit.asgi.routes import RouteTable, path_match, pattern, route_methods
 from ratelimit.asgi.sources import Source, _as_source, client_ip, resolve
 from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
 from ratelimit.errors import ConfigurationError
@@ -78,15 +78,7 @@ class SlotRoute:
         if key is not None and (not isinstance(key, str) or not key):
             raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
         wait_seconds(wait)  # a bad wait fails here (lease: when the middleware is made)
-        if isinstance(methods, str):
-            methods = [methods]
-        named = None if methods is None else frozenset(m.upper() for m in methods)
-        if named is not None and (not named or named - METHODS):
-            unknown = ", ".join(sorted(named - METHODS)) or "(none given)"
-            raise ConfigurationError(
-                f"{where}: unknown method {unknown}; methods are {', '.join(sorted(METHODS))}"
-            )
-        self.methods = named if named is None or "GET" not in named else named | {"HEAD"}
+        named, self.methods = route_methods(methods, where)
         self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
         names = [limit.selector for limit in self.limits if limit.selector is not None]
         if kept is not None:
@@ -136,10 +128,7 @@ class SlotRoute:
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """The path parameters when this route applies to the request, else ``None``."""
-        if self.methods is not None and method not in self.methods:
-            return None
-        found = self.regex.fullmatch(path)
-        return None if found is None else found.groupdict()
+        return path_match(self.methods, self.regex, method, path)
 
     def __repr__(self) -> str:
         return f"SlotRoute({self.path!r}, '{' | '.join(map(str, self.limits))}', key={self.key!r})"
