@@ -9,12 +9,12 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import Admit
 from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
-from ratelimit.direct import PlanOf, Values, admission, direct_path
+from ratelimit.direct import Values
+from ratelimit.direct_fused import DirectPaths, direct_paths
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.lowered import refusing
 from ratelimit.overrides import Override, OverrideCache
@@ -345,10 +345,12 @@ class Limit:
         coroutine_only(func, "limit")
         key, parameters = self._bind(func)
         shadow, settle, decider = self._shadow, self._settle, self._decider
-        direct, admit = self._direct(key, parameters)
+        direct, admit, fused = self._direct(key, parameters)
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
+            if fused is not None and fused(args, kwargs):  # ratelimit.direct_fused
+                return await func(*args, **kwargs)
             known = None if direct is None else direct(args, kwargs)
             if known is not None:  # the direct path (ratelimit.direct)
                 plan, values = known
@@ -367,15 +369,15 @@ class Limit:
 
         return limited
 
-    def _direct(self, key: str, parameters: Parameters) -> tuple[PlanOf | None, Admit | None]:
+    def _direct(self, key: str, parameters: Parameters) -> DirectPaths:
         """The direct path of this limit decorating a function of ``parameters`` (a tree of its
-        own, a fixed cost, no ``settle=``), and the store's admission without a coroutine."""
+        own, a fixed cost, no ``settle=``), the store's admission without a coroutine, and the
+        fused path (:func:`~ratelimit.direct_fused.direct_paths`)."""
         compiled, decider = (None if self._penalizer else self._compiled), self._decider
         if type(compiled) is not CompiledTree or not self._cost.fixed or self._settle:
-            return None, None
+            return None, None, None
         cost = self._cost.of(compiled, decider.algorithm)
-        direct = direct_path(decider, compiled, key, self._sources, parameters, cost)
-        return direct, admission(decider, compiled)
+        return direct_paths(decider, compiled, key, self._sources, parameters, cost)
 
     async def _waited(self, call: CallKey, refusal: Decision) -> Decision:
         """Wait out a refusal of the direct path under ``wait=`` (:meth:`_refusal`)."""

@@ -37,7 +37,7 @@ Work = Callable[..., Awaitable[Any]]
 def general_only(limit: Limit, monkeypatch: pytest.MonkeyPatch) -> Limit:
     """``limit`` deciding every decorated call the general way (the code before the direct
     path)."""
-    monkeypatch.setattr(limit, "_direct", lambda key, parameters: (None, None))
+    monkeypatch.setattr(limit, "_direct", lambda key, parameters: (None, None, None))
     return limit
 
 

@@ -96,7 +96,7 @@ async def test_unused_penalty_keeps_the_direct_path() -> None:
     async def f(ip: str) -> None: ...
 
     assert plain._direct("plain", plain._bind(f)[1])[0] is not None
-    assert held._direct("held", held._bind(f)[1]) == (None, None)
+    assert held._direct("held", held._bind(f)[1]) == (None, None, None)
     assert plain._decide == rl._decider.decide
 
 

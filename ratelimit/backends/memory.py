@@ -37,7 +37,7 @@ from ratelimit.backends.layout import (
     limits_per_identifier,
     reset_keep_us,
 )
-from ratelimit.backends.memory_admit import Admit, admitter
+from ratelimit.backends.memory_admit import Admit, AdmitIdentified, admitter, identified
 from ratelimit.backends.memory_entries import Arrivals, Log, Windows
 from ratelimit.backends.memory_overrides import OverrideTables
 from ratelimit.backends.memory_penalties import PenaltyTables
@@ -135,6 +135,11 @@ class MemoryBackend(OverrideTables, SettleTables, PenaltyTables):
         """:meth:`admit` for the plans of ``compiled`` under ``algorithm``, as quick as their
         shape allows (:mod:`~ratelimit.backends.memory_admit`): the direct path's."""
         return admitter(self, compiled, algorithm)
+
+    def identified(self, compiled: CompiledTree, algorithm: Algorithm) -> AdmitIdentified | None:
+        """One call of cost 1 admitted on an identifier, when ``compiled`` allows it (the
+        fused direct path's; :func:`~ratelimit.backends.memory_admit.identified`)."""
+        return identified(self, compiled, algorithm)
 
     @staticmethod
     def _refused(decision: Decision) -> Decision | None:

@@ -124,3 +124,107 @@ def _arrival_admitter(backend: MemoryBackend, rule: Rule) -> Admit:
             return backend._refused(backend._decide_arrivals(plan, now))
 
     return admit
+
+
+AdmitIdentified = Callable[[Identifier], bool]
+"""``admit(identifier)``: one call of cost 1 decided and recorded on ``identifier`` when
+admitted (``True``); ``False``, having changed nothing at all, for the general path to
+decide (a refusal, a closed backend, a GCRA arrival time stored under another rate)."""
+
+
+def identified(
+    backend: MemoryBackend, compiled: CompiledTree, algorithm: Algorithm
+) -> AdmitIdentified | None:
+    """``backend``'s admission of one call of cost 1 on the identifier of ``compiled``'s one
+    rule, or ``None`` for any other tree (the fused direct path, ``ratelimit/direct_fused.py``)."""
+    make = _IDENTIFIED.get(algorithm.name)
+    if make is None or len(compiled.rules) != 1 or compiled.rules[0].count < 1:
+        return None
+    return make(backend, compiled.rules[0])
+
+
+def _log_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
+    # _log_admitter's admitted call, but the refusal is told before the sweep's count moves:
+    # a refused call leaves everything as it was, for the general path to decide it again
+    lock, logs, clock = backend._lock, backend._logs, backend._clock
+    count, span_us = rule.count, rule.span_ms * US_PER_MS
+    last = count - 1  # the hit that must be out of the window for one more (cost 1)
+
+    def admit(identifier: Identifier) -> bool:
+        with lock:
+            if backend._closed:
+                return False
+            now = round(clock() * 1_000_000)
+            log = logs.get(identifier)
+            if log is not None and log.expires_us > now:
+                hits = log.hits
+                if len(hits) > last and hits[last] > now - span_us:
+                    return False
+            else:
+                log = None
+            since = backend._since_sweep + 1
+            if since >= backend._sweep_at:
+                backend._sweep(now)  # which may drop an expired log: made again below
+            else:
+                backend._since_sweep = since
+            if log is None:
+                log = logs[identifier] = Log()
+                hits = log.hits
+            if log.kept > count:  # another limit keeps more of this log: Log.record's rule
+                log.record(now, 1, count, span_us)
+                return True
+            log.kept = count
+            hits.appendleft(hits[0] if hits and hits[0] > now else now)
+            while len(hits) > count:  # more, kept by an And tree over its count: Log.record
+                hits.pop()
+            if now + span_us > log.expires_us:
+                log.expires_us = now + span_us
+            return True
+
+    return admit
+
+
+def _arrival_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
+    # _arrival_admitter's admitted call, the refusal told before anything changes
+    lock, arrivals, clock = backend._lock, backend._arrivals, backend._clock
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    field, tolerance = gcra_field(rule), gcra_burst(rule) * span
+
+    def admit(identifier: Identifier) -> bool:
+        with lock:
+            if backend._closed:
+                return False
+            now = round(clock() * 1_000_000)
+            entry = arrivals.get(identifier)
+            if entry is not None and entry.expires_us > now:
+                rates = entry.rates
+                if rates.get(field, count) != count:
+                    return False  # stored under another rate: rescaled first, generally
+                tat = entry.tats.get(field)
+                scaled = now * count
+                stored = 0 if tat is None else tat[0] * count + tat[1]
+            else:
+                entry, stored, scaled = None, 0, now * count
+            pushed = (stored if stored > scaled else scaled) + span
+            if pushed - scaled > tolerance:
+                return False
+            since = backend._since_sweep + 1
+            if since >= backend._sweep_at:
+                backend._sweep(now)  # which may drop an expired entry: made again below
+            else:
+                backend._since_sweep = since
+            if entry is None:
+                entry = Arrivals()
+            arrival = divmod(pushed, count)
+            entry.tats[field] = arrival
+            if field not in entry.rates:
+                entry.rates[field] = count
+                arrivals[identifier] = entry
+            if arrival[0] >= entry.expires_us:
+                entry.expires_us = arrival[0] + 1
+            return True
+
+    return admit
+
+
+_IDENTIFIED = {SLIDING_LOG: _log_identified, GCRA: _arrival_identified}

@@ -1,0 +1,166 @@
+"""Differential tests of the fused direct path (``ratelimit/direct_fused.py``, the
+``identified`` admissions of ``backends/memory_admit.py``): the same random calls decided
+the fused way, the direct way without it, and the general way (``Limit._direct`` answering
+nothing), with clock steps both ways, sweeps, overrides set and deleted mid-way, resets,
+refusals held in the denial cache, shadow, another limit sharing the identifiers, a closed
+limiter; the same answers, the same logs and arrival times, the same sweep count."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
+from ratelimit.backends.base import Admit
+from ratelimit.decision import Decision
+from ratelimit.limit import Limit
+from ratelimit.plan import CompiledTree, Plan
+from tests.conftest import FakeClock
+
+MODES = ("fused", "direct", "general")
+RULES = ["user:3/m", "user:2/s", "user:4/10s", "user:1/m", "user:5/h"]
+USERS: list[Any] = ["ann", "bob", "cy", "dee", "7", 7, "", None, b"7"]
+STEPS = [0.1, 0.5, 1, 5, 30, 61, 3601, -0.5, -3, -61, 0.000001]
+
+
+def decided_by(limit: Limit, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``limit`` deciding its decorated calls the ``mode`` way."""
+    if mode == "fused":
+        return
+    made = limit._direct
+
+    def paths(key: str, parameters: Any) -> Any:
+        direct, admit, _ = made(key, parameters)
+        return (direct, admit, None) if mode == "direct" else (None, None, None)
+
+    monkeypatch.setattr(limit, "_direct", paths)
+
+
+async def outcome(work: Any, *args: Any, **kwargs: Any) -> object:
+    try:
+        return await work(*args, **kwargs)
+    except RateLimitExceeded as exc:
+        return ("refused", exc.decision.rule, round(exc.decision.retry_after, 6))
+    except Exception as exc:  # a closed limiter, a value that names nothing
+        return (type(exc).__name__, str(exc))
+
+
+async def scripted(seed: int, mode: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    chance = random.Random(seed)
+    clock = FakeClock()
+    algorithm = chance.choice(["sliding-log", "gcra"])
+    rules = chance.choice(RULES + (["user:2/s burst 4"] if algorithm == "gcra" else []))
+    backend = MemoryBackend(clock=clock, sweep_every=chance.choice([1, 2, 5, 1024]))
+    rl = RateLimit(backend, "fused", algorithm=algorithm)
+    limit = rl.limit(rules, key="k", shadow=chance.random() < 0.1)
+    decided_by(limit, mode, monkeypatch)
+
+    async def body(user: Any, region: str = "eu") -> int:
+        return 1
+
+    work = limit(body)
+    if mode == "fused":
+        assert limit._direct("k", limit._bind(body)[1])[2] is not None  # the path under test
+    other = rl.limit(rules, key="k")(body)  # another function counting on the same key
+    peeking = rl.limit(rules, key="k", user="ann")
+    seen: list[object] = []
+    closed = False
+    for _ in range(150):
+        step = chance.random()
+        if closed and 0.12 <= step < 0.26:
+            continue  # the limiter's own doors raise once it is closed
+        if step < 0.12:
+            clock.advance(chance.choice(STEPS))
+        elif step < 0.15:
+            user = chance.choice(["ann", "bob", "7"])
+            if chance.random() < 0.5:
+                new = chance.choice(["user:1/m", "user:6/m", "user:1/s"])
+                await rl.overrides.set("k", new, user=user)
+            else:
+                await rl.overrides.delete("k", user=user)
+        elif step < 0.17:
+            await peeking.reset()
+        elif step < 0.19:
+            peeked = await peeking.peek()
+            seen.append(("peek", peeked.allowed, round(peeked.retry_after, 6)))
+        elif step < 0.25:
+            seen.append(("other", await outcome(other, chance.choice(USERS[:4]))))
+        elif step < 0.26 and chance.random() < 0.2:
+            await rl.aclose()
+            closed = True
+        else:
+            user = chance.choice(USERS)
+            form = chance.randrange(5)
+            if form == 0:
+                seen.append(await outcome(work, user, "us"))
+            elif form == 1:
+                seen.append(await outcome(work, user=user))
+            else:
+                seen.append(await outcome(work, user))
+    state = (backend.logs(), backend.arrivals(), len(backend), backend._since_sweep)
+    if not closed:
+        await rl.aclose()
+    return algorithm, rules, seen, state
+
+
+@pytest.mark.parametrize("seed", range(0, 200, 10))
+async def test_random_scripts_come_out_the_same_fused_direct_and_general(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for one in range(seed, seed + 10):
+        fused, direct, general = [await scripted(one, mode, monkeypatch) for mode in MODES]
+        assert fused == direct == general, f"seed {one}"
+
+
+class Counting(MemoryBackend):
+    """A memory store that counts the decisions it is asked for, by either entry: a
+    subclass overriding ``admitter`` and ``decide``."""
+
+    asked = 0
+
+    async def decide(self, plan: Plan) -> Decision:
+        self.asked += 1
+        return await super().decide(plan)
+
+    def admitter(self, compiled: CompiledTree, algorithm: Any) -> Admit:
+        admit = super().admitter(compiled, algorithm)
+
+        def counted(plan: Plan) -> Decision | None:
+            self.asked += 1
+            return admit(plan)
+
+        return counted
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-log", "gcra"])
+async def test_a_store_overriding_its_admitter_is_never_bypassed(algorithm: str) -> None:
+    backend = Counting()
+    rl = RateLimit(backend, "fused", algorithm=algorithm)
+    limit = rl.limit("user:5/m")
+
+    async def work(user: str) -> None: ...
+
+    assert limit._direct("work", limit._bind(work)[1])[2] is None
+    decorated = limit(work)
+    for _ in range(3):
+        await decorated("ann")
+    assert backend.asked == 3
+    plain = RateLimit(MemoryBackend(), "fused", algorithm=algorithm).limit("user:5/m")
+    assert plain._direct("work", plain._bind(work)[1])[2] is not None
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-log", "gcra", "sliding-window"])
+async def test_only_one_positional_selector_of_cost_one_is_fused(algorithm: str) -> None:
+    rl = RateLimit(MemoryBackend(), "fused", algorithm=algorithm)
+
+    async def work(user: str, region: str = "eu") -> None: ...
+
+    def fused(limit: Limit) -> bool:
+        return limit._direct("work", limit._bind(work)[1])[2] is not None
+
+    assert fused(rl.limit("user:5/m", key="a")) is (algorithm != "sliding-window")
+    assert not fused(rl.limit("user:5/m", key="b", cost=2))
+    assert not fused(rl.limit("user:5/m & region:9/m", key="c"))
+    assert not fused(rl.limit("user:5/m", key="d", user="ann"))
