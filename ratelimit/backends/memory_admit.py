@@ -146,12 +146,14 @@ def identified(
 def _log_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
     # _log_admitter's admitted call, but the refusal is told before the sweep's count moves:
     # a refused call leaves everything as it was, for the general path to decide it again
-    lock, logs, clock = backend._lock, backend._logs, backend._clock
+    logs, clock = backend._logs, backend._clock
+    acquire, release = backend._lock.acquire, backend._lock.release  # a with: 2x the cost
     count, span_us = rule.count, rule.span_ms * US_PER_MS
     last = count - 1  # the hit that must be out of the window for one more (cost 1)
 
     def admit(identifier: Identifier) -> bool:
-        with lock:
+        acquire()
+        try:
             if backend._closed:
                 return False
             now = round(clock() * 1_000_000)
@@ -170,28 +172,34 @@ def _log_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
             if log is None:
                 log = logs[identifier] = Log()
                 hits = log.hits
-            if log.kept > count:  # another limit keeps more of this log: Log.record's rule
-                log.record(now, 1, count, span_us)
-                return True
-            log.kept = count
+            kept = log.kept
+            if kept != count:
+                if kept > count:  # another limit keeps more of this log: Log.record's rule
+                    log.record(now, 1, count, span_us)
+                    return True
+                log.kept = count
             hits.appendleft(hits[0] if hits and hits[0] > now else now)
             while len(hits) > count:  # more, kept by an And tree over its count: Log.record
                 hits.pop()
             if now + span_us > log.expires_us:
                 log.expires_us = now + span_us
             return True
+        finally:
+            release()
 
     return admit
 
 
 def _arrival_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
     # _arrival_admitter's admitted call, the refusal told before anything changes
-    lock, arrivals, clock = backend._lock, backend._arrivals, backend._clock
+    arrivals, clock = backend._arrivals, backend._clock
+    acquire, release = backend._lock.acquire, backend._lock.release
     count, span = rule.count, rule.span_ms * US_PER_MS
     field, tolerance = gcra_field(rule), gcra_burst(rule) * span
 
     def admit(identifier: Identifier) -> bool:
-        with lock:
+        acquire()
+        try:
             if backend._closed:
                 return False
             now = round(clock() * 1_000_000)
@@ -223,6 +231,8 @@ def _arrival_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
             if arrival[0] >= entry.expires_us:
                 entry.expires_us = arrival[0] + 1
             return True
+        finally:
+            release()
 
     return admit
 
