@@ -164,3 +164,41 @@ async def test_only_one_positional_selector_of_cost_one_is_fused(algorithm: str)
     assert not fused(rl.limit("user:5/m", key="b", cost=2))
     assert not fused(rl.limit("user:5/m & region:9/m", key="c"))
     assert not fused(rl.limit("user:5/m", key="d", user="ann"))
+
+
+async def kept_longer(mode: str, override: str, monkeypatch: pytest.MonkeyPatch) -> object:
+    clock = FakeClock()
+    backend = MemoryBackend(clock=clock)
+    rl = RateLimit(backend, "fused")
+    limit = rl.limit("user:3/m", key="k")
+    decided_by(limit, mode, monkeypatch)
+
+    async def body(user: str) -> int:
+        return 1
+
+    work = limit(body)
+    seen = [await outcome(work, "ann")]
+    await rl.overrides.set("k", override, user="ann")
+    for _ in range(4):  # no refusal: one held in the denial cache would turn the fused path away
+        seen.append(await outcome(work, "ann"))
+        clock.advance(1)
+    await rl.overrides.delete("k", user="ann")
+    for step in (58.5, 0.5, 61, 0.5, 0.5, 0.5, 61, 3600):
+        clock.advance(step)
+        seen.append(await outcome(work, "ann"))
+    state = backend.logs()
+    await rl.aclose()
+    return seen, state
+
+
+@pytest.mark.parametrize(
+    "override", ["user:6/h", "user:2/m & user:6/h", "user:1/s | user:6/h", "user:1/s | user:2/m"]
+)
+async def test_a_log_an_override_kept_longer_is_recorded_alike(
+    override: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An override of more hits over a longer span leaves the log keeping more than the
+    limit's own count (``Log.kept``), an ``|`` over its count more hits than it keeps: the
+    fused path records as ``Log.record`` does."""
+    fused, direct, general = [await kept_longer(m, override, monkeypatch) for m in MODES]
+    assert fused == direct == general
