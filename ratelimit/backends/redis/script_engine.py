@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
 from redis.commands.core import AsyncScript
 
@@ -159,6 +160,24 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
             self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        return await self._verdict(plan, await self._sent(plan))
+
+    async def admits(self, plan: Plan) -> Decision | None:
+        """``None`` when the store admitted (and recorded) ``plan``, else what :meth:`decide`
+        answers: for a caller that never reads an admission (the direct path,
+        :func:`ratelimit.direct.asker`), nothing is built from the script's counts."""
+        if self._closed or not plan.identifiers:
+            decision = await self.decide(plan)
+            return None if decision.allowed else decision
+        reply = await self._sent(plan)
+        shape = 2 + 2 * len(plan.compiled.rules)  # verdict, time, two counts per rule
+        if reply.__class__ is list and len(reply) == shape and reply[0] == 1:
+            return None  # the script's verdict: admitted
+        return await self._verdict(plan, reply)
+
+    def _sent(self, plan: Plan) -> Awaitable[Any]:
+        """The script call deciding ``plan``, sent or queued: its reply, to await. Most calls
+        get the pipeline's future (no coroutine of their own)."""
         if self._layout is not None:
             self._layout.saw(plan)
         if self.clock is None:
@@ -166,8 +185,12 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
         else:
             command = plan_command(plan, self.clock, self.spread)
         pipeline = self._pipeline
-        future = pipeline.queued(command, plan.key)  # most calls: awaited here, no layer
-        reply = await (pipeline.alone(command, plan.key) if future is None else future)
+        future = pipeline.queued(command, plan.key)
+        return pipeline.alone(command, plan.key) if future is None else future
+
+    async def _verdict(self, plan: Plan, reply: Any) -> Decision:
+        """The decision in the script's ``reply`` to ``plan``: its verdict stands, the rest is
+        read from its counts; ``BackendError`` when it is not a reply of that shape."""
         try:
             allowed = reply[0]
             now_us = int(reply[1])
@@ -182,7 +205,7 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
         except NOT_A_REPLY as exc:
             await self._close_idle()
             raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
-        return stored_verdict(plan, allowed == 1, now_us, counts)  # the script's verdict
+        return stored_verdict(plan, allowed == 1, now_us, counts)
 
     @property
     def fast_path(self) -> bool:
