@@ -160,7 +160,13 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
             self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
-        return await self._verdict(plan, await self._sent(plan))
+        reply = await self._sent(plan)
+        try:
+            allowed, now_us, counts = read_reply(plan, reply)
+        except NOT_A_REPLY as exc:
+            await self._close_idle()
+            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        return stored_verdict(plan, allowed, now_us, counts)  # the script's verdict
 
     async def admits(self, plan: Plan) -> Decision | None:
         """``None`` when the store admitted (and recorded) ``plan``, else what :meth:`decide`
@@ -173,7 +179,12 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
         shape = 2 + 2 * len(plan.compiled.rules)  # verdict, time, two counts per rule
         if reply.__class__ is list and len(reply) == shape and reply[0] == 1:
             return None  # the script's verdict: admitted
-        return await self._verdict(plan, reply)
+        try:
+            allowed, now_us, counts = read_reply(plan, reply)
+        except NOT_A_REPLY as exc:
+            await self._close_idle()
+            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        return stored_verdict(plan, allowed, now_us, counts)
 
     def _sent(self, plan: Plan) -> Awaitable[Any]:
         """The script call deciding ``plan``, sent or queued: its reply, to await. Most calls
@@ -187,25 +198,6 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
         pipeline = self._pipeline
         future = pipeline.queued(command, plan.key)
         return pipeline.alone(command, plan.key) if future is None else future
-
-    async def _verdict(self, plan: Plan, reply: Any) -> Decision:
-        """The decision in the script's ``reply`` to ``plan``: its verdict stands, the rest is
-        read from its counts; ``BackendError`` when it is not a reply of that shape."""
-        try:
-            allowed = reply[0]
-            now_us = int(reply[1])
-            number = int if BY_ALGORITHM[plan.algorithm.name].whole else float
-            if len(reply) == 4:  # one rule
-                counts: Sequence[tuple[float, float]] = ((number(reply[2]), number(reply[3])),)
-            else:
-                numbers = [number(n) for n in reply[2:]]
-                counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
-            if allowed not in (0, 1) or len(counts) != len(plan.compiled.rules):
-                raise ValueError(f"{reply!r:.80}")
-        except NOT_A_REPLY as exc:
-            await self._close_idle()
-            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
-        return stored_verdict(plan, allowed == 1, now_us, counts)
 
     @property
     def fast_path(self) -> bool:
@@ -339,6 +331,23 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
         await self._pipeline.aclose()
         if self._owns_client:
             await close_client(self.client)
+
+
+def read_reply(plan: Plan, reply: Any) -> tuple[bool, int, Sequence[tuple[float, float]]]:
+    """The verdict, the time (us) and per rule its two counts in a decision script's
+    ``reply`` to ``plan``; one of :data:`~.errors.NOT_A_REPLY` when it is not a reply of
+    that shape."""
+    allowed = reply[0]
+    now_us = int(reply[1])
+    number = int if BY_ALGORITHM[plan.algorithm.name].whole else float
+    if len(reply) == 4:  # one rule
+        counts: Sequence[tuple[float, float]] = ((number(reply[2]), number(reply[3])),)
+    else:
+        numbers = [number(n) for n in reply[2:]]
+        counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
+    if allowed not in (0, 1) or len(counts) != len(plan.compiled.rules):
+        raise ValueError(f"{reply!r:.80}")
+    return allowed == 1, now_us, counts
 
 
 def synced(reply: list[bytes]) -> Totals:
