@@ -7,6 +7,7 @@ answers and the same stored keys."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from typing import Any
@@ -200,6 +201,7 @@ async def test_a_killed_redis_is_answered_as_the_general_path_answers(
             seen = [await outcome(work, "ann") for _ in range(4)]
             server.stop()
             seen += [await outcome(work, user) for user in ("ann", "bob") * 4]
+            seen += await asyncio.gather(*(outcome(work, user) for user in ("cat", "dan") * 3))
             answers.append(seen)
             await rl.aclose()
             await client.aclose()
