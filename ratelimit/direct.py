@@ -13,17 +13,21 @@ since, arguments that do not bind (the general path raises the function's own er
 Nothing is decided differently: the same store decides the same plan. On ``memory://``
 the store's admission (:func:`admission`, ``backends/memory_admit.py``) answers without a
 coroutine and builds no :class:`~ratelimit.decision.Decision` for an admitted call (no hook
-could read it); elsewhere ``Decider.ask`` asks the store under the failure policy. A
-refusal goes to the general path's tail (``Limit._refusal``, ``Decider.refused``).
+could read it); a store with ``admits`` (the Redis script engine) answers an admission with
+``None`` too, under the failure policy as ``Decider.ask`` (:func:`asker`); elsewhere
+``Decider.ask`` asks the store. A refusal goes to the general path's tail
+(``Limit._refusal``, ``Decider.refused``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ratelimit.backends.base import Admit, admitting
 from ratelimit.decider import CallKey, Decider, new_call_key
+from ratelimit.decision import Decision
+from ratelimit.errors import BackendError, LockTimeoutError
 from ratelimit.plan import PLANS, CompiledTree, Cost, Plan, cached_plan
 from ratelimit.selectors import Parameters, SelectorSources, as_text
 
@@ -48,6 +52,43 @@ def admission(decider: Decider, compiled: CompiledTree) -> Admit | None:
     (:func:`~ratelimit.backends.base.admitting`; ``memory://``)."""
     admitter = admitting(decider.backend)
     return None if admitter is None else admitter(compiled, decider.algorithm)
+
+
+Ask = Callable[[Plan], Awaitable["Decision | None"]]
+"""``await ask(plan)``: the store's decision under the failure policy, where an admission
+may be ``None`` (:func:`asker`)."""
+
+
+def asker(decider: Decider) -> Ask:
+    """What ``Decider.ask`` answers, with ``None`` for an admission the store answered so
+    (its ``admits``: the class that defines it defines the ``decide`` in force, as
+    :func:`~ratelimit.backends.base.admitting` asks of ``admitter``); ``Decider.ask``
+    itself for a store without one. The failure policy answers a failed call as
+    ``Decider.ask`` does: its answers, degraded admissions included, are decisions."""
+    backend, policy = decider.backend, decider.policy
+    admits: Ask | None = None
+    for cls in type(backend).__mro__:
+        if "admits" in vars(cls):
+            if vars(cls).get("decide") is getattr(type(backend), "decide", None):
+                admits = getattr(backend, "admits", None)
+            break
+        if "decide" in vars(cls):
+            break
+    if admits is None:
+        return decider.ask
+    store: Ask = admits
+
+    async def ask(plan: Plan) -> Decision | None:
+        if policy.outage_started is not None:  # an outage under way: rarely
+            return await policy.decide(backend, plan)
+        try:
+            return await store(plan)
+        except BackendError as exc:
+            return await policy.failed_plan(exc, plan)
+        except LockTimeoutError as exc:
+            return policy.lock_timed_out(exc, plan.key)
+
+    return ask
 
 
 def call_key(

@@ -13,7 +13,7 @@ from ratelimit.chosen import ChosenRules, RulesLike
 from ratelimit.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision, RateLimitExceeded
-from ratelimit.direct import Values
+from ratelimit.direct import Values, asker
 from ratelimit.direct_fused import DirectPaths, direct_paths
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.lowered import refusing
@@ -344,8 +344,9 @@ class Limit:
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:
         coroutine_only(func, "limit")
         key, parameters = self._bind(func)
-        shadow, settle, decider = self._shadow, self._settle, self._decider
+        shadow, settle = self._shadow, self._settle
         direct, admit, fused = self._direct(key, parameters)
+        ask = asker(self._decider)  # Decider.ask, or the store's with None for an admission
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -354,7 +355,7 @@ class Limit:
             known = None if direct is None else direct(args, kwargs)
             if known is not None:  # the direct path (ratelimit.direct)
                 plan, values = known
-                refused = admit(plan) if admit is not None else await decider.ask(plan)
+                refused = admit(plan) if admit is not None else await ask(plan)
                 if refused is not None and not refused.allowed:
                     call, refused = self._refusal(values, refused, shadow)
                     if not refused.shadow:

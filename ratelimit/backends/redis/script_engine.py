@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
 from redis.commands.core import AsyncScript
 
@@ -159,6 +160,35 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
             self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        reply = await self._sent(plan)
+        try:
+            allowed, now_us, counts = read_reply(plan, reply)
+        except NOT_A_REPLY as exc:
+            await self._close_idle()
+            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        return stored_verdict(plan, allowed, now_us, counts)  # the script's verdict
+
+    async def admits(self, plan: Plan) -> Decision | None:
+        """``None`` when the store admitted (and recorded) ``plan``, else what :meth:`decide`
+        answers: for a caller that never reads an admission (the direct path,
+        :func:`ratelimit.direct.asker`), nothing is built from the script's counts."""
+        if self._closed or not plan.identifiers:
+            decision = await self.decide(plan)
+            return None if decision.allowed else decision
+        reply = await self._sent(plan)
+        shape = 2 + 2 * len(plan.compiled.rules)  # verdict, time, two counts per rule
+        if reply.__class__ is list and len(reply) == shape and reply[0] == 1:
+            return None  # the script's verdict: admitted
+        try:
+            allowed, now_us, counts = read_reply(plan, reply)
+        except NOT_A_REPLY as exc:
+            await self._close_idle()
+            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        return stored_verdict(plan, allowed, now_us, counts)
+
+    def _sent(self, plan: Plan) -> Awaitable[Any]:
+        """The script call deciding ``plan``, sent or queued: its reply, to await. Most calls
+        get the pipeline's future (no coroutine of their own)."""
         if self._layout is not None:
             self._layout.saw(plan)
         if self.clock is None:
@@ -166,23 +196,8 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
         else:
             command = plan_command(plan, self.clock, self.spread)
         pipeline = self._pipeline
-        future = pipeline.queued(command, plan.key)  # most calls: awaited here, no layer
-        reply = await (pipeline.alone(command, plan.key) if future is None else future)
-        try:
-            allowed = reply[0]
-            now_us = int(reply[1])
-            number = int if BY_ALGORITHM[plan.algorithm.name].whole else float
-            if len(reply) == 4:  # one rule
-                counts: Sequence[tuple[float, float]] = ((number(reply[2]), number(reply[3])),)
-            else:
-                numbers = [number(n) for n in reply[2:]]
-                counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
-            if allowed not in (0, 1) or len(counts) != len(plan.compiled.rules):
-                raise ValueError(f"{reply!r:.80}")
-        except NOT_A_REPLY as exc:
-            await self._close_idle()
-            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
-        return stored_verdict(plan, allowed == 1, now_us, counts)  # the script's verdict
+        future = pipeline.queued(command, plan.key)
+        return pipeline.alone(command, plan.key) if future is None else future
 
     @property
     def fast_path(self) -> bool:
@@ -316,6 +331,23 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
         await self._pipeline.aclose()
         if self._owns_client:
             await close_client(self.client)
+
+
+def read_reply(plan: Plan, reply: Any) -> tuple[bool, int, Sequence[tuple[float, float]]]:
+    """The verdict, the time (us) and per rule its two counts in a decision script's
+    ``reply`` to ``plan``; one of :data:`~.errors.NOT_A_REPLY` when it is not a reply of
+    that shape."""
+    allowed = reply[0]
+    now_us = int(reply[1])
+    number = int if BY_ALGORITHM[plan.algorithm.name].whole else float
+    if len(reply) == 4:  # one rule
+        counts: Sequence[tuple[float, float]] = ((number(reply[2]), number(reply[3])),)
+    else:
+        numbers = [number(n) for n in reply[2:]]
+        counts = list(zip(numbers[0::2], numbers[1::2], strict=True))
+    if allowed not in (0, 1) or len(counts) != len(plan.compiled.rules):
+        raise ValueError(f"{reply!r:.80}")
+    return allowed == 1, now_us, counts
 
 
 def synced(reply: list[bytes]) -> Totals:
