@@ -56,7 +56,10 @@ def per_leaf(
     :meth:`~ratelimit.algorithms.Algorithm.check_actual`). ``bounded=False``: a cost
     above what a rule admits at once passes (:func:`~ratelimit.settings.check_cost`)."""
     check = algorithm.check_actual if settled else algorithm.check_cost_type
-    if isinstance(value, Mapping) and compiled is not None:
+    cost: Cost
+    if _is_number(value):  # first: a number is the common cost, and no Mapping
+        cost = _checked(value, check, what)
+    elif isinstance(value, Mapping) and compiled is not None:
         named = units(compiled)
         unknown = [unit for unit in value if unit not in named]
         if unknown:
@@ -74,7 +77,7 @@ def per_leaf(
         for unit, amount in value.items():
             _checked(amount, check, f"{what}[{unit!r}]")
         leaves = tuple(1 if r.unit is None else value[r.unit] for r in compiled.rules)
-        cost: Cost = leaves[0] if len(leaves) == 1 else leaves
+        cost = leaves[0] if len(leaves) == 1 else leaves
     elif isinstance(value, tuple) and compiled is not None:
         if len(value) != len(compiled.rules):
             raise ConfigurationError(
@@ -84,8 +87,6 @@ def per_leaf(
         for leaf, amount in enumerate(value):
             _checked(amount, check, f"{what}[{leaf}]")
         cost = value
-    elif _is_number(value):
-        cost = _checked(value, check, what)
     else:
         raise ConfigurationError(
             f"{what} must be a number, a mapping from units to numbers (such as "
@@ -123,7 +124,7 @@ def _checked(amount: object, check: Callable[[object], None], what: str) -> floa
 class CallCost:
     """A limit's ``cost=``: fixed (checked once per rule tree) or a callable of each call."""
 
-    __slots__ = ("_fixed", "_function", "_given", "_is_async")
+    __slots__ = ("_fixed", "_function", "_given", "_is_async", "_what")
 
     def __init__(self, cost: object, algorithm: Algorithm) -> None:
         self._given = cost
@@ -132,6 +133,7 @@ class CallCost:
         if callable(cost) and not isinstance(cost, Mapping):
             self._function = cost
             self._is_async = inspect.iscoroutinefunction(cost)
+            self._what = f"the cost {_name(cost)} returned"  # named once, not per call
         elif not isinstance(cost, Mapping):  # a bad number fails now, before any rules
             per_leaf(None, cost, algorithm, "cost")
 
@@ -168,10 +170,9 @@ class CallCost:
         if function is None:
             return self.of(compiled, algorithm, bounded)
         value = function(*args, **(kwargs or {}))
-        if inspect.isawaitable(value):
+        if not _is_number(value) and inspect.isawaitable(value):
             value = await value
-        what = f"the cost {_name(function)} returned"
-        return per_leaf(compiled, value, algorithm, what, bounded=bounded)
+        return per_leaf(compiled, value, algorithm, self._what, bounded=bounded)
 
 
 def _name(function: Callable[..., Any]) -> str:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, cast
 
+from ratelimit import settle_writes
 from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Backend, SettleStore, SlotStore, check_settles, holds_slots
 from ratelimit.background import BackgroundCounter
@@ -334,18 +335,11 @@ class Decider:
         plan, at_us, counts = reserved
         cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
         settling = settlement(plan, at_us, counts, cost)
-        write = None if settling.empty else self.finish_later(self._settle(settling))
-        taken = Settling(plan, cost, write)
+        taken = Settling(plan, cost)
         reserved[:] = [taken]  # a second settle raises
+        if not settling.empty:
+            settle_writes.start(self, taken, settling)  # a cancelled caller leaves it running
         return await taken.wait()
-
-    async def _settle(self, settling: Settlement) -> bool:
-        """Record ``settling`` (a task of its own: a cancelled caller leaves it running)."""
-        backend = cast(SettleStore, self.backend)  # checked when the limit was made
-        settled = await self.policy.settle(backend, settling)
-        if settled and min(settling.deltas) < 0:
-            self.denials.forget(settling.plan.namespace, settling.plan.key)
-        return settled
 
     async def record(self, call: CallKey) -> bool:
         """Count ``call`` whatever its rules say, past the limit if need be (a usage report

@@ -113,24 +113,31 @@ class FailurePolicy:
         try:
             await backend.settle(settlement)
         except (BackendError, LockTimeoutError) as exc:
-            if self.on_error == "raise":
-                raise
-            now = time.monotonic()
-            self._settles_lost += 1
-            self._hooks.store_event("store_failed")
-            if self._settle_logged_at is None or now - self._settle_logged_at >= SUMMARY_EVERY:
-                logger.warning(
-                    "ratelimit: %d settles lost since the last such warning (the last of key "
-                    "%r: %s); their reservations stand as counted",
-                    self._settles_lost,
-                    settlement.plan.key,
-                    exc,
-                )
-                self._settle_logged_at = now
-                self._settles_lost = 0
-            return False
-        self.answered()
-        return True
+            return self.settled(settlement, exc)
+        return self.settled(settlement, None)
+
+    def settled(self, settlement: Settlement, error: BaseException | None) -> bool:
+        """What :meth:`settle` answers once the store's write of ``settlement`` ended with
+        ``error`` (``None``: recorded); an error other than a failure is raised."""
+        if error is None:
+            self.answered()
+            return True
+        if not isinstance(error, (BackendError, LockTimeoutError)) or self.on_error == "raise":
+            raise error
+        now = time.monotonic()
+        self._settles_lost += 1
+        self._hooks.store_event("store_failed")
+        if self._settle_logged_at is None or now - self._settle_logged_at >= SUMMARY_EVERY:
+            logger.warning(
+                "ratelimit: %d settles lost since the last such warning (the last of key "
+                "%r: %s); their reservations stand as counted",
+                self._settles_lost,
+                settlement.plan.key,
+                error,
+            )
+            self._settle_logged_at = now
+            self._settles_lost = 0
+        return False
 
     async def failed_plan(self, exc: BackendError, plan: Plan) -> Decision:
         """The decision ``on_error`` makes for ``plan`` when the storage failed with

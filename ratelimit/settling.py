@@ -27,7 +27,7 @@ to a cancellation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ratelimit.algorithms import Counted
@@ -60,28 +60,61 @@ class Settlement(NamedTuple):
 
 class Settling:
     """A settle taken from its decision's reservation (which then holds only this): the
-    cost it records and its write (``None``: nothing to record), a task that runs to its
-    end even when its caller is cancelled. A caller cancelled while waiting leaves the
-    settle to be made again: :meth:`again` waits for the same write."""
+    cost it records and the future its caller awaits (``write``; ``None``: nothing to
+    record), which the store's write completes when it ends (:meth:`follow`). A caller
+    cancelled while waiting cancels only that future, never the write: :meth:`again`
+    waits for the same write's answer, in a future of its own."""
 
-    __slots__ = ("cancelled", "cost", "plan", "write")
+    __slots__ = ("_outcome", "cancelled", "cost", "ended", "plan", "write")
 
-    def __init__(self, plan: Plan, cost: Cost, write: asyncio.Future[bool] | None) -> None:
+    def __init__(self, plan: Plan, cost: Cost) -> None:
         self.plan = plan
         self.cost = cost
-        self.write = write
+        self.write: asyncio.Future[bool] | None = None
         self.cancelled = False
-        if write is not None:  # its error is its caller's, or, once it left, the log's
+        self.ended = False
+        """Whether the write ended and its answer was given to :attr:`write`."""
+        self._outcome: Callable[[asyncio.Future[Any]], bool] | None = None
+
+    def follow(
+        self, source: asyncio.Future[Any], outcome: Callable[[asyncio.Future[Any]], bool]
+    ) -> None:
+        """Answer what ``outcome`` makes of ``source`` (the store's write) once it ends:
+        its value, or the error it raises."""
+        self.write = source.get_loop().create_future()
+        self._outcome = outcome
+        source.add_done_callback(self._ended)
+
+    def _ended(self, source: asyncio.Future[Any]) -> None:
+        self.ended = True
+        write = self.write
+        assert write is not None
+        assert self._outcome is not None
+        if write.done():  # its caller was cancelled, and has not run since: for again()
+            write = self.write = source.get_loop().create_future()
             write.add_done_callback(_retrieved)
+        if source.cancelled():
+            write.cancel()  # the write was cancelled (the limiter closed past its wait)
+            return
+        try:
+            write.set_result(self._outcome(source))
+        except Exception as exc:  # the caller's error, or, once it left, the log's
+            write.set_exception(exc)
 
     async def wait(self) -> bool:
         """What the write answers; a cancelled caller leaves it running (:meth:`again`)."""
-        if self.write is None:
+        write = self.write
+        if write is None:
             return True
         try:
-            return await asyncio.shield(self.write)
+            return await write
         except asyncio.CancelledError:
-            self.cancelled = not self.write.cancelled()
+            if write.cancelled() and self.write is write and not self.ended:
+                self.write = write.get_loop().create_future()  # the write goes on
+                self.write.add_done_callback(_retrieved)
+            # settled again later unless the write itself was cancelled
+            self.cancelled = self.write is not write or not write.cancelled()
+            _retrieved(write)
             raise
 
     async def again(self, key: str, cost: Cost) -> bool:
@@ -100,7 +133,7 @@ class Settling:
 
 
 def _retrieved(write: asyncio.Future[bool]) -> None:
-    if not write.cancelled():
+    if write.done() and not write.cancelled():
         write.exception()  # the policy logged it; a caller still waiting gets it too
 
 

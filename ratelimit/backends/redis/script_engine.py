@@ -247,11 +247,25 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
             return bool(int(reply[0])), tuple(int(n) for n in reply[2:])
 
     async def settle(self, settlement: Settlement) -> None:
+        await self.settle_write(settlement)
+
+    def settle_write(self, settlement: Settlement) -> Awaitable[Any]:
+        """:meth:`settle`, as ``ratelimit.settle_writes`` starts it: a settle queued behind
+        the batch in flight is the pipeline's future of its reply, which stands whether or
+        not anyone awaits it; otherwise a coroutine that sends it."""
+        if self._closed or settlement.empty:
+            return self._settle_alone(settlement, None)
+        command = settle_command(settlement, self.clock, self.spread)  # batched with decisions
+        queued = self._pipeline.queued(command, settlement.plan.key)
+        return self._settle_alone(settlement, command) if queued is None else queued
+
+    async def _settle_alone(self, settlement: Settlement, command: Command | None) -> None:
         if self._closed:
             self._open()
         if settlement.empty:
             return
-        command = settle_command(settlement, self.clock, self.spread)  # batched with decisions
+        if command is None:
+            command = settle_command(settlement, self.clock, self.spread)
         pipeline, key = self._pipeline, settlement.plan.key
         future = pipeline.queued(command, key)
         await (pipeline.alone(command, key) if future is None else future)
