@@ -5,11 +5,11 @@
 ``close_idle``), answered by blocking calls of a synchronous redis-py connection in the
 calling thread, so that its coroutine never suspends (:mod:`ratelimit.sync.direct`):
 
-- A call made while fewer than ``in_flight`` calls are out, and none is queued, goes out at
-  once, from its own thread, on an idle connection of the pipeline's own (a new one from
-  the client's pool when none is idle): a thread never waits for company, and never wakes
-  another. The connections are as many as the calls out at once, never more than the
-  pool's ``max_connections``.
+- A call made while fewer than ``in_flight`` calls are out (by default: none), and none is
+  queued, goes out at once, from its own thread, on an idle connection of the pipeline's
+  own (a new one from the client's pool when none is idle): a lone thread never waits for
+  company, and never wakes another. The connections are as many as the calls out at once,
+  never more than the pool's ``max_connections``.
 - A call made while ``in_flight`` are out is queued. When a call or batch comes back, the
   thread that sent it hands the calls queued meanwhile (up to ``batch``) to the first of
   their threads, which sends them as one call of the batch script
@@ -21,8 +21,19 @@ call costs a thread wake-up (a futex and the interpreter lock), about what the r
 own system calls cost the thread that goes alone, while the batch saves Redis only its
 per-call share (measured with ``bench/sync_api.py``: at 8 and 32 threads, batching from
 the second call out cost 40-65 µs of client CPU per decision against 32-43 µs alone, and
-saved Redis 4-5 µs). So ``in_flight`` is high (:data:`IN_FLIGHT`): threads go alone, and
-queue only past it, bounded by the pool, instead of failing for want of a connection.
+saved Redis 4-5 µs). But threads going alone contend for the interpreter lock after each
+reply, and past a few threads that costs more: measured again in one process, alternating
+(``in_flight`` 1 against 64, the polls below gone), at 32 threads batching gave 1.77-1.98x
+``limits``' moving window against 1.40-1.54x alone when the two cores were busy (client
+CPU 45-51 µs against 77-80, Redis 18-19 against 25), and the same rate when they were not;
+at 8 threads it lost 10-20%. So :data:`IN_FLIGHT` is 1: a call made while another is out
+queues, and the queue is bounded by nothing but ``batch``, so that threads past the pool's
+connections wait instead of failing.
+
+Every system call gives the interpreter lock away, and at 32 threads each is a likely
+thread switch; so a connection's deadline is kept by the kernel (:func:`_deadline_in_kernel`)
+rather than by Python, which polls a socket with a timeout before each ``send`` and
+``recv``.
 
 ``NOSCRIPT`` (Redis restarted, or its scripts flushed) loads the missing scripts and sends
 again only the calls that missed them. A call is sent once: after a dropped connection or a
@@ -38,6 +49,7 @@ import collections
 import copy
 import select
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -59,7 +71,7 @@ from ratelimit.backends.redis.pipeline import MAX_BATCH
 from ratelimit.backends.redis.resp import Command
 from ratelimit.backends.redis.script_engine import RedisScriptBackend
 
-IN_FLIGHT = 64
+IN_FLIGHT = 1
 """Most calls (or batches) out at once, each from its own thread on its own connection;
 past it, calls queue and go out together (see the module's docstring)."""
 
@@ -212,6 +224,9 @@ class SyncPipeline:
         try:
             if _closed_by_server(connection):
                 connection.disconnect()  # Redis closed it (a restart): connect again
+            if connection._sock is None:
+                connection.connect()
+            _deadline_in_kernel(connection._sock)
             connection.send_packed_command(
                 [b"".join([c.packed for c in commands])], check_health=False
             )
@@ -229,8 +244,13 @@ class SyncPipeline:
             for i in missing:
                 replies[i] = _read(connection)
             return replies
-        except BaseException:
+        except redis.ConnectionError as exc:
             connection.disconnect()  # replies left unread would be read as another's
+            if isinstance(exc.__context__, BlockingIOError):  # the kernel's deadline passed
+                raise redis.TimeoutError("Timeout reading from socket") from exc
+            raise
+        except BaseException:
+            connection.disconnect()
             raise
         finally:
             idle.append(connection)
@@ -242,6 +262,23 @@ def _read(connection: Any) -> Any:
         return connection.read_response()
     except ResponseError as exc:
         return exc
+
+
+def _deadline_in_kernel(sock: Any) -> None:
+    """Give a plain socket with a timeout that timeout as the kernel's own (``SO_RCVTIMEO``,
+    ``SO_SNDTIMEO``) and make it blocking, once per socket: Python polls a socket with a
+    timeout before each ``send`` and ``recv``, two more system calls per decision, each
+    giving the interpreter lock away (at 32 threads, a thread wake-up each). A missed
+    deadline then raises ``BlockingIOError``, which :meth:`SyncPipeline._talk` turns into
+    the ``TimeoutError`` Python's timeout gave. TLS sockets keep Python's timeout."""
+    timeout = sock.gettimeout()
+    if timeout is None or type(sock) is not socket.socket:
+        return
+    seconds = int(timeout)
+    interval = struct.pack("ll", seconds, int((timeout - seconds) * 1e6) or 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, interval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, interval)
+    sock.settimeout(None)
 
 
 def _closed_by_server(connection: Any) -> bool:
