@@ -2,8 +2,10 @@
 that the differential suites (``tests/test_direct_fused.py``, ``tests/test_direct_admits.py``,
 ``tests/test_direct_redteam.py``) leave out: selector values that are ``str`` in all but
 class (a ``str`` enum, a ``str`` subclass with its own ``__str__``, an object whose
-``__str__`` names a user); an override set by another limiter object
-sharing the backend; threads deciding through the sync API and the fused path at once."""
+``__str__`` names a user); an override set by another limiter object sharing the backend,
+read at every decision (``override_refresh=0``; on Redis too, for ``admits`` under
+``ratelimit.direct.asker``, with an ``int`` value and its text); threads deciding through
+the sync API and the fused path at once."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import asyncio
 import contextlib
 import enum
 import threading
+import uuid
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 import ratelimit.sync as rsync
 from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
@@ -80,7 +84,8 @@ async def test_an_override_set_by_another_limiter_on_the_backend(algorithm: str)
     async def run(fused: bool) -> list[object]:
         clock = FakeClock()
         backend = MemoryBackend(clock=clock)
-        mine, theirs = (RateLimit(backend, "hot", algorithm=algorithm) for _ in range(2))
+        mine = RateLimit(backend, "hot", algorithm=algorithm, override_refresh=0)
+        theirs = RateLimit(backend, "hot", algorithm=algorithm)
         limit = mine.limit("user:2/m", key="k")
         if not fused:
             limit._direct = lambda key, parameters: (None, None, None)  # type: ignore[method-assign]
@@ -102,7 +107,9 @@ async def test_an_override_set_by_another_limiter_on_the_backend(algorithm: str)
             clock.advance(2)
         return [*answers, stored(backend)]
 
-    assert await run(True) == await run(False)
+    fused = await run(True)
+    assert fused.count(1) == 2 + 3  # the override seen at once
+    assert fused == await run(False)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
@@ -151,3 +158,55 @@ def test_threads_of_the_sync_api_and_fused_loops_admit_the_limit_exactly(
     finally:
         sync_rl.close()
     assert sum(admitted) == 50
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_an_override_set_by_another_limiter_on_redis(redis_url: str, algorithm: str) -> None:
+    async def run(direct: bool, namespace: str) -> list[object]:
+        clock = FakeClock()
+        clients = [aioredis.Redis.from_url(redis_url) for _ in range(2)]
+        mine, theirs = (
+            RateLimit(
+                c,
+                namespace,
+                algorithm=algorithm,
+                on_error="raise",
+                timeout=5,
+                clock=clock,
+                override_refresh=refresh,
+            )
+            for c, refresh in zip(clients, (0, 1), strict=True)
+        )
+        limit = mine.limit("user:2/m", key="k")
+        if not direct:
+            limit._direct = lambda key, parameters: (None, None, None)  # type: ignore[method-assign]
+
+        @limit
+        async def work(user: Any) -> int:
+            return 1
+
+        answers: list[object] = []
+        try:
+            for step in range(14):
+                if step == 3:
+                    await theirs.overrides.set("k", "user:5/m", user=7)
+                if step == 9:
+                    await theirs.overrides.delete("k", user="7")
+                for value in (7, "7"):
+                    try:
+                        answers.append(await work(value))
+                    except RateLimitExceeded as exc:
+                        answers.append(("refused", round(exc.decision.retry_after, 3)))
+                clock.advance(1.5)
+        finally:
+            await mine.aclose()
+            await theirs.aclose()
+            for client in clients:
+                await client.aclose()
+        return answers
+
+    tag = f"hot-{algorithm}-{uuid.uuid4().hex[:8]}"
+    fast = await run(True, tag + "-direct")
+    assert fast.count(1) == 2 + 3  # the override seen at once
+    assert fast == await run(False, tag + "-general")
