@@ -26,9 +26,12 @@ reply, and past a few threads that costs more: measured again in one process, al
 (``in_flight`` 1 against 64, the polls below gone), at 32 threads batching gave 1.77-1.98x
 ``limits``' moving window against 1.40-1.54x alone when the two cores were busy (client
 CPU 45-51 µs against 77-80, Redis 18-19 against 25), and the same rate when they were not;
-at 8 threads it lost 10-20%. So :data:`IN_FLIGHT` is 1: a call made while another is out
-queues, and the queue is bounded by nothing but ``batch``, so that threads past the pool's
-connections wait instead of failing.
+at 8 threads it lost 10-30% (one batch out at a time where eight calls went out together;
+measured again on an idle machine: 13 300-16 200 decisions/s against 20 900-25 700, and at
+32 threads 22 700-23 900 against 16 300-22 000). Eight threads are the commoner
+application, so :data:`IN_FLIGHT` stays 64: threads go alone up to 64 calls out (or the
+pool's connections), and past that they queue, bounded by nothing but ``batch``, so that
+threads past the pool's connections wait instead of failing.
 
 Every system call gives the interpreter lock away, and at 32 threads each is a likely
 thread switch; so a connection's deadline is kept by the kernel (:func:`_deadline_in_kernel`)
@@ -71,7 +74,7 @@ from ratelimit.backends.redis.pipeline import MAX_BATCH
 from ratelimit.backends.redis.resp import Command
 from ratelimit.backends.redis.script_engine import RedisScriptBackend
 
-IN_FLIGHT = 1
+IN_FLIGHT = 64
 """Most calls (or batches) out at once, each from its own thread on its own connection;
 past it, calls queue and go out together (see the module's docstring)."""
 
