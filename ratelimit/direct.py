@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ratelimit.backends.base import Admit, admitting
+from ratelimit.backends.base import Admit, admitting, shortcut
 from ratelimit.decider import CallKey, Decider, new_call_key
 from ratelimit.decision import Decision
 from ratelimit.errors import BackendError, LockTimeoutError
@@ -66,14 +66,7 @@ def asker(decider: Decider) -> Ask:
     itself for a store without one. The failure policy answers a failed call as
     ``Decider.ask`` does: its answers, degraded admissions included, are decisions."""
     backend, policy = decider.backend, decider.policy
-    admits: Ask | None = None
-    for cls in type(backend).__mro__:
-        if "admits" in vars(cls):
-            if vars(cls).get("decide") is getattr(type(backend), "decide", None):
-                admits = getattr(backend, "admits", None)
-            break
-        if "decide" in vars(cls):
-            break
+    admits: Ask | None = shortcut(backend, "admits", "decide")
     if admits is None:
         return decider.ask
     store: Ask = admits

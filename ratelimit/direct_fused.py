@@ -15,12 +15,11 @@ which decides it as before.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import Admit, admitting
+from ratelimit.backends.base import Admit, admitting, shortcut
 from ratelimit.backends.memory_admit import AdmitIdentified
 from ratelimit.decider import Decider
 from ratelimit.direct import PlanOf, admission, direct_path
@@ -61,11 +60,9 @@ def identified_admitter(
     decisions, keeps every decision on them."""
     if admitting(backend) is None:
         return None
-    for cls in type(backend).__mro__:
-        if "admitter" in vars(cls):
-            identified = vars(cls).get("identified")
-            return None if identified is None else functools.partial(identified, backend)
-    return None
+    identified: Callable[[CompiledTree, Algorithm], AdmitIdentified | None] | None
+    identified = shortcut(backend, "identified", "admitter")
+    return identified
 
 
 def fused_path(

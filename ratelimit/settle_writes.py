@@ -23,7 +23,7 @@ import functools
 from collections.abc import Awaitable
 from typing import Any, Protocol, cast, runtime_checkable
 
-from ratelimit.backends.base import SettleStore
+from ratelimit.backends.base import SettleStore, shortcut
 from ratelimit.denials import DenialCache
 from ratelimit.policy import FailurePolicy
 from ratelimit.settling import Settlement, Settling
@@ -58,7 +58,7 @@ class SettleSite(Protocol):
 def start(site: SettleSite, taken: Settling, settlement: Settlement) -> None:
     """Start the store's write of ``settlement`` (not empty); ``taken`` answers it."""
     backend = site.backend
-    if _writes(type(backend)):
+    if _writes(backend):
         work = cast(SettleWriter, backend).settle_write(settlement)
     else:
         work = cast(SettleStore, backend).settle(settlement)  # checked when the limit was made
@@ -75,17 +75,14 @@ def _outcome(site: SettleSite, settlement: Settlement, source: asyncio.Future[An
     return settled
 
 
-def _writes(cls: type) -> bool:
-    """Whether stores of ``cls`` start their settles with ``settle_write``: the class that
-    defines it defines the ``settle`` in force too (a subclass overriding ``settle`` alone,
-    to count or fail settles, keeps every settle on its ``settle``)."""
-    writes = _WRITES.get(cls)
+def _writes(backend: object) -> bool:
+    """Whether ``backend`` starts its settles with ``settle_write``
+    (:func:`~ratelimit.backends.base.shortcut`: a subclass overriding ``settle`` alone, to
+    count or fail settles, keeps every settle on its ``settle``), asked once per class."""
+    writes = _WRITES.get(type(backend))
     if writes is None:
-        defining = [k for k in cls.__mro__ if _NAMES & vars(k).keys()]
-        writes = _WRITES[cls] = bool(defining) and "settle_write" in vars(defining[0])
+        writes = _WRITES[type(backend)] = shortcut(backend, "settle_write", "settle") is not None
     return writes
 
 
-_NAMES = frozenset({"settle", "settle_write"})
 _WRITES: dict[type, bool] = {}
-"""Per store class, :func:`_writes` (asked once)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol, TypeGuard, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeGuard, runtime_checkable
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.decision import Decision
@@ -281,16 +281,23 @@ Admitter = Callable[[CompiledTree, Algorithm], Admit]
 
 
 def admitting(backend: object) -> Admitter | None:
-    """``backend.admitter`` when its admissions decide as ``backend.decide`` does: the class
-    that defines ``admitter`` defines the ``decide`` in force too (a subclass overriding
-    ``decide`` alone, to count or change decisions, keeps every decision on its
-    ``decide``)."""
+    """``backend.admitter`` when its admissions decide as ``backend.decide`` does
+    (:func:`shortcut`)."""
+    admitter: Admitter | None = shortcut(backend, "admitter", "decide")
+    return admitter
+
+
+def shortcut(backend: object, name: str, general: str) -> Any | None:
+    """``backend``'s method ``name``, a shortcut to what its method ``general`` does, when
+    the class that defines it defines the ``general`` in force too; else ``None`` (a
+    subclass overriding ``general`` alone, to count or change what it does, keeps every
+    call on it). The direct paths' admissions, and settles started without a task, ask."""
     for cls in type(backend).__mro__:
-        if "admitter" in vars(cls):
-            admitter: Admitter | None = getattr(backend, "admitter", None)
-            own = vars(cls).get("decide")
-            return admitter if own is getattr(type(backend), "decide", None) else None
-        if "decide" in vars(cls):
+        own = vars(cls)
+        if name in own:
+            in_force = own.get(general) is getattr(type(backend), general, None)
+            return getattr(backend, name) if in_force else None
+        if general in own:
             return None
     return None
 
