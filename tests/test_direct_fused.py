@@ -63,7 +63,14 @@ async def scripted(seed: int, mode: str, monkeypatch: pytest.MonkeyPatch) -> tup
     work = limit(body)
     if mode == "fused":
         assert limit._direct("k", limit._bind(body)[1])[2] is not None  # the path under test
-    other = rl.limit(rules, key="k")(body)  # another function counting on the same key
+    # another function counting on the same key: of the same rules, or of another span (a
+    # second arrival time on the same identifier) or count (a rate to rescale from)
+    # (another limiter on the store: one limiter keeps one set of rules per key)
+    others = random.Random(-1 - seed).choice([rules, rules, "user:2/s", "user:7/m", "user:9/h"])
+    beside = rl if others == rules else RateLimit(backend, "fused", algorithm=algorithm)
+    counting = beside.limit(others, key="k")
+    decided_by(counting, mode, monkeypatch)
+    other = counting(body)
     peeking = rl.limit(rules, key="k", user="ann")
     seen: list[object] = []
     closed = False
@@ -102,7 +109,9 @@ async def scripted(seed: int, mode: str, monkeypatch: pytest.MonkeyPatch) -> tup
     state = (backend.logs(), backend.arrivals(), len(backend), backend._since_sweep)
     if not closed:
         await rl.aclose()
-    return algorithm, rules, seen, state
+    if beside is not rl:
+        await beside.aclose()
+    return algorithm, rules, others, seen, state
 
 
 @pytest.mark.parametrize("seed", range(0, 200, 10))
