@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from ratelimit import RateLimit
 from ratelimit.backends import RedisScriptBackend
 from ratelimit.backends.redis.keys import identifier_key, kept_key
-from ratelimit.backends.redis.scripts import SLIDING_LOG_LUA, tree_wire
+from ratelimit.backends.redis.scripts import SLIDING_LOG_ONE, tree_wire
 from ratelimit.plan import Identifier, compile_tree
 from ratelimit.rules import Rule
 
@@ -273,7 +273,7 @@ def _bare_args(limit: int) -> tuple[bytes, bytes]:
 
 async def _bare(url: str, limit: int) -> Contender:
     client = _client(url)
-    sha = await client.script_load(SLIDING_LOG_LUA)
+    sha = await client.script_load(SLIDING_LOG_ONE.source)
     wire, slots = _bare_args(limit)
     prefix = _prefix()
 

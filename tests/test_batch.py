@@ -54,9 +54,11 @@ OTHER = Script("return 1")
 
 def test_every_batched_script_leaves_its_cache_to_the_batch() -> None:
     """The batch drops each script's own ``parsed`` line so that its calls share one: a
-    script without that line would miss it silently (and parse alone)."""
+    script without that line would miss it silently (and parse alone). A script that
+    parses nothing into it (``sliding_log_one.lua``) has neither the cache nor the line."""
     for script in BATCHED:
-        assert script.source.decode().count(SHARED) == 1
+        source = script.source.decode()
+        assert source.count(SHARED) == (1 if "numbers(" in source else 0)
     assert SHARED not in BATCH.source.decode()
 
 

@@ -26,9 +26,15 @@ from ratelimit.backends.redis.resp import Command, Script, bulk
 from ratelimit.backends.redis.scripts import BY_ALGORITHM
 
 BATCHED: tuple[Script, ...] = tuple(
-    {s.sha: s for a in BY_ALGORITHM.values() for s in (a.script, a.settle)}.values()
+    {
+        s.sha: s
+        for a in BY_ALGORITHM.values()
+        for s in (a.script, a.settle, a.one)
+        if s is not None
+    }.values()
 )
-"""The scripts a batch runs: every algorithm's decision and settle script."""
+"""The scripts a batch runs: every algorithm's decision and settle script (and its script
+for one rule, if it has one)."""
 
 _HEAD = """\
 -- batch: run many calls of the decision and settle scripts in one (see batch.py). Each

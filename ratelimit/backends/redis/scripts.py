@@ -54,6 +54,10 @@ GCRA_LUA = lua("_now.lua", "_tree.lua", "_gcra.lua", "gcra.lua")
 SETTLE_LOG_LUA = lua("_now.lua", "_tree.lua", "_log.lua", "settle_log.lua")
 SETTLE_WINDOWS_LUA = lua("_now.lua", "_tree.lua", "_windows.lua", "settle_windows.lua")
 SETTLE_GCRA_LUA = lua("_now.lua", "_tree.lua", "_gcra.lua", "settle_gcra.lua")
+SLIDING_LOG_ONE = Script(lua("sliding_log_one.lua"))
+"""``sliding_log.lua`` for one rule whose selector resolved, on one list (most limits):
+the same keys, arguments, stored state and reply, at about half the server's time for a
+lone call (see the file; :func:`plan_command` picks it)."""
 
 Slots = Callable[[CompiledTree, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None]]
 """Per leaf the position of its key in KEYS (``-1``: none), and per key the identifier it
@@ -73,6 +77,9 @@ class Scripted(NamedTuple):
     """Whether the script's counts are whole numbers (else floats)."""
     settle: Script
     """The script that settles a call on the same keys (``settle_*.lua``)."""
+    one: Script | None = None
+    """The script for a tree of one rule on one key pair (its selector resolved), doing
+    what ``script`` does for it at less cost; ``None``: ``script`` for every tree."""
 
 
 def _per_identifier(
@@ -114,6 +121,7 @@ BY_ALGORITHM: dict[str, Scripted] = {
         lambda _: (),
         True,
         Script(SETTLE_LOG_LUA),
+        SLIDING_LOG_ONE,
     ),
     SLIDING_WINDOW: Scripted(
         Script(WINDOW_COUNTERS_LUA),
@@ -190,10 +198,13 @@ def plan_command(plan: Plan, clock: Clock | None = None, spread: bool = False) -
         plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, name, plan.costs
     )
     keys = scripted.keys(plan, spread and plan.compiled.spreads)
+    script = scripted.script
+    if scripted.one and len(keys) == 2 and args[1] == b"1" and args[0][:2] == b"1 ":
+        script = scripted.one  # one rule, resolved, on one key pair
     if clock is None:  # the script reads Redis's TIME
-        return Command(scripted.script, keys, untimed, packed_untimed)
+        return Command(script, keys, untimed, packed_untimed)
     now = str(clock_us(clock)).encode()
-    return Command(scripted.script, keys, (now, *args), pack_args((now,)) + packed)
+    return Command(script, keys, (now, *args), pack_args((now,)) + packed)
 
 
 _NO_TIME = pack_args((b"",))
