@@ -13,14 +13,14 @@ from ratelimit import RateLimit
 from ratelimit.plan import compile_tree
 from ratelimit.rules import to_tree
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 
 
 async def test_gcra_keys_decided_in_a_batch_expire_when_their_bucket_is_full(
     redis_client: aioredis.Redis, namespace: str
 ) -> None:
     rl = RateLimit(redis_client, namespace, algorithm="gcra")
-    limit = compile_tree(to_tree("user:10/s"))  # a full bucket one second after a call
+    limit = compile_tree(to_tree("user:10/m"))  # a full bucket 6 s after one call
     try:
         assert (await rl.decide(limit, "ttl", ("alone",))).allowed
         decisions = await asyncio.gather(*(rl.decide(limit, "ttl", (f"u{n}",)) for n in range(50)))
@@ -30,6 +30,8 @@ async def test_gcra_keys_decided_in_a_batch_expire_when_their_bucket_is_full(
         keys = [k async for k in redis_client.scan_iter(match=f"*{namespace}*")]
         ttls = [await redis_client.pttl(k) for k in keys]
         assert len(ttls) >= 51
-        assert 0 < max(ttls) <= 2_000, sorted(ttls)[-3:]
+        # keys that outlive the test's own slowness (a loaded machine took over 100 ms for
+        # these 51 calls), and far short of the hour an injected clock keeps them
+        assert 0 < max(ttls) <= 60_000, sorted(ttls)[-3:]
     finally:
         await rl.aclose()
