@@ -22,7 +22,7 @@ pytest.importorskip("slowapi", reason="the bench extra (slowapi, flask-limiter)"
 pytest.importorskip("flask_limiter", reason="the bench extra (slowapi, flask-limiter)")
 
 from tests.http_server import ROOT, UvicornServer
-from tests.migrating_clock import FileClock, ours_on, peer_on
+from tests.migrating_clock import EXPIRE_EVENTS, FileClock, ours_on, peer_on
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,6 +148,7 @@ def test_the_flask_port_limits_as_the_flask_limiter_app(
     import limits.storage.memory
 
     monkeypatch.setattr(limits.storage.memory, "time", vars(limits.storage.memory)["time"])
+    monkeypatch.setattr(*EXPIRE_EVENTS, getattr(*EXPIRE_EVENTS))  # restored after
     for n, (made_on, name) in enumerate([(peer_on, "before"), (ours_on, "after")]):
         clock = SteppedClock(clock.path)  # both start at one time
         send = flask_send(made_on(FileClock(clock.path), f"tests.migrating_flask_{name}").app)
