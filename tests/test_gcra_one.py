@@ -59,7 +59,8 @@ def _run(r: redis.Redis, command: Command) -> object:
 def _inside(
     r: redis.Redis, monitor: Monitor, command: Command, *keys: str
 ) -> tuple[object, list[str]]:
-    """Run ``command``; its reply, and the commands its script ran (``keys`` written K)."""
+    """Run ``command``; its reply, and the commands its script ran on ``keys`` (written K:
+    whatever else runs on the server meanwhile, another test's loop, touches none)."""
     reply = _run(r, command)
     mark = uuid.uuid4().hex
     r.echo(mark)
@@ -68,8 +69,8 @@ def _inside(
         seen = monitor.next_command()  # type: ignore[no-untyped-call]
         if seen["command"] == f"ECHO {mark}":
             return reply, ran
-        if seen["client_type"] == "lua":
-            text = seen["command"]
+        text = seen["command"]
+        if seen["client_type"] == "lua" and any(key in text for key in keys):
             for key in keys:
                 text = text.replace(key, "K")
             ran.append(text)
@@ -183,8 +184,7 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
         assert isinstance(first, list)
         assert first == replies[1]
         assert first[0] == allowed
-        assert ran[0] == "TIME"
-        assert ran[1 : 1 + len(ran) // 2] == ran[1 + len(ran) // 2 :]
+        assert ran[: len(ran) // 2] == ran[len(ran) // 2 :]
         assert client.get(one) == client.get(general)
     # two calls of it on one key in a batch, on an injected clock: each as alone
     client.delete(one, general)
