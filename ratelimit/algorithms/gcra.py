@@ -2,9 +2,10 @@
 identifier and rule the theoretical arrival time. ``N/span`` sustains N per span with bursts
 of up to N (or the rule's ``burst``) at once. O(1) memory per identifier; exact.
 
-Stores: ``backends/memory.py``, ``backends/redis/lua/gcra.lua`` and the command engine (one
-string per identifier and span, see ``backends/layout.py``, holding the count it was stored
-under: a rule of another count on the same span, an override, carries it on,
+Stores: ``backends/memory.py``, ``backends/redis/lua/gcra.lua`` (and ``gcra_one.lua``, its
+one-rule branch on its own: ``tests/test_gcra_one.py``) and the command engine (one string
+per identifier and span, see ``backends/layout.py``, holding the count it was stored under:
+a rule of another count on the same span, an override, carries it on,
 :func:`gcra_rescaled`). Postgres does not keep arrival times.
 """
 

@@ -58,6 +58,10 @@ SLIDING_LOG_ONE = Script(lua("sliding_log_one.lua"))
 """``sliding_log.lua`` for one rule whose selector resolved, on one list (most limits):
 the same keys, arguments, stored state and reply, at about half the server's time for a
 lone call (see the file; :func:`plan_command` picks it)."""
+GCRA_ONE = Script(lua("gcra_one.lua"))
+"""``gcra.lua`` for one rule whose selector resolved, on its one arrival time: the same
+key, arguments, stored string and reply, at about half the server's time for a lone call
+(see the file; :func:`plan_command` picks it)."""
 
 Slots = Callable[[CompiledTree, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None]]
 """Per leaf the position of its key in KEYS (``-1``: none), and per key the identifier it
@@ -78,8 +82,9 @@ class Scripted(NamedTuple):
     settle: Script
     """The script that settles a call on the same keys (``settle_*.lua``)."""
     one: Script | None = None
-    """The script for a tree of one rule on one key pair (its selector resolved), doing
-    what ``script`` does for it at less cost; ``None``: ``script`` for every tree."""
+    """The script for a tree of one rule (its selector resolved) on one key pair (the
+    log's) or key (GCRA's), doing what ``script`` does for it at less cost; ``None``:
+    ``script`` for every tree."""
 
 
 def _per_identifier(
@@ -140,7 +145,13 @@ BY_ALGORITHM: dict[str, Scripted] = {
         _SETTLE_WINDOWS,
     ),
     GCRA: Scripted(
-        Script(GCRA_LUA), arrival_keys, _per_arrival, _bursts, True, Script(SETTLE_GCRA_LUA)
+        Script(GCRA_LUA),
+        arrival_keys,
+        _per_arrival,
+        _bursts,
+        True,
+        Script(SETTLE_GCRA_LUA),
+        GCRA_ONE,
     ),
 }
 """The algorithms the script engine decides, by name."""
@@ -199,8 +210,8 @@ def plan_command(plan: Plan, clock: Clock | None = None, spread: bool = False) -
     )
     keys = scripted.keys(plan, spread and plan.compiled.spreads)
     script = scripted.script
-    if scripted.one and len(keys) == 2 and args[1] == b"1" and args[0][:2] == b"1 ":
-        script = scripted.one  # one rule, resolved, on one key pair
+    if scripted.one and len(keys) <= 2 and args[1] == b"1" and args[0][:2] == b"1 ":
+        script = scripted.one  # one rule, resolved, on one key pair (GCRA: one key)
     if clock is None:  # the script reads Redis's TIME
         return Command(script, keys, untimed, packed_untimed)
     now = str(clock_us(clock)).encode()
