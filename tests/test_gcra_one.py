@@ -27,6 +27,7 @@ from ratelimit.backends.redis.scripts import (
 from ratelimit.plan import cached_plan, compile_tree
 from ratelimit.rules import to_tree
 from tests.conftest import FakeClock
+from tests.script_monitor import inside, run
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -50,30 +51,6 @@ def monitor(client: redis.Redis) -> Iterator[Monitor]:
 
 def _command(script: Script, keys: list[str], argv: tuple[bytes, ...]) -> Command:
     return Command(script, keys, argv, pack_args(argv))
-
-
-def _run(r: redis.Redis, command: Command) -> object:
-    return r.evalsha(command.script.sha.decode(), len(command.keys), *command.keys, *command.args)
-
-
-def _inside(
-    r: redis.Redis, monitor: Monitor, command: Command, *keys: str
-) -> tuple[object, list[str]]:
-    """Run ``command``; its reply, and the commands its script ran on ``keys`` (written K:
-    whatever else runs on the server meanwhile, another test's loop, touches none)."""
-    reply = _run(r, command)
-    mark = uuid.uuid4().hex
-    r.echo(mark)
-    ran: list[str] = []
-    while True:
-        seen = monitor.next_command()  # type: ignore[no-untyped-call]
-        if seen["command"] == f"ECHO {mark}":
-            return reply, ran
-        text = seen["command"]
-        if seen["client_type"] == "lua" and any(key in text for key in keys):
-            for key in keys:
-                text = text.replace(key, "K")
-            ran.append(text)
 
 
 SOON_MS = 20_000
@@ -116,8 +93,8 @@ def _calls(seed: int) -> Iterator[tuple[bytes, ...]]:
 def _pair(
     r: redis.Redis, monitor: Monitor, argv: tuple[bytes, ...], one: str, general: str
 ) -> None:
-    mine = _inside(r, monitor, _command(GCRA_ONE, [one], argv), one)
-    theirs = _inside(r, monitor, _command(GENERAL, [general], argv), general)
+    mine = inside(r, monitor, _command(GCRA_ONE, [one], argv), one)
+    theirs = inside(r, monitor, _command(GENERAL, [general], argv), general)
     assert mine == theirs, argv
     assert _same_state(r, one, general), argv
 
@@ -161,8 +138,8 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
     one, general = f"{{o{tag}}}:g:60000", f"{{g{tag}}}:g:60000"
     argv = (b"", b"1 3 60000000 0 0", b"1", b"1", b"1", b"3")
     for allowed in (1, 1, 1, 0):
-        mine, ran = _inside(client, monitor, _command(GCRA_ONE, [one], argv), one)
-        theirs, also = _inside(client, monitor, _command(GENERAL, [general], argv), general)
+        mine, ran = inside(client, monitor, _command(GCRA_ONE, [one], argv), one)
+        theirs, also = inside(client, monitor, _command(GENERAL, [general], argv), general)
         assert isinstance(mine, list)
         assert isinstance(theirs, list)
         assert mine[0] == theirs[0] == allowed  # the times are the server's
@@ -178,7 +155,7 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
     client.delete(one, general)
     batch = batch_command([_command(GCRA_ONE, [one], argv), _command(GENERAL, [general], argv)])
     for allowed in (1, 1, 1, 0):
-        replies, ran = _inside(client, monitor, batch, one, general)
+        replies, ran = inside(client, monitor, batch, one, general)
         assert isinstance(replies, list)
         first = replies[0]
         assert isinstance(first, list)
@@ -189,8 +166,8 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
     # two calls of it on one key in a batch, on an injected clock: each as alone
     client.delete(one, general)
     timed = (b"5000000", b"1 3 60000000 0 0", b"1", b"1", b"1", b"3")
-    twice = _run(client, batch_command([_command(GCRA_ONE, [one], timed)] * 2))
-    alone = [_run(client, _command(GENERAL, [general], timed)) for _ in range(2)]
+    twice = run(client, batch_command([_command(GCRA_ONE, [one], timed)] * 2))
+    alone = [run(client, _command(GENERAL, [general], timed)) for _ in range(2)]
     assert twice == alone
     assert _same_state(client, one, general)
 

@@ -85,6 +85,8 @@ class Scripted(NamedTuple):
     """The script for a tree of one rule (its selector resolved) on one key pair (the
     log's) or key (GCRA's), doing what ``script`` does for it at less cost; ``None``:
     ``script`` for every tree."""
+    one_keys: int = 0
+    """How many keys a plan sends ``one`` (the log and its companion; one arrival time)."""
 
 
 def _per_identifier(
@@ -127,6 +129,7 @@ BY_ALGORITHM: dict[str, Scripted] = {
         True,
         Script(SETTLE_LOG_LUA),
         SLIDING_LOG_ONE,
+        2,
     ),
     SLIDING_WINDOW: Scripted(
         Script(WINDOW_COUNTERS_LUA),
@@ -152,6 +155,7 @@ BY_ALGORITHM: dict[str, Scripted] = {
         True,
         Script(SETTLE_GCRA_LUA),
         GCRA_ONE,
+        1,
     ),
 }
 """The algorithms the script engine decides, by name."""
@@ -210,8 +214,8 @@ def plan_command(plan: Plan, clock: Clock | None = None, spread: bool = False) -
     )
     keys = scripted.keys(plan, spread and plan.compiled.spreads)
     script = scripted.script
-    if scripted.one and len(keys) <= 2 and args[1] == b"1" and args[0][:2] == b"1 ":
-        script = scripted.one  # one rule, resolved, on one key pair (GCRA: one key)
+    if scripted.one and len(keys) == scripted.one_keys and args[1] == b"1" and args[0][:2] == b"1 ":
+        script = scripted.one  # one rule, resolved
     if clock is None:  # the script reads Redis's TIME
         return Command(script, keys, untimed, packed_untimed)
     now = str(clock_us(clock)).encode()
