@@ -6,11 +6,34 @@ times to live back a moment later (which a slow machine moves)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import redis
 from redis.client import Monitor
 
-from ratelimit.backends.redis.resp import Command
+from ratelimit.backends.redis.batch import BATCH
+from ratelimit.backends.redis.resp import Command, Script, pack_args
+
+
+def loaded(redis_url: str, *scripts: Script) -> Iterator[redis.Redis]:
+    """A client of ``redis_url`` with ``scripts`` and the batch script loaded (a fixture's
+    body)."""
+    r = redis.Redis.from_url(redis_url)
+    for script in (*scripts, BATCH):
+        r.script_load(script.source)
+    yield r
+    r.close()
+
+
+def watching(r: redis.Redis) -> Iterator[Monitor]:
+    """``MONITOR`` on ``r``'s server (a fixture's body)."""
+    with r.monitor() as m:  # type: ignore[no-untyped-call]
+        yield m
+
+
+def command(script: Script, keys: list[str], argv: tuple[bytes, ...]) -> Command:
+    """``script`` on ``keys`` and ``argv``, as the engine sends it."""
+    return Command(script, keys, argv, pack_args(argv))
 
 
 def run(r: redis.Redis, command: Command) -> object:

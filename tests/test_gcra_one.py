@@ -15,8 +15,8 @@ import redis
 from redis.client import Monitor
 
 from ratelimit.algorithms import GCRA, SLIDING_LOG
-from ratelimit.backends.redis.batch import BATCH, BATCHED, batch_command
-from ratelimit.backends.redis.resp import Command, Script, pack_args
+from ratelimit.backends.redis.batch import BATCHED, batch_command
+from ratelimit.backends.redis.resp import Script
 from ratelimit.backends.redis.scripts import (
     BY_ALGORITHM,
     GCRA_LUA,
@@ -27,7 +27,7 @@ from ratelimit.backends.redis.scripts import (
 from ratelimit.plan import cached_plan, compile_tree
 from ratelimit.rules import to_tree
 from tests.conftest import FakeClock
-from tests.script_monitor import inside, run
+from tests.script_monitor import command, inside, loaded, run, watching
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -36,21 +36,12 @@ GENERAL = Script(GCRA_LUA)
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[redis.Redis]:
-    r = redis.Redis.from_url(redis_url)
-    for script in (GENERAL, GCRA_ONE, BATCH):
-        r.script_load(script.source)
-    yield r
-    r.close()
+    yield from loaded(redis_url, GENERAL, GCRA_ONE)
 
 
 @pytest.fixture
 def monitor(client: redis.Redis) -> Iterator[Monitor]:
-    with client.monitor() as m:  # type: ignore[no-untyped-call]
-        yield m
-
-
-def _command(script: Script, keys: list[str], argv: tuple[bytes, ...]) -> Command:
-    return Command(script, keys, argv, pack_args(argv))
+    yield from watching(client)
 
 
 SOON_MS = 20_000
@@ -93,8 +84,8 @@ def _calls(seed: int) -> Iterator[tuple[bytes, ...]]:
 def _pair(
     r: redis.Redis, monitor: Monitor, argv: tuple[bytes, ...], one: str, general: str
 ) -> None:
-    mine = inside(r, monitor, _command(GCRA_ONE, [one], argv), one)
-    theirs = inside(r, monitor, _command(GENERAL, [general], argv), general)
+    mine = inside(r, monitor, command(GCRA_ONE, [one], argv), one)
+    theirs = inside(r, monitor, command(GENERAL, [general], argv), general)
     assert mine == theirs, argv
     assert _same_state(r, one, general), argv
 
@@ -138,8 +129,8 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
     one, general = f"{{o{tag}}}:g:60000", f"{{g{tag}}}:g:60000"
     argv = (b"", b"1 3 60000000 0 0", b"1", b"1", b"1", b"3")
     for allowed in (1, 1, 1, 0):
-        mine, ran = inside(client, monitor, _command(GCRA_ONE, [one], argv), one)
-        theirs, also = inside(client, monitor, _command(GENERAL, [general], argv), general)
+        mine, ran = inside(client, monitor, command(GCRA_ONE, [one], argv), one)
+        theirs, also = inside(client, monitor, command(GENERAL, [general], argv), general)
         assert isinstance(mine, list)
         assert isinstance(theirs, list)
         assert mine[0] == theirs[0] == allowed  # the times are the server's
@@ -153,7 +144,7 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
     assert abs(ttl - also_ttl) < 1000
     # in one batch the two share the server's instant ('+'): the same to the microsecond
     client.delete(one, general)
-    batch = batch_command([_command(GCRA_ONE, [one], argv), _command(GENERAL, [general], argv)])
+    batch = batch_command([command(GCRA_ONE, [one], argv), command(GENERAL, [general], argv)])
     for allowed in (1, 1, 1, 0):
         replies, ran = inside(client, monitor, batch, one, general)
         assert isinstance(replies, list)
@@ -166,8 +157,8 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
     # two calls of it on one key in a batch, on an injected clock: each as alone
     client.delete(one, general)
     timed = (b"5000000", b"1 3 60000000 0 0", b"1", b"1", b"1", b"3")
-    twice = run(client, batch_command([_command(GCRA_ONE, [one], timed)] * 2))
-    alone = [run(client, _command(GENERAL, [general], timed)) for _ in range(2)]
+    twice = run(client, batch_command([command(GCRA_ONE, [one], timed)] * 2))
+    alone = [run(client, command(GENERAL, [general], timed)) for _ in range(2)]
     assert twice == alone
     assert _same_state(client, one, general)
 

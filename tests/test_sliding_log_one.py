@@ -15,10 +15,10 @@ import pytest
 import redis
 from redis.client import Monitor
 
-from ratelimit.backends.redis.batch import BATCH, batch_command
-from ratelimit.backends.redis.resp import Command, Script, pack_args
+from ratelimit.backends.redis.batch import batch_command
+from ratelimit.backends.redis.resp import Script
 from ratelimit.backends.redis.scripts import SLIDING_LOG_LUA, SLIDING_LOG_ONE
-from tests.script_monitor import inside, run
+from tests.script_monitor import command, inside, loaded, run, watching
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -27,21 +27,12 @@ GENERAL = Script(SLIDING_LOG_LUA)
 
 @pytest.fixture
 def client(redis_url: str) -> Iterator[redis.Redis]:
-    r = redis.Redis.from_url(redis_url)
-    for script in (GENERAL, SLIDING_LOG_ONE, BATCH):
-        r.script_load(script.source)
-    yield r
-    r.close()
+    yield from loaded(redis_url, GENERAL, SLIDING_LOG_ONE)
 
 
 @pytest.fixture
 def monitor(client: redis.Redis) -> Iterator[Monitor]:
-    with client.monitor() as m:  # type: ignore[no-untyped-call]
-        yield m
-
-
-def _command(script: Script, keys: list[str], argv: tuple[bytes, ...]) -> Command:
-    return Command(script, keys, argv, pack_args(argv))
+    yield from watching(client)
 
 
 COPIED_MS = 10_000
@@ -81,8 +72,8 @@ def _calls(seed: int) -> Iterator[tuple[bytes, ...]]:
 def _pair(
     r: redis.Redis, monitor: Monitor, argv: tuple[bytes, ...], one: list[str], general: list[str]
 ) -> None:
-    mine, ran = inside(r, monitor, _command(SLIDING_LOG_ONE, one, argv), *one)
-    theirs, also = inside(r, monitor, _command(GENERAL, general, argv), *general)
+    mine, ran = inside(r, monitor, command(SLIDING_LOG_ONE, one, argv), *one)
+    theirs, also = inside(r, monitor, command(GENERAL, general, argv), *general)
     assert mine == theirs, argv
     assert [_timeless(c) for c in ran] == [_timeless(c) for c in also], argv
     copied = [
@@ -109,8 +100,8 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
     one, general = [f"{{o{tag}}}:l", f"{{o{tag}}}:l:n"], [f"{{g{tag}}}:l", f"{{g{tag}}}:l:n"]
     argv = (b"", b"1 3 60000000 0 0", b"1", b"1", b"1")
     for _ in range(4):
-        mine, ran = inside(client, monitor, _command(SLIDING_LOG_ONE, one, argv), *one)
-        theirs, also = inside(client, monitor, _command(GENERAL, general, argv), *general)
+        mine, ran = inside(client, monitor, command(SLIDING_LOG_ONE, one, argv), *one)
+        theirs, also = inside(client, monitor, command(GENERAL, general, argv), *general)
         assert isinstance(mine, list)
         assert isinstance(theirs, list)
         assert (mine[0], mine[2]) == (theirs[0], theirs[2])  # the times are the server's
@@ -120,7 +111,7 @@ def test_on_the_server_clock_and_in_a_batch(client: redis.Redis, monitor: Monito
         ]
     assert client.llen(one[0]) == client.llen(general[0]) == 3
     assert _state(client, one)[1:] == _state(client, general)[1:]
-    batch = batch_command([_command(SLIDING_LOG_ONE, one, argv), _command(GENERAL, general, argv)])
+    batch = batch_command([command(SLIDING_LOG_ONE, one, argv), command(GENERAL, general, argv)])
     replies = run(client, batch)
     assert isinstance(replies, list)
     assert [reply[:1] + reply[2:3] for reply in replies] == [
