@@ -1,8 +1,9 @@
 """One OS process of the concurrency test: many coroutines calling one limited function.
 
 Run as ``python -m tests.concurrency_worker URL NAMESPACE COROUTINES [ENGINE]`` with ENGINE
-``script`` (default), ``valkey`` (the script engine on valkey-py's client), ``locked`` or
-``unlocked`` (the command engine with or without its lock), or ``postgres STORAGE_URL``
+``script`` (default), ``valkey`` (the script engine on valkey-py's client), ``gcra`` (the
+script engine on GCRA), ``locked`` or ``unlocked`` (the command engine with or without its
+lock), or ``postgres STORAGE_URL``
 (Postgres, URL still the Redis that coordinates the start). It says it is ready, waits for
 the go signal (a BLPOP), runs, and prints how many calls were admitted. With
 ``postgres-first STORAGE_URL ON_ERROR DEADLINE`` (:func:`first_use`) it makes a fresh
@@ -25,6 +26,7 @@ ENGINES = {
     "valkey": {},  # the script engine on valkey-py's client
     "locked": {"use_scripts": False, "lock_timeout": 60.0, "lock_polling_interval": 0.01},
     "unlocked": {"use_scripts": False, "disable_locks": True},
+    "gcra": {"algorithm": "gcra"},  # the script engine, GCRA's one-rule script
 }
 
 

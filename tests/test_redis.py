@@ -43,6 +43,15 @@ async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
     assert not await redis_client.exists(f"rl:{{{namespace}:shared}}:lock")
 
 
+async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty_on_gcra(
+    redis_client: aioredis.Redis, redis_url: str, namespace: str
+) -> None:
+    """GCRA's one-rule script (``gcra_one.lua``) under 200 calls from 4 processes at once
+    on ``50/h``: a burst of 50, the next one 72 s on."""
+    assert await four_processes_of_fifty(redis_client, redis_url, namespace, "gcra") == 50
+    assert await redis_client.exists(f"rl:{{{namespace}:shared}}:g:3600000")
+
+
 async def test_without_the_lock_the_command_engine_overshoots_within_bounds(
     redis_client: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
