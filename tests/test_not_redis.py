@@ -120,8 +120,10 @@ async def test_a_cluster_client_on_an_echoing_server_follows_the_policy(echo: Ec
         decision = await RateLimit(client, "echo").limit("user:5/m", user="ann").decide()
         assert decision.allowed
         assert decision.degraded
-        with pytest.raises(BackendError, match="not a reply"):
+        with pytest.raises(BackendError, match="not a reply") as raised:
             await RateLimit(client, "echo", on_error="raise").limit("5/m").decide()
+        # the same answer on every redis-py: 8.2 wraps the reading error in one of its own
+        assert "Cluster" not in str(raised.value)
         await asyncio.wait_for(echo.none_open.wait(), 10)
     finally:
         await client.aclose()

@@ -64,9 +64,26 @@ reading a ``HELLO`` reply that is not a map raises ``AttributeError``). The pack
 errors (some are ``ValueError`` subclasses) are never taken for one."""
 
 
+def foreign_reply(exc: BaseException) -> BaseException | None:
+    """The error that says a reply was not Redis's (:data:`NOT_A_REPLY`, not ours): ``exc``
+    itself, or the cause a Redis error of the client's wraps it in (since redis-py 8.2 a
+    cluster client raises ``RedisClusterException`` from the error reading ``CLUSTER
+    SLOTS``'s reply); ``None`` when ``exc`` says something else."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes is short; a loop of them never ends
+        if seen is None or isinstance(seen, RateLimitError):
+            return None
+        if isinstance(seen, NOT_A_REPLY):
+            return seen
+        if not isinstance(seen, ServerError):
+            return None
+        seen = seen.__cause__
+    return None
+
+
 def is_not_a_reply(exc: BaseException) -> bool:
-    """Whether ``exc`` says a reply was not Redis's (:data:`NOT_A_REPLY`, not ours)."""
-    return isinstance(exc, NOT_A_REPLY) and not isinstance(exc, RateLimitError)
+    """Whether ``exc`` says a reply was not Redis's (see :func:`foreign_reply`)."""
+    return foreign_reply(exc) is not None
 
 
 CloseIdle = Callable[[], Awaitable[None]]
@@ -78,7 +95,8 @@ def not_a_reply(exc: BaseException, doing: str) -> BackendError:
     """The ``BackendError`` for a reply that ``exc`` says is not Redis's, met while
     ``doing``; its caller closed the client's idle connections first."""
     error = BackendError(
-        f"redis failed {doing}: what answered is not a reply of Redis ({exc}); is a Redis "
+        f"redis failed {doing}: what answered is not a reply of Redis "
+        f"({foreign_reply(exc) or exc}); is a Redis "
         "server at that address? The client's idle connections were closed, to connect again"
     )
     error.__cause__ = exc
@@ -98,3 +116,9 @@ async def replied(close_idle: CloseIdle, doing: str, deadline: float | None) -> 
             raise
         await close_idle()
         raise not_a_reply(exc, doing) from exc
+    except BackendError as exc:  # a Redis error of the client's wrapping one of them
+        cause = exc.__cause__
+        if cause is None or not is_not_a_reply(cause):
+            raise
+        await close_idle()
+        raise not_a_reply(cause, doing) from cause
