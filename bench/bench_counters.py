@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import redis.asyncio as aioredis
 
 from ratelimit import MemoryBackend, RateLimit
-from ratelimit.plan import cached_plan, compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.plan import cached_plan, compile_tree
+from ratelimit.rules.tree import to_tree
 from tests.redis_server import RedisServer
 
 RULE = "src:20/m"

@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ratelimit import RateLimit
-from ratelimit.plan import compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.plan import compile_tree
+from ratelimit.rules.tree import to_tree
 from tests.redis_server import RedisServer
 
 PENALTY = "5 refusals/10m for 1h"

@@ -29,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ratelimit import MemoryBackend, RateLimit, Settings
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan
 from ratelimit.errors import BackendError
-from ratelimit.plan import Plan
 from tests.redis_server import RedisServer
 
 USERS = [f"user{n}" for n in range(1000)]

@@ -20,9 +20,9 @@ import redis.asyncio as aioredis
 from ratelimit import RateLimit
 from ratelimit.backends import RedisScriptBackend
 from ratelimit.backends.redis.keys import identifier_key, kept_key
-from ratelimit.backends.redis.scripts import SLIDING_LOG_ONE, tree_wire
-from ratelimit.plan import Identifier, compile_tree
-from ratelimit.rules import Rule
+from ratelimit.backends.redis.script.scripts import SLIDING_LOG_ONE, tree_wire
+from ratelimit.core.plan import Identifier, compile_tree
+from ratelimit.rules.tree import Rule
 
 Decide = Callable[[str], Awaitable[bool]]
 DecideMany = Callable[[list[str]], Awaitable[list[bool]]]

@@ -1,7 +1,7 @@
 """Do the single-rule shortcuts pay? Decisions per second with and without them.
 
 The memory backend and ``sync_rate`` decide one rule without walking a tree (on
-``memory://`` the direct path's inline admission, ``backends/memory_admit.py``;
+``memory://`` the direct path's inline admission, ``backends/memory/admit.py``;
 ``SyncedBackend._decide_one``). This runs the same
 single-rule limit over 1 000 users in process, once as shipped and once with the shortcut
 replaced by the general path, and prints the ratio. No Redis is needed (the synced backend's
@@ -23,8 +23,8 @@ import fakeredis
 from ratelimit import MemoryBackend, RateLimit
 from ratelimit.backends import RedisScriptBackend
 from ratelimit.backends.synced import SyncedBackend
-from ratelimit.decision import Decision
-from ratelimit.plan import Plan
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan
 
 
 class GeneralMemory(MemoryBackend):

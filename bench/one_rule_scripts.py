@@ -5,7 +5,7 @@ rule (``sliding_log_one.lua``, ``gcra_one.lua``), sent alone and in a batch of 6
 
 Starts its own redis-server (the stats are reset, so never someone else's) and, per round,
 alternates the two scripts on the same arguments (``user:1000/m``, each user's keys as
-:func:`~ratelimit.backends.redis.scripts.plan_command` builds them, Redis's clock): every
+:func:`~ratelimit.backends.redis.script.scripts.plan_command` builds them, Redis's clock): every
 user once on an empty server (new), then every user again (returning: admitted,
 recorded).
 Prints the median of the rounds of ``INFO commandstats``' ``EVALSHA`` time per decision,
@@ -25,11 +25,11 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ratelimit.backends.redis.batch import BATCH, batch_command
 from ratelimit.backends.redis.resp import Command
-from ratelimit.backends.redis.scripts import BY_ALGORITHM, plan_command
-from ratelimit.plan import cached_plan, compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.backends.redis.script.batch import BATCH, batch_command
+from ratelimit.backends.redis.script.scripts import BY_ALGORITHM, plan_command
+from ratelimit.core.plan import cached_plan, compile_tree
+from ratelimit.rules.tree import to_tree
 from tests.redis_server import RedisServer
 
 ALGORITHMS = ("sliding-log", "gcra")

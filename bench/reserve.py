@@ -23,7 +23,7 @@ import uuid
 from contextlib import ExitStack
 
 from ratelimit import RateLimit
-from ratelimit.concurrency import Concurrency
+from ratelimit.front.concurrency import Concurrency
 from tests.redis_server import RedisServer
 
 CASES = {

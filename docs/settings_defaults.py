@@ -16,7 +16,7 @@ from typing import Any
 
 import griffe
 
-from ratelimit import limiter
+from ratelimit.front import limiter
 from ratelimit.settings import Settings
 
 SENTINEL = "_UNSET"
@@ -51,7 +51,7 @@ class SettingsDefaults(griffe.Extension):
         if pkg.name != "ratelimit":
             return
         default = defaults()
-        keywords = pkg["settings.SettingsKeywords"]
+        keywords = pkg["core.settings.SettingsKeywords"]
         for function in functions(pkg):
             parameters: list[griffe.Parameter] = []
             for parameter in function.parameters:

@@ -14,11 +14,10 @@ from ratelimit.backends import Backend as Backend
 from ratelimit.backends import MemoryBackend as MemoryBackend
 from ratelimit.backends import RedisCommandBackend as RedisCommandBackend
 from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
-from ratelimit.concurrency import Concurrency as Concurrency
-from ratelimit.concurrency import ConcurrencyLimitExceeded as ConcurrencyLimitExceeded
-from ratelimit.decision import Decision as Decision
-from ratelimit.decision import RateLimitExceeded as RateLimitExceeded
-from ratelimit.decision import RuleState as RuleState
+from ratelimit.core.decision import Decision as Decision
+from ratelimit.core.decision import RateLimitExceeded as RateLimitExceeded
+from ratelimit.core.decision import RuleState as RuleState
+from ratelimit.core.settings import Settings as Settings
 from ratelimit.errors import BackendError as BackendError
 from ratelimit.errors import ConfigurationError as ConfigurationError
 from ratelimit.errors import EventLoopError as EventLoopError
@@ -30,14 +29,15 @@ from ratelimit.errors import RuleSyntaxError as RuleSyntaxError
 from ratelimit.errors import SelectorNotFoundError as SelectorNotFoundError
 from ratelimit.errors import SettleError as SettleError
 from ratelimit.errors import UnknownKeyError as UnknownKeyError
-from ratelimit.limit import Limit as Limit
-from ratelimit.limiter import RateLimit as RateLimit
-from ratelimit.overrides import Override as Override
-from ratelimit.overriding import Overrides as Overrides
-from ratelimit.rules import And as And
-from ratelimit.rules import Or as Or
-from ratelimit.rules import Rule as Rule
-from ratelimit.settings import Settings as Settings
+from ratelimit.front.concurrency import Concurrency as Concurrency
+from ratelimit.front.concurrency import ConcurrencyLimitExceeded as ConcurrencyLimitExceeded
+from ratelimit.front.limit import Limit as Limit
+from ratelimit.front.limiter import RateLimit as RateLimit
+from ratelimit.overrides.cache import Override as Override
+from ratelimit.overrides.handle import Overrides as Overrides
+from ratelimit.rules.tree import And as And
+from ratelimit.rules.tree import Or as Or
+from ratelimit.rules.tree import Rule as Rule
 
 __all__ = [
     "And",

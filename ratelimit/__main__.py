@@ -1,7 +1,7 @@
-"""``python -m ratelimit``: the ``ratelimit`` command (see :mod:`ratelimit.cli`)."""
+"""``python -m ratelimit``: the ``ratelimit`` command (see :mod:`ratelimit.cli.command`)."""
 
 import sys
 
-from ratelimit.cli import main
+from ratelimit.cli.command import main
 
 sys.exit(main())

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ratelimit.extras import needs_extra
+from ratelimit.core.extras import needs_extra
 
 with needs_extra("django"):
     from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -61,10 +61,10 @@ from ratelimit.asgi.sources import (
     query_param,
     user,
 )
-from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.core.decision import Decision, RateLimitExceeded
+from ratelimit.core.slots import SlotLimit
 from ratelimit.errors import SourceValueError
-from ratelimit.rules import RuleLike
-from ratelimit.slots import SlotLimit
+from ratelimit.rules.tree import RuleLike
 from ratelimit.sync.limiter import RateLimit
 from ratelimit.wsgi.environ import scope_of
 from ratelimit.wsgi.middleware import DECISIONS, check_limiter
@@ -279,38 +279,52 @@ def limit(
     chosen = config.limiter if limiter is None else limiter
     proxies = config.wsgi.proxies
     view_limit = ViewLimit(chosen, rules, key, cost, shadow, proxies, sources, where, penalty)
+    return _ViewDecorator(config, view_limit)
 
-    def decided(request: HttpRequest, view: Callable[..., Any]) -> Decision | HttpResponseBase:
+
+class _ViewDecorator:
+    """What :func:`limit` puts around a view: the request's decision first, and the answer
+    given in the view's place when it is refused."""
+
+    def __init__(self, config: Config, view_limit: ViewLimit) -> None:
+        self.config = config
+        self.view_limit = view_limit
+
+    def decided(
+        self, request: HttpRequest, view: Callable[..., Any]
+    ) -> Decision | HttpResponseBase:
         """The request's decision, or the answer given in the view's place."""
         match = request.resolver_match
         try:
-            return view_limit.decide(
+            return self.view_limit.decide(
                 request.META,
                 _view_key(request, view),
                 None if match is None else match.kwargs,
                 lambda: _json(request),
-                _user(request) if view_limit.needs_user else None,
+                _user(request) if self.view_limit.needs_user else None,
             )
         except SourceValueError as exc:
             return _unreadable(exc)
         except RateLimitExceeded as exc:
-            response = config.refusal(request, exc.decision)
-            return answered(request, exc.decision, response)
+            response = self.config.refusal(request, exc.decision)
+            return self.answered(request, exc.decision, response)
 
-    def answered(request: HttpRequest, decision: Decision, response: Any) -> Any:
+    def answered(self, request: HttpRequest, decision: Decision, response: Any) -> Any:
         """``response``, with the decision's headers when no middleware adds them."""
         alone = not isinstance(request.META.get(DECISIONS), list)
         if alone and isinstance(response, HttpResponseBase):
-            config.add_headers(response, [decision])
+            self.config.add_headers(response, [decision])
         return response
 
-    def decorate(view: F) -> F:
+    def __call__(self, view: F) -> F:
+        decided, answered = self.decided, self.answered
         if _is_async(view):
+            needs_user = self.view_limit.needs_user
 
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 # Django's one sync thread only where request.user is read (the ORM's);
                 # otherwise decisions of concurrent requests need not wait for each other.
-                decide = sync_to_async(decided, thread_sensitive=view_limit.needs_user)
+                decide = sync_to_async(decided, thread_sensitive=needs_user)
                 decision = await decide(request, view)
                 if isinstance(decision, HttpResponseBase):
                     return decision
@@ -331,8 +345,6 @@ def limit(
             return answered(request, decision, view(request, *args, **kwargs))
 
         return limited  # type: ignore[return-value]
-
-    return decorate
 
 
 def _config_for(limiter: object, where: str) -> Config:

@@ -20,9 +20,9 @@
 
 ``RateLimitExceeded`` is raised only by the raising front ends (the decorator and
 ``async with``); ``Limit.decide()`` returns a :class:`~ratelimit.Decision` instead. It is
-defined in :mod:`ratelimit.decision`, beside the ``Decision`` it carries, and
+defined in :mod:`ratelimit.core.decision`, beside the ``Decision`` it carries, and
 ``ConcurrencyLimitExceeded`` (a call that found no free concurrency slot) in
-:mod:`ratelimit.concurrency`, so that this module imports nothing of the package (every
+:mod:`ratelimit.front.concurrency`, so that this module imports nothing of the package (every
 module may raise these without an import loop); import both from ``ratelimit``.
 """
 

@@ -30,7 +30,7 @@ import io
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from ratelimit.extras import needs_extra
+from ratelimit.core.extras import needs_extra
 
 with needs_extra("flask"):
     import flask
@@ -50,9 +50,9 @@ from ratelimit.asgi.sources import (
     query_param,
     user,
 )
-from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.core.decision import Decision, RateLimitExceeded
 from ratelimit.errors import ConfigurationError, SourceValueError
-from ratelimit.rules import RuleLike
+from ratelimit.rules.tree import RuleLike
 from ratelimit.sync.limiter import RateLimit
 from ratelimit.wsgi.environ import scope_of
 from ratelimit.wsgi.middleware import DECISIONS, RateLimitMiddleware, Refused

@@ -24,8 +24,8 @@ from ratelimit import (
 )
 from ratelimit.backends.base import Backend
 from ratelimit.backends.postgres import PostgresBackend
-from ratelimit.decision import Decision
-from ratelimit.plan import CounterUpdate, Plan
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import CounterUpdate, Plan
 from tests.postgres_server import PostgresServer
 from tests.redis_server import RedisServer, find_binary, server_version
 

@@ -11,7 +11,7 @@ import sys
 
 import redis.asyncio as aioredis
 
-from ratelimit.backends.redis.lock import RedisLock
+from ratelimit.backends.redis.command.lock import RedisLock
 
 
 async def main(url: str, name: str, ttl: float) -> None:

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import redis
 from redis.client import Monitor
 
-from ratelimit.backends.redis.batch import BATCH
 from ratelimit.backends.redis.resp import Command, Script, pack_args
+from ratelimit.backends.redis.script.batch import BATCH
 
 
 def loaded(redis_url: str, *scripts: Script) -> Iterator[redis.Redis]:

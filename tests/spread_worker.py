@@ -29,8 +29,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from ratelimit import RateLimit
-from ratelimit.plan import compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.plan import compile_tree
+from ratelimit.rules.tree import to_tree
 
 CONCURRENCY = {"script": 64, "commands": 16}
 SPREAD = {"auto": None, "off": False}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from ratelimit import And, Or, Rule
-from ratelimit.rules import Node
+from ratelimit.rules.tree import Node
 
 
 def trees(rules: st.SearchStrategy[Rule], max_leaves: int) -> st.SearchStrategy[Node]:

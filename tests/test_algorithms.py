@@ -10,9 +10,9 @@ from ratelimit import MemoryBackend, RateLimit, RedisCommandBackend, RedisScript
 from ratelimit.algorithms import ALGORITHMS, BY_NAME, Algorithm, named
 from ratelimit.backends.postgres.backend import PostgresBackend
 from ratelimit.backends.synced import SyncedBackend
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import CounterUpdate, Plan
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import CounterUpdate, Plan
 
 
 def test_each_name_gives_one_shared_object() -> None:

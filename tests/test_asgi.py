@@ -37,7 +37,7 @@ from ratelimit.asgi import (
     user,
 )
 from ratelimit.asgi.headers import limit_field, policy_field, seconds
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
 from tests.conftest import FailingBackend
 
 pytestmark = pytest.mark.timeout(30)

@@ -24,9 +24,9 @@ from redis.exceptions import ResponseError
 from ratelimit import BackendError, Limit, MemoryBackend, RateLimit, RedisScriptBackend
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.backends.base import Backend
-from ratelimit.backends.redis.batch import BATCH, BATCHED, SHARED, combine, split, tag_of
 from ratelimit.backends.redis.resp import Command, Script, pack, pack_args
-from ratelimit.decision import Decision
+from ratelimit.backends.redis.script.batch import BATCH, BATCHED, SHARED, combine, split, tag_of
+from ratelimit.core.decision import Decision
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.timeout(120)

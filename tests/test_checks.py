@@ -196,8 +196,8 @@ async def test_use_after_aclose_raises(
 async def test_a_backend_used_after_aclose_raises(
     make_backend: Callable[..., Backend], namespace: str
 ) -> None:
-    from ratelimit.plan import cached_plan, compile_tree
-    from ratelimit.rules import to_tree
+    from ratelimit.core.plan import cached_plan, compile_tree
+    from ratelimit.rules.tree import to_tree
 
     backend = make_backend(FakeClock())
     plan = cached_plan(compile_tree(to_tree("5/s")), namespace, "k", (), 1, "sliding-log")

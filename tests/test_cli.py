@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.cli import main as cli
+from ratelimit.cli.command import main as cli
 from ratelimit.service.config import ServiceConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def test_serve_takes_the_algorithm_the_readme_names(monkeypatch: pytest.MonkeyPa
     ("module", "missing", "extra"),
     [
         ("from ratelimit.asgi import RouteLimit", "starlette", "asgi"),
-        ("import ratelimit.metrics", "opentelemetry", "otel"),
+        ("import ratelimit.metrics.opentelemetry", "opentelemetry", "otel"),
         ("import ratelimit.service.server", "grpc", "server"),
         ("import ratelimit.service.handlers", "google.protobuf", "server"),
     ],
@@ -126,7 +126,7 @@ async def test_the_commands_wait_for_a_far_redis_longer_than_a_request_would() -
     each store call, not the limiter's 0.25 s (a busy or far Redis failed overrides get)."""
     import argparse
 
-    from ratelimit.cli_common import COMMAND_TIMEOUT, limiter_of
+    from ratelimit.cli.common import COMMAND_TIMEOUT, limiter_of
 
     args = argparse.Namespace(namespace="", spread="auto", algorithm=None)
     rl = limiter_of(args, "redis://127.0.0.1:1/0")

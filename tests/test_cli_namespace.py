@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ratelimit import RateLimit
-from ratelimit.cli import main as cli
-from ratelimit.cli import parser
+from ratelimit.cli.command import main as cli
+from ratelimit.cli.command import parser
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ratelimit import RateLimit
-from ratelimit.cli import main as cli
-from ratelimit.overrides import Override, encode, override_id
+from ratelimit.cli.command import main as cli
+from ratelimit.overrides.cache import Override, encode, override_id
 
 pytestmark = pytest.mark.timeout(60)
 

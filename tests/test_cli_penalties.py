@@ -10,8 +10,8 @@ import uuid
 import pytest
 
 from ratelimit import RateLimit
-from ratelimit.cli import main
-from ratelimit.cli_common import INVALID, OK, REFUSED
+from ratelimit.cli.command import main
+from ratelimit.cli.common import INVALID, OK, REFUSED
 
 
 async def _hold(url: str, namespace: str) -> None:

@@ -20,7 +20,7 @@ from redis.crc import key_slot
 
 from ratelimit import RateLimit
 from ratelimit.backends.redis.keys import name_of
-from ratelimit.plan import Identifier
+from ratelimit.core.plan import Identifier
 from tests.redis_server import RedisCluster
 from tests.traffic import through_a_failure
 from tests.workers import run_workers

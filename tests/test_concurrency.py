@@ -27,9 +27,9 @@ from ratelimit import (
     RuleSyntaxError,
 )
 from ratelimit.backends.base import SlotStore
-from ratelimit.concurrency import Concurrency
-from ratelimit.plan import Identifier
-from ratelimit.slots import SlotClaim, SlotLimit, parse_slots
+from ratelimit.core.plan import Identifier
+from ratelimit.core.slots import SlotClaim, SlotLimit, parse_slots
+from ratelimit.front.concurrency import Concurrency
 from tests.conftest import FailingBackend, FakeClock, run_virtual
 from tests.service_process import ROOT
 from tests.workers import run_workers

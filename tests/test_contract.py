@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ratelimit import And, Or, RateLimit, RateLimitExceeded, Rule
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
 from tests.conftest import FakeClock, supporting
 
 

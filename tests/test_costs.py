@@ -11,10 +11,10 @@ import pytest
 
 from ratelimit import RateLimit
 from ratelimit.algorithms import ALGORITHMS
-from ratelimit.decision import Decision
-from ratelimit.plan import CompiledTree, Cost, cached_plan, compile_tree
-from ratelimit.rules import to_tree
-from ratelimit.settings import check_cost
+from ratelimit.core.checks import check_cost
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import CompiledTree, Cost, cached_plan, compile_tree
+from ratelimit.rules.tree import to_tree
 from tests.conftest import BackendFactory, FakeClock, supporting
 
 ALGORITHM = pytest.mark.parametrize("algorithm", ALGORITHMS)

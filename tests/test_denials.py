@@ -6,8 +6,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
-from ratelimit.decision import Decision
-from ratelimit.plan import Plan
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan
 from tests.conftest import FakeClock
 
 

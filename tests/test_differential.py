@@ -31,9 +31,9 @@ from ratelimit.algorithms import ALGORITHMS, gcra_burst
 from ratelimit.backends.base import Backend
 from ratelimit.backends.layout import gcra_field
 from ratelimit.backends.redis.keys import arrival_key, counter_key, identifier_key
-from ratelimit.decision import Decision
-from ratelimit.plan import Identifier, compile_tree
-from ratelimit.rules import Node, map_rules, to_tree
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Identifier, compile_tree
+from ratelimit.rules.tree import Node, map_rules, to_tree
 from tests.conftest import FakeClock
 from tests.strategies import trees
 

@@ -1,4 +1,4 @@
-"""The direct path (``ratelimit/direct.py``): a decorated call of a plain limit decided
+"""The direct path (``ratelimit/front/direct.py``): a decorated call of a plain limit decided
 without the general path's layers keeps every promise the general path keeps, on every
 store and algorithm; a call the direct path cannot take goes the general way."""
 
@@ -12,9 +12,9 @@ import pytest
 from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
 from ratelimit.algorithms import ALGORITHMS, Algorithm
 from ratelimit.backends.base import Admit, admitting
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import CompiledTree, Plan
 from ratelimit.errors import LimiterClosedError
-from ratelimit.plan import CompiledTree, Plan
 from tests.conftest import FakeClock, Maker
 
 
@@ -193,7 +193,7 @@ async def test_a_closed_limiter_refuses_decorated_calls() -> None:
 async def test_the_plan_table_starts_again_when_full_and_still_counts_exactly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("ratelimit.direct.PLANS", 4)
+    monkeypatch.setattr("ratelimit.front.direct.PLANS", 4)
     rl = RateLimit(MemoryBackend(), "direct")
 
     @rl.limit("user:3/m")
@@ -205,7 +205,7 @@ async def test_the_plan_table_starts_again_when_full_and_still_counts_exactly(
 
 
 async def test_hooks_installed_after_decorating_see_the_next_call() -> None:
-    from ratelimit.hooks import Hooks
+    from ratelimit.pipeline.hooks import Hooks
 
     seen: list[bool] = []
     rl = RateLimit(MemoryBackend(), "direct")

@@ -1,5 +1,5 @@
 """The direct path on the Redis script engine (``RedisScriptBackend.admits``, answered under
-the failure policy by ``ratelimit.direct.asker``): an admission is ``None``, built from the
+the failure policy by ``ratelimit.front.direct.asker``): an admission is ``None``, built from the
 script's verdict alone; a refusal is the decision ``decide`` builds. Each test drives the
 same calls through the direct path and through the general path (``Limit._direct``
 answering ``None``: every call a ``Decider.decide``) on a real Redis, and asks for the same
@@ -21,9 +21,9 @@ from ratelimit import (
     RateLimitExceeded,
     RedisScriptBackend,
 )
-from ratelimit.decision import Decision
-from ratelimit.direct import asker
-from ratelimit.plan import Plan, cached_plan
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan, cached_plan
+from ratelimit.front.direct import asker
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer
 from tests.test_direct_redteam import STEPS, general_only

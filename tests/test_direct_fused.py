@@ -1,5 +1,5 @@
-"""Differential tests of the fused direct path (``ratelimit/direct_fused.py``, the
-``identified`` admissions of ``backends/memory_admit.py``): the same random calls decided
+"""Differential tests of the fused direct path (``ratelimit/front/fused.py``, the
+``identified`` admissions of ``backends/memory/admit.py``): the same random calls decided
 the fused way, the direct way without it, and the general way (``Limit._direct`` answering
 nothing), with clock steps both ways, sweeps, overrides set and deleted mid-way, resets,
 refusals held in the denial cache, shadow, another limit sharing the identifiers, a closed
@@ -14,9 +14,9 @@ import pytest
 
 from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
 from ratelimit.backends.base import Admit
-from ratelimit.decision import Decision
-from ratelimit.limit import Limit
-from ratelimit.plan import CompiledTree, Plan
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import CompiledTree, Plan
+from ratelimit.front.limit import Limit
 from tests.conftest import FakeClock
 
 MODES = ("fused", "direct", "general")

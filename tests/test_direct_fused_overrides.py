@@ -1,4 +1,4 @@
-"""The fused direct path (``ratelimit/direct_fused.py``) asks ``OverrideCache.quiet``
+"""The fused direct path (``ratelimit/front/fused.py``) asks ``OverrideCache.quiet``
 before it admits: with the event loop whose task kept the copy of the overrides stopped,
 and an override another limiter wrote meanwhile, its calls come out as the direct and
 general paths' (the same answers, the refresh task started again, the same ``used``)."""

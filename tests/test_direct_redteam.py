@@ -1,5 +1,5 @@
-"""The red team's tries at the direct path (``ratelimit/direct.py``,
-``backends/memory_admit.py``): each compares a decorated call decided the direct way with the
+"""The red team's tries at the direct path (``ratelimit/front/direct.py``,
+``backends/memory/admit.py``): each compares a decorated call decided the direct way with the
 same call decided the general way (``Limit._direct`` answering ``None``: the path of the code
 before it), on the same sequence of calls, clock steps, overrides, resets, peeks and settles,
 and asks for the same answers and the same counters. None of them found a difference; they
@@ -26,7 +26,7 @@ from ratelimit import (
     RedisScriptBackend,
 )
 from ratelimit.errors import LimiterClosedError, SelectorNotFoundError
-from ratelimit.limit import Limit
+from ratelimit.front.limit import Limit
 from tests.conftest import FakeClock, run_virtual
 from tests.redis_server import free_port
 

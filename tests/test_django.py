@@ -16,7 +16,7 @@ from django.test import Client, RequestFactory, override_settings
 
 from ratelimit import MemoryBackend
 from ratelimit import RateLimit as AsyncRateLimit
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
 from ratelimit.django import Config, Route, limit
 from ratelimit.sync import RateLimit as SyncRateLimit
 from tests import django_project  # configures Django first

@@ -19,8 +19,8 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from ratelimit import Decision, MemoryBackend
+from ratelimit.core.plan import Plan
 from ratelimit.django import header, limit
-from ratelimit.plan import Plan
 from ratelimit.sync import RateLimit as SyncRateLimit
 from tests import django_project  # configures Django first  # noqa: F401
 from tests.test_django import client

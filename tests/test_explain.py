@@ -1,4 +1,4 @@
-"""What a rule tree means in words (:mod:`ratelimit.explain`), as ``ratelimit check``
+"""What a rule tree means in words (:mod:`ratelimit.cli.explain`), as ``ratelimit check``
 prints it: ``&`` is "only when both", which users of ``limits`` read the other way."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ratelimit import And, Or, RateLimit, Rule
-from ratelimit.explain import describe, span
-from ratelimit.rules import to_tree
+from ratelimit.cli.explain import describe, span
+from ratelimit.rules.tree import to_tree
 
 
 @pytest.mark.parametrize(

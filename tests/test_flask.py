@@ -14,7 +14,7 @@ from flask import Blueprint, Flask, g
 from ratelimit import ConfigurationError, MemoryBackend, RateLimitExceeded, RuleSyntaxError
 from ratelimit import RateLimit as AsyncRateLimit
 from ratelimit.asgi import HTTPRequest
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
 from ratelimit.flask import FlaskRateLimit, Route, header, json_field, path_param, user
 from ratelimit.sync import RateLimit
 from tests.conftest import FailingBackend

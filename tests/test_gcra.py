@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 from ratelimit import ConfigurationError, RateLimit, RedisScriptBackend, Rule
 from ratelimit.algorithms import gcra_next, gcra_outcome
 from ratelimit.backends.redis.keys import arrival_key
-from ratelimit.plan import Identifier
-from ratelimit.rules import And, Node, Or, to_tree
+from ratelimit.core.plan import Identifier
+from ratelimit.rules.tree import And, Node, Or, to_tree
 from tests.conftest import FakeClock
 
 

@@ -15,17 +15,17 @@ import redis
 from redis.client import Monitor
 
 from ratelimit.algorithms import GCRA, SLIDING_LOG
-from ratelimit.backends.redis.batch import BATCHED, batch_command
 from ratelimit.backends.redis.resp import Script
-from ratelimit.backends.redis.scripts import (
+from ratelimit.backends.redis.script.batch import BATCHED, batch_command
+from ratelimit.backends.redis.script.scripts import (
     BY_ALGORITHM,
     GCRA_LUA,
     GCRA_ONE,
     plan_command,
     spread_command_of,
 )
-from ratelimit.plan import cached_plan, compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.plan import cached_plan, compile_tree
+from ratelimit.rules.tree import to_tree
 from tests.conftest import FakeClock
 from tests.script_monitor import command, inside, loaded, run, watching
 

@@ -10,7 +10,7 @@ import pytest
 
 from ratelimit import RateLimit, Rule
 from ratelimit.algorithms import gcra_rescaled
-from ratelimit.backends.redis.scripts import lua
+from ratelimit.backends.redis.script.scripts import GENERAL, lua
 from tests.conftest import FakeClock, admitted
 
 pytestmark = pytest.mark.timeout(60)
@@ -130,7 +130,7 @@ async def test_the_script_rescales_as_python_does(
     stored: int, count: int, ahead: int, remainder: int, clock: FakeClock
 ) -> None:
     """``_gcra.lua`` and :func:`gcra_rescaled` agree, past 2**53 too."""
-    script = lua("_now.lua", "_gcra.lua") + "\nreturn {read_arrival(KEYS[1], tonumber(ARGV[2]))}"
+    script = lua(*GENERAL, "_gcra.lua") + "\nreturn {read_arrival(KEYS[1], tonumber(ARGV[2]))}"
     client = fakeredis.FakeAsyncRedis()
     try:
         now = 1_700_000_000_000_000

@@ -10,8 +10,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import RateLimit
-from ratelimit.plan import compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.plan import compile_tree
+from ratelimit.rules.tree import to_tree
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 

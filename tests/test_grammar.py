@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimit import And, Or, Rule, RuleSyntaxError
-from ratelimit.grammar import parse_rule, parse_tree
-from ratelimit.rules import Node, to_tree
+from ratelimit.rules.grammar import parse_rule, parse_tree
+from ratelimit.rules.tree import Node, to_tree
 from tests.strategies import trees
 
 MINUTE = 60_000

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from ratelimit import BackendError, MemoryBackend, RateLimit
-from ratelimit.decision import Decision
-from ratelimit.plan import Plan
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan
 from tests.conftest import FakeClock
 
 

@@ -1,10 +1,10 @@
-"""Red-team tests of the fused direct path on ``memory://`` (``ratelimit/direct_fused.py``)
+"""Red-team tests of the fused direct path on ``memory://`` (``ratelimit/front/fused.py``)
 that the differential suites (``tests/test_direct_fused.py``, ``tests/test_direct_admits.py``,
 ``tests/test_direct_redteam.py``) leave out: selector values that are ``str`` in all but
 class (a ``str`` enum, a ``str`` subclass with its own ``__str__``, an object whose
 ``__str__`` names a user); an override set by another limiter object sharing the backend,
 read at every decision (``override_refresh=0``; on Redis too, for ``admits`` under
-``ratelimit.direct.asker``, with an ``int`` value and its text); threads deciding through
+``ratelimit.front.direct.asker``, with an ``int`` value and its text); threads deciding through
 the sync API and the fused path at once."""
 
 from __future__ import annotations

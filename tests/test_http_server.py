@@ -21,7 +21,7 @@ import websockets
 from http_sfv.list import List as SFList
 
 from ratelimit import Rule
-from ratelimit.rules import to_tree
+from ratelimit.rules.tree import to_tree
 from tests.http_server import UvicornServer
 from tests.redis_server import RedisServer
 
@@ -74,7 +74,7 @@ def check_headers(response: httpx.Response, rules: str) -> dict[str, dict[str, A
 
 
 def _leaves(rules: str) -> list[Rule]:
-    from ratelimit.plan import compile_tree
+    from ratelimit.core.plan import compile_tree
 
     return list(compile_tree(to_tree(rules)).rules)
 

@@ -10,8 +10,8 @@ from redis.crc import key_slot
 
 from ratelimit import RateLimit, RedisScriptBackend
 from ratelimit.backends.redis.keys import MAX_PART, encode_part, identifier_key, tag
-from ratelimit.plan import Identifier, cached_plan, compile_tree
-from ratelimit.rules import Or, Rule
+from ratelimit.core.plan import Identifier, cached_plan, compile_tree
+from ratelimit.rules.tree import Or, Rule
 from tests.conftest import FakeClock
 
 AWKWARD = [

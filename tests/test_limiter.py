@@ -342,7 +342,7 @@ async def test_a_cost_above_a_reused_keys_count_fails_at_the_first_call(rl: Rate
 def test_the_fast_decision_constructor_builds_the_same_immutable_decision() -> None:
     import dataclasses
 
-    from ratelimit.decision import make_decision
+    from ratelimit.core.decision import make_decision
 
     rule = Rule(1, 1000)
     fast = make_decision(False, 0.5, rule, 0, "k")

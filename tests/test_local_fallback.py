@@ -23,16 +23,16 @@ from ratelimit import (
     Settings,
 )
 from ratelimit.asgi import RateLimitMiddleware, Route
-from ratelimit.concurrency import ConcurrencyLimitExceeded
-from ratelimit.decider import PING_KEY
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan, compile_tree
+from ratelimit.core.slots import SlotClaim
 from ratelimit.errors import BackendError
-from ratelimit.fallback import PROBE_EVERY, scaled_count, scaled_tree
 from ratelimit.flask import FlaskRateLimit
 from ratelimit.flask import Route as FlaskRoute
-from ratelimit.plan import Plan, compile_tree
-from ratelimit.rules import Rule, to_tree
-from ratelimit.slots import SlotClaim
+from ratelimit.front.concurrency import ConcurrencyLimitExceeded
+from ratelimit.pipeline.decider import PING_KEY
+from ratelimit.pipeline.fallback import PROBE_EVERY, scaled_count, scaled_tree
+from ratelimit.rules.tree import Rule, to_tree
 from ratelimit.sync import RateLimit as SyncRateLimit
 from tests.conftest import FakeClock
 

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from ratelimit import RateLimit
-from ratelimit.concurrency import ConcurrencyLimitExceeded
-from ratelimit.fallback import PROBE_EVERY
+from ratelimit.front.concurrency import ConcurrencyLimitExceeded
+from ratelimit.pipeline.fallback import PROBE_EVERY
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer
 

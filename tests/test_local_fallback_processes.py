@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import RateLimit
-from ratelimit.fallback import PROBE_EVERY
+from ratelimit.pipeline.fallback import PROBE_EVERY
 from tests.redis_server import RedisServer
 from tests.workers import run_workers
 

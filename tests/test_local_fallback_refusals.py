@@ -14,8 +14,8 @@ from starlette.responses import PlainTextResponse
 
 from ratelimit import RateLimit
 from ratelimit.asgi import HTTPRequest, RateLimitMiddleware, Route, SlotRoute
-from ratelimit.concurrency import ConcurrencyLimitExceeded
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.front.concurrency import ConcurrencyLimitExceeded
 from ratelimit.sync import RateLimit as SyncRateLimit
 from ratelimit.wsgi import RateLimitMiddleware as WSGIMiddleware
 from ratelimit.wsgi import Route as WSGIRoute

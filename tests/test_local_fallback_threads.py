@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import ratelimit.fallback
-from ratelimit.backends.memory import MemoryBackend
-from ratelimit.fallback import LocalFallback
+import ratelimit.pipeline.fallback
+from ratelimit.backends.memory.backend import MemoryBackend
+from ratelimit.pipeline.fallback import LocalFallback
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -37,7 +37,7 @@ def test_threads_reaching_the_local_store_at_once_share_one(
                 threads.append(other)
 
     threads: list[threading.Thread] = []
-    monkeypatch.setattr(ratelimit.fallback, "MemoryBackend", Made)
+    monkeypatch.setattr(ratelimit.pipeline.fallback, "MemoryBackend", Made)
     first = local.store
     for thread in threads:
         thread.join()

@@ -25,11 +25,11 @@ from ratelimit import (
     RedisCommandBackend,
     RedisScriptBackend,
 )
-from ratelimit.backends.redis import command_decisions
+from ratelimit.backends.redis.command import decisions as command_decisions
+from ratelimit.backends.redis.command.lock import RedisLock
 from ratelimit.backends.redis.connections import ConnectionGate
 from ratelimit.backends.redis.keys import identifier_key, lock_key, tag
-from ratelimit.backends.redis.lock import RedisLock
-from ratelimit.plan import Identifier
+from ratelimit.core.plan import Identifier
 from tests.redis_server import RedisServer
 from tests.workers import run_workers
 

@@ -15,7 +15,7 @@ import pytest
 
 from ratelimit import MemoryBackend, RateLimit
 from ratelimit.backends.redis.keys import identifier_key
-from ratelimit.plan import Identifier
+from ratelimit.core.plan import Identifier
 from tests.conftest import FakeClock, store_backend
 
 pytestmark = pytest.mark.timeout(60)

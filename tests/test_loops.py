@@ -21,7 +21,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from ratelimit import EventLoopError, MemoryBackend, RateLimit
-from ratelimit.loops import abort_transport
+from ratelimit.backends.loops import abort_transport
 from tests.test_service_tls import Authority
 
 pytestmark = pytest.mark.redis
@@ -256,8 +256,8 @@ def test_a_slot_given_back_in_one_loop_wakes_a_caller_waiting_in_another(
     """A body that ends in one thread's loop wakes the caller another thread's loop has
     waiting for its slot (it set that loop's event from the wrong thread, which woke
     nothing until the caller's next poll)."""
-    monkeypatch.setattr("ratelimit.concurrency.MIN_POLL", 20.0)  # only a release wakes it
-    monkeypatch.setattr("ratelimit.concurrency.MAX_POLL", 20.0)
+    monkeypatch.setattr("ratelimit.front.concurrency.MIN_POLL", 20.0)  # only a release wakes it
+    monkeypatch.setattr("ratelimit.front.concurrency.MAX_POLL", 20.0)
     rl = RateLimit(MemoryBackend(), "slots")
     slot = rl.concurrency("1", key="k", wait=60)
     held = threading.Event()

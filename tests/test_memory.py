@@ -78,7 +78,7 @@ async def test_aclose_forgets_everything() -> None:
 async def test_the_single_rule_shortcut_decides_as_the_general_path() -> None:
     """MemoryBackend._decide_one is a copy of the general path for one rule (it pays 1.5x,
     bench/fast_paths.py): both decide a trace alike, and keep the same log."""
-    from ratelimit.plan import Plan
+    from ratelimit.core.plan import Plan
 
     class General(MemoryBackend):
         def _decide_one(self, plan: Plan, now: int) -> Decision:

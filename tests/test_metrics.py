@@ -10,8 +10,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ratelimit import MemoryBackend, RateLimit
-from ratelimit.decision import Decision
-from ratelimit.metrics import OpenTelemetryHook
+from ratelimit.core.decision import Decision
+from ratelimit.metrics.opentelemetry import OpenTelemetryHook
 from tests.conftest import FailingBackend, FakeClock
 
 pytestmark = pytest.mark.timeout(30)

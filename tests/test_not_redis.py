@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 
 from ratelimit import RateLimit, RedisScriptBackend
 from ratelimit.backends.base import Push
+from ratelimit.core.plan import Identifier
 from ratelimit.errors import BackendError
-from ratelimit.plan import Identifier
 from tests.redis_server import (
     ephemeral_ports,
     free_cluster_port,

@@ -16,8 +16,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from ratelimit import RateLimit
 from ratelimit.backends.redis.old_layout import LayoutCheck
-from ratelimit.plan import Plan, cached_plan, compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.plan import Plan, cached_plan, compile_tree
+from ratelimit.rules.tree import to_tree
 from tests.redis_server import RedisCluster, free_port
 
 SPREADS = compile_tree(to_tree("user:5/m | user:100/h"))

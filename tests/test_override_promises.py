@@ -14,7 +14,7 @@ from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
 from ratelimit.backends.base import ANNOUNCED_FOR
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.redis.overrides import overrides_key
-from ratelimit.overrides import (
+from ratelimit.overrides.cache import (
     ANNOUNCE_AGAIN,
     ANNOUNCED,
     MAX_ANNOUNCED,

@@ -26,7 +26,7 @@ from ratelimit import (
 )
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.redis.overrides import overrides_key
-from ratelimit.overrides import Override, OverrideCache, encode, override_id
+from ratelimit.overrides.cache import Override, OverrideCache, encode, override_id
 from tests.conftest import FakeClock
 from tests.workers import ROOT
 

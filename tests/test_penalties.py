@@ -12,9 +12,9 @@ import pytest
 
 from ratelimit import ConfigurationError, MemoryBackend, RateLimit, RateLimitExceeded
 from ratelimit.backends.penalty_store import holds_penalties
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
 from ratelimit.errors import RuleSyntaxError
-from ratelimit.penalties import parse_penalty
+from ratelimit.penalties.spec import parse_penalty
 from tests.conftest import STORES, FailingBackend, FakeClock, store_backend
 
 Make = Callable[[], RateLimit]
@@ -240,8 +240,8 @@ async def test_decorator_raises_with_the_hold(make: Make, clock: FakeClock) -> N
 
 
 async def test_rate_limit_decide_takes_a_penalty(make: Make, clock: FakeClock) -> None:
-    from ratelimit.plan import compile_tree
-    from ratelimit.rules import to_tree
+    from ratelimit.core.plan import compile_tree
+    from ratelimit.rules.tree import to_tree
 
     rl = make()
     tree = compile_tree(to_tree("ip:1/h"))

@@ -10,9 +10,9 @@ import asyncio
 import pytest
 
 from ratelimit import MemoryBackend, RateLimit
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Identifier, Plan
 from ratelimit.errors import BackendError
-from ratelimit.plan import Identifier, Plan
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.timeout(30)

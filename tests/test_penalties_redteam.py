@@ -119,7 +119,8 @@ async def test_many_held_clients_are_not_all_remembered(
 ) -> None:
     """Each hold a process found was remembered until that client asked again: clients
     held once and never seen again stayed in memory for the limiter's life."""
-    from ratelimit import MemoryBackend, penalizing
+    from ratelimit import MemoryBackend
+    from ratelimit.penalties import penalizer as penalizing
 
     monkeypatch.setattr(penalizing, "REMEMBERED", 10, raising=False)
     rl = RateLimit(MemoryBackend(clock=clock), "many")
@@ -137,7 +138,7 @@ async def test_memory_forgets_refusals_and_holds_of_clients_gone(
     """memory:// kept the refusals of a value refused once (and a hold that ended) until
     that value was refused again: values seen once stayed for the process's life."""
     from ratelimit import MemoryBackend
-    from ratelimit.backends import memory_penalties
+    from ratelimit.backends.memory import penalties as memory_penalties
 
     monkeypatch.setattr(memory_penalties, "SWEEP_EVERY", 16, raising=False)
     backend = MemoryBackend(clock=clock)

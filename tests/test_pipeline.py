@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 
 from ratelimit import BackendError, Decision, RateLimit
 from ratelimit.backends.redis import resp
-from ratelimit.backends.redis.pipeline import MAX_BATCH, Pipeline
 from ratelimit.backends.redis.resp import Command
+from ratelimit.backends.redis.script.pipeline import MAX_BATCH, Pipeline
 from tests.conftest import loop_sees_closed_connections
 from tests.redis_server import RedisServer
 

@@ -8,9 +8,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ratelimit import BackendError, MemoryBackend, RateLimit
-from ratelimit.decision import Decision
-from ratelimit.plan import Plan
-from ratelimit.prometheus import PrometheusHook
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan
+from ratelimit.metrics.prometheus import PrometheusHook
 from tests.conftest import FailingBackend, FakeClock
 
 pytestmark = pytest.mark.timeout(30)

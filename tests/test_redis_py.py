@@ -9,7 +9,7 @@ from redis.asyncio.cluster import RedisCluster
 from ratelimit import ConfigurationError, RateLimit
 from ratelimit.backends import RedisCommandBackend, RedisScriptBackend
 from ratelimit.backends.redis import client as client_module
-from ratelimit.backends.redis import fast_pipeline
+from ratelimit.backends.redis.script import fast_pipeline
 
 
 async def test_the_fast_path_runs_only_where_it_was_tested(

@@ -16,8 +16,8 @@ from tests.docs_blocks import ROOT
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("griffe") is None, reason="docs extra")
 
 SIGNATURES = [
-    "limiter.RateLimit.__init__",
-    "limiter.RateLimit.from_url",
+    "front.limiter.RateLimit.__init__",
+    "front.limiter.RateLimit.from_url",
     "sync.limiter.RateLimit.__init__",
     "sync.limiter.RateLimit.from_url",
 ]

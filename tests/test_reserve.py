@@ -22,9 +22,9 @@ from ratelimit import (
 )
 from ratelimit.backends.base import SlotStore
 from ratelimit.backends.postgres import PostgresBackend
-from ratelimit.concurrency import Concurrency
-from ratelimit.plan import Identifier
-from ratelimit.slots import SlotClaim, SlotLimit, parse_slots
+from ratelimit.core.plan import Identifier
+from ratelimit.core.slots import SlotClaim, SlotLimit, parse_slots
+from ratelimit.front.concurrency import Concurrency
 from tests.conftest import FakeClock
 from tests.workers import run_workers
 
@@ -129,7 +129,7 @@ async def test_a_priority_no_call_can_give_fails_when_decorating() -> None:
 
 
 def test_caps_per_priority_nest_in_the_order_given() -> None:
-    from ratelimit.reserve import Reserve  # here: the other tests run on code without it
+    from ratelimit.front.reserve import Reserve  # here: the other tests run on code without it
 
     reserve = Reserve(RESERVE, "priority", parse_slots("user:40 | 100"), "here")
     assert reserve.limits_for("critical") == parse_slots("user:40 | 100")
@@ -141,7 +141,7 @@ def test_caps_per_priority_nest_in_the_order_given() -> None:
 def test_a_priority_no_level_lists_is_ordinary_and_said_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from ratelimit.reserve import UNLISTED_WARNED, Reserve
+    from ratelimit.front.reserve import UNLISTED_WARNED, Reserve
 
     reserve = Reserve(RESERVE, "priority", parse_slots("100"), "here")
     with caplog.at_level(logging.WARNING, logger="ratelimit"):

@@ -1,5 +1,5 @@
 """The script engine's decisions: the script's verdict stands, and the rest of the decision is
-read from the counts it answered as :func:`~ratelimit.evaluation.evaluate` reads them.
+read from the counts it answered as :func:`~ratelimit.core.evaluation.evaluate` reads them.
 
 The scripts and the Python evaluator are twins held together by ``tests/test_differential.py``;
 here, what the engine makes of a reply (Redis replaced by canned replies), and the pipeline's
@@ -9,6 +9,7 @@ queue that decisions await directly.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Sequence
 
@@ -16,12 +17,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import RedisScriptBackend
-from ratelimit.backends.redis.batch import BATCH, combine, split
-from ratelimit.backends.redis.pipeline import Pipeline, Reply
 from ratelimit.backends.redis.resp import Command, Script, pack, pack_args
-from ratelimit.evaluation import evaluate, stored_verdict
-from ratelimit.plan import Plan, cached_plan, compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.backends.redis.script.batch import BATCH, combine, split
+from ratelimit.backends.redis.script.pipeline import Pipeline, Reply
+from ratelimit.core.evaluation import evaluate, stored_verdict
+from ratelimit.core.plan import Plan, cached_plan, compile_tree
+from ratelimit.rules.tree import to_tree
 
 NOW_US = 1_700_000_000_000_000
 SPAN_US = 60_000_000
@@ -168,3 +169,28 @@ def test_a_command_packs_whole_when_sent_alone_and_a_batch_splits_in_order() -> 
     assert combine(commands, by_slot=False) == (commands, None)  # not batchable
     replies = [[1], [2], [3]]
     assert split([replies], [[0, 1, 2]]) == replies
+
+
+async def test_a_disagreement_of_store_and_evaluator_is_logged_once_per_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 46: a store's verdict that its own counts contradict is a bug in one twin. The
+    store's verdict stands, and the disagreement is logged (once per limit) with both
+    answers, never passed over quietly as "nothing left"."""
+    backend = RedisScriptBackend(aioredis.Redis(), timeout=None)
+    tree = compile_tree(to_tree("user:3/m"))
+    plan = cached_plan(tree, "loud", "work", ("u",), 1, "sliding-log", True)
+    other = cached_plan(tree, "loud", "other", ("u",), 1, "sliding-log", True)
+    with caplog.at_level(logging.ERROR, logger="ratelimit"):
+        canned(backend, [1, NOW_US, 3, NOW_US - 1000])  # admitted; 3 hits of 3 say refuse
+        assert (await backend.decide(plan)).allowed
+        assert (await backend.decide(plan)).allowed
+        canned(backend, [0, NOW_US, 0, 0])  # refused; nothing counted says admit
+        assert not (await backend.decide(other)).allowed
+    logged = [r.getMessage() for r in caplog.records if "disagree" in r.getMessage()]
+    assert len(logged) == 2, logged  # once for each limit
+    assert "admitted a call of key 'work'" in logged[0]
+    assert "say to refuse" in logged[0]
+    assert "user:3/m" in logged[0]
+    assert "refused a call of key 'other'" in logged[1]
+    await backend.aclose()

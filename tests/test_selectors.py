@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ratelimit import RateLimit, RateLimitExceeded, SelectorNotFoundError
-from ratelimit.backends.memory import MemoryBackend
-from ratelimit.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
+from ratelimit.backends.memory.backend import MemoryBackend
+from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 
 
 @pytest.fixture
@@ -237,7 +237,7 @@ CALLS: list[tuple[tuple[object, ...], dict[str, object]]] = [
 
 
 def _bound_value(signature: inspect.Signature, args: Any, kwargs: Any, name: str) -> object:
-    from ratelimit.selectors import _MISSING
+    from ratelimit.core.selectors import _MISSING
 
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
@@ -254,7 +254,7 @@ def _bound_value(signature: inspect.Signature, args: Any, kwargs: Any, name: str
 
 
 def test_parameter_lookup_agrees_with_signature_bind() -> None:
-    from ratelimit.selectors import Parameters
+    from ratelimit.core.selectors import Parameters
 
     checked = 0
     for function in (_pos_only, _var_args, _kw_only, _plain):

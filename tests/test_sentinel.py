@@ -36,7 +36,7 @@ def test_sentinel_urls_are_checked_when_made() -> None:
 async def test_a_failover_under_traffic() -> None:
     with SentinelSet() as servers:
         # a redis.asyncio.Sentinel master passed in works as a URL does
-        sentinel = Sentinel([("127.0.0.1", servers.sentinel.port)])  # type: ignore[no-untyped-call]
+        sentinel = Sentinel([("127.0.0.1", servers.sentinel.port)])  # type: ignore[no-untyped-call, unused-ignore]
         master = sentinel.master_for(servers.SERVICE)
         passed_in = RateLimit(master, f"passed-{uuid.uuid4().hex[:8]}")
         assert [(await passed_in.limit("2/h").decide()).allowed for _ in range(3)] == [

@@ -18,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from ratelimit.cli import main as cli
+from ratelimit.cli.command import main as cli
 from ratelimit.errors import ConfigurationError
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig

@@ -19,8 +19,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ratelimit import MemoryBackend, RateLimit
-from ratelimit.decision import Decision
-from ratelimit.plan import Plan
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan
 from ratelimit.service import rules_file
 from ratelimit.service.handlers import Handlers, ratio_tree
 from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc

@@ -19,9 +19,9 @@ import pytest
 from http_sfv.list import List as SFList
 
 from ratelimit import MemoryBackend, RateLimit
-from ratelimit.decision import Decision, RuleState, make_decision
+from ratelimit.core.decision import Decision, RuleState, make_decision
 from ratelimit.errors import ConfigurationError
-from ratelimit.rules import Rule
+from ratelimit.rules.tree import Rule
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.envoy_headers import response_headers

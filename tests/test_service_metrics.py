@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from ratelimit.decision import Decision, RuleState
-from ratelimit.plan import compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.decision import Decision, RuleState
+from ratelimit.core.plan import compile_tree
+from ratelimit.rules.tree import to_tree
 from ratelimit.service.prometheus import ServiceMetrics
 from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
 from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 
-from ratelimit.cli import main as cli
+from ratelimit.cli.command import main as cli
 from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc
 from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
 from tests.service_process import ServiceProcess, rules_env

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.cli import main as cli
+from ratelimit.cli.command import main as cli
 from ratelimit.errors import ConfigurationError
 from ratelimit.service import rules_file
 from ratelimit.service.prometheus import limit_label

@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ratelimit.cli import main as cli
-from ratelimit.cli_common import FAILED
+from ratelimit.cli.command import main as cli
+from ratelimit.cli.common import FAILED
 from ratelimit.errors import ConfigurationError
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.proto import ratio_pb2, ratio_pb2_grpc

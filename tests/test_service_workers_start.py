@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.cli import main as cli
+from ratelimit.cli.command import main as cli
 from ratelimit.errors import ConfigurationError
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.workers import stopped_code

@@ -11,7 +11,7 @@ import pytest
 from ratelimit import ConfigurationError, MemoryBackend, RateLimit, Settings
 from ratelimit.backends import RedisScriptBackend
 from ratelimit.backends.synced import SyncedBackend
-from ratelimit.settings import SettingsKeywords
+from ratelimit.core.settings import SettingsKeywords
 
 
 def test_settings_are_frozen_and_checked_when_made() -> None:

@@ -21,8 +21,8 @@ from ratelimit import (
     SettleError,
 )
 from ratelimit.algorithms import ALGORITHMS
-from ratelimit.plan import compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.plan import compile_tree
+from ratelimit.rules.tree import to_tree
 from tests.conftest import BackendFactory, FakeClock, supporting
 
 ALGORITHM = pytest.mark.parametrize("algorithm", ALGORITHMS)

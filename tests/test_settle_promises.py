@@ -13,8 +13,8 @@ import pytest
 
 from ratelimit import ConfigurationError, SettleError
 from ratelimit.algorithms import ALGORITHMS
-from ratelimit.plan import compile_tree
-from ratelimit.rules import to_tree
+from ratelimit.core.plan import compile_tree
+from ratelimit.rules.tree import to_tree
 from tests.conftest import FakeClock, Maker, admitted
 
 pytestmark = pytest.mark.timeout(60)

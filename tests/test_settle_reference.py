@@ -4,7 +4,7 @@ decision must equal the others' and the reference's verdict.
 
 The reference keeps what a perfect store would: every hit of a sliding log (no trimming),
 every window's count, and GCRA arrival times as exact fractions. It applies the rules of
-``ratelimit/settling.py`` in their plainest form.
+``ratelimit/core/settling.py`` in their plainest form.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from ratelimit import MemoryBackend, RateLimit, RedisCommandBackend, RedisScriptBackend, Rule
 from ratelimit.algorithms import ALGORITHMS, GCRA, SLIDING_LOG, gcra_burst
 from ratelimit.backends.base import Backend
-from ratelimit.decision import Decision
-from ratelimit.evaluation import tree_limited
-from ratelimit.plan import Identifier, Plan, cached_plan, compile_tree
-from ratelimit.rules import MAX_SPAN_MS, Node, map_rules, to_tree
+from ratelimit.core.decision import Decision
+from ratelimit.core.evaluation import tree_limited
+from ratelimit.core.plan import Identifier, Plan, cached_plan, compile_tree
+from ratelimit.rules.tree import MAX_SPAN_MS, Node, map_rules, to_tree
 from tests.conftest import FakeClock
 from tests.strategies import trees
 from tests.test_differential import outlasts_the_test

@@ -17,7 +17,7 @@ from ratelimit import MemoryBackend, RateLimit
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.redis.keys import counter_key
-from ratelimit.plan import Identifier
+from ratelimit.core.plan import Identifier
 from tests.conftest import FakeClock
 from tests.test_postgres import synced_store
 from tests.workers import run_workers

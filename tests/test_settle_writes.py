@@ -1,5 +1,5 @@
 """A settle queued behind the batch in flight on the Redis script engine
-(:mod:`ratelimit.settle_writes`): its caller awaits a future of its own, so a caller
+(:mod:`ratelimit.pipeline.settle_writes`): its caller awaits a future of its own, so a caller
 cancelled meanwhile never drops the write from its batch; the write, the failure policy
 and the settle's answer happen as if it had waited, and ``aclose`` waits for them. The
 same random settles, queued and sent alone, leave the same counts."""
@@ -18,8 +18,8 @@ import pytest
 from ratelimit import BackendError, Limit, RateLimit, SettleError
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.backends import RedisScriptBackend
-from ratelimit.decision import Decision
-from ratelimit.settling import Settlement
+from ratelimit.core.decision import Decision
+from ratelimit.core.settling import Settlement
 from tests.conftest import FakeClock, store_backend
 
 pytestmark = pytest.mark.timeout(60)

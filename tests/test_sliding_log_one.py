@@ -15,9 +15,9 @@ import pytest
 import redis
 from redis.client import Monitor
 
-from ratelimit.backends.redis.batch import batch_command
 from ratelimit.backends.redis.resp import Script
-from ratelimit.backends.redis.scripts import SLIDING_LOG_LUA, SLIDING_LOG_ONE
+from ratelimit.backends.redis.script.batch import batch_command
+from ratelimit.backends.redis.script.scripts import SLIDING_LOG_LUA, SLIDING_LOG_ONE
 from tests.script_monitor import command, inside, loaded, run, watching
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]

@@ -19,10 +19,10 @@ from ratelimit.backends.redis.client import (
     redis_py_version,
 )
 from ratelimit.backends.urls import USE, storage_url_problem
-from ratelimit.cli import main as cli
-from ratelimit.cli_common import limiter_of
-from ratelimit.explain import placement
-from ratelimit.rules import Or, Rule, to_tree
+from ratelimit.cli.command import main as cli
+from ratelimit.cli.common import limiter_of
+from ratelimit.cli.explain import placement
+from ratelimit.rules.tree import Or, Rule, to_tree
 from tests.redis_server import RedisCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,7 +133,7 @@ def test_other_stores_ignore_spread() -> None:
 def test_spread_defaults_to_the_environment(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ratelimit.cli import parser
+    from ratelimit.cli.command import parser
 
     monkeypatch.setenv("RATELIMIT_SPREAD", "off")
     args = parser().parse_args(["peek", "--key", "k", "user:1/m"])
@@ -190,7 +190,7 @@ def test_the_command_reaches_a_cluster(
 def test_the_command_reads_spread_from_the_environment_as_the_service_does(
     given: str, read: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ratelimit.cli_common import default_spread
+    from ratelimit.cli.common import default_spread
 
     monkeypatch.setenv("RATELIMIT_SPREAD", given)
     assert default_spread() == read

@@ -28,8 +28,8 @@ from ratelimit.backends.redis.keys import (
     spread_tag,
     tag,
 )
-from ratelimit.plan import Identifier, Plan
-from ratelimit.slots import claim_for, parse_slots
+from ratelimit.core.plan import Identifier, Plan
+from ratelimit.core.slots import claim_for, parse_slots
 from tests.conftest import FakeClock, admitted
 from tests.redis_server import RedisCluster
 from tests.workers import run_workers

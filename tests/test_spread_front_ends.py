@@ -13,10 +13,10 @@ import fakeredis
 import pytest
 
 from ratelimit import ConcurrencyLimitExceeded, MemoryBackend, RateLimit
-from ratelimit.chosen import ChosenRules
-from ratelimit.decision import Decision
-from ratelimit.plan import CompiledTree, Plan, compile_tree, layout_under
-from ratelimit.rules import to_tree
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import CompiledTree, Plan, compile_tree, layout_under
+from ratelimit.front.chosen import ChosenRules
+from ratelimit.rules.tree import to_tree
 
 
 class Recording(MemoryBackend):
@@ -241,7 +241,7 @@ async def test_concurrency_limits_of_one_key_keep_one_slot_set_per_identifier(
 
 
 def test_a_keys_concurrency_limits_spread_only_when_all_spread_by_one_selector() -> None:
-    from ratelimit.slots import SlotLayouts, parse_slots
+    from ratelimit.core.slots import SlotLayouts, parse_slots
 
     layouts = SlotLayouts()
     user, mixed, ip = parse_slots("user:1"), parse_slots("user:1 | 5"), parse_slots("ip:3")

@@ -20,9 +20,9 @@ from ratelimit.backends.redis.keys import (
     spread_tag,
     tag,
 )
-from ratelimit.plan import Identifier, compile_tree, layout_under, mixes_under
-from ratelimit.rules import Or, Rule, to_tree
-from ratelimit.slots import claim_for, parse_slots
+from ratelimit.core.plan import Identifier, compile_tree, layout_under, mixes_under
+from ratelimit.core.slots import claim_for, parse_slots
+from ratelimit.rules.tree import Or, Rule, to_tree
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -22,14 +22,14 @@ from redis.crc import key_slot
 from ratelimit import RateLimit, RedisScriptBackend
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.backends.base import Push
-from ratelimit.backends.redis.batch import combine, tag_of
 from ratelimit.backends.redis.keys import spread_tag, tag
 from ratelimit.backends.redis.resp import Command
-from ratelimit.backends.redis.scripts import command_of, plan_command, spread_command_of
+from ratelimit.backends.redis.script.batch import combine, tag_of
+from ratelimit.backends.redis.script.scripts import command_of, plan_command, spread_command_of
 from ratelimit.backends.synced import SyncedBackend
-from ratelimit.plan import Identifier, cached_plan, compile_tree
-from ratelimit.rules import to_tree
-from ratelimit.slots import claim_for, parse_slots
+from ratelimit.core.plan import Identifier, cached_plan, compile_tree
+from ratelimit.core.slots import claim_for, parse_slots
+from ratelimit.rules.tree import to_tree
 from tests.conftest import FakeClock
 from tests.redis_server import RedisCluster
 

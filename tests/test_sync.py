@@ -22,9 +22,9 @@ from ratelimit import (
     RateLimit,
 )
 from ratelimit.backends.base import Push, Totals
-from ratelimit.backends.redis.script_engine import RedisScriptBackend
+from ratelimit.backends.redis.script.engine import RedisScriptBackend
 from ratelimit.backends.synced import SyncedBackend
-from ratelimit.plan import Plan
+from ratelimit.core.plan import Plan
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer, free_port
 

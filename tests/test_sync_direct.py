@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ratelimit import BackendError, Decision, RateLimitExceeded
-from ratelimit.backends.redis.blocking import SyncPipeline
+from ratelimit.backends.redis.script.blocking import SyncPipeline
 from ratelimit.sync import RateLimit
 from ratelimit.sync.direct import LockedDenials
 from ratelimit.sync.portal import Portal
@@ -375,8 +375,8 @@ def test_a_failed_batch_is_answered_by_the_failure_policy_for_each_call() -> Non
 def test_the_front_ends_door_decides_plain_calls_in_the_calling_thread(
     make: Callable[..., RateLimit],
 ) -> None:
-    from ratelimit.plan import compile_tree
-    from ratelimit.rules import to_tree
+    from ratelimit.core.plan import compile_tree
+    from ratelimit.rules.tree import to_tree
 
     rl = make(clock=FakeClock())
     tree = compile_tree(to_tree("user:2/m"))

@@ -1,4 +1,4 @@
-"""Many threads on the sync API's direct Redis path (:mod:`ratelimit.backends.redis.blocking`):
+"""Many threads on the sync API's direct Redis path (``backends/redis/script/blocking.py``):
 each call counted exactly once and in order per thread, whether the threads go out alone or
 share the batch script; a deadline kept by the kernel (``SO_RCVTIMEO``) still answered as a
 missed deadline."""
@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from ratelimit import BackendError, RateLimitExceeded
-from ratelimit.backends.redis.blocking import SyncPipeline
+from ratelimit.backends.redis.script.blocking import SyncPipeline
 from ratelimit.sync import RateLimit
 from tests.redis_server import RedisServer
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import fakeredis
 
-from ratelimit import RateLimit, windows
-from ratelimit.backends import RedisCommandBackend, RedisScriptBackend
+from ratelimit import RateLimit
+from ratelimit.backends import RedisCommandBackend, RedisScriptBackend, windows
 from ratelimit.backends.redis.keys import counter_key, window_fields
-from ratelimit.plan import Identifier
+from ratelimit.core.plan import Identifier
 from tests.conftest import FakeClock
 
 

@@ -22,7 +22,7 @@ from http_sfv.list import List as SFList
 
 from ratelimit import ConfigurationError, MemoryBackend
 from ratelimit import RateLimit as AsyncRateLimit
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
 from ratelimit.sync import RateLimit
 from ratelimit.wsgi import (
     HTTPRequest,

@@ -2,12 +2,12 @@
 
 An algorithm is chosen once, when the limiter is made (``Settings.algorithm`` names it,
 :func:`~ratelimit.algorithms.named` gives the object), and travels with every plan
-(:attr:`~ratelimit.plan.Plan.algorithm`). Every layer asks the object, never its name:
+(:attr:`~ratelimit.core.plan.Plan.algorithm`). Every layer asks the object, never its name:
 
 - the limiter checks costs and rules with :meth:`Algorithm.check_cost_type`,
   :meth:`Algorithm.check_rule` and :meth:`Algorithm.check_cost`;
 - plans list window sizes only where :attr:`Algorithm.windowed`;
-- :mod:`ratelimit.evaluation` turns what storage counted into an :data:`Outcome` with
+- :mod:`ratelimit.core.evaluation` turns what storage counted into an :data:`Outcome` with
   :meth:`Algorithm.outcome`, and into per-rule states with :meth:`Algorithm.reset_us`;
 - each backend keeps a table from :attr:`Algorithm.name` to its own code for it (its
   ``algorithms``), which says what it supports.
@@ -19,7 +19,7 @@ import math
 from typing import ClassVar
 
 from ratelimit.errors import ConfigurationError
-from ratelimit.rules import Rule
+from ratelimit.rules.tree import Rule
 
 US_PER_MS = 1000
 

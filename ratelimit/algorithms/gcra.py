@@ -2,7 +2,7 @@
 identifier and rule the theoretical arrival time. ``N/span`` sustains N per span with bursts
 of up to N (or the rule's ``burst``) at once. O(1) memory per identifier; exact.
 
-Stores: ``backends/memory.py``, ``backends/redis/lua/gcra.lua`` (and ``gcra_one.lua``, its
+Stores: ``backends/memory/backend.py``, ``backends/redis/lua/gcra.lua`` (and ``gcra_one.lua``, its
 one-rule branch on its own: ``tests/test_gcra_one.py``) and the command engine (one string
 per identifier and span, see ``backends/layout.py``, holding the count it was stored under:
 a rule of another count on the same span, an override, carries it on,
@@ -15,7 +15,7 @@ import math
 
 from ratelimit.algorithms.base import US_PER_MS, Algorithm, Counted, Outcome
 from ratelimit.errors import ConfigurationError
-from ratelimit.rules import MAX_SPAN_MS, Rule
+from ratelimit.rules.tree import MAX_SPAN_MS, Rule
 
 GCRA = "gcra"
 

@@ -1,7 +1,7 @@
 """``sliding-log`` (the default): per identifier the timestamps of its hits, newest first.
 Exact; memory O(N) per identifier.
 
-Stores: ``backends/memory.py`` (a list), ``backends/redis/lua/sliding_log.lua`` and the
+Stores: ``backends/memory/backend.py`` (a list), ``backends/redis/lua/sliding_log.lua`` and the
 command engine (a Redis list). Postgres does not keep logs.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import MutableSequence, Sequence
 
 from ratelimit.algorithms.base import US_PER_MS, Algorithm, Counted, Outcome
 from ratelimit.errors import ConfigurationError
-from ratelimit.rules import Rule
+from ratelimit.rules.tree import Rule
 
 SLIDING_LOG = "sliding-log"
 
@@ -84,7 +84,7 @@ def log_outcome(rule: Rule, leaf: int, cost: float, counted: Counted, now_us: in
 
 class SlidingLog(Algorithm):
     """The sliding log. Storage counts, per leaf, (hits among the newest
-    :meth:`~ratelimit.plan.Plan.depth`, the oldest of them)."""
+    :meth:`~ratelimit.core.plan.Plan.depth`, the oldest of them)."""
 
     __slots__ = ()
     stores = "a sliding log"

@@ -5,7 +5,7 @@ The sliding rate is ``current + previous * (size - elapsed) / size``, with windo
 at multiples of their size: O(1) memory per identifier, an approximation of the log. The
 fixed window gives the previous window a weight of 0.
 
-Stores: ``backends/memory.py`` and ``ratelimit/windows.py`` (the slot layout),
+Stores: ``backends/memory/backend.py`` and ``ratelimit/backends/windows.py`` (the slot layout),
 ``backends/redis/lua/window_counters.lua`` (with ``_windows.lua``) and the command engine,
 Postgres's ``ratelimit_decide``, and the synced counters of ``sync_rate``.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from ratelimit.algorithms.base import US_PER_MS, Algorithm, Counted, Outcome
-from ratelimit.rules import Rule
+from ratelimit.rules.tree import Rule
 
 SLIDING_WINDOW = "sliding-window"
 FIXED_WINDOW = "fixed-window"

@@ -17,7 +17,7 @@ one has been admitted or has given up. Across processes the store decides who go
 
 Under the route's ``penalty=``, a request counts once at most: refusals it meets while it
 waits are not noted, and only its last, when it is refused in the end, is
-(:mod:`ratelimit.penalty_waits`); a request that waits and is admitted, or whose client
+(:mod:`ratelimit.pipeline.waiting`); a request that waits and is admitted, or whose client
 leaves, counts none.
 
 A refusal the storage failed to decide (``Decision.degraded``) never waits, nor does a
@@ -43,11 +43,10 @@ from typing import Any
 from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.sources import resolve
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
 from ratelimit.errors import ConfigurationError
-from ratelimit.limiter import RateLimit
-from ratelimit.penalty_waits import Waiting
-from ratelimit.waiting import JITTER, MIN_PAUSE
+from ratelimit.front.limiter import RateLimit
+from ratelimit.pipeline.waiting import JITTER, MIN_PAUSE, Waiting
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

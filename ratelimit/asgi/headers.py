@@ -7,7 +7,7 @@ Each policy is named by its rule's text (``"ip:5/m"``), so a client reads what i
 to. ``w`` is given for spans of whole seconds (the field has no finer unit); a GCRA rule
 with a burst is ``q=burst`` over the burst's refill time (``10/s burst 20``: ``q=20;w=2``,
 the same rate, and ``r`` never above ``q``); ``t`` is
-:attr:`RuleState.reset_after <ratelimit.decision.RuleState>` rounded up.
+:attr:`RuleState.reset_after <ratelimit.core.decision.RuleState>` rounded up.
 
 A rule that counts a unit says so: ``qu="content-bytes"`` for a unit the draft's registry
 defines (a rule counting ``bytes`` or ``content_bytes``); any other unit, which ``qu``
@@ -30,9 +30,9 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ratelimit.decision import Decision, HeldDecision, LocalSlotRefusal, RuleState
-from ratelimit.rules import Rule
-from ratelimit.slots import SlotLimit
+from ratelimit.core.decision import Decision, HeldDecision, LocalSlotRefusal, RuleState
+from ratelimit.core.slots import SlotLimit
+from ratelimit.rules.tree import Rule
 
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 PROBLEM_JSON = b"application/problem+json"

@@ -21,15 +21,15 @@ from typing import Any, TypeAlias
 from ratelimit.asgi.header_map import HeaderMap
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.sources import Source, client_ip, resolve, sources_for
-from ratelimit.costs import CostValue, units
-from ratelimit.decision import Decision
+from ratelimit.core.costs import CostValue, units
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.errors import ConfigurationError, RateLimitError
-from ratelimit.limiter import RateLimit
-from ratelimit.lowered import lowered
-from ratelimit.overrides import Override
-from ratelimit.penalties import checked_penalty
-from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import Rule, RuleLike, to_tree
+from ratelimit.front.limiter import RateLimit
+from ratelimit.overrides.cache import Override
+from ratelimit.overrides.lowered import lowered
+from ratelimit.penalties.spec import checked_penalty
+from ratelimit.rules.tree import Rule, RuleLike, to_tree
 
 logger = logging.getLogger("ratelimit.asgi")
 

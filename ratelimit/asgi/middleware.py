@@ -35,10 +35,10 @@ from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, RouteTable
 from ratelimit.asgi.slot_routes import SlotRoute, with_slot_routes
-from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.core.decision import Decision, RateLimitExceeded
+from ratelimit.core.slots import SlotLimit
 from ratelimit.errors import SourceValueError
-from ratelimit.limiter import RateLimit
-from ratelimit.slots import SlotLimit
+from ratelimit.front.limiter import RateLimit
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

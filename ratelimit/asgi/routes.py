@@ -8,10 +8,10 @@ from typing import Any
 
 from ratelimit.asgi.delay import WAITING, WaitingRoom, delay_seconds
 from ratelimit.asgi.limits import HTTPCost, HTTPLimit, HTTPSettle
+from ratelimit.core.plan import compile_tree, spread_alike
 from ratelimit.errors import ConfigurationError
-from ratelimit.limiter import RateLimit
-from ratelimit.plan import compile_tree, spread_alike
-from ratelimit.rules import RuleLike
+from ratelimit.front.limiter import RateLimit
+from ratelimit.rules.tree import RuleLike
 
 _PARAMETER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
 METHODS = frozenset(
@@ -161,7 +161,7 @@ class RouteTable:
     each checked against ``limiter`` (its cost admissible under its rules); ``exclude``:
     path patterns that never touch the limiter, checked first. Routes sharing one ``key=``
     whose rules do not all spread by one selector are compiled pinned
-    (:func:`~ratelimit.plan.spread_alike`), so that each identifier of the key has one
+    (:func:`~ratelimit.core.plan.spread_alike`), so that each identifier of the key has one
     counter where keys spread (a Redis Cluster)."""
 
     __slots__ = ("exclude", "routes")

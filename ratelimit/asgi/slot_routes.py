@@ -17,7 +17,7 @@ and its handshake refused, as the middleware answers a ``ConcurrencyLimitExceede
 inside the application. Slot routes are matched apart from rate routes (the first of each
 kind applies), after them: a request the rates refuse takes no slot. Excluded paths take
 none either. ``reserve`` and ``priority`` as :meth:`ratelimit.RateLimit.concurrency` and
-:mod:`ratelimit.reserve` say; the priority is read from the request like any selector
+:mod:`ratelimit.front.reserve` say; the priority is read from the request like any selector
 (:mod:`ratelimit.asgi.sources`).
 """
 
@@ -30,12 +30,12 @@ from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import RouteTable, path_match, pattern, route_methods
 from ratelimit.asgi.sources import Source, _as_source, client_ip, resolve
-from ratelimit.concurrency import DEFAULT_LEASE, Concurrency
+from ratelimit.core.slots import parse_slots
 from ratelimit.errors import ConfigurationError
-from ratelimit.limiter import RateLimit
-from ratelimit.reserve import DEFAULT_BY, kept_for
-from ratelimit.slots import parse_slots
-from ratelimit.waiting import wait_seconds
+from ratelimit.front.concurrency import DEFAULT_LEASE, Concurrency
+from ratelimit.front.limiter import RateLimit
+from ratelimit.front.reserve import DEFAULT_BY, kept_for
+from ratelimit.pipeline.waiting import wait_seconds
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -22,8 +22,8 @@ from typing import Any
 
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.values import Convert, as_text, converted, converter
+from ratelimit.core.plan import CompiledTree
 from ratelimit.errors import ConfigurationError, SourceValueError
-from ratelimit.plan import CompiledTree
 
 SourceFunction = Callable[[HTTPRequest], Any]
 

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from ratelimit.extras import needs_extra
+from ratelimit.core.extras import needs_extra
 
 with needs_extra("asgi"):
     from starlette.exceptions import HTTPException
@@ -38,10 +38,10 @@ from ratelimit.asgi.middleware import DECISIONS, STATE
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.routes import room_of, view_key
-from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.core.decision import Decision, RateLimitExceeded
 from ratelimit.errors import SourceValueError
-from ratelimit.limiter import RateLimit
-from ratelimit.rules import RuleLike
+from ratelimit.front.limiter import RateLimit
+from ratelimit.rules.tree import RuleLike
 
 logger = logging.getLogger("ratelimit.asgi")
 

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ratelimit.backends.base import Backend, Clock
-from ratelimit.backends.memory import MemoryBackend
+from ratelimit.backends.memory.backend import MemoryBackend
 from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
 from ratelimit.backends.redis import (
     RedisClient,
@@ -23,8 +23,9 @@ from ratelimit.backends.redis import (
 )
 from ratelimit.backends.synced import SyncedBackend
 from ratelimit.backends.urls import USE, check_storage_url
+from ratelimit.core.checks import SYNC_RATE_NEEDS_SCRIPTS
+from ratelimit.core.settings import ENGINE_SETTINGS, Settings
 from ratelimit.errors import ConfigurationError
-from ratelimit.settings import ENGINE_SETTINGS, SYNC_RATE_NEEDS_SCRIPTS, Settings
 
 
 def backend_for(storage: object, settings: Settings) -> Backend:

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, TypeGuard, runtime_checkable
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import CompiledTree, CounterUpdate, Identifier, Plan
+from ratelimit.core.settling import Settlement
+from ratelimit.core.slots import SlotClaim
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import CompiledTree, CounterUpdate, Identifier, Plan
-from ratelimit.settling import Settlement
-from ratelimit.slots import SlotClaim
 
 Clock = Callable[[], float]
 """A clock returns seconds as a float; only differences between readings matter."""
@@ -107,7 +107,7 @@ class Push(NamedTuple):
     """(window size us, window index, diff)."""
     spreads: bool = False
     """Whether the tree that counted on it spreads
-    (:attr:`~ratelimit.plan.CompiledTree.spreads`): a store that keeps each such
+    (:attr:`~ratelimit.core.plan.CompiledTree.spreads`): a store that keeps each such
     identifier apart (a Redis engine with ``spread``) writes it where that tree's
     decisions would; other stores ignore it."""
 
@@ -142,7 +142,7 @@ class CounterSync(Protocol):
 @runtime_checkable
 class SettleStore(Protocol):
     """A store that settles calls after they ran (``limit(..., settle=...)``,
-    ``Limit.settle``): see :mod:`ratelimit.settling`."""
+    ``Limit.settle``): see :mod:`ratelimit.core.settling`."""
 
     async def settle(self, settlement: Settlement) -> None:
         """Record ``settlement`` on every identifier of its plan, in one atomic step: each
@@ -184,7 +184,7 @@ def stamped(record: str, version: int) -> str:
 
 @runtime_checkable
 class OverrideStore(Protocol):
-    """A store that keeps overrides (``rl.overrides``, :mod:`ratelimit.overrides`): per
+    """A store that keeps overrides (``rl.overrides``, :mod:`ratelimit.overrides.cache`): per
     namespace, a version and a table from an override's identity to its record, which
     also holds the keys processes announced (identities ``key:<key>``, records empty).
 

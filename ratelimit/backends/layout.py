@@ -2,7 +2,7 @@
 GCRA arrival-time fields (one per identifier and span), window-counter names in this
 process, the span and depth each identifier's stored hits must cover, and how long a
 reset's mark is kept. (How a store names an identifier is
-:mod:`~ratelimit.backends.naming`; the window slots' layout is :mod:`ratelimit.windows`.)
+:mod:`~ratelimit.backends.naming`; the window slots' layout is :mod:`ratelimit.backends.windows`.)
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 
 from ratelimit.algorithms import counter_rate, gcra_burst
-from ratelimit.plan import PLANS, CompiledTree, CounterUpdate, Identifier, Plan
-from ratelimit.rules import Rule
+from ratelimit.core.plan import PLANS, CompiledTree, CounterUpdate, Identifier, Plan
+from ratelimit.rules.tree import Rule
 
 
 @functools.lru_cache(maxsize=4096)

@@ -19,7 +19,7 @@ import hashlib
 import re
 from urllib.parse import quote
 
-from ratelimit.plan import Identifier
+from ratelimit.core.plan import Identifier
 
 PREFIX = "rl"
 MAX_PART = 64

@@ -1,10 +1,10 @@
 """Where penalties are kept (``limit(..., penalty=...)``): :class:`PenaltyStore`, a store
 every process of a namespace shares, so a hold started in one is seen by all.
 
-Per identifier held back (a :class:`~ratelimit.plan.Identifier`: namespace, key, selector
+Per identifier held back (a :class:`~ratelimit.core.plan.Identifier`: namespace, key, selector
 and value; selector and value ``None`` for a whole key) the store keeps the times of its
 recent refusals (trimmed to the penalty's span) and, while one lasts, the end of its hold.
-Implemented by memory:// (:mod:`ratelimit.backends.memory_penalties`), both Redis engines
+Implemented by memory:// (:mod:`ratelimit.backends.memory.penalties`), both Redis engines
 (:mod:`ratelimit.backends.redis.penalties`) and Postgres
 (:mod:`ratelimit.backends.postgres.penalties`); ``sync_rate``'s local counters and backend
 objects of your own that lack these methods refuse ``penalty=`` when the limit is made
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol, TypeGuard, runtime_checkable
 
+from ratelimit.core.plan import Identifier
 from ratelimit.errors import ConfigurationError
-from ratelimit.plan import Identifier
 
 
 class PenaltyHold(NamedTuple):

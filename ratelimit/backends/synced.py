@@ -40,14 +40,14 @@ from ratelimit.backends.base import (
     clock_us,
 )
 from ratelimit.backends.layout import counter_update_rate, window_name, window_names
-from ratelimit.decision import Decision
+from ratelimit.backends.loops import LoopBinding
+from ratelimit.core.checks import check_clock, check_sync_seconds
+from ratelimit.core.decision import Decision
+from ratelimit.core.evaluation import evaluate
+from ratelimit.core.plan import CounterUpdate, Identifier, Plan
+from ratelimit.core.settling import Settlement
+from ratelimit.core.slots import SlotClaim
 from ratelimit.errors import ConfigurationError, LimiterClosedError
-from ratelimit.evaluation import evaluate
-from ratelimit.loops import LoopBinding
-from ratelimit.plan import CounterUpdate, Identifier, Plan
-from ratelimit.settings import check_clock, check_sync_seconds
-from ratelimit.settling import Settlement
-from ratelimit.slots import SlotClaim
 
 logger = logging.getLogger("ratelimit")
 

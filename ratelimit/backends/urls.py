@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from ratelimit.backends.memory import MemoryBackend
+from ratelimit.backends.memory.backend import MemoryBackend
 from ratelimit.backends.postgres.url import NAMED as POSTGRES_NAMED
 from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
 from ratelimit.backends.postgres.url import check_postgres_url

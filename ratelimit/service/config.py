@@ -19,7 +19,7 @@ start, and a bad one stops the service with a message naming the variable.
   none under ``""``, see :mod:`ratelimit.service.upgrading`);
 - ``RATELIMIT_ON_ERROR``, default ``allow``: the failure policy, ``allow``, ``deny`` or
   ``local`` (while the store fails, each process decides on its share of each limit,
-  answering OK or OVER_LIMIT as any decision: :mod:`ratelimit.fallback`);
+  answering OK or OVER_LIMIT as any decision: :mod:`ratelimit.pipeline.fallback`);
 - ``RATELIMIT_LOCAL_SHARE``, default ``1`` (with ``RATELIMIT_ON_ERROR=local`` only): that
   share, ``0 < share <= 1``, e.g. ``0.25`` for four processes in all (``RATELIMIT_WORKERS``
   and every replica of the service count);
@@ -53,16 +53,16 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.backends.redis.client import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.urls import redacted, storage_url_problem
+from ratelimit.core.checks import check_local_share
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
-from ratelimit.fallback_settings import check_local_share
-from ratelimit.rules import to_tree
+from ratelimit.rules.tree import to_tree
 from ratelimit.service.tls import tls_files
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h))+\Z")
@@ -116,104 +116,13 @@ class ServiceConfig:
     def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
         """The configuration the environment gives; ``ConfigurationError`` naming the
         variable for a bad value."""
-
-        def read(name: str, ratio: str | None = None) -> tuple[str, str] | None:
-            for variable in (name, ratio):
-                if variable and env.get(variable, "").strip():
-                    return variable, env[variable].strip()
-            return None
-
+        read = _reader(env)
         values: dict[str, object] = {}
-        if found := read("RATELIMIT_STORAGE", "RATIO_STORAGE"):
-            variable, url = found
-            if url.startswith("inmemory://"):
-                url = "memory://"
-            problem = storage_url_problem(url)  # named here, not a traceback at start
-            if problem is not None:
-                raise ConfigurationError(f"{variable}={redacted(url)!r}: {problem}")
-            values["storage"] = url
-        if found := read("RATELIMIT_RULES", "RATIO_LIMIT"):
-            variable, text = found
-            try:
-                to_tree(text)
-            except RuleSyntaxError as exc:
-                raise ConfigurationError(f"{variable}={text!r}: {exc}") from None
-            values["rules"] = text
-        if found := read("RATELIMIT_RULES_FILE"):
-            values["rules_file"] = found[1]
-        if found := read("RATELIMIT_PORT", "RATIO_PORT"):
-            values["port"] = port(*found)
-        if found := read("RATELIMIT_METRICS_PORT"):
-            values["metrics_port"] = port(*found)
-        if found := read("RATELIMIT_METRICS_HOST"):
-            values["metrics_host"] = found[1]
-        if found := read("RATELIMIT_WORKERS"):
-            variable, text = found
-            if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
-                raise ConfigurationError(
-                    f"{variable}={text!r}: the number of worker processes is a whole number "
-                    f"from 1 to {MAX_WORKERS}"
-                )
-            values["workers"] = int(text)
-        if found := read("RATELIMIT_HOST"):
-            values["host"] = found[1]
-        if found := read("RATELIMIT_TIMEOUT", "RATIO_CONNECTION_TIMEOUT"):
-            variable, text = found
-            values["timeout"] = duration(text, variable)
-        if found := read("RATELIMIT_NAMESPACE"):
-            values["namespace"] = found[1]
+        _read_what(read, values)
+        _read_serving(read, values)
+        _read_deciding(read, values)
         values["namespace_given"] = "RATELIMIT_NAMESPACE" in env
-        if found := read("RATELIMIT_ON_ERROR"):
-            variable, text = found
-            if text not in ("allow", "deny", "local"):
-                raise ConfigurationError(
-                    f"{variable}={text!r}: the service's failure policy is 'allow' (answer OK, "
-                    "marked degraded), 'deny' (answer OVER_LIMIT) or 'local' (decide on this "
-                    "process's share of each limit)"
-                )
-            values["on_error"] = text
-        if found := read("RATELIMIT_LOCAL_SHARE"):
-            values["local_share"] = local_share(*found, values.get("on_error", "allow"))
-        if found := read("RATELIMIT_ALGORITHM"):
-            variable, text = found
-            if text not in ALGORITHMS:
-                raise ConfigurationError(
-                    f"{variable}={text!r}: the algorithm is one of {', '.join(ALGORITHMS)}"
-                )
-            values["algorithm"] = text
-        if found := read("RATELIMIT_METRICS"):
-            variable, text = found
-            if text not in ("prometheus", "otel", "console", "none"):
-                raise ConfigurationError(
-                    f"{variable}={text!r}: metrics go to 'prometheus' (served at /metrics), "
-                    "'otel' (the global OpenTelemetry provider), 'console' (printed every "
-                    "minute) or 'none'"
-                )
-            values["metrics"] = text
-        if found := read("RATELIMIT_MAX_DESCRIPTORS"):
-            variable, text = found
-            if not text.isdigit() or int(text) < 1:
-                raise ConfigurationError(
-                    f"{variable}={text!r}: the most descriptors a request may have is a whole "
-                    "number, 1 or more"
-                )
-            values["max_descriptors"] = int(text)
-        if found := read("RATELIMIT_RESPONSE_HEADERS"):
-            variable, text = found
-            if text.lower() not in SWITCH:
-                raise ConfigurationError(
-                    f"{variable}={text!r}: the headers Envoy passes on to clients are 'on' "
-                    "or 'off' (or true/false, 1/0)"
-                )
-            values["response_headers"] = SWITCH[text.lower()]
-        if found := read("RATELIMIT_SPREAD"):
-            variable, text = found
-            if text.lower() != "auto" and text.lower() not in SWITCH:
-                raise ConfigurationError(
-                    f"{variable}={text!r}: where a Redis store keeps each identifier is "
-                    "'auto' (spread on a Redis Cluster), 'on' or 'off'"
-                )
-            values["spread"] = SWITCH.get(text.lower())
+        _read_answering(read, values)
         values.update(tls_files(env))
         config = cls(**values)  # type: ignore[arg-type]
         if config.workers > 1 and config.storage.startswith("memory://"):
@@ -223,6 +132,126 @@ class ServiceConfig:
                 "store they share (RATELIMIT_STORAGE=redis://..., postgresql://...)"
             )
         return config
+
+
+Read = Callable[..., tuple[str, str] | None]
+"""``read(name, ratio=None)``: the variable set (ours, else ratio's name for it) and its
+value, stripped; ``None`` when neither is set."""
+
+
+def _reader(env: Mapping[str, str]) -> Read:
+    def read(name: str, ratio: str | None = None) -> tuple[str, str] | None:
+        for variable in (name, ratio):
+            if variable and env.get(variable, "").strip():
+                return variable, env[variable].strip()
+        return None
+
+    return read
+
+
+def _read_what(read: Read, values: dict[str, object]) -> None:
+    """What the service decides with: the store and the rules (text or a file)."""
+    if found := read("RATELIMIT_STORAGE", "RATIO_STORAGE"):
+        variable, url = found
+        if url.startswith("inmemory://"):
+            url = "memory://"
+        problem = storage_url_problem(url)  # named here, not a traceback at start
+        if problem is not None:
+            raise ConfigurationError(f"{variable}={redacted(url)!r}: {problem}")
+        values["storage"] = url
+    if found := read("RATELIMIT_RULES", "RATIO_LIMIT"):
+        variable, text = found
+        try:
+            to_tree(text)
+        except RuleSyntaxError as exc:
+            raise ConfigurationError(f"{variable}={text!r}: {exc}") from None
+        values["rules"] = text
+    if found := read("RATELIMIT_RULES_FILE"):
+        values["rules_file"] = found[1]
+
+
+def _read_serving(read: Read, values: dict[str, object]) -> None:
+    """Where the service listens, and with how many workers."""
+    if found := read("RATELIMIT_PORT", "RATIO_PORT"):
+        values["port"] = port(*found)
+    if found := read("RATELIMIT_METRICS_PORT"):
+        values["metrics_port"] = port(*found)
+    if found := read("RATELIMIT_METRICS_HOST"):
+        values["metrics_host"] = found[1]
+    if found := read("RATELIMIT_WORKERS"):
+        variable, text = found
+        if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+            raise ConfigurationError(
+                f"{variable}={text!r}: the number of worker processes is a whole number "
+                f"from 1 to {MAX_WORKERS}"
+            )
+        values["workers"] = int(text)
+    if found := read("RATELIMIT_HOST"):
+        values["host"] = found[1]
+
+
+def _read_deciding(read: Read, values: dict[str, object]) -> None:
+    """How each decision is made: deadline, namespace, failure policy, algorithm, layout."""
+    if found := read("RATELIMIT_TIMEOUT", "RATIO_CONNECTION_TIMEOUT"):
+        variable, text = found
+        values["timeout"] = duration(text, variable)
+    if found := read("RATELIMIT_NAMESPACE"):
+        values["namespace"] = found[1]
+    if found := read("RATELIMIT_ON_ERROR"):
+        variable, text = found
+        if text not in ("allow", "deny", "local"):
+            raise ConfigurationError(
+                f"{variable}={text!r}: the service's failure policy is 'allow' (answer OK, "
+                "marked degraded), 'deny' (answer OVER_LIMIT) or 'local' (decide on this "
+                "process's share of each limit)"
+            )
+        values["on_error"] = text
+    if found := read("RATELIMIT_LOCAL_SHARE"):
+        values["local_share"] = local_share(*found, values.get("on_error", "allow"))
+    if found := read("RATELIMIT_ALGORITHM"):
+        variable, text = found
+        if text not in ALGORITHMS:
+            raise ConfigurationError(
+                f"{variable}={text!r}: the algorithm is one of {', '.join(ALGORITHMS)}"
+            )
+        values["algorithm"] = text
+    if found := read("RATELIMIT_SPREAD"):
+        variable, text = found
+        if text.lower() != "auto" and text.lower() not in SWITCH:
+            raise ConfigurationError(
+                f"{variable}={text!r}: where a Redis store keeps each identifier is "
+                "'auto' (spread on a Redis Cluster), 'on' or 'off'"
+            )
+        values["spread"] = SWITCH.get(text.lower())
+
+
+def _read_answering(read: Read, values: dict[str, object]) -> None:
+    """What the service tells: metrics, how many descriptors it reads, headers for clients."""
+    if found := read("RATELIMIT_METRICS"):
+        variable, text = found
+        if text not in ("prometheus", "otel", "console", "none"):
+            raise ConfigurationError(
+                f"{variable}={text!r}: metrics go to 'prometheus' (served at /metrics), "
+                "'otel' (the global OpenTelemetry provider), 'console' (printed every "
+                "minute) or 'none'"
+            )
+        values["metrics"] = text
+    if found := read("RATELIMIT_MAX_DESCRIPTORS"):
+        variable, text = found
+        if not text.isdigit() or int(text) < 1:
+            raise ConfigurationError(
+                f"{variable}={text!r}: the most descriptors a request may have is a whole "
+                "number, 1 or more"
+            )
+        values["max_descriptors"] = int(text)
+    if found := read("RATELIMIT_RESPONSE_HEADERS"):
+        variable, text = found
+        if text.lower() not in SWITCH:
+            raise ConfigurationError(
+                f"{variable}={text!r}: the headers Envoy passes on to clients are 'on' "
+                "or 'off' (or true/false, 1/0)"
+            )
+        values["response_headers"] = SWITCH[text.lower()]
 
 
 def bare_host(host: str) -> str:

@@ -37,9 +37,9 @@ import functools
 from collections.abc import Sequence
 
 from ratelimit.asgi.headers import Exhausted, rate_limit_fields, retry_after
-from ratelimit.decision import Decision, RuleState
-from ratelimit.extras import needs_extra
-from ratelimit.rules import Rule
+from ratelimit.core.decision import Decision, RuleState
+from ratelimit.core.extras import needs_extra
+from ratelimit.rules.tree import Rule
 
 with needs_extra("server"):
     from ratelimit.service.proto.envoy.core_pb2 import HeaderValue

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ratelimit.algorithms import SLIDING_LOG
-from ratelimit.decision import Decision, RuleState
+from ratelimit.core.checks import check_cost
+from ratelimit.core.decision import Decision, RuleState
+from ratelimit.core.extras import needs_extra
+from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
-from ratelimit.extras import needs_extra
-from ratelimit.limiter import RateLimit
-from ratelimit.overrides import Override
-from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import Node, Or, Rule, map_rules, to_tree
+from ratelimit.front.limiter import RateLimit
+from ratelimit.overrides.cache import Override
+from ratelimit.rules.tree import Node, Or, Rule, map_rules, to_tree
 from ratelimit.service.config import MAX_DESCRIPTORS
 from ratelimit.service.envoy_headers import header_values
 from ratelimit.service.rules_file import (
@@ -36,7 +37,6 @@ from ratelimit.service.rules_file import (
     selector_of,
 )
 from ratelimit.service.statuses import Matched, below_cost, fill, filled
-from ratelimit.settings import check_cost
 
 if TYPE_CHECKING:
     from ratelimit.service.prometheus import ServiceMetrics

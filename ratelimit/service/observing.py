@@ -79,7 +79,7 @@ def start_line(config: ServiceConfig, port: int, metrics_port: int | None, worke
 def observing(metrics: str) -> Observing:
     """The service's metrics: ``prometheus`` (:mod:`ratelimit.service.prometheus`), or
     OpenTelemetry's ``ratelimit.decisions`` and ``ratelimit.decision.duration``
-    (:mod:`ratelimit.metrics`) when the ``otel`` extra is installed, on the global
+    (:mod:`ratelimit.metrics.opentelemetry`) when the ``otel`` extra is installed, on the global
     MeterProvider (``otel``: configure it as OpenTelemetry documents) or printed to
     standard output every minute and when the service stops (``console``); none with
     ``none``."""
@@ -96,7 +96,7 @@ def observing(metrics: str) -> Observing:
         service = ServiceMetrics()
         return Observing([service.hook], prometheus=service)
     try:
-        from ratelimit.metrics import OpenTelemetryHook
+        from ratelimit.metrics.opentelemetry import OpenTelemetryHook
     except ImportError:
         if metrics == "console":
             raise ConfigurationError(

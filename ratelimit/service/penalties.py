@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Identifier, compile_tree
 from ratelimit.errors import BackendError
-from ratelimit.penalizing import Penalizer
-from ratelimit.plan import Identifier, compile_tree
+from ratelimit.penalties.penalizer import Penalizer
 from ratelimit.service.handlers import Handlers
 from ratelimit.service.rules_file import DescriptorLimit
 from ratelimit.service.statuses import Matched

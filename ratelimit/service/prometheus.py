@@ -2,7 +2,7 @@
 ``prometheus-client`` is installed, as the ``server`` extra does), served on
 ``http://RATELIMIT_METRICS_HOST:RATELIMIT_METRICS_PORT/metrics``.
 
-Besides the library's (:mod:`ratelimit.prometheus`: decisions, latency, the storage):
+Besides the library's (:mod:`ratelimit.metrics.prometheus`: decisions, latency, the storage):
 
 - ``ratelimit_decisions_total{key, limit, outcome}`` counts each Envoy descriptor decided
   (``key`` ``envoy/<domain>``, ``limit`` the rules-file limit as ``[descriptor keys] rules``,
@@ -33,10 +33,18 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from ratelimit.decision import Decision, RuleState
-from ratelimit.extras import needs_extra
-from ratelimit.outcomes import ALLOWED, DEGRADED, NEAR_LIMIT, OVER_LIMIT, SHADOW, near, outcome
-from ratelimit.prometheus import PrometheusHook
+from ratelimit.core.decision import Decision, RuleState
+from ratelimit.core.extras import needs_extra
+from ratelimit.metrics.outcomes import (
+    ALLOWED,
+    DEGRADED,
+    NEAR_LIMIT,
+    OVER_LIMIT,
+    SHADOW,
+    near,
+    outcome,
+)
+from ratelimit.metrics.prometheus import PrometheusHook
 from ratelimit.service.rules_file import DescriptorLimit
 
 with needs_extra("server"):

@@ -51,11 +51,11 @@ from pathlib import Path
 from typing import Any
 
 from ratelimit.algorithms import SLIDING_LOG
+from ratelimit.core.checks import check_cost
+from ratelimit.core.plan import compile_tree
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
-from ratelimit.penalties import unselected_penalty
-from ratelimit.plan import compile_tree
-from ratelimit.rules import Node, map_rules, to_tree
-from ratelimit.settings import check_cost
+from ratelimit.penalties.spec import unselected_penalty
+from ratelimit.rules.tree import Node, map_rules, to_tree
 
 logger = logging.getLogger("ratelimit.service")
 _TOKENS = re.compile(

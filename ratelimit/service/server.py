@@ -24,9 +24,9 @@ import time
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ratelimit.core.extras import needs_extra
 from ratelimit.errors import BackendError, ConfigurationError, LockTimeoutError
-from ratelimit.extras import needs_extra
-from ratelimit.limiter import RateLimit
+from ratelimit.front.limiter import RateLimit
 from ratelimit.service import rules_file
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.config import address as host_port

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ratelimit.decision import Decision, RuleState
-from ratelimit.evaluation import tree_limited
-from ratelimit.extras import needs_extra
-from ratelimit.plan import CompiledTree, compile_tree
-from ratelimit.rules import Rule
+from ratelimit.core.decision import Decision, RuleState
+from ratelimit.core.evaluation import tree_limited
+from ratelimit.core.extras import needs_extra
+from ratelimit.core.plan import CompiledTree, compile_tree
+from ratelimit.rules.tree import Rule
 from ratelimit.service.rules_file import DescriptorLimit
 
 with needs_extra("server"):

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ratelimit.core.extras import needs_extra
 from ratelimit.errors import ConfigurationError
-from ratelimit.extras import needs_extra
 
 if TYPE_CHECKING:
     import grpc

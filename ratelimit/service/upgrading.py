@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 from ratelimit.backends.base import OverrideStore, clock_of, override_store
 from ratelimit.errors import RateLimitError
-from ratelimit.limiter import RateLimit
-from ratelimit.overrides import decode
+from ratelimit.front.limiter import RateLimit
+from ratelimit.overrides.cache import decode
 from ratelimit.service.config import ServiceConfig
 from ratelimit.service.observing import WORKER
 

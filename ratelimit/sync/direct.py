@@ -5,7 +5,7 @@ wake-ups: the loop's, then the caller's. A plain decision needs neither where th
 be asked from any thread: ``memory://`` (its ``decide`` takes a thread lock and never
 awaits) and the Redis script engine on a plain ``redis.asyncio.Redis`` (the same ``EVALSHA``
 of the same script, sent by a synchronous redis-py connection of the same address, options
-and credentials: :mod:`ratelimit.backends.redis.blocking`). The decision is still the
+and credentials: :mod:`ratelimit.backends.redis.script.blocking`). The decision is still the
 async pipeline's own:
 :meth:`Decider.decide` (denial cache, failure policy, shadow, the backend's own reply
 parsing) run to its end at once in the calling thread, on a twin of the limiter's decider
@@ -35,16 +35,16 @@ import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
-from ratelimit.backends.memory import MemoryBackend
-from ratelimit.backends.redis.blocking import blocking_engine
-from ratelimit.backends.redis.script_engine import RedisScriptBackend
-from ratelimit.decider import CallKey, Decider, new_call_key
-from ratelimit.decision import Decision, RateLimitExceeded
-from ratelimit.denials import Call, DenialCache
-from ratelimit.limit import Limit
-from ratelimit.limiter import RateLimit as AsyncRateLimit
-from ratelimit.plan import CompiledTree, Cost
-from ratelimit.selectors import CallSite, resolved_now
+from ratelimit.backends.memory.backend import MemoryBackend
+from ratelimit.backends.redis.script.blocking import blocking_engine
+from ratelimit.backends.redis.script.engine import RedisScriptBackend
+from ratelimit.core.decision import Decision, RateLimitExceeded
+from ratelimit.core.plan import CompiledTree, Cost
+from ratelimit.core.selectors import CallSite, resolved_now
+from ratelimit.front.limit import Limit
+from ratelimit.front.limiter import RateLimit as AsyncRateLimit
+from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
+from ratelimit.pipeline.denials import Call, DenialCache
 
 T = TypeVar("T")
 

@@ -41,22 +41,21 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
-from ratelimit.chosen import RulesLike
-from ratelimit.concurrency import DEFAULT_LEASE
-from ratelimit.costs import CostLike, CostValue
-from ratelimit.decision import Decision
+from ratelimit.core.costs import CostLike, CostValue
+from ratelimit.core.decision import Decision, Hook
+from ratelimit.core.plan import CompiledTree, Cost
+from ratelimit.core.settings import Settings, SettingsKeywords
 from ratelimit.errors import ConfigurationError
-from ratelimit.hooks import Hook
-from ratelimit.limit import Limit as AsyncLimit
-from ratelimit.limiter import _UNSET, KEYWORD_SETTINGS
-from ratelimit.limiter import RateLimit as AsyncRateLimit
-from ratelimit.plan import CompiledTree, Cost
-from ratelimit.settings import Settings, SettingsKeywords
+from ratelimit.front.chosen import RulesLike
+from ratelimit.front.concurrency import DEFAULT_LEASE
+from ratelimit.front.limit import Limit as AsyncLimit
+from ratelimit.front.limiter import _UNSET, KEYWORD_SETTINGS
+from ratelimit.front.limiter import RateLimit as AsyncRateLimit
+from ratelimit.front.wrapping import block_key
 from ratelimit.sync.direct import DirectPath, direct_path
 from ratelimit.sync.limits import Concurrency, Limit
 from ratelimit.sync.overriding import Overrides
 from ratelimit.sync.portal import Portal
-from ratelimit.wrapping import block_key
 
 T = TypeVar("T")
 _limiters = 0
@@ -216,7 +215,7 @@ class RateLimit:
 
     @property
     def overrides(self) -> Overrides:
-        """This namespace's overrides (:class:`~ratelimit.overriding.Overrides`), blocking."""
+        """This namespace's overrides (:class:`~ratelimit.overrides.handle.Overrides`), blocking."""
         return Overrides(self)
 
     # --- limits ---

@@ -12,17 +12,17 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
-from ratelimit.concurrency import Concurrency as AsyncConcurrency
-from ratelimit.concurrency import Held
-from ratelimit.costs import CostValue
-from ratelimit.decision import Decision
-from ratelimit.limit import Limit as AsyncLimit
+from ratelimit.core.costs import CostValue
+from ratelimit.core.decision import Decision
+from ratelimit.front.concurrency import Concurrency as AsyncConcurrency
+from ratelimit.front.concurrency import Held
+from ratelimit.front.limit import Limit as AsyncLimit
+from ratelimit.front.wrapping import call_site, function_name, is_async
 from ratelimit.sync.direct import DirectPath
 from ratelimit.sync.portal import Portal
-from ratelimit.wrapping import call_site, function_name, is_async
 
 if TYPE_CHECKING:
-    from ratelimit.limiter import RateLimit as AsyncRateLimit
+    from ratelimit.front.limiter import RateLimit as AsyncRateLimit
 
 
 class RateLimit(Protocol):

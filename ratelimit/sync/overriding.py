@@ -1,13 +1,13 @@
-"""The sync API's overrides: :class:`ratelimit.overriding.Overrides`, blocking."""
+"""The sync API's overrides: :class:`ratelimit.overrides.handle.Overrides`, blocking."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ratelimit.limiter import RateLimit as AsyncRateLimit
-from ratelimit.overrides import Override
-from ratelimit.rules import RuleLike
+from ratelimit.front.limiter import RateLimit as AsyncRateLimit
+from ratelimit.overrides.cache import Override
+from ratelimit.rules.tree import RuleLike
 
 T = TypeVar("T")
 
@@ -19,7 +19,7 @@ class RateLimit(Protocol):
 
 
 class Overrides:
-    """:class:`ratelimit.overriding.Overrides`, blocking."""
+    """:class:`ratelimit.overrides.handle.Overrides`, blocking."""
 
     def __init__(self, limiter: RateLimit) -> None:
         self._limiter = limiter

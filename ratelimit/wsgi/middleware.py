@@ -37,10 +37,10 @@ from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, RouteTable
-from ratelimit.decision import Decision
+from ratelimit.core.decision import Decision
+from ratelimit.core.slots import SlotLimit
 from ratelimit.errors import ConfigurationError, SourceValueError
-from ratelimit.limiter import RateLimit as AsyncRateLimit
-from ratelimit.slots import SlotLimit
+from ratelimit.front.limiter import RateLimit as AsyncRateLimit
 from ratelimit.sync.limiter import RateLimit
 from ratelimit.wsgi.environ import routed, scope_of
 from ratelimit.wsgi.response import Exchange, ExcInfo, answer, as_text
@@ -50,7 +50,7 @@ Refused: TypeAlias = Callable[[HTTPRequest, Decision], WSGIApplication]
 DECISIONS = "ratelimit.decisions"
 """Environ key of the list of decisions made for one request (the middleware's, and any the
 application adds), read when the response starts."""
-STATE = "ratelimit.decision"
+STATE = "ratelimit.core.decision"
 """Environ key of the route's decision (absent when no route decided)."""
 
 

@@ -19,9 +19,9 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 from ratelimit.asgi.headers import problem_headers, unreadable
 from ratelimit.asgi.limits import HTTPLimit, HTTPResponse
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.decision import Decision, RateLimitExceeded
+from ratelimit.core.decision import Decision, RateLimitExceeded
+from ratelimit.core.slots import SlotLimit
 from ratelimit.errors import SourceValueError
-from ratelimit.slots import SlotLimit
 from ratelimit.sync.limiter import RateLimit
 
 ExcInfo: TypeAlias = (

@@ -13,8 +13,8 @@ from wsgiref.types import WSGIApplication, WSGIEnvironment
 from ratelimit.asgi.limits import HTTPCost, HTTPLimit
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.decision import Decision, RateLimitExceeded
-from ratelimit.rules import RuleLike
+from ratelimit.core.decision import Decision, RateLimitExceeded
+from ratelimit.rules.tree import RuleLike
 from ratelimit.sync.limiter import RateLimit
 from ratelimit.wsgi.environ import scope_of
 from ratelimit.wsgi.middleware import DECISIONS, STATE, check_limiter

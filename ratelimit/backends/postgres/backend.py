@@ -26,19 +26,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
 from ratelimit.backends.layout import reset_keep_us
+from ratelimit.backends.loops import LoopBinding
 from ratelimit.backends.naming import identifier_key
 from ratelimit.backends.postgres.overrides import PostgresOverrides
 from ratelimit.backends.postgres.penalties import PostgresPenalties
 from ratelimit.backends.postgres.pool import SetUpPool
 from ratelimit.backends.postgres.schema import DECIDE, RESET, SETTLE
 from ratelimit.backends.postgres.url import SCHEMES
-from ratelimit.decision import Decision
+from ratelimit.core.checks import check_clock, check_seconds, check_timeout
+from ratelimit.core.decision import Decision
+from ratelimit.core.evaluation import evaluate
+from ratelimit.core.plan import CounterUpdate, Plan
+from ratelimit.core.settling import Settlement
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
-from ratelimit.evaluation import evaluate
-from ratelimit.loops import LoopBinding
-from ratelimit.plan import CounterUpdate, Plan
-from ratelimit.settings import check_clock, check_seconds, check_timeout
-from ratelimit.settling import Settlement
 
 if TYPE_CHECKING:
     import asyncpg

@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ratelimit.backends.penalty_store import PenaltyHold
+from ratelimit.core.plan import Identifier
 from ratelimit.errors import BackendError
-from ratelimit.plan import Identifier
 
 NOW = "coalesce($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)"
 LEFT = f"""

@@ -16,9 +16,9 @@ import asyncio
 import contextlib
 from typing import Any
 
+from ratelimit.backends.loops import abort_transport
 from ratelimit.backends.postgres.schema import put_in_place, warm
 from ratelimit.errors import BackendError
-from ratelimit.loops import abort_transport
 
 
 class SetUpPool:

@@ -68,7 +68,7 @@ may still be there for processes of an older version, and the cast picks this on
 RESET = "SELECT ratelimit_reset($1, $2, $3)"
 """Forget what keys counted, and mark them reset (a refund reserved before takes nothing)."""
 SETTLE = "SELECT ratelimit_settle($1, $2, $3, $4, $5)"
-"""One settle (:mod:`ratelimit.settling`): per (key, window size) its delta."""
+"""One settle (:mod:`ratelimit.core.settling`): per (key, window size) its delta."""
 _WARM_UP = (["rl:warm-up"], [1], [1], [1_000_000], [0, 0], [1.0], False, True, None)
 
 

@@ -268,7 +268,7 @@ BEGIN
 END;
 $$;
 
--- Settle a call after it ran, atomically (ratelimit/settling.py): entry i adds p_deltas[i]
+-- Settle a call after it ran, atomically (ratelimit/core/settling.py): entry i adds p_deltas[i]
 -- on window size p_sizes[i] of p_keys[i]. A refund (below 0) takes back from the window the
 -- reservation was counted in (p_at, us) while it is held, never below 0, and nothing when
 -- the key was reset since (a reset mark, ratelimit_reset, at p_at or later); an excess (above

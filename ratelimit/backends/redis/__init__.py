@@ -19,8 +19,8 @@ script engine but live beside the backends, since they serve Postgres too.
 """
 
 from ratelimit.backends.redis.client import RedisClient, client_from_url, is_redis_client
-from ratelimit.backends.redis.command_engine import RedisCommandBackend
-from ratelimit.backends.redis.script_engine import RedisScriptBackend
+from ratelimit.backends.redis.command.engine import RedisCommandBackend
+from ratelimit.backends.redis.script.engine import RedisScriptBackend
 
 __all__ = [
     "RedisClient",

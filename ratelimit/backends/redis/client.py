@@ -17,8 +17,8 @@ from ratelimit.backends.redis.sentinel import (
     SentinelURL,
     sentinel_client,
 )
+from ratelimit.core.checks import check_spread
 from ratelimit.errors import ConfigurationError
-from ratelimit.settings import check_spread
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 

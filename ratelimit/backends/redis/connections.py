@@ -25,8 +25,8 @@ import contextlib
 import math
 from typing import Any
 
+from ratelimit.backends.loops import abort_transport
 from ratelimit.backends.redis.compat import ConnectionError, MaxConnectionsError
-from ratelimit.loops import abort_transport
 
 
 def spare(pool: Any) -> int:

@@ -22,7 +22,7 @@ key or break the hash tag. A part longer than 64 characters once encoded becomes
 128-bit BLAKE2b digest of its UTF-8 bytes, so keys stay short whatever the values are. The
 hash tag ``{<namespace>:<key>}`` puts every key of one limit in one Redis Cluster slot.
 
-Spread (a store of many nodes, a tree that spreads: :attr:`~ratelimit.plan.CompiledTree.spreads`),
+Spread (a store of many nodes, a tree that spreads: ``CompiledTree.spreads``),
 each identifier with a selector has a hash tag of its own, and every key above that belongs
 to it follows it::
 
@@ -45,9 +45,9 @@ from ratelimit.backends.naming import PREFIX, selector_part
 from ratelimit.backends.naming import encode_part as encode_part
 from ratelimit.backends.naming import identifier_key as identifier_key
 from ratelimit.backends.naming import tag as tag
-from ratelimit.plan import Identifier, Plan
-from ratelimit.rules import Rule
-from ratelimit.windows import slot_of
+from ratelimit.backends.windows import slot_of
+from ratelimit.core.plan import Identifier, Plan
+from ratelimit.rules.tree import Rule
 
 
 def spread_tag(identifier: Identifier) -> str:
@@ -155,7 +155,7 @@ def stored_keys(identifier: Identifier, spread: bool = False) -> tuple[str, str,
 @functools.lru_cache(maxsize=256)
 def window_fields(size_us: int) -> tuple[str, str, str, str]:
     """The window-counter hash's fields for window size ``size_us``, in the order of
-    :data:`ratelimit.windows.Slots` (the scripts' ``lua/_windows.lua`` names them alike):
+    :data:`ratelimit.backends.windows.Slots` (the scripts' ``lua/_windows.lua`` names them alike):
     ``S:0`` and ``S:1`` hold the two slots' counts, ``S:0w`` and ``S:1w`` their windows."""
     return f"{size_us}:0", f"{size_us}:0w", f"{size_us}:1", f"{size_us}:1w"
 

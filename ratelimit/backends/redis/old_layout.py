@@ -32,7 +32,7 @@ from typing import Any
 from ratelimit.backends.naming import encode_part, selector_part, tag
 from ratelimit.backends.redis.compat import CLUSTERS
 from ratelimit.backends.redis.keys import plan_keys
-from ratelimit.plan import Plan
+from ratelimit.core.plan import Plan
 
 logger = logging.getLogger("ratelimit")
 

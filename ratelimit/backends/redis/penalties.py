@@ -31,8 +31,8 @@ from ratelimit.backends.penalty_store import PenaltyHold
 from ratelimit.backends.redis.compat import CLUSTERS
 from ratelimit.backends.redis.errors import replied
 from ratelimit.backends.redis.resp import Command, Script, pack_args
+from ratelimit.core.plan import Identifier
 from ratelimit.errors import LimiterClosedError
-from ratelimit.plan import Identifier
 
 KEEP_INJECTED_MS = 86_400_000
 """Under an injected clock, how long keys stay past what the fake time needs (the server

@@ -35,7 +35,7 @@ class Command:
     decorated function (its rules, cost and flags), so callers cache them. The whole
     command (:attr:`packed`) is joined only when it goes alone: a batch joins its calls'
     keys and arguments into one call of the batch script
-    (:mod:`~ratelimit.backends.redis.batch`) without it."""
+    (:mod:`~ratelimit.backends.redis.script.batch`) without it."""
 
     __slots__ = ("args", "keys", "packed_args", "packed_keys", "script")
 

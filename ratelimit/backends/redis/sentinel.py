@@ -107,7 +107,7 @@ class SentinelDiscovery(Sentinel):
             "socket_connect_timeout": SENTINEL_TIMEOUT,
             "retry": Retry(NoBackoff(), 0),
         }
-        super().__init__(sentinels, sentinel_kwargs={**defaults, **(sentinel_kwargs or {})})  # type: ignore[no-untyped-call]
+        super().__init__(sentinels, sentinel_kwargs={**defaults, **(sentinel_kwargs or {})})  # type: ignore[no-untyped-call, unused-ignore]
         self.primaries: dict[str, tuple[str, int]] = {}
         """Per service, the primary found last."""
         self._searches: dict[str, asyncio.Task[tuple[str, int]]] = {}

@@ -1,5 +1,6 @@
--- _log.lua: the sliding log's reads, for sliding_log.lua and settle_log.lua (joined after
--- _now.lua and _tree.lua). `lengths[k]`: the length of list KEYS[k] once read.
+-- _log.lua: the sliding log's reads and writes, for sliding_log.lua, sliding_log_one.lua and
+-- settle_log.lua (joined after the prelude and _time.lua, which define `digits` and `now`).
+-- `lengths[k]`: the length of list KEYS[k] once read.
 
 local lengths = {}
 local lists = #KEYS / 2  -- the lists, then each one's companion (settle_log.lua: then marks)
@@ -88,4 +89,15 @@ local function record(k, hits, count, span, keep_inside)
   elseif extended then
     redis.call('PEXPIRE', kept, pttl)
   end
+end
+
+-- One rule of `count` hits per `span` on list KEYS[k], for a call of `cost` (most limits:
+-- sliding_log.lua's tree of one leaf, and all of sliding_log_one.lua): decided, and
+-- recorded when admitted unless ARGV[5] is "0". Returns the scripts' reply for it.
+local function decide_one(k, count, span, cost)
+  local depth = count - cost + 1
+  local hits, oldest = window(k, depth, now - span)
+  if hits >= depth then return {0, now, hits, oldest} end
+  if ARGV[5] ~= '0' then record(k, cost, count, span, false) end
+  return {1, now, hits, oldest}
 end

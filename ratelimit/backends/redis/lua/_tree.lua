@@ -1,4 +1,5 @@
--- _tree.lua: joined after _now.lua in front of the scripts that decide a rule tree.
+-- _tree.lua: joined after _helpers.lua and _time.lua in front of the scripts that decide
+-- a rule tree.
 -- Reads ARGV[2] (the tree: L, per leaf count and span or size in microseconds, then the
 -- prefix program) into `tree`, ARGV[3] (per leaf, its key index or 0) into `slots` and
 -- ARGV[4] (the call's cost: one number counted on every key, or one per key k of the

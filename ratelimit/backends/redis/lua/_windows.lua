@@ -7,7 +7,7 @@
 -- and lives in slot i % 2, so the current window and the one before it are both held.
 
 -- The four fields of size S, in the order they are read: count 0, index 0, count 1, index 1.
--- (Made once per size and script call, or per batch: `cache` is _now.lua's.)
+-- (Made once per size and script call, or per batch: `cache` is _helpers.lua's.)
 local function window_fields(size)
   local fields = cache(1)
   local f = fields[size]

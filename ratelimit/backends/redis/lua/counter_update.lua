@@ -11,7 +11,7 @@
 --           When something was added, the key expires 2 * S from now (never sooner than it
 --           already would).
 --
--- Runs after _now.lua and _windows.lua, which script_engine.py joins in front of it.
+-- Runs after _helpers.lua, _time.lua and _windows.lua, which the engine joins in front.
 
 local size = tonumber(ARGV[2])
 local value = tonumber(ARGV[3])

@@ -31,8 +31,8 @@
 --           changed the rate: _gcra.lua) is written as read, under that count.
 --
 -- Every quantity is a whole number below 2**53 (settings.check_gcra_rule), so Lua's doubles
--- compute it exactly. Runs after _now.lua, _tree.lua and _gcra.lua, which script_engine.py
--- joins in front.
+-- compute it exactly. Runs after _helpers.lua, _time.lua, _tree.lua and _gcra.lua, which
+-- scripts.py joins in front.
 
 local bursts = numbers(ARGV[6], '%d+')
 
@@ -40,30 +40,7 @@ local leaves = tree[1]
 
 -- One rule (most limits): what the loop and writes below do for it, without their tables.
 if leaves == 1 and slots[1] > 0 then
-  local k, count, span, burst = slots[1], tree[2], tree[3], bursts[1]
-  local cost = cost_of(k)
-  local us, rem, was = read_stored(KEYS[k], count)
-  us, rem = rescale(us, rem, was, count)
-  local q, r = math.floor(span / count), span % count
-  local tol = burst * r
-  local tol_us, tol_rem = burst * q + math.floor(tol / count), tol % count
-  local start_us, start_rem = us, rem
-  if us < now or (us == now and rem == 0) then start_us, start_rem = now, 0 end
-  local pushed = start_rem + cost * r
-  local new_us, new_rem = start_us + cost * q + math.floor(pushed / count), pushed % count
-  local ahead = new_us - now
-  local allowed = ahead < tol_us or (ahead == tol_us and new_rem <= tol_rem)
-  -- admitted: the push (never behind what was read); refused: what was read, when it
-  -- was stored under another count
-  if ARGV[5] ~= '0' and (allowed or was ~= count) then
-    if not allowed then new_us, new_rem = us, rem end
-    local keep = math.max(new_us - now + 1, 1)
-    if injected then keep = math.max(keep, tol_us + 1, 3600000000) end
-    local ms = string.format('%d', math.ceil(keep / 1000))  -- not Redis's %.17g
-    redis.call('SET', KEYS[k], arrival_text(new_us, new_rem, count), 'PX', ms)
-  end
-  if allowed then return {1, now, us, rem} end
-  return {0, now, us, rem}
+  return decide_one(KEYS[slots[1]], tree[2], tree[3], bursts[1], cost_of(slots[1]))
 end
 
 local limited = {}

@@ -9,8 +9,8 @@
 --
 -- A mark is kept as long as the longest of what it forgot would have been kept (whatever
 -- rules wrote it: a refund only takes from what is held, and every key is kept while it
--- holds something) and as an earlier mark still is. Returns {now}. Runs after _now.lua,
--- which script_engine.py joins in front of it.
+-- holds something) and as an earlier mark still is. Returns {now}. Runs after _helpers.lua
+-- and _time.lua, which the script engine joins in front of it.
 
 local deleted = tonumber(ARGV[2])
 local keep = tonumber(ARGV[3])

@@ -1,5 +1,5 @@
 -- settle_gcra.lua: settle a call on GCRA arrival times, atomically (see
--- ratelimit/settling.py and algorithms/gcra.py, gcra_settled).
+-- ratelimit/core/settling.py and algorithms/gcra.py, gcra_settled).
 --
 -- KEYS      as gcra.lua: one string per (identifier, span); then, per key, its
 --           identifier's reset mark (keys.py, reset_key): when it was last reset.
@@ -25,7 +25,7 @@
 -- still holds, count as hits of that count, and it is written back under it (never under
 -- the reservation's, which would drain it at the old rate). Returns {now}.
 --
--- Runs after _now.lua, _tree.lua and _gcra.lua, which script_engine.py joins in front.
+-- Runs after _helpers.lua, _time.lua, _tree.lua and _gcra.lua, which scripts.py joins in front.
 
 local bursts = numbers(ARGV[6], '%d+')
 local held = numbers(ARGV[7] or '', '%d+')

@@ -1,4 +1,4 @@
--- settle_log.lua: settle a call on sliding logs, atomically (see ratelimit/settling.py).
+-- settle_log.lua: settle a call on sliding logs, atomically (see ratelimit/core/settling.py).
 --
 -- KEYS      as sliding_log.lua: one list per identifier, then each one's companion; then,
 --           per identifier, its reset mark (keys.py, reset_key): when it was last reset.
@@ -15,7 +15,7 @@
 -- records that many now, past the limit (record() in _log.lua, keeping
 -- every hit within the list's largest span). Returns {now}.
 --
--- Runs after _now.lua, _tree.lua and _log.lua, which script_engine.py joins in front of it.
+-- Runs after _helpers.lua, _time.lua, _tree.lua and _log.lua, which scripts.py joins in front.
 
 lists = #KEYS / 3  -- record() finds each list's companion after the lists
 local delta, keep, ttl = {}, {}, {}

@@ -1,5 +1,5 @@
 -- settle_windows.lua: settle a call on window counters, atomically (see
--- ratelimit/settling.py).
+-- ratelimit/core/settling.py).
 --
 -- KEYS      as window_counters.lua: one hash per identifier; then, per identifier, its
 --           reset mark (keys.py, reset_key): when it was last reset.
@@ -16,7 +16,7 @@
 -- window held, at that window's start, as window_counters.lua decides), past the limit,
 -- and the key kept two of that size from now. Returns {now}.
 --
--- Runs after _now.lua, _tree.lua and _windows.lua, which script_engine.py joins in front.
+-- Runs after _helpers.lua, _time.lua, _tree.lua and _windows.lua, which scripts.py joins in front.
 
 local todo, seen = {}, {}  -- per (key, size) once: {k, size, delta}
 for i = 0, tree[1] - 1 do

@@ -25,19 +25,13 @@
 --           one to two of the largest span on it (never sooner than it already would), as
 --           does its companion.
 --
--- Runs after _now.lua, _tree.lua and _log.lua, which script_engine.py joins in front of it.
+-- Runs after _helpers.lua, _time.lua, _tree.lua and _log.lua, which scripts.py joins in front.
 
 local leaves = tree[1]
 
 -- One rule (most limits): what the loop below does for it, without its tables.
 if leaves == 1 and slots[1] > 0 then
-  local k, count, span = slots[1], tree[2], tree[3]
-  local cost = cost_of(k)
-  local depth = count - cost + 1
-  local hits, oldest = window(k, depth, now - span)
-  if hits >= depth then return {0, now, hits, oldest} end
-  if ARGV[5] ~= '0' then record(k, cost, count, span, false) end
-  return {1, now, hits, oldest}
+  return decide_one(slots[1], tree[2], tree[3], cost_of(slots[1]))
 end
 
 local limited = {}

@@ -20,7 +20,7 @@
 --           done 0, whatever is free).
 --           A key expires when its last lease would end (never sooner than it would).
 --
--- Runs after _now.lua, which script_engine.py joins in front of it.
+-- Runs after _helpers.lua and _time.lua, which the script engine joins in front of it.
 
 local op, token, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local result = {1, now}  -- a whole number below 2**53: an exact integer reply

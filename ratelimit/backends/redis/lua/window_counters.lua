@@ -22,7 +22,7 @@
 --           two to three of its largest windows from now (never sooner than it already
 --           would; see keep_windows).
 --
--- Runs after _now.lua, _tree.lua and _windows.lua, which script_engine.py joins in front.
+-- Runs after _helpers.lua, _time.lua, _tree.lua and _windows.lua, which scripts.py joins in front.
 
 local sliding = ARGV[6] == '1'
 

@@ -1,0 +1,400 @@
+"""``Limit``: rules bound to a ``RateLimit``, as decorator, ``async with`` or methods."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from ratelimit.algorithms import Algorithm
+from ratelimit.core.checks import check_cost, check_flag
+from ratelimit.core.costs import CallCost, CostLike, CostValue, per_leaf
+from ratelimit.core.decision import Decision, RateLimitExceeded
+from ratelimit.core.plan import CompiledTree, Cost, compile_tree
+from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
+from ratelimit.errors import ConfigurationError, SelectorNotFoundError
+from ratelimit.front.chosen import ChosenRules, RulesLike
+from ratelimit.front.direct import Values, asker
+from ratelimit.front.fused import DirectPaths, direct_paths
+from ratelimit.front.registry import Registration, Registry
+from ratelimit.front.wrapping import call_site, coroutine_only, findable, function_name, wrappable
+from ratelimit.overrides.cache import Override, OverrideCache
+from ratelimit.overrides.handle import override_rules
+from ratelimit.overrides.lowered import refusing
+from ratelimit.penalties.penalizer import penalizer_for
+from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
+from ratelimit.pipeline.waiting import admitted, wait_seconds
+from ratelimit.rules.tree import Rule, to_tree
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Limit:
+    """Rules bound to a :class:`RateLimit`: a decorator, an ``async with`` block, or
+    :meth:`decide` for a decision without an exception.
+
+    As a decorator of a coroutine function, a refused call raises
+    :class:`RateLimitExceeded` and the function body does not run (a plain ``def`` is
+    refused: :mod:`ratelimit.sync` limits those). ``async with`` raises on entry in the same
+    way. Without ``key=``, a decorator counts under the function's ``module.qualname``, and
+    blocks and methods under ``site``: where the limit was made
+    (``module.qualname:line:column``, :func:`~ratelimit.front.wrapping.block_key`).
+    """
+
+    def __init__(
+        self,
+        decider: Decider,
+        registry: Registry,
+        rules: RulesLike | None,
+        key: str | None,
+        selector: object | None,
+        selectors: dict[str, object],
+        cost: CostLike = 1,
+        wait: float | bool = False,
+        shadow: bool = False,
+        settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
+        site: str = "",
+        penalty: object = None,
+    ) -> None:
+        self._site = site
+        self._cost = CallCost(cost, decider.algorithm)
+        check_flag("shadow", shadow)
+        if settle is not None:
+            decider.check_settling(settle)
+        self._settle = settle
+        self._shadow = shadow
+        self._wait = wait_seconds(wait)
+        if rules is None and key is None:
+            raise TypeError("limit() needs rules, or key= naming rules registered elsewhere")
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"key must be text, not {type(key).__name__}")
+        self._decider = decider
+        self._registry = registry
+        self._key = key
+        self._sources = SelectorSources(selectors, selector)
+        self._compiled: CompiledTree | ChosenRules | None = None
+        if isinstance(rules, Mapping) or (callable(rules) and not isinstance(rules, str)):
+            self._compiled = ChosenRules(rules, selectors)
+        elif rules is not None:
+            self._compiled = compile_tree(to_tree(rules))
+        if self._compiled is not None:
+            self._check_cost(self._compiled)
+        # Without rules, the registration of ``key`` is looked up at the first call.
+        self._registration = (
+            None if self._compiled is None else Registration(self._compiled, self._sources)
+        )
+        if self._compiled is not None and key:
+            registry.register(key, self._compiled, self._sources)
+        self._penalizer = penalizer_for(
+            decider, penalty, self._compiled, f"key {key!r}" if key else site
+        )
+        self._decide = decider.decide if self._penalizer is None else self._penalizer.decide
+
+    def _registered(self, key: str) -> Registration:
+        """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
+        if self._registration is None:
+            registered = self._registry.registered(key)
+            self._check_cost(registered.compiled)
+            self._registration = Registration(
+                registered.compiled, self._sources.merged_over(registered.sources)
+            )
+        return self._registration
+
+    def _check_cost(self, rules: CompiledTree | ChosenRules) -> None:
+        """The cost fits these rules (each tree of a mapping; a callable's trees at their
+        first call)."""
+        trees = rules.trees if isinstance(rules, ChosenRules) else (rules,)
+        for compiled in trees:
+            self._cost.check(compiled, self._decider.algorithm)
+
+    async def _call(
+        self, key: str, call: CallSite | None, cost: CostValue | None = None
+    ) -> tuple[CallKey, bool | Rule]:
+        """What identifies one call under ``key``: its rules (an override's when one is in
+        force: then ``True`` comes with it, or the rule of it that can never admit the
+        call's cost), selector values and cost (``cost``, given for this call; else the
+        limit's, of the call's arguments)."""
+        registration = self._registered(key)
+        rules = registration.compiled
+        chosen = None
+        if type(rules) is CompiledTree:
+            compiled = rules
+        else:
+            compiled, chosen = await rules.choose(registration.sources, key, call)  # type: ignore[union-attr]
+        values: tuple[str | None, ...] = ()
+        if compiled.selectors:
+            now = resolved_now(compiled.selectors, registration.sources, call)
+            values = (
+                now
+                if now is not None
+                else await resolve(compiled.selectors, registration.sources, key, call)
+            )
+        decider = self._decider
+        overrides = decider.overrides
+        if overrides is not None:
+            if overrides.stale():
+                await overrides.current()
+            if overrides.has(key):  # then most calls still match none: no await for them
+                named = dict(zip(compiled.selectors, values, strict=True))  # no name#n here
+                if chosen is not None:
+                    named.setdefault(*chosen)
+                found = overrides.match(key, named)
+                if found is not None:
+                    overridden = await self._overridden(
+                        overrides, found, key, call, cost, named, compiled
+                    )
+                    if overridden is not None:
+                        return overridden
+        if cost is None and self._cost.fixed:  # most calls: no coroutine for the cost
+            return self._call_key(
+                key, compiled, values, self._cost.of(compiled, decider.algorithm)
+            ), False
+        return await self._counted(key, call, cost, compiled, values), False
+
+    def _call_key(
+        self, key: str, compiled: CompiledTree, values: tuple[str | None, ...], counted: Cost
+    ) -> CallKey:
+        decider = self._decider
+        return new_call_key(  # CallKey(...) built in C: this is every call's path
+            CallKey, (compiled, decider.namespace, key, values, counted, decider.algorithm)
+        )
+
+    async def _counted(
+        self,
+        key: str,
+        call: CallSite | None,
+        cost: CostValue | None,
+        compiled: CompiledTree,
+        values: tuple[str | None, ...],
+        bounded: bool = True,
+    ) -> CallKey:
+        if cost is None and self._cost.fixed and bounded:
+            counted = self._cost.of(compiled, self._decider.algorithm)
+        else:
+            counted = await self._cost_of(call, cost, compiled, self._decider.algorithm, bounded)
+        return self._call_key(key, compiled, values, counted)
+
+    async def _cost_of(
+        self,
+        call: CallSite | None,
+        cost: CostValue | None,
+        compiled: CompiledTree,
+        algorithm: Algorithm,
+        bounded: bool = True,
+    ) -> Cost:
+        """The cost of one call: ``cost``, given for this call; else the limit's callable's
+        answer for the call's arguments."""
+        if cost is not None:
+            return per_leaf(compiled, cost, algorithm, "cost", bounded=bounded)
+        if call is None:
+            return await self._cost.call(compiled, algorithm, bounded=bounded)
+        return await self._cost.call(compiled, algorithm, call.args, call.kwargs, bounded)
+
+    async def _overridden(
+        self,
+        overrides: OverrideCache,
+        found: Override,
+        key: str,
+        call: CallSite | None,
+        cost: CostValue | None,
+        named: dict[str, str | None],
+        limit: CompiledTree,
+    ) -> tuple[CallKey, bool | Rule] | None:
+        """The call under ``found``, the override in force for its values (``named``), and
+        ``True``; ``None`` for the limit's own rules when it cannot apply to the call (a
+        selector it names that this limit cannot resolve, a cost its rules cannot count:
+        logged). A cost above what its rules admit at once comes with the rule that
+        refuses it (:mod:`ratelimit.overrides.lowered`). Its rules keep each identifier where the
+        limit's own (``limit``) do (:func:`~ratelimit.overrides.handle.override_rules`)."""
+        try:
+            tree = override_rules(found, key, limit, overrides.warn)
+            missing = [s for s in tree.selectors if s not in named]
+            if missing:
+                more = await resolve(missing, self._registered(key).sources, key, call)
+                named.update(zip(missing, more, strict=True))
+            own = tuple(named[s] for s in tree.selectors)
+            if cost is None and self._cost.fixed:  # the fixed cost, checked once per tree
+                try:
+                    return await self._counted(key, call, cost, tree, own), True
+                except ConfigurationError:  # perhaps a limit lowered below the call's cost
+                    counted = await self._counted(key, call, cost, tree, own, bounded=False)
+                    return counted, refusing(*counted)
+            # a cost of this call's own: worked out once (a callable is called once)
+            counted = await self._counted(key, call, cost, tree, own, bounded=False)
+            try:
+                check_cost(tree, counted.cost, self._decider.algorithm)
+            except ConfigurationError:
+                return counted, refusing(*counted)
+            return counted, True
+        except (ConfigurationError, SelectorNotFoundError) as exc:
+            overrides.warn(
+                (key, found.values),
+                f"override {found} not applied; key {key!r} keeps its own rules: {exc}",
+            )
+            return None
+
+    async def _admit(self, key: str, site: CallSite, shadow: bool | None = None) -> Decision:
+        """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),
+        or raise ``RateLimitExceeded``: what the decorator does before the body runs."""
+        decide = self._decide
+        if shadow is None:
+            shadow = self._shadow
+        call, override = await self._call(key, site)
+        if self._wait and not isinstance(override, Rule):  # lowered: waiting never helps
+            decision = await admitted(
+                lambda: decide(call, True, shadow, override=override), self._wait
+            )
+        else:
+            decision = await decide(call, True, shadow, override=override)
+            if not decision.allowed and not decision.shadow:
+                raise RateLimitExceeded(decision)
+        return decision
+
+    async def _settled(self, decision: Decision, result: Any) -> None:
+        """Settle ``decision`` by ``settle=`` of the body's ``result``: what the decorator
+        does after the body returned."""
+        assert self._settle is not None
+        actual = self._settle(result)
+        if inspect.isawaitable(actual):
+            actual = await actual
+        await self._decider.settle(decision, actual)
+
+    def _own_key(self) -> str:
+        return self._site if self._key is None else self._key
+
+    async def peek(self, *, cost: CostValue | None = None) -> Decision:
+        """The decision ``decide()`` would give, recording nothing. ``cost``: as for
+        :meth:`decide`."""
+        call, override = await self._call(self._own_key(), None, cost)
+        return await self._decide(call, False, self._shadow, override=override)
+
+    async def reset(self) -> None:
+        """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
+        await self._decider.reset((await self._call(self._own_key(), None, 1))[0])
+
+    async def decide(self, *, cost: CostValue | None = None) -> Decision:
+        """Decide one call under this limit's key without raising: the hit is recorded only
+        if ``Decision.allowed``. Selectors come from ``limit()``'s arguments. ``cost``:
+        what this call counts (a number, or a mapping from units to amounts); default the
+        limit's ``cost=`` (a callable of it is called with no arguments)."""
+        call, override = await self._call(self._own_key(), None, cost)
+        return await self._decide(call, True, self._shadow, override=override)
+
+    async def acquire(
+        self, wait: float | bool | None = None, *, cost: CostValue | None = None
+    ) -> Decision:
+        """Be admitted, waiting up to ``wait`` seconds (default: the limit's ``wait=``), or
+        raise ``RateLimitExceeded``. What ``async with`` does on entry. ``cost``: as for
+        :meth:`decide`."""
+        seconds = self._wait if wait is None else wait_seconds(wait)
+        call, override = await self._call(self._own_key(), None, cost)
+        if isinstance(override, Rule):  # lowered below the cost: waiting never helps
+            seconds = 0.0
+        return await admitted(
+            lambda: self._decide(call, True, self._shadow, override=override), seconds
+        )
+
+    async def settle(self, decision: Decision, actual: CostValue) -> bool:
+        """Record what the call ``decision`` admitted really cost: ``actual`` (a number, or
+        a mapping from units to amounts) replaces the cost it reserved, on every identifier
+        it counted on, in one atomic step: a surplus is refunded, an excess recorded past
+        the limit (see :mod:`ratelimit.core.settling`). ``True`` once recorded; ``False`` for a
+        decision that recorded nothing (refused, degraded: a no-op) or when the storage
+        failed (logged; raised under ``on_error="raise"``). Settling twice, a peek or a
+        call admitted by ``background`` counting raises ``SettleError``.
+
+        Example::
+
+            decision = await limit.acquire(cost={"tokens": 4000})
+            reply = await model.complete(prompt, max_tokens=4000)
+            await limit.settle(decision, {"tokens": reply.usage.total_tokens})
+        """
+        return await self._decider.settle(decision, actual)
+
+    async def __aenter__(self) -> Decision:
+        return await self.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    def _bind(self, func: Callable[..., Any]) -> tuple[str, Parameters]:
+        """The key and parameters of a function this limit decorates (registered under the
+        function's name when it has no ``key=``)."""
+        parameters = wrappable(
+            func,
+            "limit",
+            "the limit would count the call, not the iteration; limit the code that consumes "
+            "it instead",
+        )
+        key = self._key if self._key is not None else function_name(func)
+        if self._compiled is not None:  # a name that no call can supply fails here
+            findable(self._compiled, self._sources, parameters, func, key)
+        if self._compiled is not None and self._key is None:
+            self._registry.register(key, self._compiled, self._sources)
+        return key, parameters
+
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:
+        coroutine_only(func, "limit")
+        key, parameters = self._bind(func)
+        shadow, settle = self._shadow, self._settle
+        direct, admit, fused = self._direct(key, parameters)
+        ask = asker(self._decider)  # Decider.ask, or the store's with None for an admission
+
+        @functools.wraps(func)
+        async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
+            if fused is not None and fused(args, kwargs):  # ratelimit.front.fused
+                return await func(*args, **kwargs)
+            known = None if direct is None else direct(args, kwargs)
+            if known is not None:  # the direct path (ratelimit.front.direct)
+                plan, values = known
+                refused = admit(plan) if admit is not None else await ask(plan)
+                if refused is not None and not refused.allowed:
+                    call, refused = self._refusal(values, refused, shadow)
+                    if not refused.shadow:
+                        await self._waited(call, refused)
+                return await func(*args, **kwargs)
+            site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
+            decision = await self._admit(key, site, shadow)
+            result = await func(*args, **kwargs)
+            if settle is not None:  # the body returned: what it really cost is known
+                await self._settled(decision, result)
+            return result
+
+        return limited
+
+    def _direct(self, key: str, parameters: Parameters) -> DirectPaths:
+        """The direct path of this limit decorating a function of ``parameters`` (a tree of its
+        own, a fixed cost, no ``settle=``), the store's admission without a coroutine, and the
+        fused path (:func:`~ratelimit.front.fused.direct_paths`)."""
+        compiled, decider = (None if self._penalizer else self._compiled), self._decider
+        if type(compiled) is not CompiledTree or not self._cost.fixed or self._settle:
+            return None, None, None
+        cost = self._cost.of(compiled, decider.algorithm)
+        return direct_paths(decider, compiled, key, self._sources, parameters, cost)
+
+    async def _waited(self, call: CallKey, refusal: Decision) -> Decision:
+        """Wait out a refusal of the direct path under ``wait=`` (:meth:`_refusal`)."""
+        decider = self._decider
+        return await admitted(lambda: decider.decide(call, True), self._wait, first=refusal)
+
+    def _refusal(
+        self, values: Values, decision: Decision, shadow: bool
+    ) -> tuple[CallKey, Decision]:
+        """A refusal the store gave the direct path to a call of ``values`` (of its key):
+        remembered; the call's key and the refusal, marked ``shadow`` when let through, to
+        wait out (:meth:`_waited`) under ``wait=``; else ``RateLimitExceeded``."""
+        decider, compiled, key = self._decider, self._compiled, decision.key
+        assert type(compiled) is CompiledTree  # the direct path's limits have a tree
+        call = self._call_key(key, compiled, values, self._cost.of(compiled, decider.algorithm))
+        decision = decider.refused(call, decision, shadow)
+        if not decision.shadow and not self._wait:
+            raise RateLimitExceeded(decision)
+        return call, decision

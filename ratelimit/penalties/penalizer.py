@@ -1,0 +1,278 @@
+"""Applying a penalty (``limit(..., penalty="ip: 5 refusals/10m for 1h")``): a limit's
+calls ask the store whether their identifier is held back before the rules decide, and
+note each refusal of the rules after.
+
+- **What counts**: a call the limit's rules refused (an override's included, and the
+  denial cache's answers, which are the rules' refusals remembered). A degraded refusal
+  (the store failed, a command-engine lock timed out) does not count. In shadow mode a
+  refusal counts, and a hold is reported (``shadow=True``, logged) but lets the call
+  through, as shadow mode does with every refusal. A call that waits its turn (``wait=``,
+  ``acquire(wait)``, an HTTP route's ``delay=``) counts once at most: its last refusal,
+  when it is refused in the end (:mod:`ratelimit.pipeline.waiting`).
+- **A held call** is refused without asking the rules (nothing is counted on the limit's
+  counters): ``retry_after`` and ``Decision.penalty`` are the seconds left of the hold. It
+  is not a refusal of the rules, so it never extends the hold: a hold ends on time, and
+  the count starts again from nothing (fail2ban's way).
+- **Cost**: a limit without ``penalty=`` runs exactly as before (its direct path
+  included). A limit with one takes the general path: one store round trip before each
+  decision to read the hold, and one more per refusal to note it. A hold found is
+  remembered in the process for up to :data:`RECHECK` seconds (never past its end), so a
+  held client hammering one process costs one round trip per ``RECHECK``; a lift
+  (``rl.penalties.lift``) reaches the other processes within it.
+- **The store fails**: reading a hold that fails reads as none (the rules' decision then
+  meets the failure policy); a refusal that cannot be noted stays a refusal (logged). While
+  an outage is under way (the failure policy's), holds are not read from the store (no
+  round trip to wait out per call, as ``on_error="local"`` waits none): a hold this
+  process knows keeps refusing until it ends, and no new one starts (a degraded refusal
+  does not count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+import weakref
+from typing import Any
+
+from ratelimit.backends.base import clock_of
+from ratelimit.backends.penalty_store import PenaltyHold, PenaltyStore, check_penalties
+from ratelimit.core.decision import Decision, HeldDecision
+from ratelimit.core.plan import CompiledTree, Identifier
+from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.penalties.spec import Penalty, parse_penalty, penalty_selector
+from ratelimit.pipeline.decider import CallKey, Decider, shadow_logger
+from ratelimit.pipeline.waiting import waiting_call
+from ratelimit.rules.tree import Rule
+
+RECHECK = 1.0
+"""How long a process trusts a hold it found before asking the store again (seconds)."""
+
+REMEMBERED = 10_000
+"""The most holds a limiter remembers in-process (a cache of the store's: past it, those
+no longer trusted are forgotten, then all)."""
+
+logger = logging.getLogger("ratelimit.penalties")
+
+_Holds = dict[Identifier, tuple[float, float]]
+_HOLDS: weakref.WeakKeyDictionary[object, _Holds] = weakref.WeakKeyDictionary()
+
+
+def _holds(decider: Decider) -> _Holds:
+    """The holds ``decider``'s limiter found, by identifier: until when it trusts them."""
+    return _HOLDS.setdefault(decider.denials, {})
+
+
+def _span(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+class Penalizer:
+    """One limit's penalty: :meth:`decide` is :meth:`Decider.decide` with the hold read
+    first and the refusal noted after."""
+
+    __slots__ = ("_clock", "_index", "decider", "held_by", "penalty", "selector", "store")
+
+    def __init__(
+        self, decider: Decider, penalty: Penalty, selectors: tuple[str, ...], where: str
+    ) -> None:
+        self.store: PenaltyStore = check_penalties(decider.backend)
+        self.decider = decider
+        self.penalty = penalty
+        self.selector = penalty_selector(penalty, selectors, where)
+        self.held_by = (
+            f" after {penalty.count} refusals within {_span(penalty.span_ms)} (penalty '{penalty}')"
+        )
+        self._clock = clock_of(decider.backend) or time.monotonic
+        self._index: dict[CompiledTree, int | None] = {}
+
+    def target(self, call: CallKey) -> Identifier | None:
+        """The identifier ``call`` may be held back as; ``None`` when its value did not
+        resolve (or an override's rules do not name the selector)."""
+        if self.selector is None:
+            return Identifier(call.namespace, call.key, None, None)
+        index = self._index.get(call.compiled, -1)
+        if index == -1:
+            names = [s.split("#", 1)[0] for s in call.compiled.selectors]
+            index = self._index[call.compiled] = (
+                names.index(self.selector) if self.selector in names else None
+            )
+        value = None if index is None else call.values[index]
+        return Identifier(call.namespace, call.key, self.selector, value) if value else None
+
+    def held(self, key: str, left: float, shadow: bool) -> Decision:
+        """The refusal of a call held back ``left`` more seconds."""
+        decision = HeldDecision(False, left, None, 0, key, penalty=left, held_by=self.held_by)
+        if shadow:
+            shadow_logger.info(
+                "ratelimit: shadow mode let through a call of key %r held back by penalty '%s'",
+                key,
+                self.penalty,
+            )
+            decision = dataclasses.replace(decision, shadow=True)
+        return decision
+
+    async def hold_left(self, target: Identifier) -> float:
+        """Seconds left of ``target``'s hold: remembered here, else the store's."""
+        holds = _holds(self.decider)
+        now = self._clock()
+        trusted = holds.get(target)
+        failing = self.decider.policy.outage_started is not None
+        if trusted is not None:
+            if trusted[0] > now or (failing and trusted[1] > now):
+                return trusted[1] - now
+            del holds[target]
+        if failing:  # the store fails: not asked; a hold known here lasts to its end
+            return 0.0
+        try:
+            left = await self.store.penalty_left(target)
+        except BackendError:
+            return 0.0  # the rules' decision meets the failure (the failure policy)
+        if left > 0:
+            self._remember(target, left, now)
+        return left
+
+    def _remember(self, target: Identifier, left: float, now: float) -> None:
+        holds = _holds(self.decider)
+        if len(holds) >= REMEMBERED:  # many held clients: forget those no longer trusted
+            for stale in [t for t, (trusted, _) in holds.items() if trusted <= now]:
+                del holds[stale]
+            if len(holds) >= REMEMBERED:
+                holds.clear()
+        holds[target] = (now + min(left, RECHECK), now + left)
+
+    async def decide(
+        self,
+        call: CallKey,
+        record: bool = True,
+        shadow: bool = False,
+        within: float | None = None,
+        override: bool | Rule = False,
+    ) -> Decision:
+        """:meth:`Decider.decide <ratelimit.pipeline.decider.Decider.decide>` under the penalty
+        (``record=False``: a peek, which shows a hold and notes nothing)."""
+        decider = self.decider
+        target = self.target(call)
+        if target is None:
+            return await decider.decide(call, record, shadow, within, override)
+        decider.check_open()
+        left = await self.hold_left(target)
+        if left > 0:
+            decision = self.held(call.key, left, shadow)
+            if decider.hooks:
+                decider.hooks(decision, 0.0)
+            return decision
+        decision = await decider.decide(call, record, shadow, within, override)
+        if record and not decision.allowed and not decision.degraded:
+            waiting = waiting_call()
+            if waiting is not None:  # a call that waits: only its last refusal counts
+                waiting.pending = functools.partial(self._note, target)
+                return decision
+            return await self._note(target, decision)
+        return decision
+
+    async def _note(self, target: Identifier, decision: Decision) -> Decision:
+        """Note ``decision``, a refusal of the rules: the refusal, or held if it starts a
+        hold."""
+        penalty = self.penalty
+        try:
+            started = await self.store.note_refusal(
+                target, penalty.count, penalty.span_ms, penalty.hold_ms
+            )
+        except BackendError as exc:
+            logger.warning("ratelimit: a refusal of key %r not noted: %s", decision.key, exc)
+            started = 0.0
+        if started > 0:
+            self._remember(target, started, self._clock())
+            return self.held(decision.key, started, decision.shadow)
+        return decision
+
+
+def penalizer_for(decider: Decider, penalty: object, rules: Any, where: str) -> Penalizer | None:
+    """The penalizer of a limit made with ``penalty=`` (``None``: none), checked now:
+    the text, the store, the selector among those ``rules`` name (a compiled tree, or
+    rules chosen per call: every tree's selectors)."""
+    if penalty is None:
+        return None
+    parsed = parse_penalty(penalty)
+    if rules is None:
+        raise ConfigurationError(
+            f"penalty '{parsed}' of {where} needs the limit's own rules (limit(rules, "
+            "key=..., penalty=...)), not rules registered under key= elsewhere"
+        )
+    trees = getattr(rules, "trees", (rules,))
+    selectors = tuple(s for tree in trees for s in tree.selectors)
+    return Penalizer(decider, parsed, selectors, where)
+
+
+class Penalties:
+    """A namespace's penalties in force, kept in the limiter's store: ``rl.penalties``.
+
+    Example::
+
+        for hold in await rl.penalties.list():
+            print(hold.key, hold.selector, hold.value, f"{hold.left:.0f} s left")
+        await rl.penalties.lift("login", ip="203.0.113.9")   # or every hold of "login"
+    """
+
+    __slots__ = ("_decider",)
+
+    def __init__(self, decider: Decider) -> None:
+        self._decider = decider
+
+    def check(self) -> None:
+        """``ConfigurationError`` unless the limiter's store keeps penalties."""
+        check_penalties(self._decider.backend)
+
+    def penalizer(self, penalty: str, selectors: tuple[str, ...], where: str) -> Penalizer:
+        """A :class:`Penalizer` of ``penalty`` on this limiter, for a front end that builds
+        its own calls (the service), checked as ``limit(penalty=...)`` checks it."""
+        return Penalizer(self._decider, parse_penalty(penalty), selectors, where)
+
+    async def list(self, key: str | None = None) -> list[PenaltyHold]:
+        """The holds in force (of ``key`` only, if given): key, selector, value, seconds
+        left. ``ConfigurationError`` on a store that keeps no penalties."""
+        self._decider.check_open()
+        return await check_penalties(self._decider.backend).list_penalties(
+            self._decider.namespace, key
+        )
+
+    async def lift(self, key: str, **value: str) -> int:
+        """End the hold of ``key``'s ``selector=value`` now (one keyword), or every hold
+        of ``key`` (none); returns how many were lifted. This process forgets them at
+        once; other processes within :data:`RECHECK` seconds."""
+        if len(value) > 1:
+            raise TypeError(f"lift() takes one selector=value, not {sorted(value)}")
+        self._decider.check_open()
+        store = check_penalties(self._decider.backend)
+        ((selector, text),) = value.items() if value else ((None, None),)
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"{selector}= must be text, not {type(text).__name__}")
+        holds = _holds(self._decider)
+        for target in [t for t in holds if t.key == key]:
+            if selector is None or (target.selector, target.value) == (selector, text):
+                del holds[target]
+        return await store.lift_penalties(self._decider.namespace, key, selector, text)
+
+
+_MADE: weakref.WeakKeyDictionary[object, dict[tuple[str, CompiledTree, str], Penalizer]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def penalizer_cached(decider: Decider, penalty: str, compiled: CompiledTree, key: str) -> Penalizer:
+    """The penalizer of ``penalty`` for ``RateLimit.decide`` of ``compiled`` under ``key``:
+    made (and checked) at its first use, then kept for the limiter."""
+    made = _MADE.setdefault(decider.denials, {})
+    found = made.get((penalty, compiled, key))
+    if found is None:
+        found = penalizer_for(decider, penalty, compiled, f"key {key!r}")
+        assert found is not None
+        if len(made) >= 1024:
+            made.clear()
+        made[(penalty, compiled, key)] = found
+    return found
