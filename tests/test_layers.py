@@ -319,11 +319,18 @@ def test_no_lua_is_copied_between_scripts_and_fragments() -> None:
 
 
 def test_the_one_rule_scripts_are_joined_from_the_shared_fragments() -> None:
+    """Each one-rule script decides its rule with the very block (``--@`` joined) that its
+    general script's tree of one leaf runs, after the same ``_time.lua``."""
     from ratelimit.backends.redis.script import scripts
 
-    lua = PACKAGE / "backends" / "redis" / "lua"
-    for one, fragment in ((scripts.SLIDING_LOG_ONE, "_log.lua"), (scripts.GCRA_ONE, "_gcra.lua")):
-        source = one.source.decode()
-        for part in ("_one.lua", "_time.lua", fragment):
-            assert (lua / part).read_text() in source, part
-        assert (lua / "_time.lua").read_text() in scripts.SLIDING_LOG_LUA
+    for one, general, block in (
+        (scripts.SLIDING_LOG_ONE, scripts.SLIDING_LOG_LUA, "_log_one.lua"),
+        (scripts.GCRA_ONE, scripts.GCRA_LUA, "_gcra_one.lua"),
+    ):
+        joined = scripts.lua(block)
+        assert "\n--@ " not in joined
+        assert joined in one.source.decode()
+        assert joined in general
+        time = scripts.lua("_time.lua")
+        assert time in one.source.decode()
+        assert time in general

@@ -1,11 +1,7 @@
 -- _one.lua: the prelude of the one-rule scripts (sliding_log_one.lua, gcra_one.lua), in
 -- _helpers.lua's place: a call of one rule parses no tree and formats few numbers, so it
--- makes none of _helpers.lua's caches. Defines `digits` and `times` as _helpers.lua does,
--- for _time.lua and the fragments joined after it.
+-- makes none of _helpers.lua's caches. Defines `times` as false, for _time.lua.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local times = {}
-local function digits(x)
-  return string.format('%d', x)
-end
+local times = false  -- _time.lua keeps no parsed time

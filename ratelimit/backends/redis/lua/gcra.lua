@@ -40,7 +40,9 @@ local leaves = tree[1]
 
 -- One rule (most limits): what the loop and writes below do for it, without their tables.
 if leaves == 1 and slots[1] > 0 then
-  return decide_one(KEYS[slots[1]], tree[2], tree[3], bursts[1], cost_of(slots[1]))
+  local key, count, span, burst = KEYS[slots[1]], tree[2], tree[3], bursts[1]
+  local cost = cost_of(slots[1])
+--@ _gcra_one.lua
 end
 
 local limited = {}

@@ -1,7 +1,7 @@
 -- gcra_one.lua: gcra.lua for a tree of one rule whose selector resolved (most limits), on
 -- its own: no tree to parse and no caches to make (its prelude is _one.lua), which is most
--- of a lone call's time on Redis. The rule is decided by _gcra.lua's decide_one, as
--- gcra.lua decides a tree of one leaf: the same KEYS, ARGV, commands in the same order,
+-- of a lone call's time on Redis. The rule is decided by _gcra_one.lua, as gcra.lua
+-- decides a tree of one leaf: the same KEYS, ARGV, commands in the same order,
 -- stored string and expiry, and reply (tests/test_gcra_one.py reads them off MONITOR).
 -- scripts.py sends it where ARGV[2] is "1 count span 0 0" and ARGV[3] is "1".
 --
@@ -12,7 +12,9 @@
 --           record;  ARGV[6] the burst.
 -- Returns   {allowed (1/0), now, us, rem}, as gcra.lua.
 --
--- Runs after _one.lua, _time.lua and _gcra.lua, which scripts.py joins in front of it.
+-- Runs after _one.lua and _time.lua, which scripts.py joins in front of it.
 
 local _, _, count, span = string.find(ARGV[2], '^1 (%d+) (%d+)')
-return decide_one(KEYS[1], tonumber(count), tonumber(span), tonumber(ARGV[6]), tonumber(ARGV[4]))
+count, span = tonumber(count), tonumber(span)
+local key, burst, cost = KEYS[1], tonumber(ARGV[6]), tonumber(ARGV[4])
+--@ _gcra_one.lua

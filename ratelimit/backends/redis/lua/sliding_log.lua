@@ -31,7 +31,9 @@ local leaves = tree[1]
 
 -- One rule (most limits): what the loop below does for it, without its tables.
 if leaves == 1 and slots[1] > 0 then
-  return decide_one(slots[1], tree[2], tree[3], cost_of(slots[1]))
+  local k, count, span = slots[1], tree[2], tree[3]
+  local cost = cost_of(k)
+--@ _log_one.lua
 end
 
 local limited = {}

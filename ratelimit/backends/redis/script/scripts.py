@@ -45,8 +45,15 @@ _LUA = resources.files("ratelimit.backends.redis").joinpath("lua")
 
 
 def lua(*parts: str) -> str:
-    """A script from its files: Redis scripts cannot import, so shared parts are joined."""
-    return "\n".join(_LUA.joinpath(part).read_text() for part in parts)
+    """A script from its files: Redis scripts cannot import, so shared parts are joined, and
+    a line ``--@ name.lua`` is replaced by that file (a block joined inline, in a function of
+    a general script and at the top of a one-rule script alike)."""
+    return "\n".join(_joined(part) for part in parts)
+
+
+def _joined(part: str) -> str:
+    lines = _LUA.joinpath(part).read_text().splitlines(keepends=True)
+    return "".join(_joined(line.split()[1]) if line.startswith("--@ ") else line for line in lines)
 
 
 GENERAL = ("_helpers.lua", "_time.lua")
@@ -61,14 +68,14 @@ GCRA_LUA = lua(*GENERAL, "_tree.lua", "_gcra.lua", "gcra.lua")
 SETTLE_LOG_LUA = lua(*GENERAL, "_tree.lua", "_log.lua", "settle_log.lua")
 SETTLE_WINDOWS_LUA = lua(*GENERAL, "_tree.lua", "_windows.lua", "settle_windows.lua")
 SETTLE_GCRA_LUA = lua(*GENERAL, "_tree.lua", "_gcra.lua", "settle_gcra.lua")
-SLIDING_LOG_ONE = Script(lua(*ONE, "_log.lua", "sliding_log_one.lua"))
+SLIDING_LOG_ONE = Script(lua(*ONE, "sliding_log_one.lua"))
 """``sliding_log.lua`` for one rule whose selector resolved, on one list (most limits): the
-same fragment (``_log.lua``'s ``decide_one``) decides it, without the tree to parse or the
-caches to make (:func:`plan_command` picks it)."""
-GCRA_ONE = Script(lua(*ONE, "_gcra.lua", "gcra_one.lua"))
+same block (``_log_one.lua``) decides it, without the tree to parse, the caches to make or
+a function to call (:func:`plan_command` picks it)."""
+GCRA_ONE = Script(lua(*ONE, "gcra_one.lua"))
 """``gcra.lua`` for one rule whose selector resolved, on its one arrival time: the same
-fragment (``_gcra.lua``'s ``decide_one``) decides it, without the tree to parse or the
-caches to make (:func:`plan_command` picks it)."""
+block (``_gcra_one.lua``) decides it, without the tree to parse, the caches to make or a
+function to call (:func:`plan_command` picks it)."""
 
 Slots = Callable[[CompiledTree, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None]]
 """Per leaf the position of its key in KEYS (``-1``: none), and per key the identifier it
