@@ -249,3 +249,37 @@ def test_a_limiter_used_by_loops_in_turn_leaves_no_connection_open(postgres_url:
         asyncio.run(rl.aclose())  # and the second's here
         gc.collect()
     assert [str(w.message) for w in seen if w.category is ResourceWarning] == []
+
+
+async def test_a_verdict_its_counts_contradict_stands_and_is_logged(
+    postgres_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46: Postgres's function decided (and recorded) already; where its counts say
+    otherwise (a bug in one twin), its verdict stands and the disagreement is logged once,
+    not raised as a storage failure that the failure policy would answer (``allow``: the
+    call admitted as degraded, quietly)."""
+    import logging
+
+    backend = PostgresBackend(postgres_url, timeout=10)
+    rl = RateLimit(backend, f"pg-{uuid.uuid4().hex[:8]}", algorithm="fixed-window")
+    limit = rl.limit("user:2/m", user="ann")
+    try:
+        assert (await limit.decide()).allowed  # the schema made, a first real decision
+        real = backend._guarded
+
+        async def contradicted(work: Any, what: str, sync: bool = False) -> Any:
+            reply = await real(work, what, sync)
+            return [0.0, *reply[1:]] if "decide" in what else reply  # refused, counts say no
+
+        monkeypatch.setattr(backend, "_guarded", contradicted)
+        with caplog.at_level(logging.ERROR, logger="ratelimit"):
+            first, second = await limit.decide(), await limit.decide()
+        assert not first.allowed
+        assert not first.degraded
+        assert not second.allowed
+        assert not second.degraded
+        logged = [r.getMessage() for r in caplog.records if "disagree" in r.getMessage()]
+        assert len(logged) == 1, logged
+        assert "refused a call of key" in logged[0]
+    finally:
+        await rl.aclose()

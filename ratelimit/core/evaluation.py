@@ -1,6 +1,7 @@
-"""How the counts a backend read become a :class:`~ratelimit.core.decision.Decision`: the one
-place that does it, so every backend computes ``allowed``, ``retry_after``, ``remaining``,
-the binding rule and the per-rule states the same way.
+"""How the counts a backend read become a :class:`~ratelimit.core.decision.Decision`, so that
+every backend computes ``allowed``, ``retry_after``, ``remaining``, the binding rule and the
+per-rule states the same way (the memory backend's direct-path admissions,
+``backends/memory/admit.py``, decide an admission inline and come here for a refusal).
 
 The storage scripts (``sliding_log.lua``, ``window_counters.lua``, ``gcra.lua``) and
 Postgres's ``ratelimit_decide`` compute the same "limited" flag per leaf and walk the same

@@ -1,11 +1,13 @@
 """The decision pipeline: denial cache, background counting, failure policy, backend, hooks.
 
-Every decision goes through one :class:`Decider`, the one a :class:`~ratelimit.RateLimit`
-makes for itself. The decorator and ``async with`` of :mod:`ratelimit.front.limit` name a call with
-a :class:`CallKey` and ask :meth:`Decider.decide` (a plain limit's decorated calls, the
-direct path of :mod:`ratelimit.front.direct`: :meth:`Decider.ask`); the HTTP middleware, the
-service and your own front ends ask :meth:`RateLimit.decide <ratelimit.RateLimit.decide>`,
-which does the same. Concurrency slots take, renew and give back through
+A :class:`~ratelimit.RateLimit` makes one :class:`Decider` for itself. The decorator and
+``async with`` of :mod:`ratelimit.front.limit` name a call with a :class:`CallKey` and ask
+:meth:`Decider.decide`; the HTTP middleware, the service and your own front ends ask
+:meth:`RateLimit.decide <ratelimit.RateLimit.decide>`, which does the same. A plain limit's
+decorated calls take a shorter way where they can (:mod:`ratelimit.front.direct` through
+:meth:`Decider.ask`, :mod:`ratelimit.front.fused`), and come here for anything it does not
+cover; docs/architecture.md names every way in and what keeps each deciding as this one.
+Concurrency slots take, renew and give back through
 :meth:`Decider.take_slots` and its siblings, under the same failure policy and hooks.
 
 Example::

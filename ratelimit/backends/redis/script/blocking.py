@@ -19,19 +19,11 @@ calling thread, so that its coroutine never suspends (:mod:`ratelimit.sync.direc
 Batching threads is not what the automatic pipeline's batching of tasks is: each queued
 call costs a thread wake-up (a futex and the interpreter lock), about what the round trip's
 own system calls cost the thread that goes alone, while the batch saves Redis only its
-per-call share (measured with ``bench/sync_api.py``: at 8 and 32 threads, batching from
-the second call out cost 40-65 µs of client CPU per decision against 32-43 µs alone, and
-saved Redis 4-5 µs). But threads going alone contend for the interpreter lock after each
-reply, and past a few threads that costs more: measured again in one process, alternating
-(``in_flight`` 1 against 64, the polls below gone), at 32 threads batching gave 1.77-1.98x
-``limits``' moving window against 1.40-1.54x alone when the two cores were busy (client
-CPU 45-51 µs against 77-80, Redis 18-19 against 25), and the same rate when they were not;
-at 8 threads it lost 10-30% (one batch out at a time where eight calls went out together;
-measured again on an idle machine: 13 300-16 200 decisions/s against 20 900-25 700, and at
-32 threads 22 700-23 900 against 16 300-22 000). Eight threads are the commoner
-application, so :data:`IN_FLIGHT` stays 64: threads go alone up to 64 calls out (or the
-pool's connections), and past that they queue, bounded by nothing but ``batch``, so that
-threads past the pool's connections wait instead of failing.
+per-call share; but threads going alone contend for the interpreter lock after each reply,
+and past a few threads that costs more. :data:`IN_FLIGHT` (64) lets threads go alone up to
+64 calls out (or the pool's connections) and queues them past that, bounded by nothing but
+``batch``, so that threads past the pool's connections wait instead of failing (the
+measurements behind it: docs/threaded.md, ``bench/sync_api.py``).
 
 Every system call gives the interpreter lock away, and at 32 threads each is a likely
 thread switch; so a connection's deadline is kept by the kernel (:func:`_deadline_in_kernel`)

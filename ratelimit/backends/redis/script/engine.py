@@ -1,7 +1,8 @@
-"""The Redis backend's script engine: one EVALSHA per decision, atomic, on the server's clock.
+"""The Redis backend's script engine: each decision one script call, atomic, on the server's clock.
 
 The whole plan (every rule of the tree and every identifier) goes to its algorithm's script
-(``sliding_log.lua``, ``window_counters.lua`` or ``gcra.lua``; see
+(``sliding_log.lua``, ``window_counters.lua`` or ``gcra.lua``, or for one rule on one key
+``sliding_log_one.lua`` or ``gcra_one.lua``; see
 :mod:`~ratelimit.backends.redis.script.scripts`) in one round trip; Redis runs it alone, so
 counting and recording cannot interleave with another decision, and no lock is needed. The
 script answers with its verdict and what it counted; the verdict stands, and
