@@ -334,3 +334,61 @@ def test_the_one_rule_scripts_are_joined_from_the_shared_fragments() -> None:
         time = scripts.lua("_time.lua")
         assert time in one.source.decode()
         assert time in general
+
+
+FEATURES = ("decisions", "settles", "resets", "overrides", "penalties", "slots")
+"""What every store does for the layers above it (``backends/base.py``'s protocols)."""
+
+LUA = "../lua/"
+STORE_FEATURES: dict[str, dict[str, tuple[str, ...] | str]] = {
+    "backends/memory": {feature: (f"{feature}.py",) for feature in FEATURES},
+    "backends/redis/script": {
+        "decisions": (
+            "engine.py",
+            "scripts.py",
+            *(LUA + f for f in ("sliding_log.lua", "window_counters.lua", "gcra.lua")),
+            *(LUA + f for f in ("sliding_log_one.lua", "gcra_one.lua")),
+        ),
+        "settles": tuple(LUA + f"settle_{a}.lua" for a in ("log", "windows", "gcra")),
+        "resets": (LUA + "reset.lua",),
+        "overrides": ("../overrides.py",),
+        "penalties": ("../penalties.py",),
+        "slots": (LUA + "slots.lua",),
+    },
+    "backends/redis/command": {
+        "decisions": ("decisions.py",),
+        "settles": ("settles.py",),
+        "resets": ("engine.py",),
+        "overrides": ("../overrides.py",),
+        "penalties": ("../penalties.py",),
+        "slots": ("slots.py",),
+    },
+    "backends/postgres": {
+        "decisions": ("backend.py", "schema.sql"),
+        "settles": ("backend.py", "schema.sql"),
+        "resets": ("backend.py", "schema.sql"),
+        "overrides": ("overrides.py",),
+        "penalties": ("penalties.py",),
+        "slots": "refused: a Postgres store holds no concurrency slots",
+    },
+}
+"""Where each store keeps each feature (docs/architecture.md, "Stores and their features"):
+the twins of one feature are one column. A file named after a feature holds it."""
+
+
+def test_every_store_keeps_every_feature_or_says_it_refuses_it() -> None:
+    from ratelimit.backends.postgres import PostgresBackend
+
+    for store, features in STORE_FEATURES.items():
+        folder = PACKAGE / store
+        assert set(features) == set(FEATURES), store
+        for feature, where in features.items():
+            if isinstance(where, str):
+                assert where.startswith("refused: "), (store, feature)
+                continue
+            for name in where:
+                assert (folder / name).resolve().is_file(), (store, feature, name)
+        for feature in FEATURES:  # the folder's files named after a feature are the listing
+            if (folder / f"{feature}.py").exists():
+                assert features[feature] == (f"{feature}.py",), (store, feature)
+    assert PostgresBackend.holds_slots is False  # the refusal said above

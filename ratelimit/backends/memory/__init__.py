@@ -1,4 +1,6 @@
-"""The in-process store (``memory://``): :mod:`.backend` decides, :mod:`.entries` holds each
-identifier's state, :mod:`.admit` admits the direct path's calls, and :mod:`.settles`,
-:mod:`.overrides` and :mod:`.penalties` keep what those features write.
+"""The in-process store (``memory://``): :mod:`.backend` holds the dicts and the lock, and a
+module per feature holds what the store does for it (:mod:`.decisions`, :mod:`.settles`,
+:mod:`.resets`, :mod:`.slots`, :mod:`.overrides`, :mod:`.penalties`), each a mixin of
+:class:`~.backend.MemoryBackend`; :mod:`.entries` holds each identifier's state, and
+:mod:`.admit` admits the direct path's calls.
 """

@@ -1,5 +1,6 @@
 """The in-process backend (``memory://``): the Redis scripts' logs, counters and arrival
-times, in dicts.
+times, in dicts; each feature in a module of its own (``decisions``, ``settles``,
+``resets``, ``slots``, ``overrides``, ``penalties``), a mixin of :class:`MemoryBackend`.
 
 Decisions in one process only; nothing is shared with other processes. Safe for many
 coroutines and threads at once (a decision takes no await between counting and recording).
@@ -10,48 +11,37 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ratelimit.algorithms import (
-    FIXED_WINDOW,
-    GCRA,
-    SLIDING_LOG,
-    SLIDING_WINDOW,
-    US_PER_MS,
     Algorithm,
     Arrival,
-    gcra_rescaled,
-    gcra_shared_next,
-    log_outcome,
     not_before,
-    window,
     window_index,
 )
 from ratelimit.backends import windows
 from ratelimit.backends.base import Clock, clock_us
 from ratelimit.backends.layout import (
-    arrival_shapes,
-    arrival_slots,
     counter_update_rate,
-    limits_per_identifier,
-    reset_keep_us,
 )
 from ratelimit.backends.memory.admit import Admit, AdmitIdentified, admitter, identified
+from ratelimit.backends.memory.decisions import DecisionTables
 from ratelimit.backends.memory.entries import Arrivals, Log, Windows
 from ratelimit.backends.memory.overrides import OverrideTables
 from ratelimit.backends.memory.penalties import PenaltyTables
+from ratelimit.backends.memory.resets import ResetTables
 from ratelimit.backends.memory.settles import SettleTables
+from ratelimit.backends.memory.slots import SlotTables
 from ratelimit.core.checks import check_clock
 from ratelimit.core.decision import Decision
-from ratelimit.core.evaluation import decided, evaluate
 from ratelimit.core.plan import CompiledTree, CounterUpdate, Identifier, Plan
 from ratelimit.core.settling import Settlement
-from ratelimit.core.slots import SlotClaim
 from ratelimit.errors import LimiterClosedError
 
 
-class MemoryBackend(OverrideTables, SettleTables, PenaltyTables):
+class MemoryBackend(
+    DecisionTables, SettleTables, ResetTables, SlotTables, OverrideTables, PenaltyTables
+):
     """Sliding logs and window counters in this process's memory.
 
     ``clock`` (seconds, default ``time.monotonic``) may be replaced by a fake one in tests;
@@ -152,171 +142,6 @@ class MemoryBackend(OverrideTables, SettleTables, PenaltyTables):
             self._sweep(now)
         return self._DECIDE[plan.algorithm.name](self, plan, now)
 
-    def _decide_log(self, plan: Plan, now: int) -> Decision:
-        """Sliding log: one rule by the shortcut, a tree by the general path."""
-        if len(plan.leaf_identifiers) == 1 and plan.identifiers:
-            return self._decide_one(plan, now)
-        return self._decide_logs(plan, now)
-
-    def _decide_logs(self, plan: Plan, now: int) -> Decision:
-        """Sliding logs: every leaf of the tree counted, then recorded when admitted."""
-        logs = [self._live(identifier, now) for identifier in plan.identifiers]
-        counts: list[tuple[int, int]] = []
-        rules = plan.compiled.rules
-        for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True)):
-            if i < 0:
-                counts.append((0, 0))
-            else:
-                threshold = now - rule.span_ms * US_PER_MS
-                counts.append(window(logs[i].hits, plan.depth(leaf), threshold))
-        decision = evaluate(plan, now, counts)
-        if decision.allowed and plan.record:
-            over = [False] * len(logs)  # a rule of the log over its count: see Log.record
-            for leaf, (i, (hits, _)) in enumerate(zip(plan.leaf_identifiers, counts, strict=True)):
-                if i >= 0 and hits >= plan.depth(leaf):
-                    over[i] = True
-            for k, (identifier, log, (keep, span_ms)) in enumerate(
-                zip(plan.identifiers, logs, limits_per_identifier(plan), strict=True)
-            ):
-                cost = int(plan.identifier_cost(k))
-                log.record(now, cost, keep, span_ms * US_PER_MS, over[k])
-                self._logs[identifier] = log
-        return decision
-
-    def _decide_one(self, plan: Plan, now: int) -> Decision:
-        """A single rule on a sliding log: what :meth:`_decide_logs` does, without the tree
-        (1.5x the decisions per second in memory; ``bench/fast_paths.py`` measures it)."""
-        identifier = plan.identifiers[0]
-        rule = plan.compiled.rules[0]
-        log = self._logs.get(identifier)
-        if log is None or log.expires_us <= now:
-            log = self._logs[identifier] = Log()  # an unrecorded one is swept when expired
-        span_us = rule.span_ms * US_PER_MS
-        counted = window(log.hits, rule.count - int(plan.cost) + 1, now - span_us)
-        decision = decided(plan, log_outcome(rule, 0, plan.cost, counted, now), now, (counted,))
-        if decision.allowed and plan.record:
-            log.record(now, int(plan.cost), rule.count, span_us)
-        return decision
-
-    def _decide_windows(self, plan: Plan, now: int) -> Decision:
-        entries = []
-        for identifier in plan.identifiers:
-            entry = self._windows.get(identifier)
-            entries.append(entry if entry is not None and entry.expires_us > now else Windows())
-        for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
-            if i >= 0:  # a window newer than now: the clock stepped back
-                size = rule.span_ms * US_PER_MS
-                now = not_before(now, entries[i].newest(size), size)
-        counts: list[tuple[float, float]] = []
-        for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
-            size = rule.span_ms * US_PER_MS
-            counts.append((0.0, 0.0) if i < 0 else entries[i].counted(size, now // size))
-        decision = evaluate(plan, now, counts)
-        if decision.allowed and plan.record:
-            sizes = plan.windows
-            for k, (identifier, entry, sizes_of) in enumerate(
-                zip(plan.identifiers, entries, sizes, strict=True)
-            ):
-                cost = plan.identifier_cost(k)
-                for size in sizes_of:
-                    index = window_index(now, size)
-                    current, _ = entry.counted(size, index)
-                    entry.hold(size, index, current + cost)
-                entry.expires_us = max(entry.expires_us, now + 2 * max(sizes_of))
-                self._windows[identifier] = entry
-        return decision
-
-    def _decide_arrivals(self, plan: Plan, now: int) -> Decision:
-        """GCRA: every leaf's arrival time read, then pushed on when admitted."""
-        entries = []
-        for identifier in plan.identifiers:
-            entry = self._arrivals.get(identifier)
-            entries.append(entry if entry is not None and entry.expires_us > now else Arrivals())
-        times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
-        stored = [entries[i].stored(field, rule) for i, rule, field in times]
-        counts: list[Arrival] = [
-            (0, 0) if k < 0 else gcra_rescaled(rule, *stored[k], now)
-            for rule, k in zip(plan.compiled.rules, slots, strict=True)
-        ]
-        decision = evaluate(plan, now, counts)
-        if plan.record:
-            shapes = arrival_shapes(plan.compiled, plan.leaf_identifiers)
-            for (i, rule, field), (tat, count), of in zip(times, stored, shapes, strict=True):
-                entry = entries[i]
-                if decision.allowed:
-                    cost = plan.identifier_cost(i)
-                    entry.write(field, rule, gcra_shared_next(of, cost, tat, count, now))
-                elif count != rule.count:  # held as this rule reads it: gcra.lua
-                    entry.write(field, rule, gcra_rescaled(rule, tat, count, now))
-                else:
-                    continue
-                self._arrivals[plan.identifiers[i]] = entry
-        return decision
-
-    async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
-        self._check_open()
-        with self._lock:
-            now = clock_us(self._clock)
-            held = []
-            for identifier in claim.identifiers:
-                holders = self._slots.get(identifier, {})
-                for token in [t for t, ends in holders.items() if ends <= now]:
-                    del holders[token]
-                held.append(len(holders))
-            if self._revoked.get((claim.namespace, claim.key, claim.token), 0) > now or any(
-                n >= count for n, count in zip(held, claim.counts, strict=True)
-            ):
-                return False, tuple(held)
-            for identifier in claim.identifiers:
-                self._slots.setdefault(identifier, {})[claim.token] = now + claim.lease_us
-            return True, tuple(held)
-
-    async def renew_slots(self, claim: SlotClaim) -> bool:
-        self._check_open()
-        with self._lock:
-            now = clock_us(self._clock)
-            kept = True
-            for identifier in claim.identifiers:
-                holders = self._slots.get(identifier, {})
-                if claim.token in holders:
-                    holders[claim.token] = now + claim.lease_us
-                else:
-                    kept = False
-            return kept
-
-    async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
-        self._check_open()
-        with self._lock:
-            if revoke:
-                until = clock_us(self._clock) + claim.lease_us
-                self._revoked[(claim.namespace, claim.key, claim.token)] = until
-            for identifier in claim.identifiers:
-                holders = self._slots.get(identifier)
-                if holders is not None:
-                    holders.pop(claim.token, None)
-                    if not holders:
-                        del self._slots[identifier]
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LimiterClosedError("this memory backend")
-
-    async def reset(self, plan: Plan) -> None:
-        if self._closed:
-            raise LimiterClosedError("this memory backend")
-        with self._lock:
-            now = clock_us(self._clock)
-            keep = now + reset_keep_us(plan)
-            for identifier in plan.identifiers:
-                # kept as long as what it forgot would have been, whatever rules wrote it
-                # (a refund takes only from what is held), and as an earlier mark was
-                until = max(keep, self._resets.get(identifier, (0, 0))[1])
-                for store in self._stores:
-                    entry = store.pop(identifier, None)
-                    if entry is not None:
-                        until = max(until, entry.expires_us)
-                self._resets[identifier] = (now, until)
-
     async def settle(self, settlement: Settlement) -> None:
         self._check_open()
         if settlement.empty:
@@ -325,16 +150,6 @@ class MemoryBackend(OverrideTables, SettleTables, PenaltyTables):
             now = clock_us(self._clock)
             self._SETTLE[settlement.plan.algorithm.name](self, settlement, now)
 
-    _DECIDE: ClassVar[dict[str, Callable[[MemoryBackend, Plan, int], Decision]]] = {
-        SLIDING_LOG: _decide_log,
-        SLIDING_WINDOW: _decide_windows,
-        FIXED_WINDOW: _decide_windows,
-        GCRA: _decide_arrivals,
-    }
-    algorithms: ClassVar[frozenset[str]] = frozenset(_DECIDE)
-    """The algorithms this backend decides: each one's code, by name, in ``_DECIDE``."""
-    holds_slots: ClassVar[bool] = True
-    """It holds concurrency slots, in this process."""
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
     """The storage URLs that open it (``memory://``, for ``RateLimit.from_url``)."""
 

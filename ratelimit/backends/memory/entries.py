@@ -1,13 +1,18 @@
 """The memory backend's entries: one identifier's sliding log, window counters or GCRA
-arrival times, each with the time it expires (``expires_us``), which the sweep reads."""
+arrival times, each with the time it expires (``expires_us``), which the sweep reads; and
+:class:`Tables`, what the backend's feature mixins share of it."""
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import Any
 
 from ratelimit.algorithms import Arrival, window
 from ratelimit.backends import windows
+from ratelimit.backends.base import Clock
+from ratelimit.core.plan import Identifier
+from ratelimit.errors import LimiterClosedError
 from ratelimit.rules.tree import Rule
 
 
@@ -97,3 +102,27 @@ class Arrivals:
         self.tats[field] = tat
         self.rates[field] = rule.count if count is None else count
         self.expires_us = max(self.expires_us, tat[0] + 1)
+
+
+class Tables:
+    """What the memory backend's feature mixins (decisions, settles, resets, slots) share:
+    the dicts of entries its host holds, its lock and clock, and two checks of them."""
+
+    _logs: dict[Identifier, Log]
+    _windows: dict[Identifier, Windows]
+    _arrivals: dict[Identifier, Arrivals]
+    _resets: dict[Identifier, tuple[int, int]]
+    _lock: threading.Lock
+    _clock: Clock
+    _closed: bool
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LimiterClosedError("this memory backend")
+
+    def _live(self, identifier: Identifier, now: int) -> Log:
+        """``identifier``'s log, or a new one where it has none or it expired."""
+        log = self._logs.get(identifier)
+        if log is None or log.expires_us <= now:
+            return Log()
+        return log

@@ -22,25 +22,13 @@ from ratelimit.algorithms import (
 )
 from ratelimit.backends import windows
 from ratelimit.backends.layout import arrival_slots, limits_per_identifier
-from ratelimit.backends.memory.entries import Arrivals, Log, Windows
+from ratelimit.backends.memory.entries import Arrivals, Tables, Windows
 from ratelimit.core.plan import Identifier
 from ratelimit.core.settling import Settlement, held_arrival
 
 
-class SettleTables:
-    """A mixin: the memory backend's settles. Its host holds the dicts below, under its
-    lock when these run."""
-
-    _logs: dict[Identifier, Log]
-    _windows: dict[Identifier, Windows]
-    _arrivals: dict[Identifier, Arrivals]
-    _resets: dict[Identifier, tuple[int, int]]
-
-    def _live(self, identifier: Identifier, now: int) -> Log:
-        log = self._logs.get(identifier)
-        if log is None or log.expires_us <= now:
-            return Log()
-        return log
+class SettleTables(Tables):
+    """A mixin: the memory backend's settles, on its host's dicts, under its lock."""
 
     def _reset_since(self, identifier: Identifier, at_us: int, now: int) -> bool:
         """Whether ``identifier`` was reset after a call reserved at ``at_us`` (a refund of
