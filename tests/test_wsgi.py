@@ -120,6 +120,25 @@ def test_bad_configuration_fails_when_made(rl: RateLimit) -> None:
         RateLimitMiddleware("app", rl)  # type: ignore[arg-type]
 
 
+def test_the_application_finds_its_routes_decision_in_the_environ(rl: RateLimit) -> None:
+    """The environ keys are what applications read (``ratelimit.decision``, the route's
+    decision; ``ratelimit.decisions``, every one made): spelt out here, not imported, so
+    that a key renamed by mistake fails (the folders' move once renamed the first)."""
+    seen: dict[str, Any] = {}
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        seen.update(environ)
+        return ok(environ, start_response)
+
+    limited = RateLimitMiddleware(app, rl, [Route("/search", "ip:5/m")])
+    status, _ = call(limited, "/search")
+    assert status.startswith("200")
+    decision = seen["ratelimit.decision"]
+    assert isinstance(decision, Decision)
+    assert decision.remaining == 4
+    assert seen["ratelimit.decisions"] == [decision]
+
+
 # --- over TCP ---
 
 

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 
 EXTRAS = {
     "asgi": "ratelimit.asgi.RouteLimit",
-    "otel": "ratelimit.metrics.opentelemetry",
-    "prometheus": "ratelimit.metrics.prometheus",
+    "otel": "ratelimit.metrics.OpenTelemetryHook",
+    "prometheus": "ratelimit.prometheus.PrometheusHook",
     "server": "the rate-limit service (ratelimit serve)",
     "postgres": "postgresql://",
     "flask": "ratelimit.flask",

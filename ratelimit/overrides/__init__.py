@@ -4,3 +4,5 @@ keep them (:mod:`.records`), as each process caches and applies them (:mod:`.cac
 lowered below their cost (:mod:`.lowered`). Each store keeps them in its ``overrides``
 module (``ratelimit/backends/*/overrides.py``).
 """
+
+from ratelimit.overrides.cache import *  # noqa: F403 (what the module ratelimit.overrides held)

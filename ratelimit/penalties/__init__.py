@@ -3,3 +3,5 @@
 in its ``penalties`` module (``ratelimit/backends/*/penalties.py``), under the protocol of
 :mod:`ratelimit.backends.penalty_store`.
 """
+
+from ratelimit.penalties.spec import *  # noqa: F403 (what the module ratelimit.penalties held)

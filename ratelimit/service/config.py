@@ -123,6 +123,7 @@ class ServiceConfig:
         _read_deciding(read, values)
         values["namespace_given"] = "RATELIMIT_NAMESPACE" in env
         _read_answering(read, values)
+        _read_layout(read, values)
         values.update(tls_files(env))
         config = cls(**values)  # type: ignore[arg-type]
         if config.workers > 1 and config.storage.startswith("memory://"):
@@ -191,7 +192,7 @@ def _read_serving(read: Read, values: dict[str, object]) -> None:
 
 
 def _read_deciding(read: Read, values: dict[str, object]) -> None:
-    """How each decision is made: deadline, namespace, failure policy, algorithm, layout."""
+    """How each decision is made: deadline, namespace, failure policy, algorithm."""
     if found := read("RATELIMIT_TIMEOUT", "RATIO_CONNECTION_TIMEOUT"):
         variable, text = found
         values["timeout"] = duration(text, variable)
@@ -215,14 +216,6 @@ def _read_deciding(read: Read, values: dict[str, object]) -> None:
                 f"{variable}={text!r}: the algorithm is one of {', '.join(ALGORITHMS)}"
             )
         values["algorithm"] = text
-    if found := read("RATELIMIT_SPREAD"):
-        variable, text = found
-        if text.lower() != "auto" and text.lower() not in SWITCH:
-            raise ConfigurationError(
-                f"{variable}={text!r}: where a Redis store keeps each identifier is "
-                "'auto' (spread on a Redis Cluster), 'on' or 'off'"
-            )
-        values["spread"] = SWITCH.get(text.lower())
 
 
 def _read_answering(read: Read, values: dict[str, object]) -> None:
@@ -252,6 +245,18 @@ def _read_answering(read: Read, values: dict[str, object]) -> None:
                 "or 'off' (or true/false, 1/0)"
             )
         values["response_headers"] = SWITCH[text.lower()]
+
+
+def _read_layout(read: Read, values: dict[str, object]) -> None:
+    """Where a Redis store keeps each identifier (``RATELIMIT_SPREAD``)."""
+    if found := read("RATELIMIT_SPREAD"):
+        variable, text = found
+        if text.lower() != "auto" and text.lower() not in SWITCH:
+            raise ConfigurationError(
+                f"{variable}={text!r}: where a Redis store keeps each identifier is "
+                "'auto' (spread on a Redis Cluster), 'on' or 'off'"
+            )
+        values["spread"] = SWITCH.get(text.lower())
 
 
 def bare_host(host: str) -> str:

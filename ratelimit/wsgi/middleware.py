@@ -50,7 +50,7 @@ Refused: TypeAlias = Callable[[HTTPRequest, Decision], WSGIApplication]
 DECISIONS = "ratelimit.decisions"
 """Environ key of the list of decisions made for one request (the middleware's, and any the
 application adds), read when the response starts."""
-STATE = "ratelimit.core.decision"
+STATE = "ratelimit.decision"
 """Environ key of the route's decision (absent when no route decided)."""
 
 

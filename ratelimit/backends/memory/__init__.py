@@ -4,3 +4,5 @@ module per feature holds what the store does for it (:mod:`.decisions`, :mod:`.s
 :class:`~.backend.MemoryBackend`; :mod:`.entries` holds each identifier's state, and
 :mod:`.admit` admits the direct path's calls.
 """
+
+from ratelimit.backends.memory.backend import MemoryBackend as MemoryBackend
