@@ -358,7 +358,7 @@ STORE_FEATURES: dict[str, dict[str, tuple[str, ...] | str]] = {
     "backends/redis/command": {
         "decisions": ("decisions.py",),
         "settles": ("settles.py",),
-        "resets": ("settles.py",),  # with the marks a refund reads
+        "resets": ("resets.py",),
         "overrides": ("../overrides.py",),
         "penalties": ("../penalties.py",),
         "slots": ("slots.py",),

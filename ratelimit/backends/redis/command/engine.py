@@ -44,6 +44,7 @@ from ratelimit.backends.redis.client import (
     spreads_on,
 )
 from ratelimit.backends.redis.command import decisions as command_decisions
+from ratelimit.backends.redis.command import resets as command_resets
 from ratelimit.backends.redis.command import settles as command_settles
 from ratelimit.backends.redis.command import slots as command_slots
 from ratelimit.backends.redis.command.lock import RedisLock
@@ -263,7 +264,7 @@ class RedisCommandBackend(RedisOverrides, RedisPenalties):
         keys = plan_keys(plan, self.spread and plan.compiled.spreads)
         if keys:
             await self._guarded(
-                self._prefix(plan), lambda: command_settles.reset(self, plan, keys), "reset"
+                self._prefix(plan), lambda: command_resets.reset(self, plan, keys), "reset"
             )
 
     async def update_counter(self, update: CounterUpdate) -> float:

@@ -2,8 +2,8 @@
 ``settle_*.lua`` reads, settles with the same Python the memory backend runs
 (:func:`~ratelimit.algorithms.settle_log`, :func:`ratelimit.backends.windows.settle`,
 :func:`~ratelimit.algorithms.gcra_settled`), and writes what the script writes, in a
-transaction, under the engine's lock (see :mod:`ratelimit.core.settling`). A reset (:func:`reset`)
-leaves a mark per identifier that a refund of a call reserved before it reads.
+transaction, under the engine's lock (see :mod:`ratelimit.core.settling`); a refund of a
+call reserved before a reset (``resets.py``, its mark) takes nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ratelimit.algorithms import (
     settle_log,
 )
 from ratelimit.backends import windows
-from ratelimit.backends.layout import arrival_slots, limits_per_identifier, reset_keep_ms
+from ratelimit.backends.layout import arrival_slots, limits_per_identifier
 from ratelimit.backends.redis.command.decisions import (
     INJECTED_CLOCK_KEEP_US,
     Engine,
@@ -42,7 +42,6 @@ from ratelimit.backends.redis.keys import (
     slot_fields,
     window_fields,
 )
-from ratelimit.core.plan import Plan
 from ratelimit.core.settling import Settlement, held_arrival
 
 
@@ -175,27 +174,6 @@ def reset_since(mark: bytes | str | None, at_us: int) -> bool:
     """Whether a reset mark (:func:`~ratelimit.backends.redis.keys.reset_key`) says the
     identifier was reset after a call reserved at ``at_us``."""
     return mark is not None and int(mark) >= at_us
-
-
-async def reset(engine: Engine, plan: Plan, keys: list[str]) -> None:
-    """Delete ``keys`` (a plan's, for ``reset()``, in its layout) and mark each identifier
-    reset at now, in one ``MULTI``, as ``reset.lua`` does on the script engine: each mark
-    kept as long as the longest of what it forgot (and an earlier mark) would have been."""
-    spread = engine.spread and plan.compiled.spreads
-    marks = [reset_key(identifier, spread) for identifier in plan.identifiers]
-
-    def fill(read: Any) -> None:
-        for key in keys + marks:
-            read.pttl(key)
-
-    replies = await engine._read(fill)
-    now = await engine._now(replies, keys[0])
-    keep_ms = max(reset_keep_ms(plan, injected=engine.clock is not None), *map(int, replies))
-    write = engine.client.pipeline(transaction=True)
-    write.delete(*keys)
-    for mark in marks:
-        write.set(mark, now, px=keep_ms)
-    await write.execute()
 
 
 Settle = Callable[[Engine, Settlement], Awaitable[None]]
