@@ -51,4 +51,4 @@ if not helpers then
 end
 local cache, numbers, digits = helpers[1], helpers[2], helpers[3]
 
-local times = cache('time')
+local times = ARGV[1] ~= '' and cache('time')  -- none made where the time is read: TIME
