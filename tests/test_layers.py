@@ -339,56 +339,88 @@ def test_the_one_rule_scripts_are_joined_from_the_shared_fragments() -> None:
 FEATURES = ("decisions", "settles", "resets", "overrides", "penalties", "slots")
 """What every store does for the layers above it (``backends/base.py``'s protocols)."""
 
-LUA = "../lua/"
-STORE_FEATURES: dict[str, dict[str, tuple[str, ...] | str]] = {
-    "backends/memory": {feature: (f"{feature}.py",) for feature in FEATURES},
-    "backends/redis/script": {
-        "decisions": (
-            "engine.py",
-            "scripts.py",
-            *(LUA + f for f in ("sliding_log.lua", "window_counters.lua", "gcra.lua")),
-            *(LUA + f for f in ("sliding_log_one.lua", "gcra_one.lua")),
-        ),
-        "settles": tuple(LUA + f"settle_{a}.lua" for a in ("log", "windows", "gcra")),
-        "resets": (LUA + "reset.lua",),
-        "overrides": ("../overrides.py",),
-        "penalties": ("../penalties.py",),
-        "slots": (LUA + "slots.lua",),
-    },
-    "backends/redis/command": {
-        "decisions": ("decisions.py",),
-        "settles": ("settles.py",),
-        "resets": ("resets.py",),
-        "overrides": ("../overrides.py",),
-        "penalties": ("../penalties.py",),
-        "slots": ("slots.py",),
-    },
-    "backends/postgres": {
-        "decisions": ("backend.py", "schema.sql"),
-        "settles": ("backend.py", "schema.sql"),
-        "resets": ("backend.py", "schema.sql"),
-        "overrides": ("overrides.py",),
-        "penalties": ("penalties.py",),
-        "slots": "refused: a Postgres store holds no concurrency slots",
-    },
+STORES = {
+    "backends/memory": "backend.py",
+    "backends/redis/script": "engine.py",
+    "backends/redis/command": "engine.py",
+    "backends/postgres": "backend.py",
 }
-"""Where each store keeps each feature (docs/architecture.md, "Stores and their features"):
-the twins of one feature are one column. A file named after a feature holds it."""
+"""Each store's folder, and the module of its backend class, which takes in its features."""
+SHARED = {"backends/redis/script": "backends/redis", "backends/redis/command": "backends/redis"}
+"""A folder whose engines share the feature files the folder above holds (both Redis engines
+keep overrides and penalties alike)."""
+REFUSED = {("backends/postgres", "slots"): ("PostgresBackend", "holds_slots")}
+"""A feature a store refuses, and the flag of its backend class that says so."""
+
+
+def store_features() -> dict[str, dict[str, str]]:
+    """Where each store keeps each feature, read from the folders (docs/architecture.md,
+    "Stores and their features"): the file named after it in the store's folder, or in the
+    folder its engines share, or ``refused``."""
+    table: dict[str, dict[str, str]] = {}
+    for store in STORES:
+        row = table[store] = {}
+        for feature in FEATURES:
+            for folder in (store, SHARED.get(store)):
+                if folder is not None and (PACKAGE / folder / f"{feature}.py").is_file():
+                    row[feature] = f"{folder}/{feature}.py"
+                    break
+            else:
+                row[feature] = "refused"
+    return table
 
 
 def test_every_store_keeps_every_feature_or_says_it_refuses_it() -> None:
-    from ratelimit.backends.postgres import PostgresBackend
+    """The twins of one feature are one column of a directory listing: every store keeps each
+    feature in a module named after it, which its backend's module takes in, or refuses it
+    where its backend class says so."""
+    import importlib
 
-    for store, features in STORE_FEATURES.items():
-        folder = PACKAGE / store
-        assert set(features) == set(FEATURES), store
-        for feature, where in features.items():
-            if isinstance(where, str):
-                assert where.startswith("refused: "), (store, feature)
+    for store, row in store_features().items():
+        backend = PACKAGE / store / STORES[store]
+        taken = set()
+        for node in ast.walk(ast.parse(backend.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                taken.add(node.module)
+                taken.update(f"{node.module}.{alias.name}" for alias in node.names)
+        for feature, where in row.items():
+            if where == "refused":
+                assert (store, feature) in REFUSED, f"{store} keeps no {feature}.py"
+                name, flag = REFUSED[store, feature]
+                module = "ratelimit." + (store + "/" + STORES[store]).replace("/", ".")[:-3]
+                assert getattr(getattr(importlib.import_module(module), name), flag) is False
                 continue
-            for name in where:
-                assert (folder / name).resolve().is_file(), (store, feature, name)
-        for feature in FEATURES:  # the folder's files named after a feature are the listing
-            if (folder / f"{feature}.py").exists():
-                assert features[feature] == (f"{feature}.py",), (store, feature)
-    assert PostgresBackend.holds_slots is False  # the refusal said above
+            module = "ratelimit." + where[: -len(".py")].replace("/", ".")
+            assert module in taken, f"{backend.name} of {store} does not take in {where}"
+    assert set(REFUSED) <= {(s, f) for s, r in store_features().items() for f in r}
+
+
+def test_every_script_the_engines_run_is_named_by_the_feature_module_that_runs_it() -> None:
+    """The Lua files (not the ``_`` blocks they join) each belong to one module of the script
+    engine: its decisions, settles, resets, slots, or the engine's own counter calls."""
+    lua = PACKAGE / "backends/redis/lua"
+    script = PACKAGE / "backends/redis/script"
+    runs = {
+        "scripts.py": {
+            "sliding_log.lua",
+            "window_counters.lua",
+            "gcra.lua",
+            "sliding_log_one.lua",
+            "gcra_one.lua",
+            "settle_log.lua",
+            "settle_windows.lua",
+            "settle_gcra.lua",
+        },
+        "resets.py": {"reset.lua"},
+        "slots.py": {"slots.lua"},
+        "engine.py": {"counter_update.lua", "counter_sync.lua"},
+    }
+    scripts = {path.name for path in lua.glob("*.lua") if not path.name.startswith("_")}
+    assert scripts == set().union(*runs.values())
+    for module, names in runs.items():
+        text = (script / module).read_text()
+        for name in names:
+            assert f'"{name}"' in text, (module, name)
+    for name in runs["scripts.py"]:  # what decisions.py and settles.py send, by algorithm
+        kind = "settles.py" if name.startswith("settle_") else "decisions.py"
+        assert name in (script / kind).read_text(), (kind, name)

@@ -18,37 +18,9 @@ A new algorithm is one module here with an :class:`Algorithm` subclass, one line
 :data:`BY_NAME`, its Lua and SQL where stores keep it, and a line in the table of each
 backend that supports it (see the docs, "Architecture").
 
-Twins: code written more than once, in other languages or for other stores, that must agree.
-Change one, change them all; the named tests hold each set together.
-
-1. The And/Or tree (binding rule, retry_after, remaining): ``ratelimit/core/evaluation.py``
-   (``evaluate``), ``backends/redis/lua/_tree.lua``, and ``ratelimit_decide`` in
-   ``backends/postgres/schema.sql``. Held by ``tests/test_differential.py`` (every engine,
-   hypothesis trees), ``tests/test_postgres.py::test_postgres_decides_as_memory_does``, and
-   the backends' own check that the store's verdict equals the evaluator's.
-2. One rule's outcome per algorithm: this package (Python), ``sliding_log.lua``,
-   ``window_counters.lua``, ``gcra.lua`` and the SQL window arithmetic. Held by the same
-   tests, and for GCRA by ``tests/test_gcra.py`` (an exact-fraction reference).
-3. Window-counter reads and writes (two slots per size, the clock that steps back): the
-   memory backend (``backends/memory/backend.py`` with ``backends/windows.py``), the
-   command engine (``backends/redis/command/decisions.py``), ``window_counters.lua`` with
-   ``_windows.lua``, ``backends/postgres/schema.sql``, and the counter API and ``sync_rate``
-   (``counter_update.lua``,
-   ``counter_sync.lua``, ``backends/synced.py``). Held by ``tests/test_differential.py``
-   (stores alike), ``tests/test_windows.py`` (the fields ``backends/redis/keys.py`` names),
-   ``tests/test_counter_api.py`` and ``tests/test_sync.py``.
-4. Sliding-log and GCRA storage: the memory backend, the command engine and their scripts.
-   Held by ``tests/test_differential.py`` (stores alike).
-5. Concurrency slots: ``slots.lua``, ``backends/redis/command/slots.py`` and the memory
-   backend. Held by ``tests/test_concurrency.py`` (every backend kind).
-6. Settles (``ratelimit/core/settling.py``): ``settle_log`` and ``gcra_settled`` here and
-   ``ratelimit/backends/windows.py``'s ``settle``, which the memory backend and the command engine
-   (``backends/redis/command/settles.py``) run; ``settle_log.lua`` (with ``_log.lua``),
-   ``settle_windows.lua``, ``settle_gcra.lua``; ``ratelimit_settle`` in
-   ``backends/postgres/schema.sql``; ``backends/synced.py``. Held by
-   ``tests/test_settle_reference.py`` (every engine against an exact reference),
-   ``tests/test_settle_stores.py::test_postgres_settles_as_memory_does`` and the four
-   processes of ``tests/test_settle_stores.py``.
+The stores' twins of each algorithm (its Lua, its SQL, the memory store's and the command
+engine's code) are listed by folder: docs/architecture.md, "Stores and their features", read
+from the folders by ``tests/test_layers.py``, with the tests that keep each row in agreement.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The Postgres strategy: window counters in a PostgreSQL table (``postgresql://``).
 
 Importing this package loads only :mod:`.url` (the schemes, checking a URL), so that every
-storage URL can be checked without loading the store; :class:`PostgresBackend` and
-:func:`check_algorithm` (:mod:`.backend`) load when first asked for here.
+storage URL can be checked without loading the store; :class:`PostgresBackend` (:mod:`.backend`)
+and :func:`check_algorithm` (:mod:`.decisions`) load when first asked for here.
 """
 
 from __future__ import annotations
@@ -12,16 +12,19 @@ from typing import TYPE_CHECKING, Any
 from ratelimit.backends.postgres.url import SCHEMES, check_postgres_url
 
 if TYPE_CHECKING:
-    from ratelimit.backends.postgres.backend import PostgresBackend, check_algorithm
-
-_FROM_BACKEND = ("PostgresBackend", "check_algorithm")
+    from ratelimit.backends.postgres.backend import PostgresBackend
+    from ratelimit.backends.postgres.decisions import check_algorithm
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FROM_BACKEND:
+    if name == "PostgresBackend":
         from ratelimit.backends.postgres import backend
 
-        return getattr(backend, name)
+        return backend.PostgresBackend
+    if name == "check_algorithm":
+        from ratelimit.backends.postgres import decisions
+
+        return decisions.check_algorithm
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

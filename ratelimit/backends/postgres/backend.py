@@ -1,11 +1,11 @@
 """The Postgres strategy (``postgresql://``): window counters in a table, one round trip
 per decision.
 
-A decision is one call of ``ratelimit_decide`` (``schema.sql``): it locks the call's
-identifiers (transaction-scoped advisory locks, taken in key order), reads every leaf's
-current and previous window, evaluates the rule tree and, when admitted, records the call,
-all on the database's clock, in one statement. Expired rows are deleted every
-:data:`CLEANUP_EVERY` decisions, off the request path.
+:class:`PostgresBackend` holds the pool and runs each statement on it (``_guarded``); each
+feature is a module of its own, calling a function of ``schema.sql``: :mod:`.decisions`
+(``ratelimit_decide``), :mod:`.settles`, :mod:`.resets`, :mod:`.overrides`,
+:mod:`.penalties`; concurrency slots it refuses (``holds_slots``). Here too: the counter API
+(``ratelimit_update``) and ``sync_rate``'s syncs (``ratelimit_sync``).
 
 Setting up (the pool opened, the table and functions in place) is not a decision: it runs
 apart, bounded by ``setup_timeout`` (:mod:`.pool`); a table or function found gone is put
@@ -23,21 +23,18 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ratelimit.algorithms import FIXED_WINDOW, SLIDING_WINDOW, US_PER_MS
-from ratelimit.backends.base import Clock, Push, Totals, clock_us
-from ratelimit.backends.layout import reset_keep_us
+from ratelimit.backends.base import Clock, Push, Totals
 from ratelimit.backends.loops import LoopBinding
 from ratelimit.backends.naming import identifier_key
+from ratelimit.backends.postgres.decisions import Decisions
 from ratelimit.backends.postgres.overrides import PostgresOverrides
 from ratelimit.backends.postgres.penalties import PostgresPenalties
 from ratelimit.backends.postgres.pool import SetUpPool
-from ratelimit.backends.postgres.schema import DECIDE, RESET, SETTLE
+from ratelimit.backends.postgres.resets import Resets
+from ratelimit.backends.postgres.settles import Settles
 from ratelimit.backends.postgres.url import SCHEMES
 from ratelimit.core.checks import check_clock, check_seconds, check_timeout
-from ratelimit.core.decision import Decision
-from ratelimit.core.evaluation import evaluate, stored_verdict
-from ratelimit.core.plan import CounterUpdate, Plan
-from ratelimit.core.settling import Settlement
+from ratelimit.core.plan import CounterUpdate
 from ratelimit.errors import BackendError, ConfigurationError, LimiterClosedError
 
 if TYPE_CHECKING:
@@ -50,22 +47,6 @@ SETUP_TIMEOUT = 5.0
 """Default deadline of setting the store up (the pool opened, the schema in place)."""
 SYNC_TIMEOUT = 5.0
 """Deadline of one sync (``sync_rate``), as on Redis: it is off the request path."""
-CLEANUP_EVERY = 1000
-CLEANUP_ROWS = 10_000
-WEIGHS_PREVIOUS = {SLIDING_WINDOW: True, FIXED_WINDOW: False}
-"""The algorithms Postgres decides, by name: whether ``ratelimit_decide`` weighs the previous
-window in (its ``p_sliding``)."""
-NEEDS_WINDOWS = (
-    "Postgres keeps window counters: use algorithm='sliding-window' or 'fixed-window' "
-    "(a sliding log would rewrite a row of every hit's time on each call; GCRA is not "
-    "offered here)"
-)
-
-
-def check_algorithm(algorithm: str) -> None:
-    """``algorithm`` (a name) is one Postgres decides, or ``ConfigurationError``."""
-    if algorithm not in WEIGHS_PREVIOUS:
-        raise ConfigurationError(f"{NEEDS_WINDOWS}, not {algorithm!r}")
 
 
 def _asyncpg() -> Any:
@@ -78,7 +59,7 @@ def _asyncpg() -> Any:
     return asyncpg
 
 
-class PostgresBackend(PostgresOverrides, PostgresPenalties):
+class PostgresBackend(Decisions, Settles, Resets, PostgresOverrides, PostgresPenalties):
     """Window counters in PostgreSQL. ``dsn`` is a ``postgresql://`` URL (its pool is opened
     in the running event loop at first use, of up to ``max_size`` connections); ``clock``
     (seconds) replaces the database's clock, for tests; ``timeout`` bounds each decision,
@@ -207,108 +188,11 @@ class PostgresBackend(PostgresOverrides, PostgresPenalties):
                 await pool.release(connection)
         return result
 
-    def _now(self) -> int | None:
-        return None if self.clock is None else clock_us(self.clock)
-
-    algorithms = frozenset(WEIGHS_PREVIOUS)
-    """The algorithms this backend decides: the window counters."""
     holds_slots = False
     """It holds no concurrency slots (``rl.concurrency`` needs memory:// or Redis)."""
     schemes = SCHEMES
     """The storage URLs that open it (:data:`.url.SCHEMES`, declared apart so that a URL
     is checked without loading this module)."""
-
-    async def decide(self, plan: Plan) -> Decision:
-        sliding = WEIGHS_PREVIOUS.get(plan.algorithm.name)
-        if sliding is None:
-            check_algorithm(plan.algorithm.name)
-        if not plan.identifiers:
-            return evaluate(plan, 0, [(0.0, 0.0)] * len(plan.compiled.rules))
-        keys = [identifier_key(identifier) for identifier in plan.identifiers]
-        rules = plan.compiled.rules
-        args = (
-            keys,
-            [i + 1 for i in plan.leaf_identifiers],
-            [rule.count for rule in rules],
-            [rule.span_ms * US_PER_MS for rule in rules],
-            list(plan.compiled.program),
-            [float(plan.identifier_cost(k)) for k in range(len(plan.identifiers))],
-            plan.record,
-            sliding,
-            self._now(),
-        )
-        reply: list[float] = await self._guarded(
-            lambda db: db.fetchval(DECIDE, *args),
-            f"decide key {plan.key!r}",
-        )
-        allowed, now, *flat = reply
-        counts = list(zip(flat[0::2], flat[1::2], strict=True))
-        decision = stored_verdict(plan, bool(allowed), int(now), counts)  # what it recorded
-        self._decisions += 1
-        if self._decisions % CLEANUP_EVERY == 0:
-            self._cleanup()
-        return decision
-
-    async def settle(self, settlement: Settlement) -> None:
-        plan = settlement.plan
-        todo: dict[tuple[str, int], float] = {}
-        for rule, k, delta in zip(
-            plan.compiled.rules, plan.leaf_identifiers, settlement.deltas, strict=True
-        ):
-            if k >= 0 and delta:
-                key = identifier_key(plan.identifiers[k])
-                todo.setdefault((key, rule.span_ms * US_PER_MS), float(delta))
-        if not todo:
-            return
-        args = (
-            [key for key, _ in todo],
-            [size for _, size in todo],
-            list(todo.values()),
-            settlement.at_us,
-            self._now(),
-        )
-        await self._guarded(
-            lambda db: db.fetchval(SETTLE, *args),
-            f"settle key {plan.key!r}",
-        )
-
-    def _cleanup(self) -> None:
-        """Delete expired rows, a batch at a time, off the request path."""
-        if self._cleaning is not None and not self._cleaning.done():
-            return
-
-        async def cleanup() -> None:
-            try:
-                await self._guarded(
-                    lambda db: db.execute(
-                        "DELETE FROM ratelimit_counters WHERE ctid = ANY(ARRAY(SELECT ctid "
-                        "FROM ratelimit_counters WHERE expires_us < ratelimit_now($1) "
-                        "LIMIT $2))",
-                        self._now(),
-                        CLEANUP_ROWS,
-                    ),
-                    "delete expired counters",
-                )
-            except (BackendError, LimiterClosedError) as exc:
-                logger.warning("ratelimit: expired Postgres counters not deleted: %s", exc)
-
-        self._cleaning = asyncio.get_running_loop().create_task(cleanup())
-
-    async def cleanup(self) -> None:
-        """Delete a batch of expired rows now (decisions do it every
-        ``CLEANUP_EVERY`` calls, off the request path); waits for one under way."""
-        self._cleanup()
-        if self._cleaning is not None:
-            await self._cleaning
-
-    async def reset(self, plan: Plan) -> None:
-        keys = [identifier_key(identifier) for identifier in plan.identifiers]
-        if keys:
-            keep = reset_keep_us(plan)
-            await self._guarded(
-                lambda db: db.fetchval(RESET, keys, keep, self._now()),
-                f"reset key {plan.key!r}",
-            )
 
     async def update_counter(self, update: CounterUpdate) -> float:
         rate: float = await self._guarded(

@@ -1,19 +1,16 @@
 """The Redis backend's script engine: each decision one script call, atomic, on the server's clock.
 
-The whole plan (every rule of the tree and every identifier) goes to its algorithm's script
-(``sliding_log.lua``, ``window_counters.lua`` or ``gcra.lua``, or for one rule on one key
-``sliding_log_one.lua`` or ``gcra_one.lua``; see
-:mod:`~ratelimit.backends.redis.script.scripts`) in one round trip; Redis runs it alone, so
-counting and recording cannot interleave with another decision, and no lock is needed. The
-script answers with its verdict and what it counted; the verdict stands, and
-:func:`~ratelimit.core.evaluation.stored_verdict` reads the rest of the decision from the counts
-(the scripts and the Python evaluator agree: ``tests/test_differential.py``). Decisions
-made in the same event-loop turn go out together
-(:mod:`~ratelimit.backends.redis.script.pipeline`), each still atomic. Concurrency slots
-(``slots.lua``) and ``sync_rate``'s syncs (``counter_sync.lua``) go the same way; the
-counter API (``counter_update.lua``) is a script call of its own, on the client. The time
-comes from Redis ``TIME`` (microseconds), so application servers need no clock agreement,
-unless a clock is injected (tests).
+:class:`RedisScriptBackend` holds the engine's client, pipeline and settings, and takes its
+features from a module each: :mod:`.decisions` (one call of the plan's algorithm's script,
+whose verdict stands), :mod:`.settles`, :mod:`.resets`, :mod:`.slots`, and the overrides and
+penalties both Redis engines share (:mod:`ratelimit.backends.redis.overrides`,
+:mod:`ratelimit.backends.redis.penalties`). Redis runs each script alone, so counting and
+recording cannot interleave with another decision, and no lock is needed. Calls made in the
+same event-loop turn go out together (:mod:`.pipeline`), each still atomic. Here too:
+``sync_rate``'s syncs (``counter_sync.lua``, through the pipeline) and the counter API
+(``counter_update.lua``, a script call of its own on the client). The time comes from Redis
+``TIME`` (microseconds), so application servers need no clock agreement, unless a clock is
+injected (tests).
 """
 
 from __future__ import annotations
@@ -21,13 +18,11 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Awaitable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from redis.commands.core import AsyncScript
 
 from ratelimit.backends.base import Clock, Push, Totals, clock_us
-from ratelimit.backends.layout import reset_keep_ms
 from ratelimit.backends.redis.client import (
     SCHEMES,
     RedisClient,
@@ -42,19 +37,13 @@ from ratelimit.backends.redis.errors import (
     not_a_reply,
     replied,
 )
-from ratelimit.backends.redis.keys import (
-    counter_key,
-    plan_keys,
-    prefix_of,
-    reset_key,
-    revoked_key,
-    slots_key,
-)
+from ratelimit.backends.redis.keys import counter_key
 from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.overrides import RedisOverrides
 from ratelimit.backends.redis.penalties import RedisPenalties
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.backends.redis.script import fast_pipeline
+from ratelimit.backends.redis.script.decisions import Decisions
 from ratelimit.backends.redis.script.pipeline import (
     MAX_ALONE,
     MAX_BATCH,
@@ -62,29 +51,21 @@ from ratelimit.backends.redis.script.pipeline import (
     ClientPipeline,
     Pipeline,
 )
-from ratelimit.backends.redis.script.replies import read_reply, synced
+from ratelimit.backends.redis.script.replies import synced
+from ratelimit.backends.redis.script.resets import Resets
 from ratelimit.backends.redis.script.scripts import (
     BY_ALGORITHM,
     GENERAL,
     command_of,
     lua,
-    plan_command,
-    settle_command,
     spread_command_of,
 )
+from ratelimit.backends.redis.script.settles import Settles
+from ratelimit.backends.redis.script.slots import Slots
 from ratelimit.core.checks import check_clock, check_flag, check_timeout
-from ratelimit.core.decision import Decision
-from ratelimit.core.evaluation import evaluate, stored_verdict
-from ratelimit.core.plan import (
-    CounterUpdate,
-    Plan,
-)
-from ratelimit.core.settling import Settlement
-from ratelimit.core.slots import SlotClaim
-from ratelimit.errors import ConfigurationError, LimiterClosedError
+from ratelimit.core.plan import CounterUpdate
+from ratelimit.errors import ConfigurationError
 
-SLOTS_SCRIPT = Script(lua(*GENERAL, "slots.lua"))
-RESET_SCRIPT = Script(lua(*GENERAL, "reset.lua"))
 COUNTER_UPDATE_LUA = lua(*GENERAL, "_windows.lua", "counter_update.lua")
 COUNTER_SYNC_SCRIPT = Script(lua(*GENERAL, "_windows.lua", "counter_sync.lua"))
 FAST_PATH_VARIABLE = "RATELIMIT_REDIS_FAST_PATH"
@@ -94,9 +75,8 @@ SYNC_TIMEOUT = 5.0
 """Deadline of one sync: it carries every live key's diffs at once, off the request path."""
 
 
-class RedisScriptBackend(RedisOverrides, RedisPenalties):
-    """Decides plans with one Lua script call against ``client`` (one script per family of
-    algorithms: ``sliding_log.lua``, ``window_counters.lua``, ``gcra.lua``).
+class RedisScriptBackend(Decisions, Settles, Resets, Slots, RedisOverrides, RedisPenalties):
+    """Decides plans with one Lua script call against ``client`` (:mod:`.decisions`).
 
     ``clock`` (seconds) replaces the server's ``TIME``, for tests that step time;
     ``owns_client`` closes the client in :meth:`aclose` (``RateLimit.from_url`` sets it).
@@ -151,57 +131,6 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
         self._update_script: AsyncScript = client.register_script(COUNTER_UPDATE_LUA)
         self._closed = False
 
-    def _open(self) -> None:
-        if self._closed:
-            raise LimiterClosedError("this Redis backend")
-
-    async def _close_idle(self) -> None:
-        await self._pipeline.close_idle()
-
-    async def decide(self, plan: Plan) -> Decision:
-        if self._closed:
-            self._open()
-        if not plan.identifiers:
-            return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
-        reply = await self._sent(plan)
-        try:
-            allowed, now_us, counts = read_reply(plan, reply)
-        except NOT_A_REPLY as exc:
-            await self._close_idle()
-            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
-        return stored_verdict(plan, allowed, now_us, counts)  # the script's verdict
-
-    async def admits(self, plan: Plan) -> Decision | None:
-        """``None`` when the store admitted (and recorded) ``plan``, else what :meth:`decide`
-        answers: for a caller that never reads an admission (the direct path,
-        :func:`ratelimit.front.direct.asker`), nothing is built from the script's counts."""
-        if self._closed or not plan.identifiers:
-            decision = await self.decide(plan)
-            return None if decision.allowed else decision
-        reply = await self._sent(plan)
-        shape = 2 + 2 * len(plan.compiled.rules)  # verdict, time, two counts per rule
-        if reply.__class__ is list and len(reply) == shape and reply[0] == 1:
-            return None  # the script's verdict: admitted
-        try:
-            allowed, now_us, counts = read_reply(plan, reply)
-        except NOT_A_REPLY as exc:
-            await self._close_idle()
-            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
-        return stored_verdict(plan, allowed, now_us, counts)
-
-    def _sent(self, plan: Plan) -> Awaitable[Any]:
-        """The script call deciding ``plan``, sent or queued: its reply, to await. Most calls
-        get the pipeline's future (no coroutine of their own)."""
-        if self._layout is not None:
-            self._layout.saw(plan)
-        if self.clock is None:
-            command = self._command_of(plan)
-        else:
-            command = plan_command(plan, self.clock, self.spread)
-        pipeline = self._pipeline
-        future = pipeline.queued(command, plan.key)
-        return pipeline.alone(command, plan.key) if future is None else future
-
     @property
     def fast_path(self) -> bool:
         """Whether batches go out on borrowed connections (the fast path), not through
@@ -217,75 +146,8 @@ class RedisScriptBackend(RedisOverrides, RedisPenalties):
     algorithms = frozenset(BY_ALGORITHM)
     """The algorithms this backend decides: those with a script in
     :data:`~ratelimit.backends.redis.script.scripts.BY_ALGORITHM`."""
-    holds_slots = True
-    """It holds concurrency slots (``slots.lua``)."""
     schemes = SCHEMES
     """The storage URLs that open a client it drives (:data:`.client.SCHEMES`)."""
-
-    async def acquire_slots(self, claim: SlotClaim) -> tuple[bool, tuple[int, ...]]:
-        done, held = await self._slots(claim, b"acquire")
-        return done, held
-
-    async def renew_slots(self, claim: SlotClaim) -> bool:
-        return (await self._slots(claim, b"renew"))[0]
-
-    async def release_slots(self, claim: SlotClaim, *, revoke: bool = False) -> None:
-        await self._slots(claim, b"revoke" if revoke else b"release")
-
-    async def _slots(self, claim: SlotClaim, op: bytes) -> tuple[bool, tuple[int, ...]]:
-        """One ``slots.lua`` call, through the pipeline as decisions go."""
-        if self._closed:
-            self._open()
-        now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
-        counts = " ".join(map(str, claim.counts)).encode()
-        args = (now, op, claim.token.encode(), str(claim.lease_us).encode(), counts)
-        spread = self.spread and claim.spreads
-        keys = [slots_key(i, spread) for i in claim.identifiers]
-        prefix = prefix_of(claim.namespace, claim.key, claim.identifiers, spread)
-        keys.append(revoked_key(prefix, claim.token))
-        reply = await self._pipeline.call(
-            Command(SLOTS_SCRIPT, keys, args, pack_args(args)), claim.key
-        )
-        async with replied(self._close_idle, f"to hold slots of key {claim.key!r}", self.timeout):
-            return bool(int(reply[0])), tuple(int(n) for n in reply[2:])
-
-    async def settle(self, settlement: Settlement) -> None:
-        await self.settle_write(settlement)
-
-    def settle_write(self, settlement: Settlement) -> Awaitable[Any]:
-        """:meth:`settle`, as ``ratelimit.pipeline.settle_writes`` starts it: a settle queued behind
-        the batch in flight is the pipeline's future of its reply, which stands whether or
-        not anyone awaits it; otherwise a coroutine that sends it."""
-        if self._closed or settlement.empty:
-            return self._settle_alone(settlement, None)
-        command = settle_command(settlement, self.clock, self.spread)  # batched with decisions
-        queued = self._pipeline.queued(command, settlement.plan.key)
-        return self._settle_alone(settlement, command) if queued is None else queued
-
-    async def _settle_alone(self, settlement: Settlement, command: Command | None) -> None:
-        if self._closed:
-            self._open()
-        if settlement.empty:
-            return
-        if command is None:
-            command = settle_command(settlement, self.clock, self.spread)
-        pipeline, key = self._pipeline, settlement.plan.key
-        future = pipeline.queued(command, key)
-        await (pipeline.alone(command, key) if future is None else future)
-
-    async def reset(self, plan: Plan) -> None:
-        self._open()
-        spread = self.spread and plan.compiled.spreads
-        keys = plan_keys(plan, spread)
-        if not keys:
-            return
-        now = b"" if self.clock is None else str(clock_us(self.clock)).encode()
-        keep_ms = reset_keep_ms(plan, injected=self.clock is not None)
-        args = (now, str(len(keys)).encode(), str(keep_ms).encode())
-        marks = [reset_key(identifier, spread) for identifier in plan.identifiers]
-        await self._pipeline.call(
-            Command(RESET_SCRIPT, keys + marks, args, pack_args(args)), plan.key
-        )
 
     async def update_counter(self, update: CounterUpdate) -> float:
         self._open()

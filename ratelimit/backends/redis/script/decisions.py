@@ -1,0 +1,69 @@
+"""Decisions on the script engine: the whole plan (every rule of the tree and every
+identifier) in one call of its algorithm's script (``sliding_log.lua``,
+``window_counters.lua`` or ``gcra.lua``, or for one rule on one key ``sliding_log_one.lua``
+or ``gcra_one.lua``: :data:`~ratelimit.backends.redis.script.scripts.BY_ALGORITHM`), sent
+alone or with the other calls of its event-loop turn (:mod:`.pipeline`). The script answers
+its verdict and what it counted; the verdict stands, and
+:func:`~ratelimit.core.evaluation.stored_verdict` reads the rest of the decision from the
+counts."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from ratelimit.backends.redis.errors import NOT_A_REPLY, not_a_reply
+from ratelimit.backends.redis.script.replies import read_reply
+from ratelimit.backends.redis.script.scripts import plan_command
+from ratelimit.backends.redis.script.state import EngineState
+from ratelimit.core.decision import Decision
+from ratelimit.core.evaluation import evaluate, stored_verdict
+from ratelimit.core.plan import Plan
+
+
+class Decisions(EngineState):
+    """A mixin: the script engine's ``decide`` and ``admits``."""
+
+    async def decide(self, plan: Plan) -> Decision:
+        if self._closed:
+            self._open()
+        if not plan.identifiers:
+            return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        reply = await self._sent(plan)
+        try:
+            allowed, now_us, counts = read_reply(plan, reply)
+        except NOT_A_REPLY as exc:
+            await self._close_idle()
+            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        return stored_verdict(plan, allowed, now_us, counts)  # the script's verdict
+
+    async def admits(self, plan: Plan) -> Decision | None:
+        """``None`` when the store admitted (and recorded) ``plan``, else what :meth:`decide`
+        answers: for a caller that never reads an admission (the direct path,
+        :func:`ratelimit.front.direct.asker`), nothing is built from the script's counts."""
+        if self._closed or not plan.identifiers:
+            decision = await self.decide(plan)
+            return None if decision.allowed else decision
+        reply = await self._sent(plan)
+        shape = 2 + 2 * len(plan.compiled.rules)  # verdict, time, two counts per rule
+        if reply.__class__ is list and len(reply) == shape and reply[0] == 1:
+            return None  # the script's verdict: admitted
+        try:
+            allowed, now_us, counts = read_reply(plan, reply)
+        except NOT_A_REPLY as exc:
+            await self._close_idle()
+            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        return stored_verdict(plan, allowed, now_us, counts)
+
+    def _sent(self, plan: Plan) -> Awaitable[Any]:
+        """The script call deciding ``plan``, sent or queued: its reply, to await. Most calls
+        get the pipeline's future (no coroutine of their own)."""
+        if self._layout is not None:
+            self._layout.saw(plan)
+        if self.clock is None:
+            command = self._command_of(plan)
+        else:
+            command = plan_command(plan, self.clock, self.spread)
+        pipeline = self._pipeline
+        future = pipeline.queued(command, plan.key)
+        return pipeline.alone(command, plan.key) if future is None else future

@@ -1,0 +1,36 @@
+"""What the script engine's feature mixins (:mod:`.decisions`, :mod:`.settles`,
+:mod:`.resets`, :mod:`.slots`) share of the engine that holds them: its client and pipeline,
+its clock, deadline and spread setting, and whether it is closed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ratelimit.backends.base import Clock
+from ratelimit.backends.redis.client import RedisClient
+from ratelimit.backends.redis.old_layout import LayoutCheck
+from ratelimit.backends.redis.resp import Command
+from ratelimit.backends.redis.script.pipeline import Pipeline
+from ratelimit.core.plan import Plan
+from ratelimit.errors import LimiterClosedError
+
+
+class EngineState:
+    """The attributes :class:`~ratelimit.backends.redis.script.engine.RedisScriptBackend`
+    sets, as its feature mixins read them."""
+
+    client: RedisClient
+    clock: Clock | None
+    timeout: float | None
+    spread: bool
+    _pipeline: Pipeline
+    _layout: LayoutCheck | None
+    _command_of: Callable[[Plan], Command]
+    _closed: bool
+
+    def _open(self) -> None:
+        if self._closed:
+            raise LimiterClosedError("this Redis backend")
+
+    async def _close_idle(self) -> None:
+        await self._pipeline.close_idle()
