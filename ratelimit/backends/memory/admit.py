@@ -1,12 +1,15 @@
-"""The memory backend's admissions for the direct path (:mod:`ratelimit.front.direct`): for one
-limit's tree and algorithm, worked out when the limit decorates, the function that decides
-and records one call without a coroutine and builds no ``Decision`` for an admitted one.
+"""The memory backend's admissions for the direct paths (:mod:`ratelimit.front.direct`,
+:mod:`ratelimit.front.fused`): for one limit's tree and algorithm, worked out when the limit
+decorates, the function that decides and records one call without a coroutine and builds no
+``Decision`` for an admitted one.
 
-One rule on a sliding log or GCRA is admitted inline, under the backend's lock, by what
-``MemoryBackend._decide_one`` / ``_decide_arrivals`` do for an admitted call; a call they
-would refuse (or a GCRA arrival time stored under another rate, to rescale first), a rule
-whose selector has no value, and every other tree go to ``MemoryBackend.admit``, which
-decides as ``decide`` does and says why.
+One body per shape: a call of cost 1 on one rule of a sliding log or of GCRA is admitted
+inline, under the backend's lock, by what ``MemoryBackend._decide_one`` /
+``_decide_arrivals`` do for an admitted call (:func:`identified`, which the fused path calls
+with the identifier and the direct path through :func:`admitter`). A call they would refuse
+(or a GCRA arrival time stored under another rate, to rescale first) changes nothing and
+goes, with every other call and tree, to ``MemoryBackend.admit``, which decides as
+``decide`` does and says why.
 """
 
 from __future__ import annotations
@@ -38,90 +41,30 @@ class MemoryBackend(Protocol):
 
     def _clock(self) -> float: ...
     def _sweep(self, now: int) -> None: ...
-    def _decide_one(self, plan: Plan, now: int) -> Decision: ...
-    def _decide_arrivals(self, plan: Plan, now: int) -> Decision: ...
-    def _refused(self, decision: Decision) -> Decision | None: ...
     def admit(self, plan: Plan) -> Decision | None: ...
 
 
 def admitter(backend: MemoryBackend, compiled: CompiledTree, algorithm: Algorithm) -> Admit:
-    """``backend``'s admission of plans of ``compiled`` under ``algorithm``."""
-    if len(compiled.rules) == 1 and algorithm.name == SLIDING_LOG:
-        return _log_admitter(backend, compiled.rules[0])
-    if len(compiled.rules) == 1 and algorithm.name == GCRA:
-        return _arrival_admitter(backend, compiled.rules[0])
-    return backend.admit
-
-
-def _log_admitter(backend: MemoryBackend, rule: Rule) -> Admit:
-    lock, logs, general = backend._lock, backend._logs, backend.admit
-    count, span_us = rule.count, rule.span_ms * US_PER_MS
+    """``backend``'s admission of plans of ``compiled`` under ``algorithm``: a call of cost 1
+    on a tree of one rule whose selector has a value goes to the admission of
+    :func:`identified` (admitted inline, or refused with nothing changed); every other call
+    (a refusal included, to be told why) to ``backend.admit``, which decides as ``decide``
+    does."""
+    one = identified(backend, compiled, algorithm)
+    general = backend.admit
+    if one is None:
+        return general
 
     def admit(plan: Plan) -> Decision | None:
-        if backend._closed or not plan.identifiers or not plan.record:
-            return general(plan)
-        identifier = plan.identifiers[0]
-        cost = int(plan.cost)
-        depth = count - cost + 1
-        with lock:
-            now = round(backend._clock() * 1_000_000)
-            backend._since_sweep += 1
-            if backend._since_sweep >= backend._sweep_at:
-                backend._sweep(now)
-            log = logs.get(identifier)
-            if log is None or log.expires_us <= now:
-                log = logs[identifier] = Log()  # an unrecorded one is swept when expired
-            hits = log.hits
-            if len(hits) >= depth and hits[depth - 1] > now - span_us:  # all inside: refused
-                return backend._refused(backend._decide_one(plan, now))
-            if cost == 1 and log.kept <= count:  # Log.record's common case, inline
-                log.kept = count
-                hits.appendleft(hits[0] if hits and hits[0] > now else now)
-                while len(hits) > count:
-                    hits.pop()
-                if now + span_us > log.expires_us:
-                    log.expires_us = now + span_us
-            else:
-                log.record(now, cost, count, span_us)
-            return None
-
-    return admit
-
-
-def _arrival_admitter(backend: MemoryBackend, rule: Rule) -> Admit:
-    lock, arrivals, general = backend._lock, backend._arrivals, backend.admit
-    count, span = rule.count, rule.span_ms * US_PER_MS
-    field, tolerance = gcra_field(rule), gcra_burst(rule) * span
-
-    def admit(plan: Plan) -> Decision | None:
-        if backend._closed or not plan.identifiers or not plan.record or plan.costs:
-            return general(plan)
-        identifier = plan.identifiers[0]
-        moved = int(plan.cost) * span
-        with lock:
-            now = round(backend._clock() * 1_000_000)
-            backend._since_sweep += 1
-            if backend._since_sweep >= backend._sweep_at:
-                backend._sweep(now)
-            entry = arrivals.get(identifier)
-            if entry is None or entry.expires_us <= now:
-                entry = Arrivals()
-            rates = entry.rates
-            if rates.get(field, count) == count:  # else rescaled first, generally
-                tats = entry.tats
-                us, remainder = tats.get(field, (0, 0))
-                scaled = now * count
-                stored = us * count + remainder
-                pushed = (stored if stored > scaled else scaled) + moved
-                if pushed - scaled <= tolerance:  # Arrivals.write, inline
-                    tats[field] = arrival = divmod(pushed, count)
-                    if field not in rates:
-                        rates[field] = count
-                        arrivals[identifier] = entry
-                    if arrival[0] >= entry.expires_us:
-                        entry.expires_us = arrival[0] + 1
-                    return None
-            return backend._refused(backend._decide_arrivals(plan, now))
+        if (
+            plan.cost == 1
+            and plan.record
+            and plan.identifiers
+            and not plan.costs
+            and one(plan.identifiers[0])
+        ):
+            return None  # admitted and recorded inline
+        return general(plan)
 
     return admit
 
@@ -144,8 +87,9 @@ def identified(
 
 
 def _log_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
-    # _log_admitter's admitted call, but the refusal is told before the sweep's count moves:
-    # a refused call leaves everything as it was, for the general path to decide it again
+    # Log.record's admitted call of cost 1, and _decide_one's check; the refusal is told
+    # before the sweep's count moves: a refused call leaves everything as it was, for the
+    # general path to decide it again
     logs, clock = backend._logs, backend._clock
     acquire, release = backend._lock.acquire, backend._lock.release  # a with: 2x the cost
     count, span_us = rule.count, rule.span_ms * US_PER_MS
@@ -191,7 +135,8 @@ def _log_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
 
 
 def _arrival_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
-    # _arrival_admitter's admitted call, the refusal told before anything changes
+    # _decide_arrivals' admitted call of cost 1 (Arrivals.write inline), the refusal told
+    # before anything changes
     arrivals, clock = backend._arrivals, backend._clock
     acquire, release = backend._lock.acquire, backend._lock.release
     count, span = rule.count, rule.span_ms * US_PER_MS
