@@ -209,7 +209,7 @@ class SyncedBackend:
 
     def _decide_one(self, plan: Plan, now: int) -> Decision:
         """:meth:`_decide_tree` for the common single rule with a value: one counter, no
-        tree (1.2x the decisions per second; ``bench/fast_paths.py`` measures it)."""
+        tree (``bench/fast_paths.py`` measures what it saves)."""
         name = window_names(plan)[0][0]
         local = self._locals.get(name)
         size = plan.windows[0][0]

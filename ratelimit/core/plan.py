@@ -3,8 +3,8 @@
 A rule tree is compiled once (:class:`CompiledTree`): its leaves in order and a prefix
 program of opcodes that storage scripts evaluate. Each call then gets a :class:`Plan`: the
 identifier each leaf counts on, after its selector was resolved, and what the call counts
-on each. Backends count hits per leaf and hand them to
-:func:`~ratelimit.core.evaluation.evaluate`, the one place that turns counts into a decision.
+on each. Backends count hits per leaf and hand them to :mod:`ratelimit.core.evaluation`,
+which turns counts (and a store's verdict) into a decision.
 """
 
 from __future__ import annotations
@@ -257,10 +257,9 @@ def _counted(selector: str | None) -> str | None:
 PLANS = 16_384
 """Plans kept (:func:`cached_plan`), and what stores keep per plan (their commands, their
 layouts): as many identifiers as a process decides for in turn without building their plans
-again (10 000 users cycled through 8 192 rebuilt every plan: about 3.5 µs a decision on a
-script engine). Not more: each plan kept is about seven objects the garbage collector walks
-(16 384 plans: 115 000, a full collection 25 ms longer here), and its pauses hold up every
-decision under way."""
+again. Not more: each plan kept is about seven objects the garbage collector walks, and its
+pauses hold up every decision under way (what both cost: docs/benchmark.md, "What the
+bounds cost")."""
 
 
 @functools.lru_cache(maxsize=PLANS)

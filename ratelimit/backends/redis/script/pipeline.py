@@ -58,9 +58,8 @@ from ratelimit.errors import BackendError
 MAX_BATCH = 32
 """Most calls in one pipeline. Smaller than the callers a busy process has, so that several
 batches are in flight: the callers of a returning batch make their next calls while Redis
-runs another, and the client's work and the server's overlap instead of taking turns (64
-callers in batches of 128 went as one batch at a time and made 0.6-0.7x the decisions of
-batches of 32, at the same Redis CPU per decision; ``bench/suite.py``)."""
+runs another, and the client's work and the server's overlap instead of taking turns (what
+larger batches measured: docs/stores.md, "Bounded")."""
 MAX_IN_FLIGHT = 4
 """Most pipelines in flight at once, each on its own connection."""
 MAX_ALONE = 1024
