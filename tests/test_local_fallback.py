@@ -31,6 +31,7 @@ from ratelimit.flask import FlaskRateLimit
 from ratelimit.flask import Route as FlaskRoute
 from ratelimit.front.concurrency import ConcurrencyLimitExceeded
 from ratelimit.pipeline.decider import PING_KEY
+from ratelimit.pipeline import fallback
 from ratelimit.pipeline.fallback import PROBE_EVERY, scaled_count, scaled_tree
 from ratelimit.rules.tree import Rule, to_tree
 from ratelimit.sync import RateLimit as SyncRateLimit
@@ -65,8 +66,11 @@ class Flaky(MemoryBackend):
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The decisions' clock, which paces the probes too (:data:`fallback.monotonic`)."""
+    clock = FakeClock()
+    monkeypatch.setattr(fallback, "monotonic", clock)
+    return clock
 
 
 @pytest.fixture
@@ -179,6 +183,29 @@ async def test_an_outage_probes_at_most_every_probe_period_and_goes_back(
     assert len(warnings) == 2, warnings  # once when it starts, once when it ends
     assert "deciding in-process" in warnings[0]
     assert "24 decisions were degraded" in warnings[1]
+    await rl.aclose()
+
+
+async def test_an_injected_clock_that_never_moves_still_goes_back_to_the_store(
+    store: Flaky, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Probes are paced on the monotonic clock, not on a clock injected for the decisions
+    (which a test may never move): here a fake monotonic clock of its own moves alone."""
+    pace = FakeClock(start=50.0)
+    monkeypatch.setattr(fallback, "monotonic", pace, raising=False)
+    rl = RateLimit(store, on_error="local", local_share=0.5)
+    limit = rl.limit("10/h", key="still")
+    store.down = True
+    assert (await limit.decide()).degraded  # the failure, and the first probe
+    await settle_tasks()
+    store.down = False
+    pace.advance(PROBE_EVERY)  # the decisions' clock stands still
+    assert (await limit.decide()).degraded  # decided locally; its probe finds the store
+    await settle_tasks()
+    assert not rl.storage_failing
+    back = await limit.decide()
+    assert not back.degraded
+    assert back.remaining == 9
     await rl.aclose()
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from ratelimit import RateLimit
 from ratelimit.front.concurrency import ConcurrencyLimitExceeded
+from ratelimit.pipeline import fallback
 from ratelimit.pipeline.fallback import PROBE_EVERY
 from tests.conftest import FakeClock
 from tests.redis_server import RedisServer
@@ -28,8 +29,11 @@ async def probes_done(rl: RateLimit) -> None:
     await asyncio.gather(*list(rl._decider._unfinished), return_exceptions=True)
 
 
-async def test_a_hung_redis_is_decided_locally_and_left_when_it_answers() -> None:
+async def test_a_hung_redis_is_decided_locally_and_left_when_it_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     clock = FakeClock()
+    monkeypatch.setattr(fallback, "monotonic", clock)  # the probes paced on it too
     with RedisServer() as server:
         rl = RateLimit.from_url(
             server.url, "hung", on_error="local", local_share=0.5, timeout=TIMEOUT, clock=clock

@@ -16,7 +16,8 @@ back to the store as soon as it answers.
 
 While the outage lasts, calls do not wait on the dead store: they are decided locally at
 once, and one probe at a time (a question that counts nothing, bounded by the backend's
-own ``timeout``) asks the store, at most every :data:`PROBE_EVERY` seconds. Once it
+own ``timeout``) asks the store, at most every :data:`PROBE_EVERY` seconds of the monotonic
+clock (an injected clock paces the decisions, never the probes). Once it
 answers (the probe, or any other call), the outage ends and decisions go back to the
 store. With the store healthy nothing of this runs: the only check is the one the failure
 policy made already, on a failure or while an outage is under way.
@@ -46,7 +47,12 @@ from ratelimit.errors import ConfigurationError
 from ratelimit.rules.tree import Node, Rule
 
 PROBE_EVERY = 0.2
-"""Seconds between two probes of a failing store (at most one under way at a time)."""
+"""Seconds between two probes of a failing store (at most one under way at a time), on the
+monotonic clock (:func:`monotonic`), whatever clock the store decides on: a clock injected
+for the decisions (tests) may never move, and the store must still be asked again."""
+
+monotonic = time.monotonic
+"""The clock the probes are paced on (tests put a fake one here)."""
 
 SCALED_TREES = 4096
 """Scaled trees kept (one per tree decided locally); past it, the cache starts again."""
@@ -77,7 +83,6 @@ class LocalFallback:
 
     def __init__(self, share: float) -> None:
         self.share = share
-        self.clock: Clock = time.monotonic
         self._injected: Clock | None = None
         self._store: MemoryBackend | None = None
         self._making = threading.Lock()
@@ -99,9 +104,9 @@ class LocalFallback:
         spawn: Callable[[Awaitable[Any]], object],
     ) -> None:
         """Wire this fallback to its limiter: the clock its store decides on (``None``:
-        ``time.monotonic``), which also paces the probes; the probe; what runs tasks."""
+        ``time.monotonic``; the probes are paced on :func:`monotonic` whatever it is); the
+        probe; what runs tasks."""
         self._injected = clock
-        self.clock = clock or time.monotonic
         self.probe = probe
         self.spawn = spawn
 
@@ -190,7 +195,7 @@ class LocalFallback:
     def maybe_probe(self, answered: Callable[[], None]) -> None:
         """Start one probe of the store unless one is under way or the last began less
         than :data:`PROBE_EVERY` seconds ago; ``answered`` runs when the store answers."""
-        now = self.clock()
+        now = monotonic()
         if self._probing or now < self._next_probe or self.probe is None or self.spawn is None:
             return
         try:
