@@ -70,3 +70,27 @@ async def test_no_hold_read_during_an_outage_and_known_holds_last(on_error: str)
     await bad.decide()
     assert store.reads > reads  # holds read from the store again
     await rl.aclose()
+
+
+@pytest.mark.parametrize("on_error", ["local", "allow", "deny"])
+async def test_a_known_hold_keeps_refusing_when_the_store_fails_as_its_trust_ends(
+    on_error: str,
+) -> None:
+    """The process's trust in a hold it read ends (``RECHECK``) and the store dies before
+    any outage is noticed: the hold's read fails, and the hold known here still refuses
+    to its end (the rules are not asked: under ``"local"`` the share would admit)."""
+    clock = FakeClock()
+    store = Flaky(clock)
+    rl = RateLimit(store, "o", on_error=on_error)
+    bad = rl.limit("ip:1/h", key="api", ip="bad", penalty="2 refusals/m for 1h")
+    for _ in range(3):
+        await bad.decide()
+    assert (await bad.decide()).penalty == pytest.approx(3600)
+    clock.advance(1.2)  # past what the process trusts without asking (RECHECK)
+    store.down = True
+    held = await bad.decide()
+    assert not held.allowed
+    assert held.penalty == pytest.approx(3598.8)
+    assert not held.degraded  # a hold known here, not the failure policy's answer
+    assert (await bad.decide()).penalty == pytest.approx(3598.8)  # and the next call too
+    await rl.aclose()

@@ -19,8 +19,9 @@ note each refusal of the rules after.
   remembered in the process for up to :data:`RECHECK` seconds (never past its end), so a
   held client hammering one process costs one round trip per ``RECHECK``; a lift
   (``rl.penalties.lift``) reaches the other processes within it.
-- **The store fails**: reading a hold that fails reads as none (the rules' decision then
-  meets the failure policy); a refusal that cannot be noted stays a refusal (logged). While
+- **The store fails**: reading a hold that fails reads as the hold this process knows, to
+  its end (its trust in it over or not), else as none (the rules' decision then meets the
+  failure policy); a refusal that cannot be noted stays a refusal (logged). While
   an outage is under way (the failure policy's), holds are not read from the store (no
   round trip to wait out per call, as ``on_error="local"`` waits none): a hold this
   process knows keeps refusing until it ends, and no new one starts (a degraded refusal
@@ -125,15 +126,21 @@ class Penalizer:
         if trusted is not None:
             if trusted[0] > now or (failing and trusted[1] > now):
                 return trusted[1] - now
-            del holds[target]
+            if trusted[1] <= now:
+                del holds[target]  # ended
+                trusted = None
         if failing:  # the store fails: not asked; a hold known here lasts to its end
             return 0.0
         try:
             left = await self.store.penalty_left(target)
         except BackendError:
-            return 0.0  # the rules' decision meets the failure (the failure policy)
+            # a hold known here lasts to its end while the store fails, noticed or not;
+            # none known: the rules' decision meets the failure (the failure policy)
+            return 0.0 if trusted is None else max(0.0, trusted[1] - self._clock())
         if left > 0:
             self._remember(target, left, now)
+        elif trusted is not None:
+            holds.pop(target, None)  # lifted at the store
         return left
 
     def _remember(self, target: Identifier, left: float, now: float) -> None:
