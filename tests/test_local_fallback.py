@@ -30,8 +30,8 @@ from ratelimit.errors import BackendError
 from ratelimit.flask import FlaskRateLimit
 from ratelimit.flask import Route as FlaskRoute
 from ratelimit.front.concurrency import ConcurrencyLimitExceeded
-from ratelimit.pipeline.decider import PING_KEY
 from ratelimit.pipeline import fallback
+from ratelimit.pipeline.decider import PING_KEY
 from ratelimit.pipeline.fallback import PROBE_EVERY, scaled_count, scaled_tree
 from ratelimit.rules.tree import Rule, to_tree
 from ratelimit.sync import RateLimit as SyncRateLimit

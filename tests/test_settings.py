@@ -7,6 +7,7 @@ import typing
 
 import fakeredis
 import pytest
+import redis.asyncio
 
 from ratelimit import ConfigurationError, MemoryBackend, RateLimit, Settings
 from ratelimit.backends import RedisScriptBackend
@@ -67,7 +68,9 @@ async def test_from_url_sends_settings_to_settings_and_the_rest_to_redis() -> No
     assert rl.settings.timeout == 1.0
     assert rl.settings.algorithm == "fixed-window"
     assert isinstance(rl.storage, RedisScriptBackend)
-    pool = rl.storage.client.connection_pool
+    client = rl.storage.client
+    assert isinstance(client, redis.asyncio.Redis)  # not a cluster: one pool
+    pool = client.connection_pool
     assert pool.max_connections == 3
     assert "timeout" not in pool.connection_kwargs
     await rl.aclose()

@@ -3,8 +3,9 @@ thread hands it coroutines and blocks until they are done.
 
 So the sync API is the async one, not a second implementation: a decision the sync direct
 path (:mod:`ratelimit.sync.direct`) does not take runs the async limiter's code on this
-loop, and the automatic pipeline batches the decisions of all threads into one script call. A coroutine runs with a copy of the calling thread's context variables, so
-selector callables that read them (Flask's ``request`` and ``g``) see the caller's.
+loop, and the automatic pipeline batches the decisions of all threads into one script
+call. A coroutine runs with a copy of the calling thread's context variables, so selector
+callables that read them (Flask's ``request`` and ``g``) see the caller's.
 
 - A caller interrupted while it waits (``KeyboardInterrupt``, any exception raised in its
   thread) cancels its coroutine on the loop: a wait for admission or for a concurrency
