@@ -170,6 +170,7 @@ class HTTPLimit:
             shadow=self.shadow,
             override=override,
             penalty=self.penalty,
+            penalty_of=(self.compiled, values),  # what the penalty holds back: its own rules'
         )
 
     async def _cost_of(self, request: HTTPRequest) -> CostValue:

@@ -23,7 +23,7 @@ from ratelimit.front.wrapping import call_site, coroutine_only, findable, functi
 from ratelimit.overrides.cache import Override, OverrideCache
 from ratelimit.overrides.handle import override_rules
 from ratelimit.overrides.lowered import refusing
-from ratelimit.penalties.penalizer import penalizer_for
+from ratelimit.penalties.penalizer import NOT_NAMED, Found, penalizer_for
 from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
 from ratelimit.pipeline.waiting import admitted, wait_seconds
 from ratelimit.rules.tree import Rule, to_tree
@@ -92,6 +92,8 @@ class Limit:
             decider, penalty, self._compiled, f"key {key!r}" if key else site
         )
         self._decide = decider.decide if self._penalizer is None else self._penalizer.decide
+        # called (call, record, shadow, within, override, *held): held is () without a
+        # penalty, else (the value the penalty holds back,), from _call
 
     def _registered(self, key: str) -> Registration:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
@@ -112,11 +114,13 @@ class Limit:
 
     async def _call(
         self, key: str, call: CallSite | None, cost: CostValue | None = None
-    ) -> tuple[CallKey, bool | Rule]:
+    ) -> tuple[CallKey, bool | Rule, tuple[Found, ...]]:
         """What identifies one call under ``key``: its rules (an override's when one is in
         force: then ``True`` comes with it, or the rule of it that can never admit the
         call's cost), selector values and cost (``cost``, given for this call; else the
-        limit's, of the call's arguments)."""
+        limit's, of the call's arguments); and ``()``, or under ``penalty=`` the value of
+        the penalty's selector for the limit's own rules (:meth:`_held`) in a tuple, to pass
+        on to the penalizer's ``decide``."""
         registration = self._registered(key)
         rules = registration.compiled
         chosen = None
@@ -133,6 +137,9 @@ class Limit:
                 else await resolve(compiled.selectors, registration.sources, key, call)
             )
         decider = self._decider
+        held: tuple[Found, ...] = ()
+        if self._penalizer is not None:
+            held = (await self._held(key, call, compiled, values),)
         overrides = decider.overrides
         if overrides is not None:
             if overrides.stale():
@@ -147,12 +154,40 @@ class Limit:
                         overrides, found, key, call, cost, named, compiled
                     )
                     if overridden is not None:
-                        return overridden
+                        return (*overridden, held)
         if cost is None and self._cost.fixed:  # most calls: no coroutine for the cost
-            return self._call_key(
-                key, compiled, values, self._cost.of(compiled, decider.algorithm)
-            ), False
-        return await self._counted(key, call, cost, compiled, values), False
+            return (
+                self._call_key(key, compiled, values, self._cost.of(compiled, decider.algorithm)),
+                False,
+                held,
+            )
+        return await self._counted(key, call, cost, compiled, values), False, held
+
+    async def _held(
+        self,
+        key: str,
+        call: CallSite | None,
+        compiled: CompiledTree,
+        values: tuple[str | None, ...],
+    ) -> Found:
+        """The value the penalty holds back for this call: its selector's among the values
+        of the limit's own rules (``compiled``: written, or chosen for the call), else
+        resolved from the limit's sources by name; ``None`` when no source gives it (the
+        call is then not held, and its refusal counts nowhere)."""
+        penalizer = self._penalizer
+        assert penalizer is not None
+        if penalizer.selector is None:
+            return None  # the whole key
+        value = penalizer.value_in(compiled, values)
+        if value is not NOT_NAMED:
+            return value
+        try:
+            (value,) = await resolve(
+                (penalizer.selector,), self._registered(key).sources, key, call
+            )
+        except SelectorNotFoundError:
+            return None
+        return value
 
     def _call_key(
         self, key: str, compiled: CompiledTree, values: tuple[str | None, ...], counted: Cost
@@ -242,13 +277,13 @@ class Limit:
         decide = self._decide
         if shadow is None:
             shadow = self._shadow
-        call, override = await self._call(key, site)
+        call, override, held = await self._call(key, site)
         if self._wait and not isinstance(override, Rule):  # lowered: waiting never helps
             decision = await admitted(
-                lambda: decide(call, True, shadow, override=override), self._wait
+                lambda: decide(call, True, shadow, None, override, *held), self._wait
             )
         else:
-            decision = await decide(call, True, shadow, override=override)
+            decision = await decide(call, True, shadow, None, override, *held)
             if not decision.allowed and not decision.shadow:
                 raise RateLimitExceeded(decision)
         return decision
@@ -268,8 +303,8 @@ class Limit:
     async def peek(self, *, cost: CostValue | None = None) -> Decision:
         """The decision ``decide()`` would give, recording nothing. ``cost``: as for
         :meth:`decide`."""
-        call, override = await self._call(self._own_key(), None, cost)
-        return await self._decide(call, False, self._shadow, override=override)
+        call, override, held = await self._call(self._own_key(), None, cost)
+        return await self._decide(call, False, self._shadow, None, override, *held)
 
     async def reset(self) -> None:
         """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
@@ -280,8 +315,8 @@ class Limit:
         if ``Decision.allowed``. Selectors come from ``limit()``'s arguments. ``cost``:
         what this call counts (a number, or a mapping from units to amounts); default the
         limit's ``cost=`` (a callable of it is called with no arguments)."""
-        call, override = await self._call(self._own_key(), None, cost)
-        return await self._decide(call, True, self._shadow, override=override)
+        call, override, held = await self._call(self._own_key(), None, cost)
+        return await self._decide(call, True, self._shadow, None, override, *held)
 
     async def acquire(
         self, wait: float | bool | None = None, *, cost: CostValue | None = None
@@ -290,11 +325,11 @@ class Limit:
         raise ``RateLimitExceeded``. What ``async with`` does on entry. ``cost``: as for
         :meth:`decide`."""
         seconds = self._wait if wait is None else wait_seconds(wait)
-        call, override = await self._call(self._own_key(), None, cost)
+        call, override, held = await self._call(self._own_key(), None, cost)
         if isinstance(override, Rule):  # lowered below the cost: waiting never helps
             seconds = 0.0
         return await admitted(
-            lambda: self._decide(call, True, self._shadow, override=override), seconds
+            lambda: self._decide(call, True, self._shadow, None, override, *held), seconds
         )
 
     async def settle(self, decision: Decision, actual: CostValue) -> bool:

@@ -235,6 +235,7 @@ class RateLimit(LimitMaker):
         within: float | None = None,
         override: bool | Rule = False,
         penalty: str | None = None,
+        penalty_of: tuple[CompiledTree, tuple[str | None, ...]] | None = None,
     ) -> Decision:
         """Decide one call of ``key`` under ``compiled``: the one door into the decision
         pipeline (denial cache, background counting, failure policy, storage, hooks) for
@@ -249,7 +250,11 @@ class RateLimit(LimitMaker):
         (:meth:`rl.overrides.find <ratelimit.overrides.handle.Overrides.find>`), which the
         decision then says (``Decision.override``); or the rule of them that can never
         admit ``cost`` (:func:`ratelimit.overrides.lowered.lowered`), which refuses the call.
-        ``penalty``: as ``limit(penalty=...)`` (:mod:`ratelimit.penalties.penalizer`), checked once.
+        ``penalty``: as ``limit(penalty=...)`` (:mod:`ratelimit.penalties.penalizer`), checked once
+        against ``compiled``'s selectors, or ``penalty_of``'s: the limit's own rules and their
+        selector values, when ``compiled`` is an override's. What a penalty holds back is
+        read from the limit's own rules, whatever rules decide the call; a call whose value of
+        the penalty's selector is not found is not held, and its refusal counts nowhere.
 
         Example::
 
@@ -263,8 +268,15 @@ class RateLimit(LimitMaker):
         if shadow is None:
             shadow = self.settings.shadow
         if penalty is not None:
-            penalizer = penalizer_cached(self._decider, penalty, compiled, key)
-            return await penalizer.decide(call, record, shadow, within, override)
+            own, own_values = (compiled, values) if penalty_of is None else penalty_of
+            if len(own_values) != len(own.selectors):
+                raise ValueError(
+                    f"penalty_of: {len(own_values)} values for the {len(own.selectors)} "
+                    f"selectors of {own.tree}"
+                )
+            penalizer = penalizer_cached(self._decider, penalty, own, key)
+            value = penalizer.value_in(own, own_values)
+            return await penalizer.decide(call, record, shadow, within, override, value)
         return await self._decider.decide(call, record, shadow, within, override)
 
     async def settle(self, decision: Decision, actual: CostValue) -> bool:

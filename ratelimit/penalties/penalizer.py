@@ -57,6 +57,18 @@ no longer trusted are forgotten, then all)."""
 logger = logging.getLogger("ratelimit.penalties")
 
 _Holds = dict[Identifier, tuple[float, float]]
+
+
+class _NotNamed:
+    """The marker of a selector value not found (:data:`NOT_NAMED`)."""
+
+    def __repr__(self) -> str:
+        return "NOT_NAMED"
+
+
+NOT_NAMED = _NotNamed()
+"""A penalty selector's value not found among a call's: the rules deciding it do not name it."""
+Found = str | None | _NotNamed
 _HOLDS: weakref.WeakKeyDictionary[object, _Holds] = weakref.WeakKeyDictionary()
 
 
@@ -91,19 +103,29 @@ class Penalizer:
         self._clock = clock_of(decider.backend) or time.monotonic
         self._index: dict[CompiledTree, int | None] = {}
 
-    def target(self, call: CallKey) -> Identifier | None:
-        """The identifier ``call`` may be held back as; ``None`` when its value did not
-        resolve (or an override's rules do not name the selector)."""
-        if self.selector is None:
-            return Identifier(call.namespace, call.key, None, None)
-        index = self._index.get(call.compiled, -1)
+    def value_in(self, compiled: CompiledTree, values: tuple[str | None, ...]) -> Found:
+        """The value of this penalty's selector among ``values`` (of ``compiled``'s
+        selectors); :data:`NOT_NAMED` when ``compiled`` does not name it."""
+        index = self._index.get(compiled, -1)
         if index == -1:
-            names = [s.split("#", 1)[0] for s in call.compiled.selectors]
-            index = self._index[call.compiled] = (
+            names = [s.split("#", 1)[0] for s in compiled.selectors]
+            index = self._index[compiled] = (
                 names.index(self.selector) if self.selector in names else None
             )
-        value = None if index is None else call.values[index]
-        return Identifier(call.namespace, call.key, self.selector, value) if value else None
+        return NOT_NAMED if index is None else values[index]
+
+    def target(self, call: CallKey, value: Found = NOT_NAMED) -> Identifier | None:
+        """The identifier ``call`` may be held back as: the whole key, or the value of this
+        penalty's selector (``value``, found by the front end for the limit's own rules;
+        else among ``call``'s). ``None`` when that value is not found or empty: the call is
+        then not held, and its refusal counts nowhere."""
+        if self.selector is None:
+            return Identifier(call.namespace, call.key, None, None)
+        if value is NOT_NAMED:
+            value = self.value_in(call.compiled, call.values)
+        if value is NOT_NAMED or not value:
+            return None
+        return Identifier(call.namespace, call.key, self.selector, value)  # type: ignore[arg-type]
 
     def held(self, key: str, left: float, shadow: bool) -> Decision:
         """The refusal of a call held back ``left`` more seconds."""
@@ -159,11 +181,14 @@ class Penalizer:
         shadow: bool = False,
         within: float | None = None,
         override: bool | Rule = False,
+        value: Found = NOT_NAMED,
     ) -> Decision:
         """:meth:`Decider.decide <ratelimit.pipeline.decider.Decider.decide>` under the penalty
-        (``record=False``: a peek, which shows a hold and notes nothing)."""
+        (``record=False``: a peek, which shows a hold and notes nothing). ``value``: the
+        value of the penalty's selector for the limit's own rules, when the rules deciding
+        the call may not name it (an override's, rules chosen per call): :meth:`target`."""
         decider = self.decider
-        target = self.target(call)
+        target = self.target(call, value)
         if target is None:
             return await decider.decide(call, record, shadow, within, override)
         decider.check_open()
@@ -211,6 +236,14 @@ def penalizer_for(decider: Decider, penalty: object, rules: Any, where: str) -> 
             f"penalty '{parsed}' of {where} needs the limit's own rules (limit(rules, "
             "key=..., penalty=...)), not rules registered under key= elsewhere"
         )
+    if getattr(rules, "function", None) is not None:  # rules chosen per call by a function
+        if parsed.selector is None:
+            raise ConfigurationError(
+                f"penalty '{parsed}' of {where}: the rules are chosen per call by a function, "
+                "so the selector it holds back cannot be read from them; name the selector "
+                f"it holds back, such as 'apikey: {parsed}'"
+            )
+        return Penalizer(decider, parsed, (parsed.selector,), where)
     trees = getattr(rules, "trees", (rules,))
     selectors = tuple(s for tree in trees for s in tree.selectors)
     return Penalizer(decider, parsed, selectors, where)
