@@ -123,9 +123,9 @@ class Penalizer:
             return Identifier(call.namespace, call.key, None, None)
         if value is NOT_NAMED:
             value = self.value_in(call.compiled, call.values)
-        if value is NOT_NAMED or not value:
+        if not isinstance(value, str) or not value:  # not named, unresolved or empty
             return None
-        return Identifier(call.namespace, call.key, self.selector, value)  # type: ignore[arg-type]
+        return Identifier(call.namespace, call.key, self.selector, value)
 
     def held(self, key: str, left: float, shadow: bool) -> Decision:
         """The refusal of a call held back ``left`` more seconds."""
