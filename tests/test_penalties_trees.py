@@ -5,6 +5,7 @@ override or callable chose the rules. Every store, and the front ends that build
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
@@ -134,3 +135,28 @@ def test_rules_chosen_by_a_callable_need_the_penalty_to_name_its_selector() -> N
     rl = RateLimit(MemoryBackend())
     with pytest.raises(ConfigurationError, match="name the selector"):
         rl.limit(lambda apikey: "apikey:2/m", key="chosen2", penalty="2 refusals/10m for 1h")
+
+
+async def test_a_penalty_selector_no_chosen_rules_or_source_give_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Rules chosen by a function cannot be checked when the limit is made: a penalty whose
+    selector neither the chosen rules nor any source gives (a misspelling) holds nobody,
+    and says so once instead of quietly."""
+    rl = RateLimit(MemoryBackend(clock=FakeClock()))
+
+    @rl.limit(lambda apikey: "apikey:1/m", key="misspelt", penalty="user: 2 refusals/10m for 1h")
+    async def search(apikey: str) -> str:
+        return apikey
+
+    with caplog.at_level(logging.WARNING, logger="ratelimit.penalties"):
+        assert await search("x") == "x"
+        for _ in range(3):
+            with pytest.raises(RateLimitExceeded) as refused:
+                await search("x")
+            assert refused.value.decision.penalty is None  # never held
+    warnings = [r.getMessage() for r in caplog.records if r.name == "ratelimit.penalties"]
+    assert len(warnings) == 1, warnings
+    assert "holds back 'user'" in warnings[0]
+    assert await rl.penalties.list() == []
+    await rl.aclose()

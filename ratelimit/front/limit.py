@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
@@ -29,6 +30,7 @@ from ratelimit.pipeline.waiting import admitted, wait_seconds
 from ratelimit.rules.tree import Rule, to_tree
 
 P = ParamSpec("P")
+penalty_logger = logging.getLogger("ratelimit.penalties")
 R = TypeVar("R")
 
 
@@ -94,6 +96,7 @@ class Limit:
         self._decide = decider.decide if self._penalizer is None else self._penalizer.decide
         # called (call, record, shadow, within, override, *held): held is () without a
         # penalty, else (the value the penalty holds back,), from _call
+        self._unheld = False  # warned once that the penalty's selector has no source
 
     def _registered(self, key: str) -> Registration:
         """Rules and selector sources of this limit, or of ``key`` when it has no rules."""
@@ -185,7 +188,19 @@ class Limit:
             (value,) = await resolve(
                 (penalizer.selector,), self._registered(key).sources, key, call
             )
-        except SelectorNotFoundError:
+        except SelectorNotFoundError as exc:
+            if not self._unheld:  # a misspelt selector would otherwise never hold anyone
+                self._unheld = True
+                penalty_logger.warning(
+                    "ratelimit: penalty '%s' of key %r holds back %r, which neither the "
+                    "rules chosen for a call (%s) nor the limit's sources give: such calls "
+                    "are not held, and their refusals count nowhere (%s)",
+                    penalizer.penalty,
+                    key,
+                    penalizer.selector,
+                    compiled.tree,
+                    exc,
+                )
             return None
         return value
 
