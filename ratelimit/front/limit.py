@@ -30,8 +30,8 @@ from ratelimit.pipeline.waiting import admitted, wait_seconds
 from ratelimit.rules.tree import Rule, to_tree
 
 P = ParamSpec("P")
-penalty_logger = logging.getLogger("ratelimit.penalties")
 R = TypeVar("R")
+penalty_logger = logging.getLogger("ratelimit.penalties")
 
 
 class Limit:

@@ -23,7 +23,7 @@ from ratelimit.algorithms import (
     window_index,
 )
 from ratelimit.backends.layout import arrival_shapes, arrival_slots, limits_per_identifier
-from ratelimit.backends.memory.entries import Arrivals, Log, Tables, Windows
+from ratelimit.backends.memory.entries import Arrivals, Log, Tables, Windows, live
 from ratelimit.core.decision import Decision
 from ratelimit.core.evaluation import decided, evaluate
 from ratelimit.core.plan import Plan
@@ -41,7 +41,7 @@ class DecisionTables(Tables):
 
     def _decide_logs(self, plan: Plan, now: int) -> Decision:
         """Sliding logs: every leaf of the tree counted, then recorded when admitted."""
-        logs = [self._live(identifier, now) for identifier in plan.identifiers]
+        logs = [live(self._logs, identifier, now, Log) for identifier in plan.identifiers]
         counts: list[tuple[int, int]] = []
         rules = plan.compiled.rules
         for leaf, (rule, i) in enumerate(zip(rules, plan.leaf_identifiers, strict=True)):
@@ -79,10 +79,7 @@ class DecisionTables(Tables):
         return decision
 
     def _decide_windows(self, plan: Plan, now: int) -> Decision:
-        entries = []
-        for identifier in plan.identifiers:
-            entry = self._windows.get(identifier)
-            entries.append(entry if entry is not None and entry.expires_us > now else Windows())
+        entries = [live(self._windows, identifier, now, Windows) for identifier in plan.identifiers]
         for rule, i in zip(plan.compiled.rules, plan.leaf_identifiers, strict=True):
             if i >= 0:  # a window newer than now: the clock stepped back
                 size = rule.span_ms * US_PER_MS
@@ -108,10 +105,7 @@ class DecisionTables(Tables):
 
     def _decide_arrivals(self, plan: Plan, now: int) -> Decision:
         """GCRA: every leaf's arrival time read, then pushed on when admitted."""
-        entries = []
-        for identifier in plan.identifiers:
-            entry = self._arrivals.get(identifier)
-            entries.append(entry if entry is not None and entry.expires_us > now else Arrivals())
+        entries = [live(self._arrivals, i, now, Arrivals) for i in plan.identifiers]
         times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
         stored = [entries[i].stored(field, rule) for i, rule, field in times]
         counts: list[Arrival] = [

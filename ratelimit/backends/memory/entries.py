@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ratelimit.algorithms import Arrival, window
 from ratelimit.backends import windows
@@ -120,9 +121,14 @@ class Tables:
         if self._closed:
             raise LimiterClosedError("this memory backend")
 
-    def _live(self, identifier: Identifier, now: int) -> Log:
-        """``identifier``'s log, or a new one where it has none or it expired."""
-        log = self._logs.get(identifier)
-        if log is None or log.expires_us <= now:
-            return Log()
-        return log
+
+Entry = TypeVar("Entry", Log, Windows, Arrivals)
+
+
+def live(
+    table: dict[Identifier, Entry], identifier: Identifier, now: int, new: Callable[[], Entry]
+) -> Entry:
+    """``identifier``'s entry in ``table``, or a new one (``new()``, not stored) where it has
+    none or it expired."""
+    entry = table.get(identifier)
+    return entry if entry is not None and entry.expires_us > now else new()

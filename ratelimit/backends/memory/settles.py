@@ -22,7 +22,7 @@ from ratelimit.algorithms import (
 )
 from ratelimit.backends import windows
 from ratelimit.backends.layout import arrival_slots, limits_per_identifier
-from ratelimit.backends.memory.entries import Arrivals, Tables, Windows
+from ratelimit.backends.memory.entries import Arrivals, Log, Tables, Windows, live
 from ratelimit.core.plan import Identifier
 from ratelimit.core.settling import Settlement, held_arrival
 
@@ -44,7 +44,7 @@ class SettleTables(Tables):
             delta = int(deltas[plan.leaf_identifiers.index(k)])
             if delta < 0 and self._reset_since(identifier, settlement.at_us, now):
                 continue  # reserved before a reset, which forgot it (its hits' time too)
-            log = self._live(identifier, now)
+            log = live(self._logs, identifier, now, Log)
             keep = log.kept = max(keep, log.kept)
             settle_log(log.hits, delta, settlement.at_us, now, keep, span_ms * US_PER_MS)
             if delta > 0:
@@ -53,10 +53,7 @@ class SettleTables(Tables):
 
     def _settle_windows(self, settlement: Settlement, now: int) -> None:
         plan = settlement.plan
-        entries = []
-        for identifier in plan.identifiers:
-            entry = self._windows.get(identifier)
-            entries.append(entry if entry is not None and entry.expires_us > now else Windows())
+        entries = [live(self._windows, identifier, now, Windows) for identifier in plan.identifiers]
         settled = {}  # per (identifier, size): its delta
         for rule, k, delta in zip(
             plan.compiled.rules, plan.leaf_identifiers, settlement.deltas, strict=True
