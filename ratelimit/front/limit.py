@@ -31,6 +31,8 @@ from ratelimit.rules.tree import Rule, to_tree
 
 P = ParamSpec("P")
 R = TypeVar("R")
+Decide = Callable[[CallKey, bool, bool, "float | None", "bool | Rule"], Awaitable[Decision]]
+"""``decide(call, record, shadow, within, override)``: the decider's, or a penalizer's."""
 penalty_logger = logging.getLogger("ratelimit.penalties")
 
 
@@ -93,9 +95,9 @@ class Limit:
         self._penalizer = penalizer_for(
             decider, penalty, self._compiled, f"key {key!r}" if key else site
         )
-        self._decide = decider.decide if self._penalizer is None else self._penalizer.decide
-        # called (call, record, shadow, within, override, *held): held is () without a
-        # penalty, else (the value the penalty holds back,), from _call
+        self._decide: Decide = decider.decide
+        """How a call is decided without a penalty; with one, :meth:`_call` gives the
+        penalizer's ``decide`` with the value the penalty holds back for that call."""
         self._unheld = False  # warned once that the penalty's selector has no source
 
     def _registered(self, key: str) -> Registration:
@@ -117,13 +119,13 @@ class Limit:
 
     async def _call(
         self, key: str, call: CallSite | None, cost: CostValue | None = None
-    ) -> tuple[CallKey, bool | Rule, tuple[Found, ...]]:
+    ) -> tuple[CallKey, bool | Rule, Decide]:
         """What identifies one call under ``key``: its rules (an override's when one is in
         force: then ``True`` comes with it, or the rule of it that can never admit the
         call's cost), selector values and cost (``cost``, given for this call; else the
-        limit's, of the call's arguments); and ``()``, or under ``penalty=`` the value of
-        the penalty's selector for the limit's own rules (:meth:`_held`) in a tuple, to pass
-        on to the penalizer's ``decide``."""
+        limit's, of the call's arguments); and how to decide it: the decider's ``decide``,
+        or under ``penalty=`` the penalizer's, with the value of the penalty's selector for
+        the limit's own rules (:meth:`_held`)."""
         registration = self._registered(key)
         rules = registration.compiled
         chosen = None
@@ -140,9 +142,12 @@ class Limit:
                 else await resolve(compiled.selectors, registration.sources, key, call)
             )
         decider = self._decider
-        held: tuple[Found, ...] = ()
-        if self._penalizer is not None:
-            held = (await self._held(key, call, compiled, values),)
+        decide, penalizer = self._decide, self._penalizer
+        if penalizer is not None:
+            held = None if penalizer.selector is None else penalizer.value_in(compiled, values)
+            if held is NOT_NAMED:  # the rules chosen for this call do not name it
+                held = await self._held(key, call, compiled)
+            decide = functools.partial(penalizer.decide, value=held)
         overrides = decider.overrides
         if overrides is not None:
             if overrides.stale():
@@ -157,33 +162,23 @@ class Limit:
                         overrides, found, key, call, cost, named, compiled
                     )
                     if overridden is not None:
-                        return (*overridden, held)
+                        return (*overridden, decide)
         if cost is None and self._cost.fixed:  # most calls: no coroutine for the cost
             return (
                 self._call_key(key, compiled, values, self._cost.of(compiled, decider.algorithm)),
                 False,
-                held,
+                decide,
             )
-        return await self._counted(key, call, cost, compiled, values), False, held
+        return await self._counted(key, call, cost, compiled, values), False, decide
 
-    async def _held(
-        self,
-        key: str,
-        call: CallSite | None,
-        compiled: CompiledTree,
-        values: tuple[str | None, ...],
-    ) -> Found:
-        """The value the penalty holds back for this call: its selector's among the values
-        of the limit's own rules (``compiled``: written, or chosen for the call), else
-        resolved from the limit's sources by name; ``None`` when no source gives it (the
-        call is then not held, and its refusal counts nowhere)."""
+    async def _held(self, key: str, call: CallSite | None, compiled: CompiledTree) -> Found:
+        """The value the penalty holds back for a call whose rules (``compiled``, chosen for
+        it) do not name its selector: resolved from the limit's sources by name; ``None``
+        when no source gives it (the call is then not held, and its refusal counts
+        nowhere). Otherwise :meth:`_call` reads it among the values of the call's rules."""
         penalizer = self._penalizer
         assert penalizer is not None
-        if penalizer.selector is None:
-            return None  # the whole key
-        value = penalizer.value_in(compiled, values)
-        if value is not NOT_NAMED:
-            return value
+        assert penalizer.selector is not None
         try:
             (value,) = await resolve(
                 (penalizer.selector,), self._registered(key).sources, key, call
@@ -289,16 +284,15 @@ class Limit:
     async def _admit(self, key: str, site: CallSite, shadow: bool | None = None) -> Decision:
         """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),
         or raise ``RateLimitExceeded``: what the decorator does before the body runs."""
-        decide = self._decide
         if shadow is None:
             shadow = self._shadow
-        call, override, held = await self._call(key, site)
+        call, override, decide = await self._call(key, site)
         if self._wait and not isinstance(override, Rule):  # lowered: waiting never helps
             decision = await admitted(
-                lambda: decide(call, True, shadow, None, override, *held), self._wait
+                lambda: decide(call, True, shadow, None, override), self._wait
             )
         else:
-            decision = await decide(call, True, shadow, None, override, *held)
+            decision = await decide(call, True, shadow, None, override)
             if not decision.allowed and not decision.shadow:
                 raise RateLimitExceeded(decision)
         return decision
@@ -318,8 +312,8 @@ class Limit:
     async def peek(self, *, cost: CostValue | None = None) -> Decision:
         """The decision ``decide()`` would give, recording nothing. ``cost``: as for
         :meth:`decide`."""
-        call, override, held = await self._call(self._own_key(), None, cost)
-        return await self._decide(call, False, self._shadow, None, override, *held)
+        call, override, decide = await self._call(self._own_key(), None, cost)
+        return await decide(call, False, self._shadow, None, override)
 
     async def reset(self) -> None:
         """Forget the hits of this limit's identifiers (with ``limit()``'s selectors)."""
@@ -330,8 +324,8 @@ class Limit:
         if ``Decision.allowed``. Selectors come from ``limit()``'s arguments. ``cost``:
         what this call counts (a number, or a mapping from units to amounts); default the
         limit's ``cost=`` (a callable of it is called with no arguments)."""
-        call, override, held = await self._call(self._own_key(), None, cost)
-        return await self._decide(call, True, self._shadow, None, override, *held)
+        call, override, decide = await self._call(self._own_key(), None, cost)
+        return await decide(call, True, self._shadow, None, override)
 
     async def acquire(
         self, wait: float | bool | None = None, *, cost: CostValue | None = None
@@ -340,12 +334,10 @@ class Limit:
         raise ``RateLimitExceeded``. What ``async with`` does on entry. ``cost``: as for
         :meth:`decide`."""
         seconds = self._wait if wait is None else wait_seconds(wait)
-        call, override, held = await self._call(self._own_key(), None, cost)
+        call, override, decide = await self._call(self._own_key(), None, cost)
         if isinstance(override, Rule):  # lowered below the cost: waiting never helps
             seconds = 0.0
-        return await admitted(
-            lambda: self._decide(call, True, self._shadow, None, override, *held), seconds
-        )
+        return await admitted(lambda: decide(call, True, self._shadow, None, override), seconds)
 
     async def settle(self, decision: Decision, actual: CostValue) -> bool:
         """Record what the call ``decision`` admitted really cost: ``actual`` (a number, or
