@@ -12,6 +12,3 @@ from ratelimit.core.plan import Identifier as Identifier
 from ratelimit.core.plan import Plan as Plan
 from ratelimit.core.plan import cached_plan as cached_plan
 from ratelimit.core.plan import compile_tree as compile_tree
-from ratelimit.core.plan import layout_under as layout_under
-from ratelimit.core.plan import mixes_under as mixes_under
-from ratelimit.core.plan import spread_alike as spread_alike

@@ -8,7 +8,8 @@ process decides at the same instant, so no window moves and no algorithm may adm
 or ``server``: no injected clock, each node's own ``TIME``).
 
 It says it is ready on the control Redis, waits for the go (a BLPOP), then decides RULE
-(``key="spread"``) for users ``u0`` .. ``u<USERS-1>`` REPEATS times each and for users
+(``key="spread"``; ``A;B``: the processes take rules ``A`` and ``B`` in turn, as old and new
+processes of a rolling deploy) for users ``u0`` .. ``u<USERS-1>`` REPEATS times each and for users
 ``hot0`` .. ``hot<HOT_USERS-1>`` HOT_CALLS times each, shuffled, from :data:`CONCURRENCY`
 coroutines (so the client pipelines their calls; fewer for the command engine, whose hot
 users' calls queue on their locks). Prints one JSON object: ``ordinary`` (admitted
@@ -66,13 +67,14 @@ async def main(argv: list[str]) -> str:
     users, repeats, hot_users, hot_calls = (int(a) for a in argv[8:12])
     client = RedisCluster.from_url(cluster_url)
     rl = limiter(client, namespace, algorithm, engine, spread, instant)
-    tree = compile_tree(to_tree(rule))
     names = [f"u{n}" for n in range(users) for _ in range(repeats)]
     names += [f"hot{n}" for n in range(hot_users) for _ in range(hot_calls)]
     random.Random(os.getpid()).shuffle(names)
     await client.initialize()  # the cluster's slots known before the go
     control = aioredis.Redis.from_url(control_url)
-    await control.incr(f"{namespace}:ready")
+    ready = await control.incr(f"{namespace}:ready")
+    rules = rule.split(";")  # several: the processes take them in turn (a rolling deploy)
+    tree = compile_tree(to_tree(rules[(ready - 1) % len(rules)]))
     await control.blpop([f"{namespace}:go"], timeout=60)
     admitted: dict[str, int] = {}
     degraded = 0

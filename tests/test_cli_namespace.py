@@ -109,8 +109,8 @@ def test_check_says_what_a_tree_means(capsys: pytest.CaptureFixture[str]) -> Non
         "apikey:100/h & (10/s | 15/m)\n"
         "  refused only when both: more than 100 calls per hour for one apikey, and "
         "(more than 10 per second or more than 15 per minute, every call of the key)\n"
-        "  on a Redis Cluster: one slot for the whole key (pinned: it has a rule without a "
-        "selector)\n"
+        "  on a Redis Cluster: each apikey's counters in a slot of their own, the whole key's "
+        "in the key's own: a call spans 2 slots, decided by parts\n"
     )
     assert cli(["check", "user:5/m & 100/h"]) == 0  # a rule on the command line, quoted
     assert capsys.readouterr().out.splitlines()[1] == (

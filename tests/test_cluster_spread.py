@@ -189,12 +189,13 @@ async def test_one_hot_limit_on_the_nodes_own_clocks(
 
 
 @pytest.mark.parametrize("engine", ["script", "commands"])
-async def test_a_tree_that_mixes_in_a_global_rule_stays_in_one_slot(
+async def test_a_tree_that_mixes_in_a_global_rule_is_decided_by_parts(
     cluster: RedisCluster, redis_client: aioredis.Redis, namespace: str, engine: str
 ) -> None:
-    """``user:40/h | 100/h`` counts every user on one global rule too, atomically: it
-    cannot spread. 4 processes over 300 users and 2 hot ones: exactly 100 admitted in all,
-    no user more than 40, and every key it wrote is in the slot of ``rl:{<ns>:spread}``."""
+    """``user:40/h | 100/h`` counts every user on one global rule too: each user's counters
+    in the user's slot, the global rule's in the key's, a call decided by parts (issue 47).
+    4 processes over 300 users and 2 hot ones: exactly 100 admitted in all, no user more
+    than 40, and the keys lie in many slots."""
     needs_cluster_transactions(engine)
     results = await decide_in_processes(
         redis_client,
@@ -211,9 +212,33 @@ async def test_a_tree_that_mixes_in_a_global_rule_stays_in_one_slot(
         "30",
     )
     hot = hot_totals(results)
+    assert all(result["degraded"] == 0 for result in results)
     assert sum(result["ordinary"] for result in results) + sum(hot.values()) == 100
     assert max(hot.values()) <= 40
-    assert_one_slot(cluster, namespace)
+    assert len({key_slot(key) for key in keys_of(cluster, namespace)}) > 1
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-log", "gcra"])
+@pytest.mark.parametrize("engine", ["script", "commands"])
+async def test_a_rolling_deploy_of_new_rules_keeps_one_counter_per_user(
+    cluster: RedisCluster,
+    redis_client: aioredis.Redis,
+    namespace: str,
+    engine: str,
+    algorithm: str,
+) -> None:
+    """Issue 47, item 7: two processes with ``user:3/h``, two with the new rules
+    ``user:3/h | 1000/h``, side by side on the cluster (spread by default): every user
+    admitted exactly 3 times in all (before, each tree kept its own counter: 3 more per
+    user), whichever processes the calls reached."""
+    needs_cluster_transactions(engine)
+    results = await decide_in_processes(
+        redis_client, cluster, namespace, algorithm, engine, "auto",
+        "user:3/h;user:3/h | 1000/h", str(INSTANT), "150", "2", "2", "12",
+    )  # fmt: skip
+    assert all(result["degraded"] == 0 for result in results)
+    assert sum(result["ordinary"] for result in results) == 150 * 3
+    assert hot_totals(results) == {"hot0": 3, "hot1": 3}
 
 
 async def test_spread_false_keeps_one_slot_on_a_cluster(

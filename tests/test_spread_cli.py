@@ -41,20 +41,22 @@ ROOT = Path(__file__).resolve().parent.parent
         ),
         (
             "user:5/m | ip:10/m",
-            "on a Redis Cluster: one slot for the whole key (pinned: it mixes user and ip)",
+            "on a Redis Cluster: each user's and each ip's counters in a slot of their own: a "
+            "call spans 2 slots, decided by parts",
         ),
         (
             "user:5/m | ip:10/m | apikey:1/s",
-            "on a Redis Cluster: one slot for the whole key (pinned: it mixes user, ip and apikey)",
+            "on a Redis Cluster: each user's, each ip's and each apikey's counters in a slot of "
+            "their own: a call spans 3 slots, decided by parts",
         ),
         (
             "apikey:100/h & 10/s",
-            "on a Redis Cluster: one slot for the whole key (pinned: it has a rule without a "
-            "selector)",
+            "on a Redis Cluster: each apikey's counters in a slot of their own, the whole key's "
+            "in the key's own: a call spans 2 slots, decided by parts",
         ),
         (
             "10/s | 100/h",
-            "on a Redis Cluster: one slot for the whole key (pinned: no rule names a selector)",
+            "on a Redis Cluster: one slot for the whole key (no rule names a selector)",
         ),
     ],
 )
@@ -65,8 +67,8 @@ def test_placement_says_where_a_tree_lives_on_a_cluster(rules: str, words: str) 
 def test_placement_of_a_selector_named_twice() -> None:
     tree = Or(Rule(5, 60_000, selector="user"), Rule(9, 60_000, selector="user#1"))
     assert placement(tree) == (
-        "on a Redis Cluster: one slot for the whole key (pinned: it names user twice with "
-        "separate values)"
+        "on a Redis Cluster: each user's counters in a slot of their own: a call spans 2 "
+        "slots, decided by parts"
     )
 
 

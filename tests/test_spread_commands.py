@@ -152,19 +152,27 @@ async def test_a_mixed_tree_or_spread_off_keeps_todays_keys_and_lock(
     spread: bool | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A tree mixing a selector with a rule of none stays under the limit's one tag, spread
-    or not; with ``spread`` off (or unset, on a client of one server) a tree that could
-    spread does too."""
+    """With ``spread`` off (or unset, on a client of one server) every tree keeps its keys
+    and its lock under the limit's one tag; with it on, a tree mixing a selector with a
+    rule of none keeps each user's keys under the user's tag and the rule's under the
+    key's, and takes the lock of each (issue 47: the layout is the identifier's)."""
     namespace = f"mx-{uuid.uuid4().hex[:8]}"
     clock = FakeClock()
     backend = make(spread, clock=clock)
     locks = spy_locks(backend, monkeypatch)
     rules = MIXED if spread else SPREADING
     await run_sequence(backend, clock, namespace, algorithm, rules)
-    assert set(locks) == {"rl:{%s:login}:lock" % namespace}  # noqa: UP031  # as before
     written = await keys_of(store, namespace)
     assert written
-    assert all(k.startswith(f"rl:{{{namespace}:login}}") for k in written), sorted(written)
+    pinned = f"rl:{{{namespace}:login}}"
+    if not spread:
+        assert set(locks) == {f"{pinned}:lock"}  # as before
+        assert all(k.startswith(pinned) for k in written), sorted(written)
+        return
+    users = {f"rl:{{{namespace}:login:user={u}}}" for u in USERS}
+    assert set(locks) == {f"{t}:lock" for t in users | {pinned}}
+    assert all(k.split("}")[0] + "}" in users | {pinned} for k in written), sorted(written)
+    assert any(k.startswith(pinned) for k in written)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -1,8 +1,8 @@
-"""Issue 38: every front end keeps one layout per identifier. For one (namespace, key),
-every tree a call decides under agrees on where each identifier is kept: rules chosen per
-call and the service's trees are pinned, tiers spread only when every entry spreads on one
-selector, and an override keeps the layout of the limit it replaces (warned when it mixes
-selectors under a limit that spreads)."""
+"""Issues 38 and 47: every front end keeps one layout per identifier. Where an identifier's
+keys live is a property of the identifier (issue 47), so every front end decides its rules
+as written (rules chosen per call, tiers, overrides, routes sharing a key), never pinned
+for the sake of the layout; only the service's trees are compiled pinned (its domains keep
+one slot each), and nothing warns of an override that mixes selectors."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ import pytest
 
 from ratelimit import ConcurrencyLimitExceeded, MemoryBackend, RateLimit
 from ratelimit.core.decision import Decision
-from ratelimit.core.plan import CompiledTree, Plan, compile_tree, layout_under
+from ratelimit.core.plan import CompiledTree, Plan
 from ratelimit.front.chosen import ChosenRules
-from ratelimit.rules.tree import to_tree
 
 
 class Recording(MemoryBackend):
@@ -35,7 +34,7 @@ class Recording(MemoryBackend):
         return super().admit(plan)
 
 
-async def test_rules_chosen_by_a_callable_are_pinned() -> None:
+async def test_rules_chosen_by_a_callable_are_decided_as_written() -> None:
     backend = Recording()
     rl = RateLimit(backend)
 
@@ -45,23 +44,23 @@ async def test_rules_chosen_by_a_callable_are_pinned() -> None:
     await work("alice")
     (tree,) = backend.trees
     assert str(tree.tree) == "user:5/m"
-    assert not tree.spreads
-    assert tree.pinned
+    assert tree.spreads
+    assert not tree.pinned
 
 
-def test_a_mapping_spreads_only_when_every_entry_spreads_on_one_selector() -> None:
+def test_a_mappings_entries_are_compiled_as_written() -> None:
     alike = ChosenRules({"free": "user:5/m", "pro": "user:50/m | user:500/h"}, {"tier": 1})
     assert all(c.spreads for c in alike.trees)
     mixed = ChosenRules({"free": "user:5/m", "pro": "ip:50/m"}, {"tier": 1})
-    assert not any(c.spreads for c in mixed.trees)
-    assert all(c.pinned for c in mixed.trees)
+    assert all(c.spreads for c in mixed.trees)
+    assert not any(c.pinned for c in mixed.trees)
     partly = ChosenRules({"free": "user:5/m", "pro": "user:50/m & 100/m"}, {"tier": 1})
-    assert not any(c.spreads for c in partly.trees)
+    assert [c.spreads for c in partly.trees] == [True, False]
     # equal mappings still compare equal (one registration per key)
     assert mixed == ChosenRules({"free": "user:5/m", "pro": "ip:50/m"}, {"tier": 1})
 
 
-async def test_a_pinned_limits_override_is_applied_pinned() -> None:
+async def test_an_override_is_applied_as_written() -> None:
     backend = Recording()
     rl = RateLimit(backend)
 
@@ -72,10 +71,10 @@ async def test_a_pinned_limits_override_is_applied_pinned() -> None:
     await work("alice")
     (tree,) = backend.trees
     assert str(tree.tree) == "user:1/m"
-    assert not tree.spreads  # the limit keeps alice in the key's one slot: so does this
+    assert tree.spreads  # alice's identifier is kept where every tree keeps it
 
 
-async def test_an_override_mixing_selectors_under_a_spreading_limit_warns_once(
+async def test_an_override_mixing_selectors_under_a_spreading_limit_warns_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     backend = Recording()
@@ -91,13 +90,10 @@ async def test_an_override_mixing_selectors_under_a_spreading_limit_warns_once(
             await work("alice", "1.2.3.4")
         await work("bob", "1.2.3.4")
     assert [t.spreads for t in backend.trees] == [False, False, False, True]
-    warned = [r.getMessage() for r in caplog.records if "mixes selectors" in r.getMessage()]
-    assert len(warned) == 1
-    assert "key 'spreads'" in warned[0]
-    assert "an override naming user only, or spread=False, avoids it" in warned[0]
+    assert not [r for r in caplog.records if "mixes selectors" in r.getMessage()]
 
 
-async def test_an_http_routes_override_keeps_the_routes_layout(
+async def test_an_http_routes_override_is_applied_as_written(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     pytest.importorskip("starlette")
@@ -118,9 +114,8 @@ async def test_an_http_routes_override_keeps_the_routes_layout(
             await http.get("/b", headers={"x-api-key": "k"})
             await http.get("/b", headers={"x-api-key": "k"})
     assert [str(t.tree) for t in backend.trees] == ["api:50/m", *["api:50/m & ip:50/m"] * 2]
-    assert not any(t.spreads for t in backend.trees)
-    warned = [r for r in caplog.records if "mixes selectors" in r.getMessage()]
-    assert len(warned) == 1
+    assert [t.spreads for t in backend.trees] == [True, False, False]
+    assert not [r for r in caplog.records if "mixes selectors" in r.getMessage()]
 
 
 RULES = """\
@@ -160,18 +155,6 @@ async def test_the_service_decides_every_tree_pinned(tmp_path: Path) -> None:
     assert not any(t.spreads for t in backend.trees)
 
 
-def test_an_override_spreading_on_another_selector_is_pinned() -> None:
-    """Under a limit spreading by user, an override spreading by ip is pinned: ip is not
-    the limit's selector, and other overrides of the key (``ip:1/m | 100/m``) keep ip's
-    counters in the key's one slot, so that each ip has one counter whatever override a
-    call gets."""
-    spreading = compile_tree(to_tree("user:5/m"))
-    by_ip = compile_tree(to_tree("ip:1/m"))
-    assert layout_under(by_ip, spreading) is compile_tree(by_ip.tree, pinned=True)
-    by_user = compile_tree(to_tree("user:9/m | user:90/h"))
-    assert layout_under(by_user, spreading) is by_user
-
-
 async def test_two_overrides_naming_one_ip_count_on_one_counter() -> None:
     """Alice's override counts her ip by ip only, bob's with a rule of no selector: one ip
     they share has one counter (before, alice's kept it under a hash tag of its own, bob's
@@ -190,11 +173,10 @@ async def test_two_overrides_naming_one_ip_count_on_one_counter() -> None:
 
 async def test_routes_sharing_a_key_share_its_counters_where_keys_spread() -> None:
     """docs/web.md's shared cap: ``site`` counted by a route mixing it with ``ip`` and by one
-    naming it alone, under one ``key=``. Every route of the key is pinned (before, the
-    second spread: each route kept its own ``site`` counter and the cap admitted twice)."""
+    naming it alone, under one ``key=``: each site has one counter, whatever route counts
+    on it (once, the second spread and kept a counter of its own: the cap admitted twice)."""
     pytest.importorskip("starlette")
     from ratelimit.asgi import Route, client_ip
-    from ratelimit.asgi.routes import RouteTable
     from tests.test_asgi import app_with, client
 
     rl = RateLimit(fakeredis.FakeAsyncRedis(), "routes", spread=True, denial_cache=0)
@@ -207,10 +189,7 @@ async def test_routes_sharing_a_key_share_its_counters_where_keys_spread() -> No
         async with client(app_with(rl, routes)) as http:
             codes = [(await http.get(path)).status_code for path in ["/login", "/a"] * 2]
         assert codes == [200, 200, 200, 429]
-        assert not any(route.limit.compiled.spreads for route in routes)
-        alike = [Route(p, "site:3/m", key="own", site=site) for p in ("/b", "/c")]
-        RouteTable([*alike, Route("/d", "site:3/m & 9/m", site=site)], (), rl)
-        assert all(route.limit.compiled.spreads for route in alike)  # one layout already
+        assert [route.limit.compiled.spreads for route in routes] == [False, True]
     finally:
         await rl.aclose()
 

@@ -20,7 +20,7 @@ from ratelimit.backends.redis.keys import (
     spread_tag,
     tag,
 )
-from ratelimit.core.plan import Identifier, compile_tree, layout_under, mixes_under
+from ratelimit.core.plan import Identifier, compile_tree
 from ratelimit.core.slots import claim_for, parse_slots
 from ratelimit.rules.tree import Or, Rule, to_tree
 
@@ -47,7 +47,7 @@ def test_a_tree_spreads_when_every_rule_names_one_selector(rules: str, spreads: 
     assert compiled.pinned is False
     pinned = compile_tree(to_tree(rules), pinned=True)
     assert pinned.spreads is False
-    assert pinned.pinned is spreads  # pinned only says so where the shape would spread
+    assert pinned.pinned is True  # a key declared pinned: nothing spreads, whatever the shape
 
 
 def test_one_compiled_instance_per_tree_and_layout() -> None:
@@ -56,23 +56,8 @@ def test_one_compiled_instance_per_tree_and_layout() -> None:
     assert compile_tree(tree) is compile_tree(tree, pinned=False)
     assert compile_tree(tree, pinned=True) is compile_tree(tree, True)
     assert compile_tree(tree, pinned=True) is not compile_tree(tree)
-    mixed = to_tree("user:5/m & 10/s")  # pinned by its shape: one instance either way
-    assert compile_tree(mixed, pinned=True) is compile_tree(mixed)
-
-
-def test_an_override_keeps_its_limits_layout() -> None:
-    spreading = compile_tree(to_tree("user:5/m"))
-    pinned = compile_tree(to_tree("user:5/m"), pinned=True)
-    mixed = compile_tree(to_tree("user:5/m & ip:9/m"))
-    other = compile_tree(to_tree("user:50/m | user:500/h"))
-    assert layout_under(other, spreading) is other
-    assert layout_under(other, pinned) is compile_tree(other.tree, pinned=True)
-    assert layout_under(mixed, spreading) is mixed
-    assert layout_under(mixed, pinned) is mixed
-    assert mixes_under(mixed, spreading)
-    assert not mixes_under(other, spreading)
-    assert not mixes_under(mixed, pinned)
-    assert not mixes_under(compile_tree(to_tree("ip:5/m & 10/s")), spreading)
+    mixed = to_tree("user:5/m & 10/s")  # spans tags where keys spread, unless pinned
+    assert compile_tree(mixed, pinned=True) is not compile_tree(mixed)
 
 
 ALICE = Identifier("shop", "login", "user", "alice")

@@ -136,7 +136,12 @@ async def test_a_spreading_limit_keeps_each_identifier_under_its_own_tag(
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("rules", ["user:5/m & 10/s", "user:5/m | ip:3/m"])
-async def test_a_mixed_tree_keeps_the_pinned_keys(client: Any, algorithm: str, rules: str) -> None:
+async def test_a_mixed_tree_keeps_each_identifier_under_its_own_tag(
+    client: Any, algorithm: str, rules: str
+) -> None:
+    """Issue 47: where an identifier's keys live does not depend on the tree: a tree mixing
+    selectors (or with a rule of none) keeps each user's keys under the user's own tag,
+    each ip's under the ip's, and a rule of no selector under the key's."""
     clock = FakeClock()
     rl = limiter(client, clock, True, algorithm)
     try:
@@ -144,7 +149,11 @@ async def test_a_mixed_tree_keeps_the_pinned_keys(client: Any, algorithm: str, r
             assert (await rl.limit(rules, user=user, ip="10.0.0.1", key="mixed").decide()).allowed
         written = await keys_of(client, rl.namespace)
         assert written
-        assert all(k.startswith(tag(rl.namespace, "mixed")) for k in written)
+        own = [spread_tag(Identifier(rl.namespace, "mixed", "user", u)) for u in USERS]
+        own.append(spread_tag(Identifier(rl.namespace, "mixed", "ip", "10.0.0.1")))
+        own.append(tag(rl.namespace, "mixed"))
+        assert all(k.split("}")[0] + "}" in own for k in written), written
+        assert not any(k.startswith(f"{tag(rl.namespace, 'mixed')}:user=") for k in written)
     finally:
         await rl.aclose()
 
@@ -248,7 +257,14 @@ def test_each_engine_s_plan_cache_gives_its_layout() -> None:
     assert command_of(plan).keys == ["rl:{ns:k}:user=alice", "rl:{ns:k}:user=alice:n"]
     assert spread_command_of(plan).keys == ["rl:{ns:k:user=alice}", "rl:{ns:k:user=alice}:n"]
     assert spread_command_of(plan) is spread_command_of(plan)  # built once per plan
-    assert spread_command_of(mixed).keys == command_of(mixed).keys  # pinned by its tree
+    assert spread_command_of(mixed).keys == [  # each identifier under its own tag
+        "rl:{ns:k:user=alice}:g:60000",
+        "rl:{ns:k}:g:1000",
+    ]
+    pinned = cached_plan(
+        compile_tree(to_tree(SPREADING), pinned=True), "ns", "k", ("alice",), 1, "sliding-log"
+    )
+    assert spread_command_of(pinned).keys == command_of(pinned).keys  # a key declared pinned
     assert plan_command(plan, FakeClock(), True).keys == spread_command_of(plan).keys
     assert (
         RedisScriptBackend(fakeredis.FakeAsyncRedis(), spread=True)._command_of is spread_command_of

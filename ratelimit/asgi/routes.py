@@ -8,7 +8,6 @@ from typing import Any
 
 from ratelimit.asgi.delay import WAITING, WaitingRoom, delay_seconds
 from ratelimit.asgi.limits import HTTPCost, HTTPLimit, HTTPSettle
-from ratelimit.core.plan import compile_tree, spread_alike
 from ratelimit.errors import ConfigurationError
 from ratelimit.front.limiter import RateLimit
 from ratelimit.rules.tree import RuleLike
@@ -159,25 +158,17 @@ class RouteTable:
     """A middleware's routes and excluded paths, checked when made: what the ASGI and the
     WSGI middleware share. ``routes``: :class:`Route` objects, the first match deciding,
     each checked against ``limiter`` (its cost admissible under its rules); ``exclude``:
-    path patterns that never touch the limiter, checked first. Routes sharing one ``key=``
-    whose rules do not all spread by one selector are compiled pinned
-    (:func:`~ratelimit.core.plan.spread_alike`), so that each identifier of the key has one
-    counter where keys spread (a Redis Cluster)."""
+    path patterns that never touch the limiter, checked first. Routes may share one
+    ``key=`` whatever their rules: each identifier has one counter wherever keys spread."""
 
     __slots__ = ("exclude", "routes")
 
     def __init__(self, routes: Sequence[Route], exclude: Iterable[str], limiter: RateLimit) -> None:
         self.routes = tuple(routes)
-        by_key: dict[str, list[HTTPLimit]] = {}
         for route in self.routes:
             if not isinstance(route, Route):
                 raise TypeError(f"routes take ratelimit.asgi.Route objects, not {route!r}")
             route.limit.check(limiter)
-            by_key.setdefault(route.key, []).append(route.limit)
-        for limits in by_key.values():
-            if len(limits) > 1 and not spread_alike(limit.compiled for limit in limits):
-                for limit in limits:
-                    limit.compiled = compile_tree(limit.compiled.tree, pinned=True)
         if isinstance(exclude, str):
             exclude = [exclude]
         self.exclude = tuple(pattern(path, "exclude") for path in exclude)

@@ -106,10 +106,10 @@ class Push(NamedTuple):
     entries: Sequence[tuple[int, int, float]]
     """(window size us, window index, diff)."""
     spreads: bool = False
-    """Whether the tree that counted on it spreads
-    (:attr:`~ratelimit.core.plan.CompiledTree.spreads`): a store that keeps each such
-    identifier apart (a Redis engine with ``spread``) writes it where that tree's
-    decisions would; other stores ignore it."""
+    """Whether it may be kept under a hash tag of its own (the tree that counted on it was
+    not compiled pinned: :attr:`~ratelimit.core.plan.CompiledTree.pinned`): a store that
+    keeps identifiers apart (a Redis engine with ``spread``) writes it where decisions
+    would; other stores ignore it."""
 
 
 Totals = dict[int, dict[int, float]]

@@ -54,9 +54,9 @@ logger = logging.getLogger("ratelimit")
 
 class _Local:
     """One (identifier, window size): totals fetched at the last sync, hits sent by a sync
-    whose reply has not landed yet, and hits since. ``spreads``: whether the tree of the
-    plan that made it spreads (a store that spreads syncs it where that tree's decisions
-    keep it: :class:`~ratelimit.backends.base.Push`)."""
+    whose reply has not landed yet, and hits since. ``spreads``: whether it may be kept
+    under a hash tag of its own (the plan's tree was not compiled pinned: a store that
+    spreads syncs it where decisions keep it: :class:`~ratelimit.backends.base.Push`)."""
 
     __slots__ = ("diff", "identifier", "in_flight", "size", "spreads", "synced", "used_us")
 
@@ -200,7 +200,7 @@ class SyncedBackend:
             for w, local in enumerate(found):
                 if local is None:
                     local = known[names[w]] = _Local(
-                        plan.identifiers[i], plan.windows[i][w], plan.compiled.spreads
+                        plan.identifiers[i], plan.windows[i][w], not plan.compiled.pinned
                     )
                 local.used_us = now
                 if decision.allowed and plan.record:
@@ -219,7 +219,7 @@ class SyncedBackend:
         counts = [(local.count(index), local.count(index - 1)) if local else (0.0, 0.0)]
         decision = evaluate(plan, now, counts)
         if local is None:
-            local = self._locals[name] = _Local(plan.identifiers[0], size, plan.compiled.spreads)
+            local = self._locals[name] = _Local(plan.identifiers[0], size, not plan.compiled.pinned)
         local.used_us = now
         if decision.allowed and plan.record:
             local.add(index, plan.cost)
@@ -251,7 +251,7 @@ class SyncedBackend:
                     continue
                 if local is None:
                     local = self._locals[name] = _Local(
-                        plan.identifiers[k], size, plan.compiled.spreads
+                        plan.identifiers[k], size, not plan.compiled.pinned
                     )
                 local.used_us = now
                 local.add(now // size, delta)

@@ -16,8 +16,8 @@ instead (the service's rules file counts per descriptor).
 :func:`placement` says where a tree's counters live on a Redis Cluster (a store that
 spreads, :attr:`~ratelimit.core.plan.CompiledTree.spreads`): ``"user:5/m | user:100/h"`` reads
 ``on a Redis Cluster: spread by user (each user's counters in a slot of their own)``, and
-``"apikey:100/h & 10/s"`` ``on a Redis Cluster: one slot for the whole key (pinned: it has
-a rule without a selector)``.
+``"apikey:100/h & 10/s"`` ``on a Redis Cluster: each apikey's counters in a slot of their
+own, the whole key's in the key's own: a call spans 2 slots, decided by parts``.
 """
 
 from __future__ import annotations
@@ -47,9 +47,11 @@ def describe(node: Node, per: str | None = None) -> str:
 
 
 def placement(node: Node) -> str:
-    """Where ``node``'s counters live on a Redis Cluster: spread by its one selector, or
-    one slot for the whole key, and why (a limit's rules chosen per call, the service's
-    limits and ``spread=False`` keep one slot whatever the tree)."""
+    """Where ``node``'s counters live on a Redis Cluster: each identifier with a selector
+    in a slot of its own, those of no selector in the key's (a limit's layout is its
+    identifiers', whatever the tree); a call whose identifiers lie in several slots is
+    decided by parts (:mod:`ratelimit.backends.redis.spanning`). The service's limits and
+    ``spread=False`` keep one slot per key whatever the tree."""
     compiled = compile_tree(node)
     if compiled.spreads:
         name = compiled.selectors[0]
@@ -57,15 +59,17 @@ def placement(node: Node) -> str:
             f"on a Redis Cluster: spread by {name} (each {name}'s counters in a slot of their own)"
         )
     names = list(dict.fromkeys(s.partition("#")[0] for s in compiled.selectors))
-    if len(names) > 1:
-        why = f"it mixes {', '.join(names[:-1])} and {names[-1]}"
-    elif not names:
-        why = "no rule names a selector"
-    elif any(rule.selector is None for rule in compiled.rules):
-        why = "it has a rule without a selector"
-    else:
-        why = f"it names {names[0]} twice with separate values"
-    return f"on a Redis Cluster: one slot for the whole key (pinned: {why})"
+    whole = any(rule.selector is None for rule in compiled.rules)
+    if not names:
+        return "on a Redis Cluster: one slot for the whole key (no rule names a selector)"
+    each = [f"each {name}'s" for name in names]
+    owners = each[0] if len(each) == 1 else f"{', '.join(each[:-1])} and {each[-1]}"
+    slots = len(compiled.selectors) + whole
+    key = ", the whole key's in the key's own" if whole else ""
+    return (
+        f"on a Redis Cluster: {owners} counters in a slot of their own{key}: a call spans "
+        f"{slots} slots, decided by parts"
+    )
 
 
 def span(ms: int) -> str:

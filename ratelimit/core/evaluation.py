@@ -70,7 +70,11 @@ def evaluate(plan: Plan, now_us: int, counts: Sequence[tuple[float, float]]) -> 
 
 
 def stored_verdict(
-    plan: Plan, allowed: bool, now_us: int, counts: Sequence[tuple[float, float]]
+    plan: Plan,
+    allowed: bool,
+    now_us: int,
+    counts: Sequence[tuple[float, float]],
+    report: bool = True,
 ) -> Decision:
     """The decision of a store that decided already (a script answered ``allowed`` and
     the counts it read): its verdict stands, and the counts give the rest (``retry_after``,
@@ -78,7 +82,8 @@ def stored_verdict(
     would. The store and :func:`evaluate` agree by construction and by
     ``tests/test_differential.py``, so nothing is decided twice; where the counts read
     otherwise all the same, the store's verdict stands with nothing left (``remaining``
-    0, or ``retry_after`` 0.0), and the disagreement is logged (:func:`disagreed`)."""
+    0, or ``retry_after`` 0.0), and the disagreement is logged (:func:`disagreed`) when
+    ``report`` (not for a verdict by parts, whose counts were read at several instants)."""
     rules = plan.compiled.rules
     if len(rules) == 1 and not plan.costs:  # the common single rule: one outcome
         if plan.leaf_identifiers[0] < 0:
@@ -88,7 +93,8 @@ def stored_verdict(
     else:
         outcome = _root(plan, now_us, counts)
     if outcome[0] == allowed:  # the counts read otherwise (a bug in one twin): nothing left
-        disagreed(plan, allowed, counts)
+        if report:
+            disagreed(plan, allowed, counts)
         outcome = (not allowed, 0, plan.cost if allowed else None, outcome[3])
     return decided(plan, outcome, now_us, counts, not allowed)
 
@@ -190,6 +196,11 @@ def rule_states(
         reset_us = plan.algorithm.reset_us(rule, counts[i], now_us, used, remaining)
         states.append(RuleState(rule, i, False, remaining, max(reset_us, 0) / 1_000_000))
     return tuple(states)
+
+
+def leaf_limited(plan: Plan, leaf: int, now_us: int, counts: Sequence[tuple[float, float]]) -> bool:
+    """Whether leaf ``leaf`` of ``plan`` is limited by the counts read for it."""
+    return _leaf(plan, leaf, now_us, counts)[0]
 
 
 def tree_limited(compiled: CompiledTree, limited: Callable[[int], bool]) -> bool:

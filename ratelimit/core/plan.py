@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -47,15 +46,16 @@ class CompiledTree:
     storage code may encode for its own scripts). Use :func:`compile_tree` to get the shared,
     cached instance for a tree.
 
-    ``spreads``: whether a store of many nodes (a cluster) may keep each identifier of
-    this tree apart from the others, so that one limit's identifiers spread over the nodes:
-    every rule names one and the same selector (``user:5/m | user:100/h``), so that one call
-    counts on the identifiers of one value only, which can share one slot of their own. A
-    tree mixing selectors or with a rule without one (``apikey:100/h & 10/s``) is decided
-    atomically across its identifiers, in one slot per (namespace, key): it is *pinned*. So
-    is a tree compiled with ``pinned=True``: the trees of one key must agree on where each
-    identifier is kept, whatever the call, or one identifier would have two counters (rules
-    chosen per call, the service's descriptors decided together).
+    ``spreads``: whether every rule names one and the same selector (``user:5/m |
+    user:100/h``), so that one call counts on the identifiers of one value only: where a
+    store keeps each identifier with a selector under a hash tag of its own (a Redis
+    Cluster: the layout is a property of the identifier, never of the tree, so that one
+    identifier has one counter whatever rules a process holds), such a call touches one
+    slot. Another tree's call spans the tags of its identifiers (``user:3/h | 1000/h``:
+    the user's and the key's) and is decided there by parts
+    (:mod:`ratelimit.backends.redis.spanning`). ``pinned``: compiled for a key declared
+    to keep every identifier in one slot (the rate-limit service's domains, whose every
+    tree is compiled so): then nothing spreads.
     """
 
     __slots__ = ("pinned", "program", "rules", "selectors", "spreads", "tree")
@@ -75,8 +75,8 @@ class CompiledTree:
             and "#" not in self.selectors[0]
             and all(r.selector is not None for r in rules)
         )
-        self.pinned: bool = pinned and spreads
-        """Compiled pinned although its shape spreads."""
+        self.pinned: bool = pinned
+        """Compiled for a key that keeps every identifier in one slot (nothing spreads)."""
         self.spreads: bool = spreads and not pinned
 
     @classmethod
@@ -100,36 +100,7 @@ _compiled = functools.lru_cache(maxsize=4096)(CompiledTree)
 def compile_tree(tree: Node, pinned: bool = False) -> CompiledTree:
     """The compiled form of ``tree``, shared by every limit with an equal tree (one instance
     per tree and ``pinned``: see :attr:`CompiledTree.spreads`)."""
-    compiled = _compiled(tree, False)
-    return _compiled(tree, True) if pinned and compiled.spreads else compiled
-
-
-def layout_under(compiled: CompiledTree, limit: CompiledTree) -> CompiledTree:
-    """``compiled`` (an override's rules) kept where the limit it replaces keeps its
-    identifiers: it spreads only where it spreads on the selector the limit spreads on,
-    else it is pinned, so that no identifier gets a counter of its own apart from the
-    limit's (under a pinned limit), nor from another override's (one spreading by ``ip``
-    under a ``user`` limit, beside one mixing ``ip`` with a rule of no selector, would keep
-    one ip in two places). Rules that mix selectors are decided together, pinned
-    (:func:`mixes_under` says when that moves the limit's identifiers)."""
-    if compiled.spreads and not (limit.spreads and compiled.selectors == limit.selectors):
-        return compile_tree(compiled.tree, pinned=True)
-    return compiled
-
-
-def spread_alike(trees: Iterable[CompiledTree]) -> bool:
-    """Whether every one of ``trees`` (the trees one key decides under: a mapping's tiers,
-    HTTP routes sharing a ``key=``) spreads, on one and the same selector: else each must
-    be compiled pinned, or one identifier would have two counters."""
-    selectors = {c.selectors[0] if c.spreads else None for c in trees}
-    return None not in selectors and len(selectors) == 1
-
-
-def mixes_under(compiled: CompiledTree, limit: CompiledTree) -> bool:
-    """Whether ``compiled`` (an override's rules) counts, pinned, on a selector that
-    ``limit`` spreads: those identifiers then count apart from the limit's own counters
-    while the override is in force (in a store that spreads)."""
-    return limit.spreads and not compiled.spreads and limit.selectors[0] in compiled.selectors
+    return _compiled(tree, bool(pinned))
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # eq=False: hashed by identity, cheaply

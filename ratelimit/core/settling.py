@@ -51,6 +51,12 @@ class Settlement(NamedTuple):
     """Per leaf, until when the reservation still counts where the algorithm drains it
     (:meth:`~ratelimit.algorithms.Algorithm.held_until`: GCRA's arrival time as the
     reservation pushed it); empty when nothing is refunded."""
+    times: tuple[int, ...] = ()
+    """Per leaf, the store's time its part was decided at, for a decision made by parts on
+    nodes of their own (:mod:`ratelimit.backends.redis.spanning`); empty: ``at_us``."""
+    starts: tuple[Counted, ...] = ()
+    """GCRA, a held part's refund: per leaf, the arrival time its push started from, so
+    that the refund takes back exactly what it pushed (``settle_gcra.lua``); empty: none."""
 
     @property
     def empty(self) -> bool:
@@ -147,7 +153,8 @@ def held_arrival(settlement: Settlement, leaf: int) -> tuple[int, int]:
 
 
 def reservation(decision: Decision) -> list[Any] | None:
-    """What ``decision`` reserved, ``[plan, at_us, counts]``, or, once a settle took it,
+    """What ``decision`` reserved, ``[plan, at_us, counts]`` (and per leaf its part's time,
+    for a decision by parts: ``[plan, at_us, counts, times]``), or, once a settle took it,
     ``[Settling]``; ``None`` for a decision that recorded nothing (refused, degraded,
     shadow-refused)."""
     reserved = decision._reservation
@@ -164,9 +171,17 @@ def reservation(decision: Decision) -> list[Any] | None:
     return reserved
 
 
-def settlement(plan: Plan, at_us: int, counts: Sequence[Counted], actual: Cost) -> Settlement:
+def settlement(
+    plan: Plan,
+    at_us: int,
+    counts: Sequence[Counted],
+    actual: Cost,
+    times: tuple[int, ...] = (),
+) -> Settlement:
     """The :class:`Settlement` of a reservation whose real cost was ``actual`` (one number
-    on every rule, or one per leaf, as :data:`~ratelimit.core.plan.Cost`; checked already)."""
+    on every rule, or one per leaf, as :data:`~ratelimit.core.plan.Cost`; checked already).
+    ``times``: per leaf, the time its part was decided at (a decision by parts), else
+    ``at_us`` for every leaf."""
     rules = plan.compiled.rules
     per_identifier = [0.0] * len(plan.identifiers)
     for leaf, k in enumerate(plan.leaf_identifiers):
@@ -183,8 +198,9 @@ def settlement(plan: Plan, at_us: int, counts: Sequence[Counted], actual: Cost) 
             continue
         reserved = plan.identifier_cost(k)
         delta = per_identifier[k] - reserved
+        at = times[leaf] if times else at_us
         if delta < 0:
-            delta = -algorithm.refundable(rules[leaf], reserved, counts[leaf], at_us, -delta)
+            delta = -algorithm.refundable(rules[leaf], reserved, counts[leaf], at, -delta)
         deltas.append(delta)
-        held.append(algorithm.held_until(rules[leaf], reserved, counts[leaf], at_us))
-    return Settlement(plan, at_us, tuple(deltas), tuple(held) if min(deltas) < 0 else ())
+        held.append(algorithm.held_until(rules[leaf], reserved, counts[leaf], at))
+    return Settlement(plan, at_us, tuple(deltas), tuple(held) if min(deltas) < 0 else (), times)

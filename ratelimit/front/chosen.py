@@ -12,10 +12,9 @@ names (here ``tier``); a value it lacks takes the ``"default"`` entry, or raises
 for a mapping, at its first call for a callable, then from the parse cache); a bad text from
 a callable raises ``RuleSyntaxError`` naming it.
 
-Where a store spreads keys (:attr:`~ratelimit.core.plan.CompiledTree.spreads`), the trees of one
-key must agree on where each identifier is kept: a callable's trees are compiled pinned
-(their shape may differ from call to call), and a mapping's spread only when every entry
-spreads on the same selector (else every entry is compiled pinned).
+Where a store spreads keys, each identifier is kept where its own (namespace, key, selector,
+value) says, whatever tree counts on it: the trees of one key, a callable's and a mapping's
+alike, never give one identifier two counters.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
-from ratelimit.core.plan import CompiledTree, compile_tree, spread_alike
+from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.core.selectors import CallSite, SelectorSources, resolve
 from ratelimit.errors import ConfigurationError
 from ratelimit.rules.tree import RuleLike, to_tree
@@ -57,10 +56,6 @@ class ChosenRules:
                         f"rules mapping keys are selector values (text), not {value!r}"
                     )
                 self.entries[value] = compile_tree(to_tree(text))
-            if not spread_alike(self.entries.values()):
-                self.entries = {
-                    v: compile_tree(c.tree, pinned=True) for v, c in self.entries.items()
-                }
             named = {s.partition("#")[0] for c in self.entries.values() for s in c.selectors}
             free = [name for name in keywords if name not in named]
             if len(free) != 1:
@@ -105,7 +100,7 @@ class ChosenRules:
             chosen = self.function(*args, **kwargs)
             if inspect.isawaitable(chosen):
                 chosen = await chosen
-            return compile_tree(to_tree(chosen), pinned=True), None
+            return compile_tree(to_tree(chosen)), None
         (value,) = await resolve((self.by,), sources, key, call)
         compiled = self.entries.get(value or "") or self.entries.get(DEFAULT)
         if compiled is None:

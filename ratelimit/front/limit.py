@@ -22,7 +22,6 @@ from ratelimit.front.fused import DirectPaths, direct_paths
 from ratelimit.front.registry import Registration, Registry
 from ratelimit.front.wrapping import call_site, coroutine_only, findable, function_name, wrappable
 from ratelimit.overrides.cache import Override, OverrideCache
-from ratelimit.overrides.handle import override_rules
 from ratelimit.overrides.lowered import refusing
 from ratelimit.penalties.penalizer import NOT_NAMED, Found, penalizer_for
 from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
@@ -252,10 +251,9 @@ class Limit:
         ``True``; ``None`` for the limit's own rules when it cannot apply to the call (a
         selector it names that this limit cannot resolve, a cost its rules cannot count:
         logged). A cost above what its rules admit at once comes with the rule that
-        refuses it (:mod:`ratelimit.overrides.lowered`). Its rules keep each identifier where the
-        limit's own (``limit``) do (:func:`~ratelimit.overrides.handle.override_rules`)."""
+        refuses it (:mod:`ratelimit.overrides.lowered`)."""
         try:
-            tree = override_rules(found, key, limit, overrides.warn)
+            tree = found.compiled
             missing = [s for s in tree.selectors if s not in named]
             if missing:
                 more = await resolve(missing, self._registered(key).sources, key, call)

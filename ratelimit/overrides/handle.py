@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import OverrideStore
 from ratelimit.core.checks import check_cost
-from ratelimit.core.plan import CompiledTree, compile_tree, layout_under, mixes_under
+from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.errors import ConfigurationError
 from ratelimit.overrides.cache import (
     Override,
@@ -150,10 +150,9 @@ class Overrides:
 
     def rules_of(self, override: Override, key: str, limit: CompiledTree) -> CompiledTree:
         """For front ends of your own: the rules to decide a call of ``key`` under
-        ``override``, kept where the limit's own rules (``limit``) keep each identifier
-        (:func:`override_rules`)."""
-        warn = self._cache.warn if self._cache is not None else _log
-        return override_rules(override, key, limit, warn)
+        ``override`` (``limit``: the limit's own rules). Every identifier is kept where
+        any tree keeps it (a property of the identifier), so they are the override's own."""
+        return override.compiled
 
     async def _load(self) -> dict[str, str]:
         """The store's table, read now (the copy is brought up to date with it)."""
@@ -170,30 +169,6 @@ class Overrides:
         if not isinstance(key, str) or not key:
             raise TypeError(f"key must be non-empty text, not {key!r}")
         return values_of(values)
-
-
-def override_rules(
-    override: Override, key: str, limit: CompiledTree, warn: Callable[[object, str], None]
-) -> CompiledTree:
-    """``override``'s rules for a call of ``key``, kept where the limit's own (``limit``)
-    keep each identifier (:func:`~ratelimit.core.plan.layout_under`); when they mix selectors
-    under a limit that spreads, ``warn`` (once a minute per key and values) that the
-    override's callers count apart from the limit's counters where keys spread."""
-    if mixes_under(override.compiled, limit):
-        warn(("spread", key, override.values), mixed_override(override, key, limit))
-    return layout_under(override.compiled, limit)
-
-
-def mixed_override(override: Override, key: str, limit: CompiledTree) -> str:
-    """The warning of an override that mixes selectors under a limit that spreads."""
-    selector = limit.selectors[0]
-    return (
-        f"override {override} of key {key!r} mixes selectors, while the key's own rules "
-        f"({limit.tree}) keep each {selector} apart: where keys spread (a Redis Cluster, "
-        f"spread=True), while the override is in force its callers count on other counters "
-        f"than the limit's own (one slot for the key), and start again from the limit's "
-        f"when it ends; an override naming {selector} only, or spread=False, avoids it"
-    )
 
 
 def _log(what: object, message: str) -> None:

@@ -335,9 +335,9 @@ class Decider:
             compiled, algorithm = again.plan.compiled, again.plan.algorithm
             cost = per_leaf(compiled, actual, algorithm, "the settled cost", settled=True)
             return await again.again(decision.key, cost)
-        plan, at_us, counts = reserved
+        plan, at_us, counts, *times = reserved
         cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
-        settling = settlement(plan, at_us, counts, cost)
+        settling = settlement(plan, at_us, counts, cost, *times)
         taken = Settling(plan, cost)
         reserved[:] = [taken]  # a second settle raises
         if not settling.empty:

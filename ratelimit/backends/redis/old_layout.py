@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 from ratelimit.backends.naming import encode_part, selector_part, tag
@@ -46,6 +47,11 @@ MAX_SEEN = 10_000
 """(namespace, key, selector) triples looked for at most; more start no look."""
 LOOKS = 32
 """Identifiers of one (namespace, key, selector) whose old keys are looked for."""
+
+
+_SELECTED = re.compile(r"\}:[^:!]*=")
+"""A key of an identifier with a selector in the old layout (``rl:{ns:key}:user=...``): a
+selector's name and value follow the tag; no key of an identifier of none has an ``=``."""
 
 
 class LayoutCheck:
@@ -68,9 +74,9 @@ class LayoutCheck:
         in a running event loop, start a look for its counters in the old layout (a
         decision made with no running loop leaves it to a later one). Never raises."""
         compiled = plan.compiled
-        if not compiled.spreads or self._closed:
+        if compiled.pinned or not compiled.selectors or self._closed:
             return
-        seen = (plan.namespace, plan.key, compiled.selectors[0])
+        seen = (plan.namespace, plan.key, compiled.selectors[0].partition("#")[0])
         looks = self._seen.get(seen, 0)
         if looks >= LOOKS or (not looks and len(self._seen) >= MAX_SEEN):
             return
@@ -103,7 +109,8 @@ class LayoutCheck:
         await asyncio.gather(*ours, return_exceptions=True)
 
     async def _look(self, plan: Plan, sample: bool) -> None:
-        namespace, key, selector = plan.namespace, plan.key, plan.compiled.selectors[0]
+        namespace, key = plan.namespace, plan.key
+        selector = plan.compiled.selectors[0].partition("#")[0]
         if (namespace, key) in self._warned:
             return
         try:
@@ -119,10 +126,13 @@ class LayoutCheck:
             logger.warning("ratelimit: %s", old_layout_warning(namespace, key, selector, found))
 
     async def _old_keys_of(self, plan: Plan) -> list[str]:
-        """Of the keys ``plan``'s identifiers had in the old layout (one slot: the old
-        layout's tag), one that exists."""
+        """Of the keys ``plan``'s identifiers with a selector had in the old layout (one
+        slot: the old layout's tag), one that exists (an identifier of no selector is where
+        it always was)."""
         client = self._client
         for name in plan_keys(plan, spread=False):
+            if not _SELECTED.search(name):
+                continue
             if isinstance(client, CLUSTERS):
                 await client.initialize()
                 node = client.get_node_from_key(name)

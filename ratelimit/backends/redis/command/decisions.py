@@ -59,7 +59,7 @@ class Engine(command_slots.Engine, Protocol):
 async def decide_logs(engine: Engine, plan: Plan, may_write: bool = True) -> Decision:
     """Sliding log: the same lists as ``sliding_log.lua``; deep logs are read past their head
     only when a rule must look that far."""
-    spread = engine.spread and plan.compiled.spreads
+    spread = engine.spread and not plan.compiled.pinned
     keys = [name_of(identifier, spread) for identifier in plan.identifiers]
     kept_keys = [kept_key(identifier, spread) for identifier in plan.identifiers]
     limits = limits_per_identifier(plan)
@@ -103,7 +103,7 @@ async def decide_logs(engine: Engine, plan: Plan, may_write: bool = True) -> Dec
             for leaf, (i, (hits, _)) in enumerate(zip(plan.leaf_identifiers, counts, strict=True))
             if i >= 0 and hits >= plan.depth(leaf)
         }
-        write = engine.client.pipeline(transaction=True)
+        write = engine._writes()
         for k, (key, kept, head, ttl, count, (keep, span_ms)) in enumerate(
             zip(keys, kept_keys, heads, ttls, held, limits, strict=True)
         ):
@@ -130,7 +130,7 @@ async def decide_logs(engine: Engine, plan: Plan, may_write: bool = True) -> Dec
 
 async def decide_windows(engine: Engine, plan: Plan, may_write: bool = True) -> Decision:
     """Sliding or fixed window: the same counters as ``window_counters.lua``."""
-    spread = engine.spread and plan.compiled.spreads
+    spread = engine.spread and not plan.compiled.pinned
     keys = [counter_key(identifier, spread) for identifier in plan.identifiers]
     sizes = plan.windows
 
@@ -162,7 +162,7 @@ async def decide_windows(engine: Engine, plan: Plan, may_write: bool = True) -> 
     if decision.allowed and plan.record:
         if not may_write:
             raise _cannot_record(plan)
-        write = engine.client.pipeline(transaction=True)
+        write = engine._writes()
         for k, (key, counted, ttl) in enumerate(zip(keys, held, ttls, strict=True)):
             cost = plan.identifier_cost(k)
             for size, (current, _previous) in counted.items():
@@ -181,7 +181,7 @@ async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) ->
     leaf reading it rescaled to its own count; admitted, it is written as
     :func:`~ratelimit.algorithms.gcra_shared_next` pushes it; refused, a key read under
     another count is written as read, as the script does."""
-    keys = arrival_keys(plan, engine.spread and plan.compiled.spreads)
+    keys = arrival_keys(plan, engine.spread and not plan.compiled.pinned)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
     replies = await engine._read(functools.partial(get_each, keys))
     now = await engine._now(replies, keys[0])
@@ -197,7 +197,7 @@ async def decide_arrivals(engine: Engine, plan: Plan, may_write: bool = True) ->
         return decision
     if decision.allowed and not may_write:
         raise _cannot_record(plan)
-    write = engine.client.pipeline(transaction=True)
+    write = engine._writes()
     shapes = arrival_shapes(plan.compiled, plan.leaf_identifiers)
     for key, (i, rule, _), (tat, count), of in zip(keys, times, stored, shapes, strict=True):
         if decision.allowed:

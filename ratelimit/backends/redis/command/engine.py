@@ -26,6 +26,7 @@ overshoot of at most the number of decisions in flight at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import weakref
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,7 @@ from ratelimit.backends.redis.command import settles as command_settles
 from ratelimit.backends.redis.command import slots as command_slots
 from ratelimit.backends.redis.command.lock import RedisLock
 from ratelimit.backends.redis.command.lock_tasks import SETTLE_TIMEOUT, Blocking, settle
+from ratelimit.backends.redis.command.writes import Writes
 from ratelimit.backends.redis.compat import CLUSTERS, ConnectionError, OutOfMemoryError
 from ratelimit.backends.redis.connections import (
     ConnectionGate,
@@ -165,7 +167,7 @@ class RedisCommandBackend(RedisOverrides, RedisPenalties):
         if self._layout is not None:
             self._layout.saw(plan)
         return await self._guarded(
-            self._prefix(plan),
+            self._prefixes(plan),
             lambda: self._decide(plan),
             f"decide key {plan.key!r}",
             refuse_only=lambda: self._decide(plan, may_write=False),
@@ -178,15 +180,28 @@ class RedisCommandBackend(RedisOverrides, RedisPenalties):
                 raise LimiterClosedError("this Redis backend")
             return
         await self._guarded(
-            self._prefix(plan),
+            self._prefixes(plan),
             lambda: command_settles.BY_ALGORITHM[plan.algorithm.name](self, settlement),
             f"settle key {plan.key!r}",
         )
 
-    def _prefix(self, plan: Plan) -> str:
-        """The hash tag of ``plan``'s keys, which its lock carries (:func:`~.keys.prefix_of`)."""
-        spread = self.spread and plan.compiled.spreads
-        return prefix_of(plan.namespace, plan.key, plan.identifiers, spread)
+    def _prefixes(self, plan: Plan) -> tuple[str, ...]:
+        """The hash tags of ``plan``'s keys, whose locks are taken in this order (sorted:
+        two calls taking the same two never wait on each other): one, unless the engine
+        spreads and the call's identifiers lie under several (:func:`~.keys.prefix_of`)."""
+        if not (self.spread and not plan.compiled.pinned):
+            return (prefix_of(plan.namespace, plan.key, plan.identifiers),)
+        if plan.compiled.spreads:
+            return (prefix_of(plan.namespace, plan.key, plan.identifiers, True),)
+        tags = {prefix_of(plan.namespace, plan.key, (i,), True) for i in plan.identifiers}
+        return tuple(sorted(tags))
+
+    def _writes(self) -> Any:
+        """The writes of one step: a transaction (``MULTI``), or on a cluster one per
+        hash tag its keys name (:class:`~.writes.Writes`), all under the step's locks."""
+        if isinstance(self.client, CLUSTERS):
+            return Writes(self.client)
+        return self.client.pipeline(transaction=True)
 
     def _claim_prefix(self, claim: SlotClaim) -> str:
         """The hash tag of ``claim``'s keys, which its lock carries."""
@@ -195,7 +210,7 @@ class RedisCommandBackend(RedisOverrides, RedisPenalties):
 
     async def _guarded(
         self,
-        prefix: str,
+        prefix: str | tuple[str, ...],
         work: Callable[[], Awaitable[T]],
         what: str,
         refuse_only: Callable[[], Awaitable[T]] | None = None,
@@ -227,12 +242,21 @@ class RedisCommandBackend(RedisOverrides, RedisPenalties):
     async def _close_idle(self) -> None:
         await close_idle(self.client)
 
-    async def _once(self, prefix: str, work: Callable[[], Awaitable[T]], locked: bool = False) -> T:
+    async def _once(
+        self, prefix: str | tuple[str, ...], work: Callable[[], Awaitable[T]], locked: bool = False
+    ) -> T:
         if self.disable_locks and not locked:
             async with self._gate.slot():  # waiting for a connection is not an outage
                 async with asyncio.timeout(self.timeout):
                     return await work()
-        async with self.lock(prefix).held(), self._gate.slot():
+        if isinstance(prefix, tuple) and len(prefix) > 1:  # a call spanning tags: each lock
+            async with contextlib.AsyncExitStack() as held:
+                for name in prefix:  # sorted (_prefixes): never a cycle of waits
+                    await held.enter_async_context(self.lock(name).held())
+                async with self._gate.slot(), asyncio.timeout(self.timeout):
+                    return await work()
+        name = prefix[0] if isinstance(prefix, tuple) else prefix
+        async with self.lock(name).held(), self._gate.slot():
             async with asyncio.timeout(self.timeout):  # the lock's wait is not an outage
                 return await work()
 
@@ -261,10 +285,10 @@ class RedisCommandBackend(RedisOverrides, RedisPenalties):
         )
 
     async def reset(self, plan: Plan) -> None:
-        keys = plan_keys(plan, self.spread and plan.compiled.spreads)
+        keys = plan_keys(plan, self.spread and not plan.compiled.pinned)
         if keys:
             await self._guarded(
-                self._prefix(plan), lambda: command_resets.reset(self, plan, keys), "reset"
+                self._prefixes(plan), lambda: command_resets.reset(self, plan, keys), "reset"
             )
 
     async def update_counter(self, update: CounterUpdate) -> float:

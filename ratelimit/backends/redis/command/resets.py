@@ -17,7 +17,7 @@ async def reset(engine: Engine, plan: Plan, keys: list[str]) -> None:
     """Delete ``keys`` (a plan's, for ``reset()``, in its layout) and mark each identifier
     reset at now: each mark kept as long as the longest of what it forgot (and an earlier
     mark) would have been."""
-    spread = engine.spread and plan.compiled.spreads
+    spread = engine.spread and not plan.compiled.pinned
     marks = [reset_key(identifier, spread) for identifier in plan.identifiers]
 
     def fill(read: Any) -> None:
@@ -27,8 +27,9 @@ async def reset(engine: Engine, plan: Plan, keys: list[str]) -> None:
     replies = await engine._read(fill)
     now = await engine._now(replies, keys[0])
     keep_ms = max(reset_keep_ms(plan, injected=engine.clock is not None), *map(int, replies))
-    write = engine.client.pipeline(transaction=True)
-    write.delete(*keys)
+    write = engine._writes()
+    for key in keys:
+        write.delete(key)  # one by one: keys of one plan may lie in several slots
     for mark in marks:
         write.set(mark, now, px=keep_ms)
     await write.execute()

@@ -48,7 +48,7 @@ from ratelimit.core.settling import Settlement, held_arrival
 async def settle_logs(engine: Engine, settlement: Settlement) -> None:
     """Sliding log: the whole list read, settled, and written back in one ``MULTI``."""
     plan = settlement.plan
-    spread = engine.spread and plan.compiled.spreads
+    spread = engine.spread and not plan.compiled.pinned
     keys = [name_of(identifier, spread) for identifier in plan.identifiers]
     kept_keys = [kept_key(identifier, spread) for identifier in plan.identifiers]
 
@@ -63,7 +63,7 @@ async def settle_logs(engine: Engine, settlement: Settlement) -> None:
     replies = await engine._read(fill)
     now = await engine._now(replies, keys[0])
     marks = replies[3 * len(keys) :]
-    write = engine.client.pipeline(transaction=True)
+    write = engine._writes()
     for k, (key, kept, (keep, span_ms)) in enumerate(
         zip(keys, kept_keys, limits_per_identifier(plan), strict=True)
     ):
@@ -101,7 +101,7 @@ async def settle_windows(engine: Engine, settlement: Settlement) -> None:
             todo.setdefault((k, rule.span_ms * US_PER_MS), delta)
     if not todo:
         return
-    spread = engine.spread and plan.compiled.spreads
+    spread = engine.spread and not plan.compiled.pinned
     keys = [counter_key(identifier, spread) for identifier in plan.identifiers]
 
     def fill(read: Any) -> None:
@@ -124,7 +124,7 @@ async def settle_windows(engine: Engine, settlement: Settlement) -> None:
         return
     for four, (_k, size) in zip(held, todo, strict=True):  # the clock stepped back
         now = not_before(now, windows.newest(four), size)
-    write = engine.client.pipeline(transaction=True)
+    write = engine._writes()
     for four, ttl, ((k, size), delta) in zip(held, ttls, todo.items(), strict=True):
         at_index = settlement.at_us // size
         if not delta or (delta < 0 and at_index not in windows.held(four)):
@@ -143,13 +143,13 @@ async def settle_windows(engine: Engine, settlement: Settlement) -> None:
 async def settle_arrivals(engine: Engine, settlement: Settlement) -> None:
     """GCRA: each arrival time read, settled and written as the script does."""
     plan = settlement.plan
-    spread = engine.spread and plan.compiled.spreads
+    spread = engine.spread and not plan.compiled.pinned
     keys = arrival_keys(plan, spread)
     times, slots = arrival_slots(plan.compiled, plan.leaf_identifiers)
     marks = [reset_key(plan.identifiers[i], spread) for i, _, _ in times]
     replies = await engine._read(functools.partial(get_each, keys + marks))
     now = await engine._now(replies, keys[0])
-    write = engine.client.pipeline(transaction=True)
+    write = engine._writes()
     stores, resets = replies[: len(keys)], replies[len(keys) :]
     for position, (key, (_i, rule, _), stored) in enumerate(zip(keys, times, stores, strict=True)):
         leaf = slots.index(position)

@@ -26,9 +26,11 @@ class Engine(Protocol):
 
     client: RedisClient
     spread: bool
-    """Whether keys of trees (and claims) that spread get hash tags of their own."""
+    """Whether identifiers with a selector get hash tags of their own."""
 
     async def _read(self, fill: Callable[[Any], None]) -> list[Any]: ...
+
+    def _writes(self) -> Any: ...
 
     async def _now(self, replies: list[Any], key: str) -> int: ...
 

@@ -12,7 +12,8 @@
 --           selector did not resolve (the rule is then never limited, records nothing).
 -- ARGV[4]   the call's cost, a whole number of hits (at most every leaf's burst), on every
 --           key; or one cost per key, space-separated, in the order of KEYS.
--- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
+-- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek), "2" to check at
+--           exactly ARGV[1] (spanning.py: a held part read back; nothing recorded).
 -- ARGV[6]   per leaf, space-separated: its burst (how many hits may come at once).
 --
 -- Returns   {allowed (1/0), now, us_1, rem_1, ..., us_L, rem_L}: per leaf the arrival time
@@ -101,7 +102,7 @@ end
 if tree_limited(limited) then
   -- refused: a bucket read under another count (an override) is held as its rules read
   -- it from now on, so that it drains at their rate
-  if ARGV[5] ~= '0' then
+  if ARGV[5] == '1' then
     for k, key in pairs(keys) do
       if key[3] ~= key[4] then
         write(k, key, rescale(key[1], key[2], key[3], key[4]))
@@ -112,7 +113,7 @@ if tree_limited(limited) then
 end
 
 result[1] = 1
-if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
+if ARGV[5] ~= '1' then return result end  -- peek or check: decided, nothing recorded
 for k, key in pairs(keys) do
   -- the push that holds the most hits, under the key's count; never less than was stored
   local us, rem = rescale(key[1], key[2], key[3], key[4])

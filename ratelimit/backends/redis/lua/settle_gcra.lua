@@ -12,6 +12,10 @@
 --           of several counts of one span share a key: layout.arrival_slots).
 -- ARGV[5]   the reservation's time (unused here: a refund is bounded by now).
 -- ARGV[6]   per leaf, space-separated: its burst.
+-- ARGV[8]   optional, per leaf, space-separated: "us rem", where the reservation pushed its
+--           key's arrival time from (a held part of a call decided by parts, spanning.py):
+--           a refund then never takes back more than it pushed (h - from), exactly, even
+--           where the burst capped the push at less than whole intervals.
 -- ARGV[7]   per leaf, space-separated: "us rem", the arrival time the reservation pushed
 --           its key's to (until when it holds); empty when nothing is refunded.
 --
@@ -29,6 +33,7 @@
 
 local bursts = numbers(ARGV[6], '%d+')
 local held = numbers(ARGV[7] or '', '%d+')
+local from = numbers(ARGV[8] or '', '%d+')
 local EXCESS_BURSTS, MOST_AHEAD = 1000, 3650 * 86400000000
 
 local marks, at = #KEYS / 2, tonumber(ARGV[5])
@@ -65,6 +70,15 @@ for i = 0, tree[1] - 1 do
       -- not before the stored time less what the reservation still holds (h - now)
       local floor_us, floor_rem = us - (h_us - now), rem - h_rem
       if floor_rem < 0 then floor_us, floor_rem = floor_us - 1, floor_rem + count end
+      if from[2 * i + 1] then  -- not before the stored time less what it pushed (h - from)
+        local f_us, f_rem = rescale(from[2 * i + 1], from[2 * i + 2], reserved, count)
+        local by_us, by_rem = us - (h_us - f_us), rem - (h_rem - f_rem)
+        while by_rem < 0 do by_us, by_rem = by_us - 1, by_rem + count end
+        while by_rem >= count do by_us, by_rem = by_us + 1, by_rem - count end
+        if by_us > floor_us or (by_us == floor_us and by_rem > floor_rem) then
+          floor_us, floor_rem = by_us, by_rem
+        end
+      end
       local taken = rem - (-d) * r  -- may be negative: borrow whole microseconds
       local borrow = math.ceil(-taken / count)
       if borrow < 0 then borrow = 0 end

@@ -12,7 +12,8 @@
 --           selector did not resolve (the rule is then never limited, records nothing).
 -- ARGV[4]   the call's cost: how many hits it records (at most every leaf's count), on
 --           every list; or one cost per list, space-separated, in the order of KEYS.
--- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
+-- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek), "2" to check at
+--           exactly ARGV[1] (spanning.py: a held part read back; nothing recorded).
 --
 -- Returns   {allowed (1/0), now, hits_1, oldest_1, ..., hits_L, oldest_L}: per leaf, with
 --           depth = count - cost + 1, the hits in its window among the newest `depth` and
@@ -62,7 +63,7 @@ end
 if tree_limited(limited) then return result end
 
 result[1] = 1
-if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
+if ARGV[5] ~= '1' then return result end  -- peek or check: decided, nothing recorded
 -- A rule over its count on a list (an And admitted through another rule): every hit within
 -- its span is kept, so that a settle's refund never brings a cut hit's place into view.
 for k, count in pairs(keep) do record(k, cost_of(k), count, ttl[k], over[k]) end

@@ -9,7 +9,8 @@
 --           selector did not resolve (the rule is then never limited, records nothing).
 -- ARGV[4]   the call's cost, fractions allowed, on every key; or one cost per key,
 --           space-separated, in the order of KEYS.
--- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek).
+-- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek), "2" to check at
+--           exactly ARGV[1] (spanning.py: a held part read back; nothing recorded).
 -- ARGV[6]   1 for the sliding window, 0 for the fixed window.
 --
 -- Returns   {allowed (1/0), now, current_1, previous_1, ..., current_L, previous_L}: now is
@@ -41,7 +42,7 @@ for i = 0, leaves - 1 do
     local f = read_windows(KEYS[k], size)
     held[i] = f
     local newest = newest_window(f)
-    if newest * size > now then now = newest * size end
+    if newest * size > now and ARGV[5] ~= '2' then now = newest * size end
   end
 end
 
@@ -72,7 +73,7 @@ end
 if tree_limited(limited) then return result end
 
 result[1] = 1
-if ARGV[5] == '0' then return result end  -- peek: decided, nothing recorded
+if ARGV[5] ~= '1' then return result end  -- peek or check: decided, nothing recorded
 for k, sizes in pairs(current_of) do
   local key = KEYS[k]
   for size, held in pairs(sizes) do

@@ -13,15 +13,16 @@ from collections.abc import Awaitable
 from typing import Any
 
 from ratelimit.backends.redis.errors import NOT_A_REPLY, not_a_reply
+from ratelimit.backends.redis.script.parts import Parts
 from ratelimit.backends.redis.script.replies import read_reply
 from ratelimit.backends.redis.script.scripts import plan_command
-from ratelimit.backends.redis.script.state import EngineState
+from ratelimit.backends.redis.spanning import spanning
 from ratelimit.core.decision import Decision
 from ratelimit.core.evaluation import evaluate, stored_verdict
 from ratelimit.core.plan import Plan
 
 
-class Decisions(EngineState):
+class Decisions(Parts):
     """A mixin: the script engine's ``decide`` and ``admits``."""
 
     async def decide(self, plan: Plan) -> Decision:
@@ -29,6 +30,12 @@ class Decisions(EngineState):
             self._open()
         if not plan.identifiers:
             return evaluate(plan, 0, [(0, 0)] * len(plan.compiled.rules))
+        if self._spans and not plan.compiled.spreads:
+            parts = spanning(plan)
+            if parts is not None:
+                if self._layout is not None:
+                    self._layout.saw(plan)
+                return await self._decided_by_parts(plan, parts)
         reply = await self._sent(plan)
         try:
             allowed, now_us, counts = read_reply(plan, reply)
@@ -41,7 +48,7 @@ class Decisions(EngineState):
         """``None`` when the store admitted (and recorded) ``plan``, else what :meth:`decide`
         answers: for a caller that never reads an admission (the direct path,
         :func:`ratelimit.front.direct.asker`), nothing is built from the script's counts."""
-        if self._closed or not plan.identifiers:
+        if self._closed or not plan.identifiers or (self._spans and not plan.compiled.spreads):
             decision = await self.decide(plan)
             return None if decision.allowed else decision
         reply = await self._sent(plan)

@@ -30,6 +30,7 @@ from ratelimit.backends.redis.client import (
     redis_py_version,
     spreads_on,
 )
+from ratelimit.backends.redis.compat import CLUSTERS
 from ratelimit.backends.redis.errors import (
     NOT_A_REPLY,
     backend_error,
@@ -116,6 +117,7 @@ class RedisScriptBackend(Decisions, Settles, Resets, Slots, RedisOverrides, Redi
         """Whether identifiers of trees that spread get hash tags of their own
         (:mod:`~ratelimit.backends.redis.keys`): a decision's keys are spread where
         ``spread and plan.compiled.spreads``, a claim's where ``spread and claim.spreads``."""
+        self._spans = self.spread and isinstance(client, CLUSTERS)
         self._layout = LayoutCheck(client) if self.spread else None  # warns of old counters
         self._command_of = spread_command_of if self.spread else command_of
         # chosen once: a decision pays nothing for the layout (a plan whose tree does not

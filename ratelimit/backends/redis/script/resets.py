@@ -3,12 +3,15 @@ marks each identifier reset, which a settle's refund of a call reserved before r
 
 from __future__ import annotations
 
+import asyncio
+
 from ratelimit.backends.base import clock_us
 from ratelimit.backends.layout import reset_keep_ms
 from ratelimit.backends.redis.keys import plan_keys, reset_key
 from ratelimit.backends.redis.resp import Command, Script, pack_args
 from ratelimit.backends.redis.script.scripts import GENERAL, lua
 from ratelimit.backends.redis.script.state import EngineState
+from ratelimit.backends.redis.spanning import spanning
 from ratelimit.core.plan import Plan
 
 RESET_SCRIPT = Script(lua(*GENERAL, "reset.lua"))
@@ -19,7 +22,12 @@ class Resets(EngineState):
 
     async def reset(self, plan: Plan) -> None:
         self._open()
-        spread = self.spread and plan.compiled.spreads
+        if self._spans and not plan.compiled.spreads:
+            parts = spanning(plan)
+            if parts is not None:  # one reset per part: each in a slot of its own
+                await asyncio.gather(*(self.reset(part.decide) for part in parts.parts))
+                return
+        spread = self.spread and not plan.compiled.pinned
         keys = plan_keys(plan, spread)
         if not keys:
             return

@@ -7,10 +7,10 @@ table of what it supports: per algorithm, its script, the keys a plan reads, how
 to those keys, and the ARGV the script reads after the common ones.
 
 Every key of a plan follows one layout (:mod:`~ratelimit.backends.redis.keys`): pinned (the
-limit's hash tag), or spread (each identifier's own) where the engine spreads and the plan's
-tree does (``spread`` below is the engine's setting; a plan whose tree does not spread is
-pinned whatever it says). Decisions, their settles and resets of one plan build their keys
-here alike, so a settle and a reset find what the decision wrote.
+limit's hash tag), or spread (each identifier with a selector under its own) where the
+engine spreads (``spread`` below is the engine's setting; a tree compiled pinned is pinned
+whatever it says). Decisions, their settles and resets of one plan build their keys here
+alike, so a settle and a reset find what the decision wrote.
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def plan_command(plan: Plan, clock: Clock | None = None, spread: bool = False) -
     args, packed, untimed, packed_untimed = _args(
         plan.compiled, plan.leaf_identifiers, plan.cost, plan.record, name, plan.costs
     )
-    keys = scripted.keys(plan, spread and plan.compiled.spreads)
+    keys = scripted.keys(plan, spread and not plan.compiled.pinned)
     script = scripted.script
     if scripted.one and len(keys) == scripted.one_keys and args[1] == b"1" and args[0][:2] == b"1 ":
         script = scripted.one  # one rule, resolved
@@ -234,6 +234,15 @@ def plan_command(plan: Plan, clock: Clock | None = None, spread: bool = False) -
         return Command(script, keys, untimed, packed_untimed)
     now = str(clock_us(clock)).encode()
     return Command(script, keys, (now, *args), pack_args((now,)) + packed)
+
+
+def check_command(plan: Plan, at_us: int, spread: bool = False) -> Command:
+    """The ``EVALSHA`` that checks ``plan`` (a held part's rules at cost 0:
+    :mod:`~ratelimit.backends.redis.spanning`) at exactly ``at_us``, the time it was held
+    at (the window counters do not move to a newer window), recording nothing."""
+    command = plan_command(plan, None, spread)
+    args = (str(at_us).encode(), *command.args[1:4], b"2", *command.args[5:])
+    return Command(command.script, command.keys, args, pack_args(args))
 
 
 _NO_TIME = pack_args((b"",))
@@ -252,7 +261,7 @@ def settle_command(
     ``spread``: the engine's setting, as for :func:`plan_command`."""
     plan = settlement.plan
     script, keys, packed_keys, head, tail, whole = _settle_parts(
-        plan, spread and plan.compiled.spreads
+        plan, spread and not plan.compiled.pinned
     )
     # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
     if whole:
@@ -262,6 +271,9 @@ def settle_command(
     now = b"" if clock is None else str(clock_us(clock)).encode()
     held = " ".join([f"{int(us)} {int(remainder)}" for us, remainder in settlement.held])
     args = (now, *head, deltas.encode(), str(settlement.at_us).encode(), *tail, held.encode())
+    if settlement.starts:  # GCRA, a held part's refund (settle_gcra.lua's ARGV[8])
+        starts = " ".join([f"{int(us)} {int(rem)}" for us, rem in settlement.starts])
+        args = (*args, starts.encode())
     return Command(script, keys, args, pack_args(args), packed_keys)
 
 
@@ -306,5 +318,5 @@ def _spread_command(plan: Plan) -> Command:
 
 
 spread_command_of = functools.lru_cache(maxsize=PLANS)(_spread_command)
-""":data:`command_of` for an engine that spreads: the plan's keys spread where its tree
-does (:attr:`~ratelimit.core.plan.CompiledTree.spreads`), else pinned, as every engine's are."""
+""":data:`command_of` for an engine that spreads: each of the plan's identifiers with a
+selector under its own hash tag (unless its tree was compiled pinned)."""

@@ -5,12 +5,14 @@ behind the batch in flight with the decisions when one is, else sent alone."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
 from ratelimit.backends.redis.resp import Command
 from ratelimit.backends.redis.script.scripts import settle_command
 from ratelimit.backends.redis.script.state import EngineState
+from ratelimit.backends.redis.spanning import settled_by_parts, spanning
 from ratelimit.core.settling import Settlement
 
 
@@ -26,9 +28,17 @@ class Settles(EngineState):
         or not anyone awaits it; otherwise a coroutine that sends it."""
         if self._closed or settlement.empty:
             return self._settle_alone(settlement, None)
+        if self._spans and not settlement.plan.compiled.spreads:
+            parts = spanning(settlement.plan)
+            if parts is not None:
+                return self._settle_parts(settled_by_parts(settlement, parts))
         command = settle_command(settlement, self.clock, self.spread)  # batched with decisions
         queued = self._pipeline.queued(command, settlement.plan.key)
         return self._settle_alone(settlement, command) if queued is None else queued
+
+    async def _settle_parts(self, settlements: list[Settlement]) -> None:
+        """A settle of a call decided by parts: one per part, at once."""
+        await asyncio.gather(*(self._settle_alone(part, None) for part in settlements))
 
     async def _settle_alone(self, settlement: Settlement, command: Command | None) -> None:
         if self._closed:

@@ -4,7 +4,7 @@ its clock, deadline and spread setting, and whether it is closed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ratelimit.backends.base import Clock
 from ratelimit.backends.redis.client import RedisClient
@@ -12,6 +12,7 @@ from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.resp import Command
 from ratelimit.backends.redis.script.pipeline import Pipeline
 from ratelimit.core.plan import Plan
+from ratelimit.core.settling import Settlement
 from ratelimit.errors import LimiterClosedError
 
 
@@ -23,10 +24,14 @@ class EngineState:
     clock: Clock | None
     timeout: float | None
     spread: bool
+    _spans: bool
+    """Whether a call may span hash tags in slots of their own (``spread`` on a cluster
+    client): then such a call is decided by parts (:mod:`.parts`)."""
     _pipeline: Pipeline
     _layout: LayoutCheck | None
     _command_of: Callable[[Plan], Command]
     _closed: bool
+    settle: Callable[[Settlement], Awaitable[None]]
 
     def _open(self) -> None:
         if self._closed:

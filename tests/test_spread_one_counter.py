@@ -1,0 +1,170 @@
+"""One identifier, one counter, whatever rules a process holds (issue 47, items 6 and 7).
+
+Where keys spread, where an identifier's keys live is a property of the identifier alone:
+``user:2/h`` and ``user:2/h | 100/h`` made at one place count each user on the same keys.
+On a Redis Cluster a call whose identifiers lie under two tags is decided by parts
+(:mod:`ratelimit.backends.redis.spanning`); here each such tree decides as the memory store
+does, call for call, on a real three-node cluster, settles and resets included.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.crc import key_slot
+
+from ratelimit import RateLimit, RedisCommandBackend, RedisScriptBackend
+from ratelimit.backends.redis.client import CLUSTER_TRANSACTIONS, redis_py_version
+from ratelimit.core.plan import CompiledTree, compile_tree
+from ratelimit.rules.tree import to_tree
+from tests.conftest import FakeClock
+from tests.redis_server import RedisCluster
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+
+ENGINES = ["script", "commands"]
+ALGORITHMS = ["sliding-log", "sliding-window", "fixed-window", "gcra"]
+
+
+def tree(text: str) -> CompiledTree:
+    return compile_tree(to_tree(text))
+
+
+def engine_of(client: Any, engine: str, clock: FakeClock, spread: bool | None) -> Any:
+    if engine == "script":
+        return RedisScriptBackend(client, clock=clock, spread=spread, timeout=10)
+    return RedisCommandBackend(
+        client, clock=clock, spread=spread, timeout=5, lock_timeout=10, lock_ttl=20
+    )
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_two_limits_made_at_one_place_share_each_users_counter(
+    redis_url: str, engine: str, algorithm: str
+) -> None:
+    """``user:2/h``, then ``user:2/h | 100/h`` at the same ``key=`` (two limiters of one
+    namespace: two deploys of an application), on a server whose keys spread: 2 calls of
+    one user in all, not 2 per tree; ``rl.decide`` too."""
+    client = aioredis.Redis.from_url(redis_url)
+    clock = FakeClock()
+    namespace = f"one-{uuid.uuid4().hex[:10]}"
+    old, new = (
+        RateLimit(engine_of(client, engine, clock, True), namespace, algorithm=algorithm)
+        for _ in "on"
+    )
+    try:
+        first = [(await old.limit("user:2/h", user="u", key="k").decide()).allowed for _ in "ab"]
+        second = [
+            (await new.limit("user:2/h | 100/h", user="u", key="k").decide()).allowed for _ in "abc"
+        ]
+        assert first == [True, True]
+        assert second == [False, False, False]
+        other = [(await new.decide(tree("user:2/h | 100/h"), "d", ("v",))).allowed for _ in "abc"]
+        assert other == [True, True, False]
+        assert [(await old.decide(tree("user:2/h"), "d", ("v",))).allowed] == [False]
+    finally:
+        await old.aclose()
+        await new.aclose()
+        await client.aclose()
+
+
+@pytest.fixture(scope="module")
+def cluster_url() -> Iterator[str]:
+    if os.environ.get("REDIS_URL"):
+        pytest.skip("REDIS_URL points at one server; this test starts its own cluster")
+    with RedisCluster() as cluster:
+        yield cluster.url
+
+
+@pytest.fixture
+async def cluster_client(cluster_url: str) -> AsyncIterator[AsyncRedisCluster]:
+    client = AsyncRedisCluster.from_url(cluster_url)
+    await client.initialize()
+    yield client
+    await client.aclose()
+
+
+TREES = [
+    "user:3/m | 5/m",  # a conjunction: the user's part, then the key's
+    "user:3/m | ip:4/m",  # a conjunction of two value parts
+    "user:2/m & 4/m",  # an And across tags: held, pivot, checked
+    "apikey:4/m & (2/m | user:3/m)",
+    "(user:2/m & ip:3/m) | 6/m",  # an Or whose child spans tags
+]
+
+
+def values_for(step: int) -> dict[str, str]:
+    return {
+        "user": f"u{step % 3}",
+        "ip": f"i{step % 2}",
+        "apikey": f"a{step % 2}",
+    }
+
+
+def answer(decision: Any) -> tuple[object, ...]:
+    return (
+        decision.allowed,
+        round(decision.retry_after, 3),
+        decision.remaining,
+        tuple((str(s.rule), s.limited, s.remaining) for s in decision.states),
+    )
+
+
+async def run_trace(rl: RateLimit, clock: FakeClock, rules: str) -> list[tuple[object, ...]]:
+    """Calls of a few users, ips and keys past their limits, with time stepping; a settle
+    refunds every fifth admitted call, and one reset in the middle."""
+    answers = []
+    for step in range(40):
+        named = values_for(step)
+        selectors: dict[str, Any] = {s: named[s] for s in ["user", "ip", "apikey"] if s in rules}
+        limit = rl.limit(rules, key="k", **selectors)
+        decision = await limit.decide(cost=1 + step % 2)
+        answers.append(answer(decision))
+        if decision.allowed and step % 5 == 0:
+            assert await limit.settle(decision, 0)
+        if step == 20:
+            await limit.reset()
+        peeked = await limit.peek()
+        answers.append(answer(peeked))
+        clock.advance(3.5)
+    return answers
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("rules", TREES)
+async def test_a_tree_spanning_slots_decides_as_one_script_does(
+    cluster_client: AsyncRedisCluster, redis_url: str, engine: str, algorithm: str, rules: str
+) -> None:
+    """The same calls, settles, resets and peeks on the cluster, where the tree's
+    identifiers are in slots of their own, and on one server, where one script decides the
+    whole tree at once: the same answers."""
+    if engine == "commands" and redis_py_version() < CLUSTER_TRANSACTIONS:
+        pytest.skip("the command engine on a cluster needs redis-py 6.2 or later")
+    namespace = f"span-{uuid.uuid4().hex[:10]}"
+    clock = FakeClock()
+    backend = engine_of(cluster_client, engine, clock, None)
+    assert backend.spread
+    spread = RateLimit(backend, namespace, algorithm=algorithm, denial_cache=0, on_error="raise")
+    one_clock = FakeClock()
+    server = aioredis.Redis.from_url(redis_url)
+    one = RateLimit(
+        engine_of(server, engine, one_clock, False), namespace, algorithm=algorithm, denial_cache=0
+    )
+    try:
+        assert await run_trace(spread, clock, rules) == await run_trace(one, one_clock, rules)
+        slots = set()
+        async for key in cluster_client.scan_iter(match=f"rl:{{{namespace}:*"):
+            slots.add(key_slot(key))
+        assert len(slots) > 1  # the tree's identifiers are in slots of their own
+    finally:
+        await spread.aclose()
+        await one.aclose()
+        await server.aclose()
