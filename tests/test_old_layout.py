@@ -53,7 +53,7 @@ async def check_warns_once(
         for value in ("alice", "ann", "carol"):  # one look per (namespace, key, selector)
             check.saw(plan(namespace, "old", value))
         check.saw(plan(namespace, "new"))  # a key with no old counters: silent
-        check.saw(plan(namespace, "old", rules="user:5/m & 10/m"))  # pinned: not looked at
+        check.saw(plan(namespace, "old", rules="user:5/m & 10/m"))  # warned once per key
         await check.wait()
         check.saw(plan(namespace, "old"))
         await check.wait()
@@ -236,3 +236,29 @@ async def test_slots_and_reset_marks_of_the_key_are_no_old_counters(
             await check.wait()
     assert not warnings_of(caplog)
     await rl.aclose()
+
+
+@pytest.mark.parametrize("use_scripts", [True, False], ids=["scripts", "commands"])
+async def test_new_rules_beside_old_ones_are_no_old_layout(
+    use_scripts: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 47, item 7: ``user:3/h | 1000/h`` and ``user:3/h`` decided at one key by a
+    limiter that spreads (a rolling deploy of new rules) write one layout, each user's
+    counters under the user's tag: nothing of the layout before spreading, no warning (it
+    fired before: the mixed tree kept its users in the key's slot)."""
+    client = fakeredis.FakeAsyncRedis()
+    new = RateLimit(client, "roll", spread=True, use_scripts=use_scripts)
+    old = RateLimit(client, "roll", spread=True, use_scripts=use_scripts)
+    mixed, alone = compile_tree(to_tree("user:3/h | 1000/h")), compile_tree(to_tree("user:3/h"))
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        for user in ("ann", "bob", "carol"):
+            await new.decide(mixed, "k", (user,))
+            await old.decide(alone, "k", (user,))
+        for rl in (new, old):
+            await rl._decider.backend._layout.wait()  # type: ignore[attr-defined]
+    assert not warnings_of(caplog)
+    keys = {k.decode() for k in await client.keys("*")}
+    assert not any(k.startswith("rl:{roll:k}:user=") for k in keys), keys
+    await new.aclose()
+    await old.aclose()
+    await client.aclose()

@@ -230,10 +230,13 @@ async def test_concurrency_slots_of_one_selector_spread(
     await backend.release_slots(claim, revoke=True)
     assert await store.exists(revoked_key(prefix, "ab12"))
     assert await backend.acquire_slots(claim) == (False, (0,))
-    # slots that mix a selector with a limit of none stay under the key's one tag
+    # slots that mix a selector with a limit of none: alice's under her own tag, the
+    # limit of none's under the key's, each under its own lock (issue 47)
     async with rl.concurrency("user:2 | 5", key="mixed", user="alice"):
-        assert await store.zcard(slots_key(user(namespace, "alice", "mixed"))) == 1
+        assert await store.zcard(slots_key(user(namespace, "alice", "mixed"), True)) == 1
+        assert await store.zcard(slots_key(Identifier(namespace, "mixed", None, None))) == 1
     assert lock_key(tag(namespace, "mixed")) in locks
+    assert lock_key(spread_tag(user(namespace, "alice", "mixed"))) in locks
     await rl.aclose()
 
 

@@ -198,9 +198,9 @@ async def test_routes_sharing_a_key_share_its_counters_where_keys_spread() -> No
 async def test_concurrency_limits_of_one_key_keep_one_slot_set_per_identifier(
     use_scripts: bool,
 ) -> None:
-    """Two concurrency limits made for one key, one that would spread (``user:1``) and one
-    that pins (``user:1 | 5``): both keep alice's slots in one place, so she holds one
-    slot at a time, as with spread=False (each set apart let her hold two)."""
+    """Two concurrency limits made for one key, ``user:1`` and ``user:1 | 5``: both keep
+    alice's slots in one place, her own tag (issue 47: the layout is the identifier's), so
+    she holds one slot at a time, as with spread=False (each set apart let her hold two)."""
     client = fakeredis.FakeAsyncRedis()
     rl = RateLimit(client, "slots", spread=True, use_scripts=use_scripts)
     alone = rl.concurrency("user:1", key="jobs", user="alice")
@@ -213,26 +213,8 @@ async def test_concurrency_limits_of_one_key_keep_one_slot_set_per_identifier(
         with pytest.raises(ConcurrencyLimitExceeded):
             async with alone:
                 pass
-    keys = {str(k) for k in await client.keys("*")}
-    assert not any("jobs:user=" in k for k in keys), keys  # no spread slot set was made
+        keys = {k.decode() for k in await client.keys("*")}
+        assert "rl:{slots:jobs:user=alice}:c" in keys  # alice's slots under her own tag
+        assert not any(k.startswith("rl:{slots:jobs}:user=") for k in keys), keys
     await rl.aclose()
     await client.aclose()
-
-
-def test_a_keys_concurrency_limits_spread_only_when_all_spread_by_one_selector() -> None:
-    from ratelimit.core.slots import SlotLayouts, parse_slots
-
-    layouts = SlotLayouts()
-    user, mixed, ip = parse_slots("user:1"), parse_slots("user:1 | 5"), parse_slots("ip:3")
-    assert layouts.spreads("unregistered", user)
-    assert not layouts.spreads("unregistered", mixed)
-    layouts.register("a", user)
-    layouts.register("a", parse_slots("user:4"))
-    assert layouts.spreads("a", user)
-    layouts.register("a", ip)
-    assert not layouts.spreads("a", user)
-    layouts.register("a", user)  # once pinned, a key stays pinned
-    assert not layouts.spreads("a", user)
-    layouts.register("b", mixed)
-    layouts.register("b", user)
-    assert not layouts.spreads("b", user)

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
 
-from ratelimit import RateLimit, RedisCommandBackend, RedisScriptBackend
+from ratelimit import ConcurrencyLimitExceeded, RateLimit, RedisCommandBackend, RedisScriptBackend
 from ratelimit.backends.redis.client import CLUSTER_TRANSACTIONS, redis_py_version
 from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.rules.tree import to_tree
@@ -168,3 +168,38 @@ async def test_a_tree_spanning_slots_decides_as_one_script_does(
         await spread.aclose()
         await one.aclose()
         await server.aclose()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_concurrency_claim_spanning_slots_holds_every_count(
+    cluster_client: AsyncRedisCluster, engine: str
+) -> None:
+    """``user:1 | 2`` on the cluster: each user's slots under the user's tag, the key's
+    under the key's. Alice and bob hold the key's two; carol is refused (the key is full)
+    and the slot her user part took is given back; ``user:1`` made by another limiter at
+    the same key keeps alice's slots in the same place (she holds one at a time)."""
+    if engine == "commands" and redis_py_version() < CLUSTER_TRANSACTIONS:
+        pytest.skip("the command engine on a cluster needs redis-py 6.2 or later")
+    namespace = f"cc-{uuid.uuid4().hex[:10]}"
+    rl = RateLimit(engine_of(cluster_client, engine, FakeClock(), None), namespace)
+    other = RateLimit(engine_of(cluster_client, engine, FakeClock(), None), namespace)
+    try:
+        async with rl.concurrency("user:1 | 2", key="jobs", user="alice"):
+            with pytest.raises(ConcurrencyLimitExceeded):
+                async with other.concurrency("user:1", key="jobs", user="alice"):
+                    pass
+            async with rl.concurrency("user:1 | 2", key="jobs", user="bob"):
+                with pytest.raises(ConcurrencyLimitExceeded):
+                    async with rl.concurrency("user:1 | 2", key="jobs", user="carol"):
+                        pass
+            async with other.concurrency("user:1", key="jobs", user="carol"):
+                pass  # carol's own slot was given back when the key refused her
+            slots = set()
+            async for key in cluster_client.scan_iter(match=f"rl:{{{namespace}:*"):
+                slots.add(key_slot(key))
+            assert len(slots) > 1
+        async with rl.concurrency("user:1 | 2", key="jobs", user="carol"):
+            pass
+    finally:
+        await rl.aclose()
+        await other.aclose()

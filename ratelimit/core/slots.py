@@ -76,41 +76,11 @@ class SlotClaim:
     counts: tuple[int, ...]
     token: str
     lease_us: int
-    spreads: bool = False
-    """Whether a store of many nodes may keep each identifier's slots apart (every limit
-    names one and the same selector: one claim holds slots of one value only), as
-    :attr:`~ratelimit.core.plan.CompiledTree.spreads` says of rules."""
-
-
-def spread_by(limits: tuple[SlotLimit, ...]) -> str | None:
-    """The one selector every limit of ``limits`` names (their slots may spread by it),
-    else ``None`` (pinned: kept in one slot per (namespace, key))."""
-    named = {limit.selector for limit in limits}
-    return named.pop() if len(named) == 1 and None not in named else None
-
-
-class SlotLayouts:
-    """Per key, how one limiter keeps its concurrency slots: spread by a selector only when
-    every concurrency limit made for the key spreads by that one, so that two limits of
-    one key (``user:1`` and ``user:1 | 5``) never hold one identifier's slots in two
-    places (each would let its holders in past the other's). Keys register when their
-    limit is made (a decorator, ``key=``, a block's place)."""
-
-    __slots__ = ("_by",)
-
-    def __init__(self) -> None:
-        self._by: dict[str, str | None] = {}
-
-    def register(self, key: str, limits: tuple[SlotLimit, ...]) -> None:
-        """``limits`` are made for ``key``: the key spreads while all of its agree."""
-        by = spread_by(limits)
-        if self._by.setdefault(key, by) != by:
-            self._by[key] = None
-
-    def spreads(self, key: str, limits: tuple[SlotLimit, ...]) -> bool:
-        """Whether claims of ``limits`` under ``key`` spread."""
-        by = self._by.get(key, spread_by(limits))
-        return by is not None
+    spreads: bool = True
+    """Whether a store that spreads keeps each identifier's slots under its own hash tag
+    (its own (namespace, key, selector, value): the layout is the identifier's, whatever
+    limits a process holds, so one identifier never has two slot sets). A claim whose
+    identifiers lie in several slots of a Redis Cluster is taken part by part."""
 
 
 def claim_for(
@@ -120,11 +90,9 @@ def claim_for(
     values: dict[str, str | None],
     token: str,
     lease_us: int,
-    spreads: bool | None = None,
 ) -> SlotClaim:
     """The claim of one call: a limit whose selector resolved to ``None`` or ``""`` does
-    not apply; two limits on one identifier hold one slot, under the smaller count.
-    ``spreads``: whether it may spread (:class:`SlotLayouts`), else as ``limits`` say."""
+    not apply; two limits on one identifier hold one slot, under the smaller count."""
     counts: dict[Identifier, int] = {}
     for limit in limits:
         value = None if limit.selector is None else values.get(limit.selector)
@@ -132,8 +100,4 @@ def claim_for(
             continue
         identifier = Identifier(namespace, key, limit.selector, value)
         counts[identifier] = min(counts.get(identifier, limit.count), limit.count)
-    if spreads is None:
-        spreads = spread_by(limits) is not None
-    return SlotClaim(
-        namespace, key, tuple(counts), tuple(counts.values()), token, lease_us, spreads
-    )
+    return SlotClaim(namespace, key, tuple(counts), tuple(counts.values()), token, lease_us)

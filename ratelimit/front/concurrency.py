@@ -122,8 +122,6 @@ class Concurrency:
         self._wait = wait_seconds(wait)
         self._held: dict[asyncio.Task[Any] | None, list[Held]] = {}
         self._released: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
-        if key is not None or site:  # known now: where its slots are kept, with the key's
-            decider.slot_layouts.register(self.block_key(), self.limits)
 
     # --- async with ---
 
@@ -164,7 +162,6 @@ class Concurrency:
         if self._reserve is not None:
             function = f"{function_name(func)}{parameters.signature}"
             self._reserve.findable(self._sources, parameters, function, key)
-        self._decider.slot_layouts.register(key, self.limits)
         return key, parameters
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:
@@ -201,7 +198,6 @@ class Concurrency:
             dict(zip(self._names, values, strict=True)),
             os.urandom(12).hex(),
             round(self.lease * 1_000_000),
-            decider.slot_layouts.spreads(key, self.limits),
         )
 
     @contextlib.asynccontextmanager

@@ -32,7 +32,7 @@ from ratelimit.core.costs import per_leaf
 from ratelimit.core.decision import Decision, make_decision
 from ratelimit.core.plan import CompiledTree, Cost, CounterUpdate, Plan, cached_plan, compile_tree
 from ratelimit.core.settling import Settlement, Settling, reservation, settlement
-from ratelimit.core.slots import SlotClaim, SlotLayouts
+from ratelimit.core.slots import SlotClaim
 from ratelimit.errors import (
     BackendError,
     ConfigurationError,
@@ -104,7 +104,6 @@ class Decider:
         "namespace",
         "overrides",
         "policy",
-        "slot_layouts",
     )
 
     def __init__(
@@ -129,7 +128,6 @@ class Decider:
         self.background = background
         self.closed = False
         self._unfinished: set[asyncio.Future[Any]] = set()
-        self.slot_layouts = SlotLayouts()  # where each key's concurrency slots are kept
 
     def finish_later(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
         """Run ``work`` off its caller's path (a slot given back after its caller left),

@@ -203,10 +203,13 @@ class RedisCommandBackend(RedisOverrides, RedisPenalties):
             return Writes(self.client)
         return self.client.pipeline(transaction=True)
 
-    def _claim_prefix(self, claim: SlotClaim) -> str:
-        """The hash tag of ``claim``'s keys, which its lock carries."""
-        spread = self.spread and claim.spreads
-        return prefix_of(claim.namespace, claim.key, claim.identifiers, spread)
+    def _claim_prefix(self, claim: SlotClaim) -> tuple[str, ...]:
+        """The hash tags of ``claim``'s keys, whose locks are taken in this order (sorted):
+        one, unless the engine spreads and its identifiers lie under several."""
+        if not (self.spread and claim.spreads):
+            return (prefix_of(claim.namespace, claim.key, claim.identifiers),)
+        names = {prefix_of(claim.namespace, claim.key, (i,), True) for i in claim.identifiers}
+        return tuple(sorted(names)) or (prefix_of(claim.namespace, claim.key, ()),)
 
     async def _guarded(
         self,

@@ -55,7 +55,7 @@ async def acquire(engine: Engine, claim: SlotClaim) -> tuple[bool, tuple[int, ..
     if replies[-1] or any(n >= count for n, count in zip(held, claim.counts, strict=True)):
         return False, tuple(held)
     ms = math.ceil(claim.lease_us / 1000)
-    write = engine.client.pipeline(transaction=True)
+    write = engine._writes()
     for k, key in enumerate(keys):
         write.zremrangebyscore(key, "-inf", now)
         write.zadd(key, {claim.token: now + claim.lease_us})
@@ -76,7 +76,7 @@ async def renew(engine: Engine, claim: SlotClaim) -> bool:
     replies = await engine._read(fill)
     now = await engine._now(replies, keys[0])
     ms = math.ceil(claim.lease_us / 1000)
-    write = engine.client.pipeline(transaction=True)
+    write = engine._writes()
     for k, key in enumerate(keys):
         if replies[2 * k] is not None:
             write.zadd(key, {claim.token: now + claim.lease_us})
@@ -88,7 +88,7 @@ async def renew(engine: Engine, claim: SlotClaim) -> bool:
 
 async def release(engine: Engine, claim: SlotClaim, revoke: bool) -> None:
     spread = engine.spread and claim.spreads
-    write = engine.client.pipeline(transaction=True)
+    write = engine._writes()
     for identifier in claim.identifiers:
         write.zrem(slots_key(identifier, spread), claim.token)
     if revoke:
