@@ -257,7 +257,7 @@ async def test_new_rules_beside_old_ones_are_no_old_layout(
         for rl in (new, old):
             await rl._decider.backend._layout.wait()  # type: ignore[attr-defined]
     assert not warnings_of(caplog)
-    keys = {k.decode() for k in await client.keys("*")}
+    keys = {k if isinstance(k, str) else k.decode() for k in await client.keys("*")}
     assert not any(k.startswith("rl:{roll:k}:user=") for k in keys), keys
     await new.aclose()
     await old.aclose()
