@@ -48,14 +48,13 @@ class CompiledTree:
 
     ``spreads``: whether every rule names one and the same selector (``user:5/m |
     user:100/h``), so that one call counts on the identifiers of one value only: where a
-    store keeps each identifier with a selector under a hash tag of its own (a Redis
-    Cluster: the layout is a property of the identifier, never of the tree, so that one
-    identifier has one counter whatever rules a process holds), such a call touches one
-    slot. Another tree's call spans the tags of its identifiers (``user:3/h | 1000/h``:
-    the user's and the key's) and is decided there by parts
-    (:mod:`ratelimit.backends.redis.spanning`). ``pinned``: compiled for a key declared
-    to keep every identifier in one slot (the rate-limit service's domains, whose every
-    tree is compiled so): then nothing spreads.
+    store keeps each identifier with a selector apart from the others (a store of many
+    nodes: where an identifier lives is a property of the identifier, never of the tree, so
+    that one identifier has one counter whatever rules a process holds), such a call
+    touches one place. Another tree's call spans the places of its identifiers
+    (``user:3/h | 1000/h``: the user's and the key's) and the store decides it by parts.
+    ``pinned``: compiled for a key declared to keep every identifier in one place (the
+    rate-limit service's domains, whose every tree is compiled so): then nothing spreads.
     """
 
     __slots__ = ("pinned", "program", "rules", "selectors", "spreads", "tree")
