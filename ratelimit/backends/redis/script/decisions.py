@@ -9,13 +9,9 @@ counts."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Any
-
 from ratelimit.backends.redis.errors import NOT_A_REPLY, not_a_reply
 from ratelimit.backends.redis.script.parts import Parts
 from ratelimit.backends.redis.script.replies import read_reply
-from ratelimit.backends.redis.script.scripts import plan_command
 from ratelimit.backends.redis.spanning import spanning
 from ratelimit.core.decision import Decision
 from ratelimit.core.evaluation import evaluate, stored_verdict
@@ -33,8 +29,6 @@ class Decisions(Parts):
         if self._spans and not plan.compiled.spreads:
             parts = spanning(plan)
             if parts is not None:
-                if self._layout is not None:
-                    self._layout.saw(plan)
                 return await self._decided_by_parts(plan, parts)
         reply = await self._sent(plan)
         try:
@@ -61,16 +55,3 @@ class Decisions(Parts):
             await self._close_idle()
             raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
         return stored_verdict(plan, allowed, now_us, counts)
-
-    def _sent(self, plan: Plan) -> Awaitable[Any]:
-        """The script call deciding ``plan``, sent or queued: its reply, to await. Most calls
-        get the pipeline's future (no coroutine of their own)."""
-        if self._layout is not None:
-            self._layout.saw(plan)
-        if self.clock is None:
-            command = self._command_of(plan)
-        else:
-            command = plan_command(plan, self.clock, self.spread)
-        pipeline = self._pipeline
-        future = pipeline.queued(command, plan.key)
-        return pipeline.alone(command, plan.key) if future is None else future

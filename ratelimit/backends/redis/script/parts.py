@@ -13,7 +13,7 @@ from ratelimit.algorithms import GCRA, gcra_next
 from ratelimit.backends.redis.errors import NOT_A_REPLY, not_a_reply
 from ratelimit.backends.redis.resp import Command
 from ratelimit.backends.redis.script.replies import read_reply
-from ratelimit.backends.redis.script.scripts import check_command, plan_command
+from ratelimit.backends.redis.script.scripts import check_command
 from ratelimit.backends.redis.script.state import EngineState
 from ratelimit.backends.redis.spanning import Part, Spanning, three_valued
 from ratelimit.core.decision import Decision
@@ -92,14 +92,7 @@ class Parts(EngineState):
 
     async def _read(self, plan: Plan, command: Command | None = None) -> Read:
         """One part's script call, sent through the pipeline; its reply read."""
-        if command is None:
-            if self.clock is None:
-                command = self._command_of(plan)
-            else:
-                command = plan_command(plan, self.clock, self.spread)
-        pipeline = self._pipeline
-        future = pipeline.queued(command, plan.key)
-        reply = await (pipeline.alone(command, plan.key) if future is None else future)
+        reply = await self._sent(plan, command)  # the old-layout check notes each part
         try:
             return read_reply(plan, reply)
         except NOT_A_REPLY as exc:

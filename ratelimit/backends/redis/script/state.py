@@ -5,12 +5,14 @@ its clock, deadline and spread setting, and whether it is closed."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ratelimit.backends.base import Clock
 from ratelimit.backends.redis.client import RedisClient
 from ratelimit.backends.redis.old_layout import LayoutCheck
 from ratelimit.backends.redis.resp import Command
 from ratelimit.backends.redis.script.pipeline import Pipeline
+from ratelimit.backends.redis.script.scripts import plan_command
 from ratelimit.core.plan import Plan
 from ratelimit.core.settling import Settlement
 from ratelimit.errors import LimiterClosedError
@@ -39,3 +41,18 @@ class EngineState:
 
     async def _close_idle(self) -> None:
         await self._pipeline.close_idle()
+
+    def _sent(self, plan: Plan, command: Command | None = None) -> Awaitable[Any]:
+        """The script call deciding ``plan`` (``command``, else the plan's own, whose
+        layout the old-layout check notes), sent or queued: its reply, to await. Most calls
+        get the pipeline's future (no coroutine of their own)."""
+        if command is None:
+            if self._layout is not None:
+                self._layout.saw(plan)
+            if self.clock is None:
+                command = self._command_of(plan)
+            else:
+                command = plan_command(plan, self.clock, self.spread)
+        pipeline = self._pipeline
+        future = pipeline.queued(command, plan.key)
+        return pipeline.alone(command, plan.key) if future is None else future
