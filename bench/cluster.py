@@ -15,7 +15,9 @@ as the scripts' own time (``INFO commandstats`` usec of ``EVALSHA``) and as the 
 whole CPU (``INFO cpu`` user + sys deltas: networking and the event loop too); each node's
 share of the script calls; this process's CPU per decision (``time.process_time``).
 With ``--rounds`` above one the rows take turns and each figure is the median of its
-rounds. Figures are reported, never asserted.
+rounds. ``--rules`` decides another tree: ``--rules "user:1000/m | 10000000/m"`` spans the
+user's slot and the key's where keys spread (decided by parts: two script calls per
+decision), beside the same tree pinned. Figures are reported, never asserted.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def reset_stats(ports: list[int]) -> None:
 
 
 async def measure(
-    store: Store, algorithm: str, spread: bool, seconds: float, concurrency: int
+    store: Store, algorithm: str, spread: bool, seconds: float, concurrency: int, rules: str
 ) -> tuple[float, float, float, float, float, list[float]]:
     """(decisions/s, script calls, script usec, server CPU usec and client CPU usec per
     decision, each node's share of the script calls) of one run of ``seconds``."""
@@ -108,7 +110,7 @@ async def measure(
     namespace = f"bench-cluster-{RUN}-{algorithm}-{spread}"
     rl = RateLimit(client, namespace, algorithm=algorithm, spread=spread)
 
-    @rl.limit(f"user:{LIMIT}/m", key="bench")
+    @rl.limit(rules, key="bench")
     async def work(user: str) -> None: ...
 
     users = [f"user-{i}" for i in range(USERS)]
@@ -150,14 +152,19 @@ async def measure(
 
 
 async def run(
-    stores: list[Store], algorithms: list[str], seconds: float, rounds: int, concurrency: int
+    stores: list[Store],
+    algorithms: list[str],
+    seconds: float,
+    rounds: int,
+    concurrency: int,
+    rules: str,
 ) -> dict[tuple[str, str, str], Row]:
     rows: dict[tuple[str, str, str], Row] = {}
     for _ in range(rounds):  # rounds interleaved: noise hits every row alike
         for store in stores:
             for algorithm in algorithms:
                 for layout, spread in LAYOUTS.items():
-                    result = await measure(store, algorithm, spread, seconds, concurrency)
+                    result = await measure(store, algorithm, spread, seconds, concurrency, rules)
                     row = rows.setdefault((store.name, algorithm, layout), Row())
                     rate, scripts, script_us, server_us, client_us, shares = result
                     row.rates.append(rate)
@@ -198,6 +205,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--algorithms", default="sliding-log,gcra")
+    parser.add_argument("--rules", default=f"user:{LIMIT}/m")
     args = parser.parse_args()
     with ExitStack() as stack:
         server = stack.enter_context(RedisServer())
@@ -212,10 +220,17 @@ def main() -> None:
             f"Redis {server.version()}, Python {platform.python_version()}, "
             f"{os.cpu_count()} cores ({platform.machine()}); one process, concurrency "
             f"{args.concurrency}; {args.seconds} s per row, median of {args.rounds} round(s); "
-            f"user:{LIMIT}/m over {USERS} users\n"
+            f"{args.rules} over {USERS} users\n"
         )
         rows = asyncio.run(
-            run(stores, args.algorithms.split(","), args.seconds, args.rounds, args.concurrency)
+            run(
+                stores,
+                args.algorithms.split(","),
+                args.seconds,
+                args.rounds,
+                args.concurrency,
+                args.rules,
+            )
         )
         print_table(rows)
 

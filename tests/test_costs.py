@@ -55,9 +55,9 @@ async def test_a_refused_call_counts_on_no_rule_whatever_its_costs(
         assert refused.rule is not None
         assert refused.rule.selector == "b"
         assert [(s.rule.selector, s.remaining) for s in refused.states] == [("a", 4), ("b", 0)]
-    # pinned, as the mixed tree is: on a store that spreads, a tree of one selector alone
-    # would count apart (its layout is the limit's, never chosen per call)
-    a_alone = call(rl, "a:5/h", ("x",), 1, pinned=True)
+    # a tree of one selector alone counts on the same counter, on a store that spreads too
+    # (the layout is the identifier's, whatever the tree)
+    a_alone = call(rl, "a:5/h", ("x",), 1)
     admitted = [(await decide(rl, a_alone)).allowed for _ in range(5)]
     assert admitted == [True, True, True, True, False]  # 4 left: one counted, not four
     await rl.aclose()
@@ -182,9 +182,9 @@ async def test_postgres_decides_costs_as_memory_does(postgres_url: str, algorith
     assert (await decide(rl, both)).allowed
     for _ in range(2):  # refused by b: a counts neither
         assert not (await decide(rl, both)).allowed
-    # pinned, as the mixed tree is: on a store that spreads, a tree of one selector alone
-    # would count apart (its layout is the limit's, never chosen per call)
-    a_alone = call(rl, "a:5/h", ("x",), 1, pinned=True)
+    # a tree of one selector alone counts on the same counter, on a store that spreads too
+    # (the layout is the identifier's, whatever the tree)
+    a_alone = call(rl, "a:5/h", ("x",), 1)
     admitted = [(await decide(rl, a_alone)).allowed for _ in range(5)]
     assert admitted == [True, True, True, True, False]
     got, want = await trace(rl, mine, 0), await trace(ref, reference, 0)

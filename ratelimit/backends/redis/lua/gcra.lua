@@ -13,7 +13,9 @@
 -- ARGV[4]   the call's cost, a whole number of hits (at most every leaf's burst), on every
 --           key; or one cost per key, space-separated, in the order of KEYS.
 -- ARGV[5]   "1" to record an allowed call, "0" to only decide (peek), "2" to check at
---           exactly ARGV[1] (spanning.py: a held part read back; nothing recorded).
+--           exactly ARGV[1] (spanning.py: a held part read back; nothing recorded), "3" to
+--           record an allowed call uncapped (spanning.py: a held part, whose every hit a
+--           later check must see: a limited leaf is pushed by the call's whole cost).
 -- ARGV[6]   per leaf, space-separated: its burst (how many hits may come at once).
 --
 -- Returns   {allowed (1/0), now, us_1, rem_1, ..., us_L, rem_L}: per leaf the arrival time
@@ -79,7 +81,7 @@ for i = 0, leaves - 1 do
     local new_us, new_rem = start_us + cost * q + math.floor(pushed / count), pushed % count
     local ahead = new_us - now
     limited[i] = ahead > tol_us or (ahead == tol_us and new_rem > tol_rem)
-    if limited[i] then  -- an admitted call leaves it empty, not in debt
+    if limited[i] and ARGV[5] ~= '3' then  -- an admitted call leaves it empty, not in debt
       new_us, new_rem = now + tol_us, tol_rem
       -- nor forgives a debt a settle's excess left past the tolerance
       if us > new_us or (us == new_us and rem > new_rem) then new_us, new_rem = us, rem end
@@ -113,7 +115,7 @@ if tree_limited(limited) then
 end
 
 result[1] = 1
-if ARGV[5] ~= '1' then return result end  -- peek or check: decided, nothing recorded
+if ARGV[5] ~= '1' and ARGV[5] ~= '3' then return result end  -- peek or check: nothing recorded
 for k, key in pairs(keys) do
   -- the push that holds the most hits, under the key's count; never less than was stored
   local us, rem = rescale(key[1], key[2], key[3], key[4])

@@ -9,17 +9,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from ratelimit.algorithms import GCRA, gcra_next
+from ratelimit.algorithms import GCRA, US_PER_MS, Arrival, gcra_next
 from ratelimit.backends.redis.errors import NOT_A_REPLY, not_a_reply
 from ratelimit.backends.redis.resp import Command
 from ratelimit.backends.redis.script.replies import read_reply
-from ratelimit.backends.redis.script.scripts import check_command
+from ratelimit.backends.redis.script.scripts import check_command, hold_command
 from ratelimit.backends.redis.script.state import EngineState
 from ratelimit.backends.redis.spanning import Part, Spanning, three_valued
 from ratelimit.core.decision import Decision
 from ratelimit.core.evaluation import leaf_limited, stored_verdict, tree_limited
 from ratelimit.core.plan import Plan
 from ratelimit.core.settling import Settlement, settlement
+from ratelimit.rules.tree import Rule
 
 Read = tuple[bool, int, Sequence[tuple[float, float]]]
 """A part's script's verdict, time (us) and per leaf its two counts."""
@@ -60,8 +61,8 @@ class Parts(EngineState):
         reads; the held parts checked when the pivot's rules leave the tree open; refused,
         every part refunded."""
         *others, pivot = parts
-        held = list(await asyncio.gather(*(self._read(part.held) for part in others)))
-        held.append(await self._read(pivot.held))
+        held = list(await asyncio.gather(*(self._hold(part) for part in others)))
+        held.append(await self._hold(pivot))
         limited: dict[int, bool] = {
             leaf: False for leaf, k in enumerate(plan.leaf_identifiers) if k < 0
         }
@@ -76,19 +77,25 @@ class Parts(EngineState):
                     for part, (_, at, _) in zip(others, held, strict=False)
                 )
             )
-            for part, hold, (_, at, counts) in zip(others, held, checks, strict=False):
-                for j, leaf in enumerate(part.leaves):
-                    # limited when held already (GCRA caps a push past the burst, so the
-                    # check cannot see all of it), or with the call's own hits in
-                    limited[leaf] = leaf_limited(part.held, j, hold[1], hold[2]) or (
-                        leaf_limited(part.check, j, at, counts)
-                    )
+            for part, (_, at, counts) in zip(others, checks, strict=True):
+                for j, leaf in enumerate(part.leaves):  # with the call's own hits in
+                    limited[leaf] = leaf_limited(part.check, j, at, counts)
             verdict = tree_limited(plan.compiled, limited.__getitem__)
+        pairs = list(zip(parts, held, strict=True))
         if verdict:
-            await asyncio.gather(
-                *(self._refund(part.held, read) for part, read in zip(parts, held, strict=True))
-            )
+            await asyncio.gather(*(self._refund(part.held, read, True) for part, read in pairs))
         return self._verdict(plan, parts, held, not verdict)
+
+    async def _hold(self, part: Part) -> Read:
+        """A part held: recorded whatever it reads. GCRA's push goes past the burst's
+        tolerance where a rule is over (``gcra.lua``'s ``"3"``), so that every later check
+        sees it, and stays there when the call is admitted through another rule: that
+        rule's bucket is left in debt by the call's cost, where one script would leave it
+        at its tolerance (it refuses longer, never more calls through). Bringing it back
+        would be computed from what the hold read, which may count calls still in flight
+        that a serial run puts after this one, and so could forget hits later calls rely
+        on."""
+        return await self._read(part.held, hold_command(part.held, self.clock, self.spread))
 
     async def _read(self, plan: Plan, command: Command | None = None) -> Read:
         """One part's script call, sent through the pipeline; its reply read."""
@@ -99,24 +106,32 @@ class Parts(EngineState):
             await self._close_idle()
             raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
 
-    async def _refund(self, plan: Plan, read: Read) -> None:
+    async def _refund(self, plan: Plan, read: Read, held: bool = False) -> None:
         """Take back what ``plan`` (a part) recorded when it read ``read``: a settle of it
         at cost 0; GCRA's exactly what each arrival time was pushed by, from where it was
-        read (the burst may have capped a held part's push below whole intervals)."""
+        read (``held``: uncapped, else as an admission pushes it, capped at the burst)."""
         _, at, counts = read
         if plan.algorithm.name != GCRA:
             await self.settle(settlement(plan, at, counts, 0))
             return
-        deltas, held, starts = [], [], []
-        for leaf, (rule, k) in enumerate(
-            zip(plan.compiled.rules, plan.leaf_identifiers, strict=True)
-        ):
-            cost = plan.leaf_cost(leaf) if k >= 0 else 0
-            tat = (int(counts[leaf][0]), int(counts[leaf][1]))
-            deltas.append(-float(cost))
-            held.append(gcra_next(rule, cost, tat, at))
-            starts.append(max(tat, (at, 0)))
-        await self.settle(Settlement(plan, at, tuple(deltas), tuple(held), starts=tuple(starts)))
+        arrivals = _arrivals(plan, counts)
+        ends = [gcra_pushed(rule, cost, tat, at, capped=not held) for rule, cost, tat in arrivals]
+        starts = [max(tat, (at, 0)) for _, _, tat in arrivals]
+        await self._pulled_back(plan, at, ends, starts)
+
+    async def _pulled_back(
+        self, plan: Plan, at: int, ends: list[Arrival], starts: list[Arrival]
+    ) -> None:
+        """A settle pulling each arrival time back by exactly ``end - start`` (never before
+        now): ``settle_gcra.lua`` with the pushes' ends and starts (its ARGV[8])."""
+        deltas = tuple(
+            -float(plan.leaf_cost(leaf)) if k >= 0 and end > start else 0.0
+            for leaf, (k, end, start) in enumerate(
+                zip(plan.leaf_identifiers, ends, starts, strict=True)
+            )
+        )
+        if any(deltas):
+            await self.settle(Settlement(plan, at, deltas, tuple(ends), starts=tuple(starts)))
 
     def _verdict(
         self, plan: Plan, parts: tuple[Part, ...], reads: Sequence[Read], allowed: bool | None
@@ -139,3 +154,27 @@ class Parts(EngineState):
         if decision._reservation is not None:
             decision._reservation.append(tuple(times))
         return decision
+
+
+def _arrivals(
+    plan: Plan, counts: Sequence[tuple[float, float]]
+) -> list[tuple[Rule, float, Arrival]]:
+    """Per leaf of a GCRA part: its rule, what the call counts on it (0 where its selector
+    did not resolve) and the arrival time it read."""
+    return [
+        (rule, plan.leaf_cost(leaf) if k >= 0 else 0, (int(read[0]), int(read[1])))
+        for leaf, (rule, k, read) in enumerate(
+            zip(plan.compiled.rules, plan.leaf_identifiers, counts, strict=True)
+        )
+    ]
+
+
+def gcra_pushed(rule: Rule, cost: float, tat: Arrival, at: int, capped: bool = False) -> Arrival:
+    """Where a push of ``cost`` from ``tat`` at ``at`` ends: ``cost`` intervals on from
+    ``max(tat, at)``; ``capped``, as an admission pushes it (:func:`gcra_next`)."""
+    if capped:
+        return gcra_next(rule, cost, tat, at)
+    count, span = rule.count, rule.span_ms * US_PER_MS
+    start = max(tat[0] * count + tat[1], at * count)
+    us, remainder = divmod(start + int(cost) * span, count)
+    return us, remainder

@@ -236,6 +236,18 @@ def plan_command(plan: Plan, clock: Clock | None = None, spread: bool = False) -
     return Command(script, keys, (now, *args), pack_args((now,)) + packed)
 
 
+def hold_command(plan: Plan, clock: Clock | None = None, spread: bool = False) -> Command:
+    """The ``EVALSHA`` that holds ``plan`` (a part: :mod:`~ratelimit.backends.redis.spanning`,
+    whose tree admits whatever it reads): :func:`plan_command`'s, and for GCRA a push past
+    the burst's tolerance where a rule is over (``gcra.lua``'s ``"3"``), so that a later
+    check sees every hit held."""
+    command = plan_command(plan, clock, spread)
+    if plan.algorithm.name != GCRA:
+        return command
+    args = (*command.args[:4], b"3", *command.args[5:])
+    return Command(command.script, command.keys, args, pack_args(args))
+
+
 def check_command(plan: Plan, at_us: int, spread: bool = False) -> Command:
     """The ``EVALSHA`` that checks ``plan`` (a held part's rules at cost 0:
     :mod:`~ratelimit.backends.redis.spanning`) at exactly ``at_us``, the time it was held
