@@ -15,14 +15,17 @@ Cluster keeps in slots of their own, out of any one script's reach. :func:`spann
 its plan into :class:`Part` s, one per tag, that the engine decides in turn (a standalone
 server runs any keys in one script, and is never asked to):
 
-- **a conjunction** (the root is an ``Or`` whose children each count under one tag: every
-  part must admit): each part's rules are decided as one plan, the value parts first and
-  the key's own part last, each recording only when it admits; the first part to refuse
-  refuses the call and what the parts before it recorded is refunded. Each identifier's
-  count is read and written atomically with its own check, so no identifier admits past
-  its rules, and only calls that passed every earlier part count on the key's (shared,
-  busiest) part.
-- **otherwise** (an ``And`` across tags: a part that refuses may be outvoted): the parts
+- **a conjunction** (the root is an ``Or``: every child must admit): the children that
+  count under one tag are grouped by it into parts, each decided as one plan, the value
+  parts first and the key's own part last, each recording only when it admits; then each
+  child whose own rules span tags (:class:`Nested`, ``user:2/m & ip:3/m`` in
+  ``(user:2/m & ip:3/m) | 6/m``) by its pivot, as below. The first step to refuse refuses
+  the call and what the steps before it recorded is refunded. Each identifier's count is
+  read and written atomically with its own check, so no identifier admits past its rules,
+  and only calls that passed every earlier step count on the later ones (the key's shared,
+  busiest part among them), which keeps held hits off the parts most calls share.
+- **otherwise** (an ``And`` at the root, across tags: a part that refuses may be
+  outvoted; or an ``Or`` whose every child spans tags): the parts
   but one are *held* (recorded whatever they read), then the *pivot* (the key's own part,
   else the last) is recorded whatever it reads, atomically with its read; when its rules
   alone settle the tree, that is the verdict; else each held part is *checked* (read, at
@@ -72,12 +75,41 @@ class Part(NamedTuple):
     """Whether it is the (namespace, key)'s own tag (identifiers of no selector)."""
 
 
+class Nested(NamedTuple):
+    """A child of a conjunction's root ``Or`` whose own identifiers span tags (``user:2/m &
+    ip:3/m`` in ``(user:2/m & ip:3/m) | 6/m``), decided as a plan of its own by holds, a
+    pivot and checks, after the conjunction's parts."""
+
+    plan: Plan
+    """The child's plan, on the whole plan's identifiers."""
+    spanning: Spanning
+    """How it is decided (its parts' leaves are the child plan's)."""
+    leaves: tuple[int, ...]
+    """Per leaf of the child plan, the whole plan's leaf."""
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """Its parts, their leaves the whole plan's."""
+        return tuple(
+            part._replace(leaves=tuple(self.leaves[j] for j in part.leaves))
+            for part in self.spanning.parts
+        )
+
+
 class Spanning(NamedTuple):
-    """How a plan that spans tags is decided: its parts (the key's own last) and whether
-    the tree is a conjunction of them (see the module)."""
+    """How a plan that spans tags is decided: its parts (the key's own last), whether the
+    tree is a conjunction of them (see the module), and a conjunction's children that span
+    tags themselves, decided after its parts."""
 
     parts: tuple[Part, ...]
     conjunction: bool
+    nested: tuple[Nested, ...] = ()
+
+    @property
+    def every_part(self) -> tuple[Part, ...]:
+        """Every part the call counts on, its leaves the whole plan's (a settle, a reset
+        and a peek go to each)."""
+        return self.parts + tuple(part for nest in self.nested for part in nest.parts)
 
 
 def tag_of(plan: Plan, leaf: int) -> str:
@@ -103,21 +135,24 @@ def spanning(plan: Plan) -> Spanning | None:
     key_tag = tag(plan.namespace, plan.key)
     children = _root_children(compiled)
     by_tag: dict[str, list[tuple[Node, tuple[int, ...]]]] = {}
-    conjunction = children is not None
+    nested: list[Nested] = []
     for node, leaves in children or ():
         named = {tags[leaf] for leaf in leaves if leaf in tags}
         if len(named) > 1:
-            conjunction = False
-            break
-        if named:
+            child = _plan_of(plan, node, leaves, True)
+            inner = spanning(child)
+            assert inner is not None  # its identifiers span tags
+            nested.append(Nested(child, inner, leaves))
+        elif named:
             by_tag.setdefault(named.pop(), []).append((node, leaves))
-    if not conjunction:
-        by_tag = {}
+    conjunction = children is not None and bool(by_tag)
+    if not conjunction:  # not an Or, or each child spans tags: one pivot for the tree
+        by_tag, nested = {}, []
         for leaf, name in tags.items():
             by_tag.setdefault(name, []).append((compiled.rules[leaf], (leaf,)))
     order = sorted(by_tag, key=lambda name: (name == key_tag, name))  # the key's own last
     parts = tuple(_part(plan, by_tag[name], name == key_tag) for name in order)
-    return Spanning(parts, conjunction)
+    return Spanning(parts, conjunction, tuple(nested))
 
 
 def _root_children(compiled: CompiledTree) -> list[tuple[Node, tuple[int, ...]]] | None:
@@ -188,7 +223,7 @@ def settled_by_parts(settled: Settlement, spanning: Spanning) -> list[Settlement
     """A settle of a call decided by parts, as one settle per part that has anything to
     record, each on its part's plan at the time its part was decided."""
     out = []
-    for part in spanning.parts:
+    for part in spanning.every_part:
         deltas = tuple(settled.deltas[leaf] for leaf in part.leaves)
         if not any(deltas):
             continue

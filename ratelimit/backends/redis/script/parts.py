@@ -7,7 +7,9 @@ through the engine's pipeline like any decision's."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 
 from ratelimit.algorithms import GCRA, US_PER_MS, Arrival, gcra_next
 from ratelimit.backends.redis.errors import NOT_A_REPLY, not_a_reply
@@ -30,36 +32,61 @@ class Parts(EngineState):
     """A mixin: deciding, settling and resetting a plan by its parts."""
 
     async def _decided_by_parts(self, plan: Plan, spanning: Spanning) -> Decision:
-        parts = spanning.parts
         if not plan.record:  # a peek: every part read, nothing recorded
+            parts = spanning.every_part
             reads = await asyncio.gather(*(self._read(part.peek) for part in parts))
             return self._verdict(plan, parts, reads, None)
         if spanning.conjunction:
-            return await self._conjunction(plan, parts)
-        return await self._pivoted(plan, parts)
+            return await self._conjunction(plan, spanning)
+        limited, held = await self._pivoted(plan, spanning.parts)
+        return self._verdict(plan, spanning.parts, held, not limited)
 
-    async def _conjunction(self, plan: Plan, parts: tuple[Part, ...]) -> Decision:
-        """Each part decided in turn, the key's own last; the first to refuse refuses the
-        call, and what the parts before it recorded is refunded."""
+    async def _conjunction(self, plan: Plan, spanning: Spanning) -> Decision:
+        """Each part decided in turn, the key's own last, then each child that spans tags
+        (:class:`~ratelimit.backends.redis.spanning.Nested`) by its pivot; the first to
+        refuse refuses the call, what the steps before it recorded is refunded, and the
+        parts after it are read (for the decision's figures)."""
+        parts, every = spanning.parts, spanning.every_part
         reads: list[Read] = []
-        for n, part in enumerate(parts):
+        refunds: list[Callable[[], Awaitable[None]]] = []
+        for part in parts:
             read = await self._read(part.decide)
             reads.append(read)
             if not read[0]:
-                later = parts[n + 1 :]
-                refunds = [
-                    self._refund(p.decide, r) for p, r in zip(parts[:n], reads, strict=False)
-                ]
-                peeks = [self._read(p.peek) for p in later]
-                done = await asyncio.gather(*peeks, *refunds)
-                reads += done[: len(later)]  # type: ignore[arg-type]
-                return self._verdict(plan, parts, reads, False)
-        return self._verdict(plan, parts, reads, True)
+                return await self._refused(plan, every, reads, refunds)
+            refunds.append(functools.partial(self._refund, part.decide, read))
+        for nest in spanning.nested:
+            limited, held = await self._pivoted(nest.plan, nest.spanning.parts)
+            reads += held
+            if limited:  # its own parts refunded already
+                return await self._refused(plan, every, reads, refunds)
+            refunds += [
+                functools.partial(self._refund, part.held, read, True)
+                for part, read in zip(nest.spanning.parts, held, strict=True)
+            ]
+        return self._verdict(plan, every, reads, True)
 
-    async def _pivoted(self, plan: Plan, parts: tuple[Part, ...]) -> Decision:
+    async def _refused(
+        self,
+        plan: Plan,
+        every: tuple[Part, ...],
+        reads: list[Read],
+        refunds: list[Callable[[], Awaitable[None]]],
+    ) -> Decision:
+        """A conjunction refused: what its steps recorded taken back, the parts it did not
+        reach read."""
+        later = await asyncio.gather(
+            *(self._read(part.peek) for part in every[len(reads) :]),
+            *(refund() for refund in refunds),
+        )
+        peeked = cast(list[Read], later[: len(every) - len(reads)])
+        return self._verdict(plan, every, [*reads, *peeked], False)
+
+    async def _pivoted(self, plan: Plan, parts: tuple[Part, ...]) -> tuple[bool, list[Read]]:
         """The parts but the last held, then the last (the pivot) recorded whatever it
         reads; the held parts checked when the pivot's rules leave the tree open; refused,
-        every part refunded."""
+        every part refunded. Whether ``plan``'s tree is limited, and what each part read
+        when held."""
         *others, pivot = parts
         held = list(await asyncio.gather(*(self._hold(part) for part in others)))
         held.append(await self._hold(pivot))
@@ -84,7 +111,7 @@ class Parts(EngineState):
         pairs = list(zip(parts, held, strict=True))
         if verdict:
             await asyncio.gather(*(self._refund(part.held, read, True) for part, read in pairs))
-        return self._verdict(plan, parts, held, not verdict)
+        return verdict, held
 
     async def _hold(self, part: Part) -> Read:
         """A part held: recorded whatever it reads. GCRA's push goes past the burst's

@@ -25,7 +25,7 @@ class Resets(EngineState):
         if self._spans and not plan.compiled.spreads:
             parts = spanning(plan)
             if parts is not None:  # one reset per part: each in a slot of its own
-                await asyncio.gather(*(self.reset(part.decide) for part in parts.parts))
+                await asyncio.gather(*(self.reset(part.decide) for part in parts.every_part))
                 return
         spread = self.spread and not plan.compiled.pinned
         keys = plan_keys(plan, spread)
