@@ -30,6 +30,7 @@ EXPECTED = {
     "concurrency.py": "queued: 8 exports ran, at most 2 at once under user:2",
     "llm_tokens.py": "call 5: refused by api_key:2000 tokens/m",
     "tiers.py": "acme, raised: 4 of 6 admitted; refused by apikey:8/m (override)",
+    "rolling_rules.py": "bob: old new old 429 429 429",
     "threads.py": "8 searches by ann in 2 threads: 5 admitted under user:5/m",
     "reserved_slots.py": "critical:  2 of 20 got a slot, 10 held",
     "local_fallback.py": "store down: [25, 25, 25, 25] admitted of 60 each, 100 in all",
