@@ -73,6 +73,8 @@ class Part(NamedTuple):
     a rule is limited when they leave it over its count."""
     key_wide: bool
     """Whether it is the (namespace, key)'s own tag (identifiers of no selector)."""
+    tag: str
+    """The hash tag its keys share."""
 
 
 class Nested(NamedTuple):
@@ -151,7 +153,7 @@ def spanning(plan: Plan) -> Spanning | None:
         for leaf, name in tags.items():
             by_tag.setdefault(name, []).append((compiled.rules[leaf], (leaf,)))
     order = sorted(by_tag, key=lambda name: (name == key_tag, name))  # the key's own last
-    parts = tuple(_part(plan, by_tag[name], name == key_tag) for name in order)
+    parts = tuple(_part(plan, by_tag[name], name == key_tag, name) for name in order)
     return Spanning(parts, conjunction, tuple(nested))
 
 
@@ -183,7 +185,7 @@ def _leaves(program: Sequence[int], pos: int) -> tuple[tuple[int, ...], int]:
     return leaves, pos
 
 
-def _part(plan: Plan, nodes: list[tuple[Node, tuple[int, ...]]], key_wide: bool) -> Part:
+def _part(plan: Plan, nodes: list[tuple[Node, tuple[int, ...]]], key_wide: bool, name: str) -> Part:
     leaves = tuple(leaf for _, found in nodes for leaf in found)
     tree = nodes[0][0] if len(nodes) == 1 else Or(*(node for node, _ in nodes))
     return Part(
@@ -193,6 +195,7 @@ def _part(plan: Plan, nodes: list[tuple[Node, tuple[int, ...]]], key_wide: bool)
         _plan_of(plan, And(tree, NEVER), leaves, True),
         _plan_of(plan, tree, leaves, False, cost=0),
         key_wide,
+        name,
     )
 
 

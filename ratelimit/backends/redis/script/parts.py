@@ -7,7 +7,9 @@ through the engine's pipeline like any decision's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
 
@@ -26,6 +28,11 @@ from ratelimit.rules.tree import Rule
 
 Read = tuple[bool, int, Sequence[tuple[float, float]]]
 """A part's script's verdict, time (us) and per leaf its two counts."""
+
+_TURNS: weakref.WeakValueDictionary[tuple[asyncio.AbstractEventLoop, str], asyncio.Lock] = (
+    weakref.WeakValueDictionary()
+)
+"""Per event loop and held part's tag, the lock its calls take turns by (kept while used)."""
 
 
 class Parts(EngineState):
@@ -83,6 +90,26 @@ class Parts(EngineState):
         return self._verdict(plan, every, [*reads, *peeked], False)
 
     async def _pivoted(self, plan: Plan, parts: tuple[Part, ...]) -> tuple[bool, list[Read]]:
+        """:meth:`_pivot`, one call at a time per held part in this process: calls in
+        flight on one value see each other's held hits and may all refuse (a serial run
+        admits some), so this process's calls on it take turns (other processes' still
+        overlap: only refusing more, never admitting more)."""
+        names = sorted({part.tag for part in parts[:-1]})
+        async with contextlib.AsyncExitStack() as turns:
+            for name in names:
+                await turns.enter_async_context(self._turn(name))
+            return await self._pivot(plan, parts)
+
+    def _turn(self, name: str) -> asyncio.Lock:
+        """This process's turn on the held part under tag ``name`` (in the running loop)."""
+        loop = asyncio.get_running_loop()
+        key = (loop, name)
+        lock = _TURNS.get(key)
+        if lock is None:
+            lock = _TURNS[key] = asyncio.Lock()
+        return lock
+
+    async def _pivot(self, plan: Plan, parts: tuple[Part, ...]) -> tuple[bool, list[Read]]:
         """The parts but the last held, then the last (the pivot) recorded whatever it
         reads; the held parts checked when the pivot's rules leave the tree open; refused,
         every part refunded. Whether ``plan``'s tree is limited, and what each part read
