@@ -245,15 +245,21 @@ async def test_a_call_held_before_another_but_pivoting_after_it_sees_its_hits(
     calls and alice 1 leave the key one call; alice's call A holds her part, then B holds
     hers (over: A's hit is in) and takes the key's last call; A's pivot finds the key full
     and checks alice. A serial run puts B before A, so A must be refused (6 admitted in
-    all; A was admitted when B's held push stopped at the burst and A could not see it)."""
+    all; A was admitted when B's held push stopped at the burst and A could not see it).
+    A and B come from two limiters, as from two processes (one engine's calls on one
+    held part take turns)."""
     from ratelimit.backends.redis.script.parts import Parts
 
-    rl = RateLimit(
-        RedisScriptBackend(cluster_client, clock=FakeClock(), timeout=10),
-        f"order-{uuid.uuid4().hex[:10]}",
-        algorithm="gcra",
-        denial_cache=0,
-        on_error="raise",
+    namespace = f"order-{uuid.uuid4().hex[:10]}"
+    rl, other = (
+        RateLimit(
+            RedisScriptBackend(cluster_client, clock=FakeClock(), timeout=10),
+            namespace,
+            algorithm="gcra",
+            denial_cache=0,
+            on_error="raise",
+        )
+        for _ in "ab"
     )
     compiled = tree("user:2/m & 6/m")
     a_held, b_done = asyncio.Event(), asyncio.Event()
@@ -275,7 +281,7 @@ async def test_a_call_held_before_another_but_pivoting_after_it_sees_its_hits(
     async def b() -> bool:
         await a_held.wait()
         try:
-            return (await rl.decide(compiled, "k", ("alice",))).allowed
+            return (await other.decide(compiled, "k", ("alice",))).allowed
         finally:
             b_done.set()
 
@@ -285,6 +291,7 @@ async def test_a_call_held_before_another_but_pivoting_after_it_sees_its_hits(
         assert list(await asyncio.gather(a(), b())) == [False, True]
     finally:
         await rl.aclose()
+        await other.aclose()
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -29,14 +29,15 @@ from ratelimit.rules.tree import Rule
 Read = tuple[bool, int, Sequence[tuple[float, float]]]
 """A part's script's verdict, time (us) and per leaf its two counts."""
 
-_TURNS: weakref.WeakValueDictionary[tuple[asyncio.AbstractEventLoop, str], asyncio.Lock] = (
-    weakref.WeakValueDictionary()
-)
-"""Per event loop and held part's tag, the lock its calls take turns by (kept while used)."""
+Turns = weakref.WeakValueDictionary[tuple[asyncio.AbstractEventLoop, str], asyncio.Lock]
+"""Per event loop and held part's tag, the lock an engine's calls take turns by (kept while
+used)."""
 
 
 class Parts(EngineState):
     """A mixin: deciding, settling and resetting a plan by its parts."""
+
+    _turns: Turns | None = None
 
     async def _decided_by_parts(self, plan: Plan, spanning: Spanning) -> Decision:
         if not plan.record:  # a peek: every part read, nothing recorded
@@ -90,9 +91,9 @@ class Parts(EngineState):
         return self._verdict(plan, every, [*reads, *peeked], False)
 
     async def _pivoted(self, plan: Plan, parts: tuple[Part, ...]) -> tuple[bool, list[Read]]:
-        """:meth:`_pivot`, one call at a time per held part in this process: calls in
+        """:meth:`_pivot`, one call at a time per held part in this engine: calls in
         flight on one value see each other's held hits and may all refuse (a serial run
-        admits some), so this process's calls on it take turns (other processes' still
+        admits some), so this engine's calls on it take turns (other processes' still
         overlap: only refusing more, never admitting more)."""
         names = sorted({part.tag for part in parts[:-1]})
         async with contextlib.AsyncExitStack() as turns:
@@ -101,12 +102,14 @@ class Parts(EngineState):
             return await self._pivot(plan, parts)
 
     def _turn(self, name: str) -> asyncio.Lock:
-        """This process's turn on the held part under tag ``name`` (in the running loop)."""
-        loop = asyncio.get_running_loop()
-        key = (loop, name)
-        lock = _TURNS.get(key)
+        """This engine's turn on the held part under tag ``name`` (in the running loop)."""
+        turns = self._turns
+        if turns is None:
+            turns = self._turns = weakref.WeakValueDictionary()
+        key = (asyncio.get_running_loop(), name)
+        lock = turns.get(key)
         if lock is None:
-            lock = _TURNS[key] = asyncio.Lock()
+            lock = turns[key] = asyncio.Lock()
         return lock
 
     async def _pivot(self, plan: Plan, parts: tuple[Part, ...]) -> tuple[bool, list[Read]]:
