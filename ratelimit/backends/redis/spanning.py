@@ -56,25 +56,62 @@ NEVER = Rule(MAX_COUNT, 1, "_never_")
 read: a part held."""
 
 
+class PartPlans:
+    """The plans of one part, each built at its first use (most calls read one or two):
+    its rules as a subtree of the whole plan's, on the same identifiers."""
+
+    __slots__ = ("_built", "_leaves", "_plan", "_tree")
+
+    def __init__(self, plan: Plan, tree: Node, leaves: tuple[int, ...]) -> None:
+        self._plan, self._tree, self._leaves = plan, tree, leaves
+        self._built: dict[str, Plan] = {}
+
+    def get(self, kind: str) -> Plan:
+        built = self._built.get(kind)
+        if built is None:
+            plan, tree, leaves = self._plan, self._tree, self._leaves
+            if kind == "held":
+                built = _plan_of(plan, And(tree, NEVER), leaves, True)
+            elif kind == "check":
+                built = _plan_of(plan, tree, leaves, False, cost=0)
+            else:
+                built = _plan_of(plan, tree, leaves, kind == "decide")
+            self._built[kind] = built
+        return built
+
+
 class Part(NamedTuple):
     """The rules of one plan that count under one hash tag, as plans of their own."""
 
     leaves: tuple[int, ...]
     """The whole plan's leaves this part decides, in the order of its plans' leaves."""
-    decide: Plan
-    """Its rules, recorded when they admit (a conjunction's part; what a settle of the
-    call records on, and a reset forgets)."""
-    peek: Plan
-    """Its rules, recording nothing."""
-    held: Plan
-    """Its rules and :data:`NEVER` (the last leaf): recorded whatever they read."""
-    check: Plan
-    """Its rules at cost 0, recording nothing: read after the call's own hits were held,
-    a rule is limited when they leave it over its count."""
+    plans: PartPlans
     key_wide: bool
     """Whether it is the (namespace, key)'s own tag (identifiers of no selector)."""
     tag: str
     """The hash tag its keys share."""
+
+    @property
+    def decide(self) -> Plan:
+        """Its rules, recorded when they admit (a conjunction's part; what a settle of the
+        call records on, and a reset forgets)."""
+        return self.plans.get("decide")
+
+    @property
+    def peek(self) -> Plan:
+        """Its rules, recording nothing."""
+        return self.plans.get("peek")
+
+    @property
+    def held(self) -> Plan:
+        """Its rules and :data:`NEVER` (the last leaf): recorded whatever they read."""
+        return self.plans.get("held")
+
+    @property
+    def check(self) -> Plan:
+        """Its rules at cost 0, recording nothing: read after the call's own hits were
+        held, a rule is limited when they leave it over its count."""
+        return self.plans.get("check")
 
 
 class Nested(NamedTuple):
@@ -188,15 +225,7 @@ def _leaves(program: Sequence[int], pos: int) -> tuple[tuple[int, ...], int]:
 def _part(plan: Plan, nodes: list[tuple[Node, tuple[int, ...]]], key_wide: bool, name: str) -> Part:
     leaves = tuple(leaf for _, found in nodes for leaf in found)
     tree = nodes[0][0] if len(nodes) == 1 else Or(*(node for node, _ in nodes))
-    return Part(
-        leaves,
-        _plan_of(plan, tree, leaves, True),
-        _plan_of(plan, tree, leaves, False),
-        _plan_of(plan, And(tree, NEVER), leaves, True),
-        _plan_of(plan, tree, leaves, False, cost=0),
-        key_wide,
-        name,
-    )
+    return Part(leaves, PartPlans(plan, tree, leaves), key_wide, name)
 
 
 def _plan_of(
