@@ -1,12 +1,12 @@
 """The one-time warning of counters kept in the layout before spreading.
 
-An engine whose ``spread`` is on keeps each identifier of a tree that spreads under a hash
+An engine whose ``spread`` is on keeps each identifier with a selector under a hash
 tag of its own (``rl:{<ns>:<key>:<selector>=<value>}``, :mod:`.keys`), where earlier
 versions, and ``spread=False``, keep every identifier of a (namespace, key) under one
 (``rl:{<ns>:<key>}:<selector>=<value>``). A limiter upgraded in place on a Redis Cluster
 no longer reads what the old layout counted: each identifier starts again from nothing,
-once. :class:`LayoutCheck` looks, for each spreading (namespace, key, selector) a process
-decides, for counters of that (namespace, key) in the old layout, and logs one warning on
+once. :class:`LayoutCheck` looks, for each (namespace, key, selector) a process decides,
+for counters of that (namespace, key) in the old layout, and logs one warning on
 the ``ratelimit`` logger when it finds some. It looks for the exact old keys of the first
 :data:`LOOKS` identifiers decided (those that come first after an upgrade are the busy
 ones, which have old counters) and, the first time, at a sample of the old slot::

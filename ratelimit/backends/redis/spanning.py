@@ -126,14 +126,6 @@ class Nested(NamedTuple):
     leaves: tuple[int, ...]
     """Per leaf of the child plan, the whole plan's leaf."""
 
-    @property
-    def parts(self) -> tuple[Part, ...]:
-        """Its parts, their leaves the whole plan's."""
-        return tuple(
-            part._replace(leaves=tuple(self.leaves[j] for j in part.leaves))
-            for part in self.spanning.parts
-        )
-
 
 class Spanning(NamedTuple):
     """How a plan that spans tags is decided: its parts (the key's own last), whether the
@@ -142,13 +134,10 @@ class Spanning(NamedTuple):
 
     parts: tuple[Part, ...]
     conjunction: bool
-    nested: tuple[Nested, ...] = ()
-
-    @property
-    def every_part(self) -> tuple[Part, ...]:
-        """Every part the call counts on, its leaves the whole plan's (a settle, a reset
-        and a peek go to each)."""
-        return self.parts + tuple(part for nest in self.nested for part in nest.parts)
+    nested: tuple[Nested, ...]
+    every_part: tuple[Part, ...]
+    """Every part the call counts on, its leaves the whole plan's (a settle, a reset and a
+    peek go to each): the parts, then each nested child's."""
 
 
 def tag_of(plan: Plan, leaf: int) -> str:
@@ -191,7 +180,12 @@ def spanning(plan: Plan) -> Spanning | None:
             by_tag.setdefault(name, []).append((compiled.rules[leaf], (leaf,)))
     order = sorted(by_tag, key=lambda name: (name == key_tag, name))  # the key's own last
     parts = tuple(_part(plan, by_tag[name], name == key_tag, name) for name in order)
-    return Spanning(parts, conjunction, tuple(nested))
+    every = parts + tuple(
+        part._replace(leaves=tuple(nest.leaves[j] for j in part.leaves))
+        for nest in nested
+        for part in nest.spanning.parts
+    )
+    return Spanning(parts, conjunction, tuple(nested), every)
 
 
 def _root_children(compiled: CompiledTree) -> list[tuple[Node, tuple[int, ...]]] | None:

@@ -2,9 +2,9 @@
 
 For Redis-compatible servers and proxies that refuse scripts. Per decision, under a lock per
 (namespace, key) (see :mod:`ratelimit.backends.redis.command.lock`) unless ``disable_locks``; where
-the keys spread (``spread`` and a tree that spreads: :mod:`~ratelimit.backends.redis.keys`),
-a lock per identifier's value instead, beside its keys, so that two values of one limit never
-wait on each other:
+the keys spread (``spread``: :mod:`~ratelimit.backends.redis.keys`), a lock per
+identifier's value instead, beside its keys, so that two values of one limit never wait on
+each other (a call whose identifiers lie under several tags takes each one's lock, sorted):
 
 1. one pipeline reads ``TIME``, the newest entries of every log (up to 64, ``LRANGE``), their
    ``PTTL``, the largest count kept on each (its ``:n`` companion), and ``LINDEX count-1``
@@ -130,8 +130,8 @@ class RedisCommandBackend(RedisOverrides, RedisPenalties):
         self.lock_timeout = lock_timeout
         self.timeout = timeout
         self.spread = spreads_on(client, spread)
-        """Whether identifiers of trees that spread get hash tags of their own
-        (:mod:`~ratelimit.backends.redis.keys`)."""
+        """Whether identifiers with a selector get hash tags of their own
+        (:mod:`~ratelimit.backends.redis.keys`), whatever tree counts on them."""
         self._layout = LayoutCheck(client) if self.spread else None  # warns of old counters
         self._closed = False
         self._loop = LoopBinding()

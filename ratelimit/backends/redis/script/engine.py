@@ -114,9 +114,9 @@ class RedisScriptBackend(Decisions, Settles, Resets, Slots, RedisOverrides, Redi
         self.clock = clock
         self.timeout = timeout
         self.spread = spreads_on(client, spread)
-        """Whether identifiers of trees that spread get hash tags of their own
-        (:mod:`~ratelimit.backends.redis.keys`): a decision's keys are spread where
-        ``spread and plan.compiled.spreads``, a claim's where ``spread and claim.spreads``."""
+        """Whether identifiers with a selector get hash tags of their own
+        (:mod:`~ratelimit.backends.redis.keys`), whatever tree counts on them (unless it
+        was compiled pinned)."""
         self._spans = self.spread and isinstance(client, CLUSTERS)
         self._layout = LayoutCheck(client) if self.spread else None  # warns of old counters
         self._command_of = spread_command_of if self.spread else command_of
