@@ -143,8 +143,9 @@ class Config:
         caller adds): ``refused``'s, with ``Retry-After``, or problem details."""
         if self.refused is not None and not undecided(decision):
             response = self.refused(request, decision)
-            if not response.has_header("Retry-After"):
-                response["Retry-After"] = str(retry_after(decision))
+            wait = retry_after(decision)
+            if not response.has_header("Retry-After") and wait is not None:
+                response["Retry-After"] = str(wait)
             return response
         environ = request.META
         view = HTTPRequest(scope_of(environ), self.wsgi.proxies)

@@ -334,3 +334,14 @@ def redis_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     else:
         monkeypatch.delenv("RATELIMIT_REDIS_FAST_PATH", raising=False)
     return str(request.param)
+
+
+def selecting(rules: Any, **values: object) -> dict[str, Any]:
+    """Of ``values``, those naming a selector of ``rules`` (text or a tree): what a test
+    drawing rules and values apart passes to ``limit()``, which refuses a keyword that names
+    no selector of its rules."""
+    from ratelimit.core.plan import compile_tree
+    from ratelimit.rules.tree import to_tree
+
+    names = {name.partition("#")[0] for name in compile_tree(to_tree(rules)).selectors}
+    return {name: value for name, value in values.items() if name in names}

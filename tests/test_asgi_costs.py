@@ -45,8 +45,32 @@ async def test_a_cost_from_the_request_is_checked_per_request(
     async with client(app) as http:
         assert (await http.get("/a?n=1000", headers={"x-api-key": "k"})).status_code == 200
         assert (await http.get("/a?n=1", headers={"x-api-key": "k"})).status_code == 429
-        with pytest.raises(ConfigurationError, match="above the count"):
-            await http.get("/a?n=1001", headers={"x-api-key": "j"})
+        # a cost its rules never admit is the client's: refused, never a server error
+        never = await http.get("/a?n=1001", headers={"x-api-key": "j"})
+        assert never.status_code == 429
+        assert "retry-after" not in never.headers  # no wait would admit it
+        detail = never.json()["detail"]
+        assert "its cost (1001) is more than rule 'api:1000 tokens/m' admits at once" in detail
+        assert never.json()["violated-policies"] == ["api:1000 tokens/m"]
+        # nothing was counted on j: the whole budget is still there
+        assert (await http.get("/a?n=1000", headers={"x-api-key": "j"})).status_code == 200
+
+
+async def test_a_cost_above_what_the_sliding_log_counts_at_once_is_refused() -> None:
+    rl = RateLimit(MemoryBackend())  # the sliding log: at most 1000 hits per call
+    route = Route(
+        "/v1/chat",
+        "apikey:60/m | apikey:90000 tokens/m",
+        apikey=header("x-api-key"),
+        cost=lambda request: {"tokens": int(request.query.get("max_tokens", "1000"))},
+    )
+    async with client(app_with(rl, [route])) as http:
+        refused = await http.get("/v1/chat?max_tokens=2000", headers={"x-api-key": "k"})
+        assert refused.status_code == 429
+        assert "retry-after" not in refused.headers
+        assert "more than this limiter counts in one call" in refused.json()["detail"]
+        ok = await http.get("/v1/chat?max_tokens=900", headers={"x-api-key": "k"})
+        assert ok.status_code == 200
 
 
 async def test_a_settle_header_that_is_not_a_number_is_logged_and_the_response_stands(

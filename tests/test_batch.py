@@ -27,7 +27,7 @@ from ratelimit.backends.base import Backend
 from ratelimit.backends.redis.resp import Command, Script, pack, pack_args
 from ratelimit.backends.redis.script.batch import BATCH, BATCHED, SHARED, combine, split, tag_of
 from ratelimit.core.decision import Decision
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, selecting
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -136,14 +136,15 @@ async def _trace(
         # while it is out: it decides a key of its own, so the order of the rest is the
         # order they were made in, on Redis as in the reference.
         calls: list[Coroutine[Any, Any, Any]] = [
-            _decide(rl.limit(texts[0], key="lead", user="x", ip="y"), -1, 1)
+            _decide(rl.limit(texts[0], key="lead", **selecting(texts[0], user="x", ip="y")), -1, 1)
         ]
         # a group settles, or decides: a settle reaches the pipeline a few steps later than
         # a decision made after it, so in one group their order would be Redis's to choose
         settling = rng.random() < 0.25
         for _ in range(rng.randint(1, 12)):
             n = rng.randrange(len(texts))
-            limit = rl.limit(texts[n], key=f"k{n}", user=rng.choice(USERS), ip=rng.choice(IPS))
+            drawn = selecting(texts[n], user=rng.choice(USERS), ip=rng.choice(IPS))
+            limit = rl.limit(texts[n], key=f"k{n}", **drawn)
             if settling:
                 if not admitted:
                     break

@@ -69,17 +69,21 @@ def test_a_missing_extra_is_named(module: str, missing: str, extra: str) -> None
 
 
 def test_override_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    # memory:// lives as long as one command: each command below sees only its own store
-    assert cli(["override", "set", "--key", "search", "apikey=abc", "apikey:1000/h"]) == 0
-    out, err = capsys.readouterr()
-    assert "set: search [apikey=abc]: apikey:1000/h" in out
-    assert "no process has decided a call of key 'search'" in err
-    assert cli(["override", "get", "--key", "search", "apikey=abc"]) == 1
-    assert cli(["override", "delete", "--key", "search", "apikey=abc"]) == 1
-    assert cli(["override", "list"]) == 0
-    assert cli(["override", "set", "--key", "search", "apikey:10/m burst 3"]) == 1
-    assert "burst" in capsys.readouterr().err
-    assert cli(["override", "set", "--key", "search", "apikey:10/"]) == 1
+    # memory:// lives as long as one command: no process would ever see what it writes
+    for command in (
+        ["override", "set", "--key", "search", "apikey=abc", "apikey:1000/h"],
+        ["override", "get", "--key", "search", "apikey=abc"],
+        ["override", "delete", "--key", "search", "apikey=abc"],
+        ["override", "list"],
+        ["peek", "--key", "search", "apikey:5/h", "apikey=abc"],
+        ["reset", "--key", "search", "apikey:5/h", "apikey=abc"],
+    ):
+        assert cli(command) == 1, command
+        out, err = capsys.readouterr()
+        assert out == "", command  # never "set:" into a store that vanishes
+        assert "invalid: memory:// keeps" in err
+        assert "pass --storage (or set RATELIMIT_STORAGE)" in err
+    assert cli(["override", "set", "--key", "search", "apikey:10/"]) == 1  # its syntax first
     assert cli(["override", "set", "--key", "s", "10/m", "--storage", "redis://127.0.0.1:1"]) == 3
     for usage in (
         ["override", "set", "--key", "search", "apikey=abc"],  # no rules
@@ -99,6 +103,10 @@ def test_override_commands_on_redis_and_peek_shows_the_rules_in_force(
     capsys: pytest.CaptureFixture[str], redis_url: str
 ) -> None:
     store = ["--storage", redis_url, "--namespace", "cli-overrides"]
+    assert cli(["override", "set", *store, "--key", "search", "apikey:10/m burst 3"]) == 1
+    assert "burst" in capsys.readouterr().err
+    assert cli(["override", "get", *store, "--key", "never-set", "apikey=abc"]) == 1
+    capsys.readouterr()
     set_ = ["override", "set", *store, "--key", "search", "apikey=abc", "apikey:9/h"]
     assert cli([*set_, "--ttl", "3600"]) == 0
     assert "until" in capsys.readouterr().out

@@ -14,6 +14,7 @@ import pytest
 from ratelimit import RateLimit
 from ratelimit.cli.command import main as cli
 from ratelimit.cli.command import parser
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,20 +88,27 @@ def test_peek_and_reset_see_what_the_library_counted_by_default(
     ) in out
 
 
+@pytest.mark.redis
 def test_override_commands_name_the_namespace(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(["override", "list"]) == 0
-    assert capsys.readouterr().out == (
-        "no overrides in namespace '' (is the namespace right? '' is the library's default, "
-        "unless RateLimit(..., namespace=...) set another)\n"
-    )
-    assert cli(["override", "list", "--key", "search", "--namespace", "shop"]) == 0
-    assert capsys.readouterr().out.startswith("no overrides of key 'search' in namespace 'shop'")
-    assert cli(["override", "get", "--key", "search", "apikey=abc"]) == 1
-    assert capsys.readouterr().out == "no override of 'search' for apikey='abc' in namespace ''\n"
-    assert cli(["override", "delete", "--key", "search", "--namespace", "shop"]) == 1
-    assert (
-        capsys.readouterr().out == "none was set: 'search' for every caller in namespace 'shop'\n"
-    )
+    with RedisServer() as server:  # a store of its own: namespace '' holds nothing yet
+        store = ["--storage", server.url]
+        assert cli(["override", "list", *store]) == 0
+        assert capsys.readouterr().out == (
+            "no overrides in namespace '' (is the namespace right? '' is the library's "
+            "default, unless RateLimit(..., namespace=...) set another)\n"
+        )
+        assert cli(["override", "list", *store, "--key", "search", "--namespace", "shop"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("no overrides of key 'search' in namespace 'shop'")
+        assert cli(["override", "get", *store, "--key", "search", "apikey=abc"]) == 1
+        assert capsys.readouterr().out == (
+            "no override of 'search' for apikey='abc' in namespace ''\n"
+        )
+        assert cli(["override", "delete", *store, "--key", "search", "--namespace", "shop"]) == 1
+        assert (
+            capsys.readouterr().out
+            == "none was set: 'search' for every caller in namespace 'shop'\n"
+        )
 
 
 def test_check_says_what_a_tree_means(capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,10 +166,14 @@ def test_the_service_page_shows_what_check_prints(capsys: pytest.CaptureFixture[
     assert capsys.readouterr().out.splitlines() == shown[1:]
 
 
-def test_peek_says_when_no_rule_can_refuse(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.redis
+def test_peek_says_when_no_rule_can_refuse(
+    capsys: pytest.CaptureFixture[str], redis_url: str
+) -> None:
     # a selector given no value counts nothing: never "None left after it (rule None)"
+    store = ["--storage", redis_url, "--namespace", f"peek-{uuid.uuid4().hex[:8]}"]
     for rules in ("user:5/m", "user:5/m & 10/h"):
-        assert cli(["peek", "--key", "search", rules, "user="]) == 0
+        assert cli(["peek", *store, "--key", "search", rules, "user="]) == 0
         out = capsys.readouterr().out
         assert (
             "would be admitted, and no rule can refuse these values (a selector without a "

@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import random
 import uuid
-from typing import Any
 
 import fakeredis
 import pytest
@@ -34,7 +33,7 @@ from ratelimit.backends.redis.keys import arrival_key, counter_key, identifier_k
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import Identifier, compile_tree
 from ratelimit.rules.tree import Node, map_rules, to_tree
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, selecting
 from tests.strategies import trees
 
 # Redis expires keys in real time even when decisions run on a fake clock, so every
@@ -74,13 +73,8 @@ async def run_trace(backend: Backend, clock: FakeClock, seed: int) -> list[Decis
     for _ in range(250):
         clock.advance(rng.choice([0.0, 0.001, 0.013, 0.1, 0.25, 0.7, 1.5]))
         index = rng.randrange(len(TREES))
-        limit = rl.limit(
-            TREES[index],
-            key=f"tree{index}",
-            user=rng.choice(USERS),
-            ip=rng.choice(IPS),
-            apikey="k1",
-        )
+        values = selecting(TREES[index], user=rng.choice(USERS), ip=rng.choice(IPS), apikey="k1")
+        limit = rl.limit(TREES[index], key=f"tree{index}", **values)
         decisions.append(await limit.decide())
     return decisions
 
@@ -169,12 +163,7 @@ async def run_all_engines(
             cost = min(max(1, int(drawn)) if whole else drawn, smallest)
             for clock in clocks:
                 clock.advance(advance)
-            values: dict[str, Any] = {
-                "user": VALUES[user],
-                "ip": VALUES[ip],
-                "apikey": "k",
-                "org": VALUES[user],
-            }
+            values = selecting(tree, user=VALUES[user], ip=VALUES[ip], apikey="k", org=VALUES[user])
             for _ in range(repeat):
                 decisions = [
                     await rl.limit(tree, key="k", cost=cost, **values).decide() for rl in limiters

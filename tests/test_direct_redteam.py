@@ -27,7 +27,7 @@ from ratelimit import (
 )
 from ratelimit.errors import LimiterClosedError, SelectorNotFoundError
 from ratelimit.front.limit import Limit
-from tests.conftest import FakeClock, run_virtual
+from tests.conftest import FakeClock, run_virtual, selecting
 from tests.redis_server import free_port
 
 Outcome = object
@@ -95,8 +95,9 @@ async def scripted(seed: int, general: bool, monkeypatch: pytest.MonkeyPatch) ->
 
     work: Work = limit(body)
 
-    settling = rl.limit(rules, key="k", user="ann", region="eu", settle=lambda used: used)
-    peeking = rl.limit(rules, key="k", user="ann", region="eu")
+    values = selecting(rules, user="ann", region="eu")
+    settling = rl.limit(rules, key="k", settle=lambda used: used, **values)
+    peeking = rl.limit(rules, key="k", **values)
     seen: list[Outcome] = []
     for _ in range(100):
         step = chance.random()

@@ -181,6 +181,31 @@ async def test_decisions_do_not_ask_the_store_but_the_first(make: Maker, clock: 
     assert (await limit.decide()).override
 
 
+async def test_a_reset_lifts_every_limiters_cached_refusals(make: Maker, clock: FakeClock) -> None:
+    resetter, other = make(clock), make(clock, override_refresh=60)
+    limit = other.limit("apikey:2/m", key="search", apikey="abc")
+    assert [(await limit.decide()).allowed for _ in range(3)] == [True, True, False]
+    assert other.cached_refusals == 1
+    await resetter.limit("apikey:2/m", key="search", apikey="abc").reset()
+    assert not (await limit.decide()).allowed  # its copy was read a minute ago: cached
+    await other.overrides.refresh()  # what its task does every override_refresh
+    assert other.cached_refusals == 0
+    assert (await limit.decide()).allowed
+
+
+async def test_a_reset_reaches_another_limiter_by_its_own_task(
+    make: Maker, clock: FakeClock
+) -> None:
+    resetter, other = make(clock), make(clock, override_refresh=0.05)
+    limit = other.limit("apikey:1/m", key="search", apikey="abc")
+    assert [(await limit.decide()).allowed for _ in range(2)] == [True, False]
+    await resetter.limit("apikey:1/m", key="search", apikey="abc").reset()
+    deadline = time.monotonic() + 20  # a margin, never the claim
+    while not (await limit.decide()).allowed:
+        assert time.monotonic() < deadline, "the reset never reached the other limiter"
+        await asyncio.sleep(0.01)  # its task reads the store meanwhile
+
+
 async def test_refresh_zero_asks_before_every_decision(make: Maker, clock: FakeClock) -> None:
     setter, other = make(clock), make(clock, override_refresh=0)
     limit = other.limit("apikey:2/m", key="search", apikey="abc")

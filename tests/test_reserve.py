@@ -114,8 +114,11 @@ async def test_a_priority_no_call_can_give_fails_when_decorating() -> None:
 
     with pytest.raises(SelectorNotFoundError, match="priority selector 'tier'"):
 
-        @rl.concurrency("10", reserve={"critical": 2}, reserve_by="tier", priority="critical")
+        @rl.concurrency("10", reserve={"critical": 2}, reserve_by="tier")
         async def report(user: str) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="priority= names no selector"):
+        rl.concurrency("10", reserve={"critical": 2}, reserve_by="tier", priority="critical")
 
     with pytest.raises(SelectorNotFoundError, match="selector 'priority' of key 'b'"):
         async with rl.concurrency("10", key="b", reserve={"critical": 2}):

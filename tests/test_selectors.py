@@ -172,7 +172,7 @@ async def test_values_become_text_and_bytes_decode(rl: RateLimit) -> None:
 
 
 async def test_missing_selector_names_the_selector_and_places(rl: RateLimit) -> None:
-    @rl.limit("username:10/m", apikey="k", selector=API(), key="missing")
+    @rl.limit("username:10/m", selector=API(), key="missing")
     async def work(user: str) -> None: ...
 
     with pytest.raises(SelectorNotFoundError) as caught:

@@ -5,7 +5,8 @@ every store (memory, Redis with both engines, PostgreSQL) and every algorithm it
   descriptors (the ``always_count`` one still counts it);
 - an override (kept in the store, or the request's own ``limit``) lowered below a
   descriptor's ``hits_addend`` refuses the request (``OVER_LIMIT``, counting nothing on
-  the others), where a rules-file limit no ``hits_addend`` fits stays ``INVALID_ARGUMENT``.
+  the others), and so does a rules-file limit a rule of which never admits the
+  ``hits_addend`` (a request's cost is a refusal, never an error), with no ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from ratelimit import RateLimit
 from ratelimit.service import rules_file
-from ratelimit.service.handlers import Handlers, InvalidRequest, ratio_tree
+from ratelimit.service.handlers import Handlers, ratio_tree
 from ratelimit.service.proto.envoy import rls_pb2
 from tests.conftest import FakeClock, store_backend
 
@@ -159,7 +160,13 @@ async def test_a_shadow_limit_lowered_below_hits_addend_lets_the_request_through
     assert [s.limit_remaining for s in answer.statuses][:1] == [97]  # the user counted 3
 
 
-async def test_a_rules_file_limit_below_hits_addend_is_still_invalid(handlers: Handlers) -> None:
-    with pytest.raises(InvalidRequest, match="hits_addend"):
-        await handlers.should_rate_limit(ask(("user", "u3"), ("tenant", "big"), addend=4))
+async def test_a_rules_file_limit_below_hits_addend_refuses_counting_nothing(
+    handlers: Handlers,
+) -> None:
+    answer = await handlers.should_rate_limit(ask(("user", "u3"), ("tenant", "big"), addend=4))
+    assert answer.overall_code == RLS.OVER_LIMIT
+    assert [s.code for s in answer.statuses] == [RLS.OK, RLS.OVER_LIMIT]
+    headers = {h.key: h.value for h in answer.response_headers_to_add}
+    assert "retry-after" not in headers  # no wait would admit it
+    assert '"3/h";r=0' in headers["ratelimit"]
     assert await codes(handlers, lambda: ask(("user", "u3"), addend=100), 1) == [RLS.OK]

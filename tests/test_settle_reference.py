@@ -29,7 +29,7 @@ from ratelimit.core.decision import Decision
 from ratelimit.core.evaluation import tree_limited
 from ratelimit.core.plan import CompiledTree, Identifier, Plan, cached_plan, compile_tree
 from ratelimit.rules.tree import MAX_SPAN_MS, Node, map_rules, to_tree
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, selecting
 from tests.strategies import trees
 from tests.test_differential import outlasts_the_test
 
@@ -244,7 +244,8 @@ async def run(
             tats = dict(reference.tats)
             want = reference.decide(plan, now)
             decisions = [
-                await rl.limit(tree, key="k", cost=cost, **values).decide() for rl in limiters
+                await rl.limit(tree, key="k", cost=cost, **selecting(tree, **values)).decide()
+                for rl in limiters
             ]
             assert decisions[0].allowed == want, f"memory differs from the reference at {step}"
             assert decisions[1] == decisions[0], f"script differs at step {step}"

@@ -163,8 +163,9 @@ async def test_two_overrides_naming_one_ip_count_on_one_counter() -> None:
     try:
         await rl.overrides.set("ov", "ip:1/m", user="alice")
         await rl.overrides.set("ov", "ip:1/m | 100/m", user="bob")
-        alice = rl.limit("user:5/m", user="alice", ip="1.2.3.4", key="ov")
-        bob = rl.limit("user:5/m", user="bob", ip="1.2.3.4", key="ov")
+        ip = {"ip": "1.2.3.4"}  # a selector only the overrides name: selector= gives it
+        alice = rl.limit("user:5/m", user="alice", selector=ip, key="ov")
+        bob = rl.limit("user:5/m", user="bob", selector=ip, key="ov")
         assert (await alice.decide()).allowed
         assert not (await bob.decide()).allowed  # the ip's one call was alice's
     finally:

@@ -30,7 +30,7 @@ from ratelimit.backends.synced import SyncedBackend
 from ratelimit.core.plan import Identifier, cached_plan, compile_tree
 from ratelimit.core.slots import claim_for, parse_slots
 from ratelimit.rules.tree import to_tree
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, selecting
 from tests.redis_server import RedisCluster
 
 pytestmark = pytest.mark.timeout(30)
@@ -146,7 +146,8 @@ async def test_a_mixed_tree_keeps_each_identifier_under_its_own_tag(
     rl = limiter(client, clock, True, algorithm)
     try:
         for user in USERS:
-            assert (await rl.limit(rules, user=user, ip="10.0.0.1", key="mixed").decide()).allowed
+            values = selecting(rules, user=user, ip="10.0.0.1")
+            assert (await rl.limit(rules, key="mixed", **values).decide()).allowed
         written = await keys_of(client, rl.namespace)
         assert written
         own = [spread_tag(Identifier(rl.namespace, "mixed", "user", u)) for u in USERS]

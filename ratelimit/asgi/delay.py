@@ -43,7 +43,7 @@ from typing import Any
 from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.sources import resolve
-from ratelimit.core.decision import Decision
+from ratelimit.core.decision import Decision, NeverAdmitted
 from ratelimit.errors import ConfigurationError
 from ratelimit.front.limiter import RateLimit
 from ratelimit.pipeline.waiting import JITTER, MIN_PAUSE, Waiting
@@ -182,6 +182,7 @@ class WaitingRoom:
             or decision.degraded
             or decision.retry_after > self.delay
             or self.count >= self.waiting
+            or decision.__class__ is NeverAdmitted  # its cost: no wait helps
         ):
             return decision, receive
         if identity is None:

@@ -30,7 +30,13 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ratelimit.core.decision import Decision, HeldDecision, LocalSlotRefusal, RuleState
+from ratelimit.core.decision import (
+    Decision,
+    HeldDecision,
+    LocalSlotRefusal,
+    NeverAdmitted,
+    RuleState,
+)
 from ratelimit.core.slots import SlotLimit
 from ratelimit.rules.tree import Rule
 
@@ -118,8 +124,12 @@ def limit_field(states: Sequence[RuleState]) -> str:
     )
 
 
-def retry_after(decision: Decision) -> int:
-    """``Retry-After`` of a refusal: whole seconds, rounded up, at least 1."""
+def retry_after(decision: Decision) -> int | None:
+    """``Retry-After`` of a refusal: whole seconds, rounded up, at least 1; ``None`` for a
+    request that is never admitted (:class:`~ratelimit.core.decision.NeverAdmitted`: its
+    cost is more than its rules admit at once), whom no wait would help."""
+    if decision.__class__ is NeverAdmitted:
+        return None
     return max(seconds(decision.retry_after), 1)
 
 
@@ -212,6 +222,16 @@ def problem(decision: Decision) -> tuple[int, bytes]:
         }
         return 429, json.dumps(body).encode()
     policies = violated(decision)
+    if isinstance(decision, NeverAdmitted):
+        body = {
+            "type": QUOTA_EXCEEDED,
+            "title": "Request cannot be satisfied as assigned quota has been exceeded",
+            "status": 429,
+            "detail": f"request refused: {decision.why}, so it is never admitted, however "
+            "long the client waits (nothing was counted)",
+            "violated-policies": policies,
+        }
+        return 429, json.dumps(body).encode()
     body = {
         "type": QUOTA_EXCEEDED,
         "title": "Request cannot be satisfied as assigned quota has been exceeded",
@@ -243,5 +263,8 @@ def problem_headers(body: bytes) -> Headers:
 
 def refusal_headers(decision: Decision, body: bytes) -> Headers:
     """``Content-Type``, ``Content-Length`` and ``Retry-After`` of a problem response, in
-    that order (``[2:]`` is ``Retry-After`` alone)."""
-    return [*problem_headers(body), (b"retry-after", str(retry_after(decision)).encode())]
+    that order (``[2:]`` is ``Retry-After`` alone: none for a request never admitted)."""
+    wait = retry_after(decision)
+    if wait is None:  # never admitted: no wait helps
+        return problem_headers(body)
+    return [*problem_headers(body), (b"retry-after", str(wait).encode())]

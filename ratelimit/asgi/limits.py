@@ -27,9 +27,9 @@ from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.errors import ConfigurationError, RateLimitError
 from ratelimit.front.limiter import RateLimit
 from ratelimit.overrides.cache import Override
-from ratelimit.overrides.lowered import lowered
+from ratelimit.overrides.lowered import Overriding, lowered, never
 from ratelimit.penalties.spec import checked_penalty
-from ratelimit.rules.tree import Rule, RuleLike, to_tree
+from ratelimit.rules.tree import RuleLike, to_tree
 
 logger = logging.getLogger("ratelimit.asgi")
 
@@ -124,11 +124,24 @@ class HTTPLimit:
                     exc,
                 )
         cost = self.cost
+        override: Overriding = False
         if callable(cost) and not isinstance(cost, Mapping):
             cost = await self._cost_of(request)
-            cost = limiter.check(compiled, cost)
+            try:
+                cost = limiter.check(compiled, cost)
+            except ConfigurationError:  # a request's cost its rules never admit: refused
+                beyond = never(compiled, limiter.namespace, key, values, cost, limiter.algorithm)
+                if beyond is None:
+                    raise
+                cost, override = beyond
         return await limiter.decide(
-            compiled, key, values, cost=cost, shadow=self.shadow, penalty=self.penalty
+            compiled,
+            key,
+            values,
+            cost=cost,
+            shadow=self.shadow,
+            penalty=self.penalty,
+            override=override,
         )
 
     async def _decide_overridden(
@@ -154,7 +167,7 @@ class HTTPLimit:
         if callable(cost) and not isinstance(cost, Mapping):
             cost = await self._cost_of(request)
         own = tuple(named[name] for name in tree.selectors)
-        override: bool | Rule = True
+        override: Overriding = True
         try:
             checked = limiter.check(tree, cost)
         except ConfigurationError:  # perhaps lowered below the request's cost: refused

@@ -8,6 +8,7 @@ checks URLs by them, and :func:`backend_from_url` opens by them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,13 +20,17 @@ from ratelimit.backends.redis import (
     RedisCommandBackend,
     RedisScriptBackend,
     client_from_url,
+    client_options,
     is_redis_client,
 )
 from ratelimit.backends.synced import SyncedBackend
 from ratelimit.backends.urls import USE, check_storage_url
 from ratelimit.core.checks import SYNC_RATE_NEEDS_SCRIPTS
-from ratelimit.core.settings import ENGINE_SETTINGS, Settings
+from ratelimit.core.settings import ENGINE_SETTINGS, Settings, unknown_keyword
 from ratelimit.errors import ConfigurationError
+
+POSTGRES_OPTIONS = ("max_size", "setup_timeout")
+"""What ``RateLimit.from_url`` passes on to :class:`PostgresBackend` for ``postgresql://``."""
 
 
 def backend_for(storage: object, settings: Settings) -> Backend:
@@ -62,6 +67,7 @@ def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
         _check_no_engine_settings(settings, "memory://")
         return MemoryBackend(clock=settings.clock)
     if scheme in RedisScriptBackend.schemes:  # the command engine's too: redis.client's
+        _check_options(options, client_options(scheme), f"the {scheme}:// client (redis-py)")
         if settings.sync_rate < 0:
             return MemoryBackend(clock=settings.clock)
         return _redis_backend(client_from_url(url, **options), settings, owns_client=True)
@@ -70,10 +76,25 @@ def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
     raise ConfigurationError(f"unsupported storage URL {url!r}: {USE}")
 
 
+def _check_options(options: dict[str, Any], known: Iterable[str], client: str) -> None:
+    """Refuse an option ``client`` does not take, naming the settings and the nearest name:
+    handed on, it would fail every decision (which ``on_error`` may then admit)."""
+    for name in options:
+        if name not in known:
+            where = "RateLimit.from_url()"
+            raise TypeError(
+                unknown_keyword(
+                    name, where, sorted(known), f"the options of {client}", "a client option"
+                )
+            )
+
+
 def _postgres_backend(url: str, settings: Settings, **options: Any) -> Backend:
     """Window counters in PostgreSQL; ``options`` go to :class:`PostgresBackend`
     (``max_size``, the pool's size)."""
     from ratelimit.backends.postgres import PostgresBackend, check_algorithm
+
+    _check_options(options, POSTGRES_OPTIONS, "the postgresql:// pool (max_size, setup_timeout)")
 
     check_algorithm(settings.algorithm)
     if settings.sync_rate < 0:

@@ -60,6 +60,7 @@ from ratelimit.cli.common import (
     namespace_help,
     nothing_counted,
     storage_of,
+    unshared,
     values_of,
     who,
 )
@@ -142,6 +143,8 @@ async def _peek_or_reset(args: argparse.Namespace, parser: argparse.ArgumentPars
     storage = storage_of(args)
     if storage is None:
         return FAILED
+    if unshared(storage, "counters"):
+        return INVALID
     try:
         async with limiter_of(args, storage) as rl:  # a failing storage: exit 3
             limit = rl.limit(tree, args.key, values)  # values: the selector object

@@ -18,7 +18,10 @@ from ratelimit.front.limiter import RateLimit
 
 OK, REFUSED, USAGE, FAILED = 0, 1, 2, 3
 INVALID = REFUSED
-STORAGE_HELP = "a storage URL (default: $RATELIMIT_STORAGE, else memory://)"
+STORAGE_HELP = (
+    "the storage URL the limiters share, redis://... or postgresql://... (default: "
+    "$RATELIMIT_STORAGE; memory:// is refused: it lives as long as this command)"
+)
 ALGORITHM_HELP = (
     "the limiters' algorithm (default: $RATELIMIT_ALGORITHM, else the store's own: "
     "sliding-window on PostgreSQL, sliding-log elsewhere)"
@@ -135,6 +138,21 @@ def storage_of(args: argparse.Namespace) -> str | None:
         return url
     print(f"bad storage URL: {named}={redacted(url)!r}: {problem}", file=sys.stderr)
     return None
+
+
+def unshared(storage: str, what: str) -> bool:
+    """Whether ``storage`` is ``memory://``, where ``what`` (``"overrides"``, ``"counters"``)
+    would live and die with this command, reaching no process (said on stderr: pass
+    ``--storage`` or set ``RATELIMIT_STORAGE`` to the store the limiters share)."""
+    if urlsplit(storage).scheme != "memory":
+        return False
+    print(
+        f"invalid: memory:// keeps {what} in the process that made them, so this command "
+        "would reach no other; pass --storage (or set RATELIMIT_STORAGE) to the store the "
+        "limiters share (redis://..., postgresql://...)",
+        file=sys.stderr,
+    )
+    return True
 
 
 def who(values: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ from ratelimit.cli.common import (
     limiter_of,
     namespace_hint,
     storage_of,
+    unshared,
     values_of,
     who,
 )
@@ -64,6 +65,8 @@ async def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     storage = storage_of(args)
     if storage is None:
         return FAILED
+    if unshared(storage, "overrides"):
+        return INVALID
     try:
         async with limiter_of(args, storage) as rl:
             return await _override_action(rl, args, values, rules)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
-from urllib.parse import urlsplit
 
 from ratelimit.cli.common import (
     FAILED,
@@ -29,6 +28,7 @@ from ratelimit.cli.common import (
     namespace_help,
     namespace_hint,
     storage_of,
+    unshared,
     values_of,
     who,
 )
@@ -71,12 +71,7 @@ async def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     storage = storage_of(args)
     if storage is None:
         return FAILED
-    if urlsplit(storage).scheme == "memory":
-        print(
-            "invalid: memory:// keeps penalties in the process that made them; point "
-            "--storage (or RATELIMIT_STORAGE) at the Redis the limiters share",
-            file=sys.stderr,
-        )
+    if unshared(storage, "penalties"):
         return INVALID
     try:
         async with limiter_of(args, storage) as rl:

@@ -131,7 +131,7 @@ def check_cost(
     :meth:`~ratelimit.algorithms.Algorithm.check_cost`). ``cost``: one number, or one per
     rule (leaf) of ``compiled``, each checked against its own rule. ``bounded=False``: the
     rules are not asked to admit it at once (an override lowered below a call's cost,
-    which then refuses it)."""
+    which then refuses it), nor bound by what the algorithm counts in one call."""
     chosen = named(algorithm)
     if isinstance(cost, tuple):
         if len(cost) != len(compiled.rules):
@@ -145,7 +145,8 @@ def check_cost(
         return
     for rule in compiled.rules:
         chosen.check_rule(rule, cost if bounded else 0)
-    chosen.check_cost(cost)
+    if bounded:
+        chosen.check_cost(cost)
 
 
 def check_timeout(timeout: object) -> None:

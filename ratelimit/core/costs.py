@@ -166,13 +166,28 @@ class CallCost:
         bounded: bool = True,
     ) -> Cost:
         """This call's cost: the fixed one, or what the callable answers for ``args``."""
+        if self._function is None:
+            return self.of(compiled, algorithm, bounded)
+        value = await self.answer(args, kwargs)
+        return per_leaf(compiled, value, algorithm, self._what, bounded=bounded)
+
+    async def answer(
+        self, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Any:
+        """What the callable answers for ``args`` (unchecked: :meth:`call` checks it;
+        :attr:`what` names it in errors); the fixed cost as given."""
         function = self._function
         if function is None:
-            return self.of(compiled, algorithm, bounded)
+            return self._given
         value = function(*args, **(kwargs or {}))
         if not _is_number(value) and inspect.isawaitable(value):
             value = await value
-        return per_leaf(compiled, value, algorithm, self._what, bounded=bounded)
+        return value
+
+    @property
+    def what(self) -> str:
+        """Where the cost comes from, for errors: ``"cost"``, or the callable's answer."""
+        return "cost" if self._function is None else self._what
 
 
 def _name(function: Callable[..., Any]) -> str:

@@ -120,6 +120,18 @@ class HeldDecision(Decision):
 
 
 @dataclass(frozen=True, slots=True)
+class NeverAdmitted(Decision):
+    """A refusal of a call whose cost its rules can never admit (a cost the caller chose,
+    above a rule's count, or above what the algorithm counts in one call:
+    :mod:`ratelimit.overrides.lowered`). Nothing was counted and retrying the same call
+    never helps, so the HTTP front ends send no ``Retry-After``; ``retry_after`` is the
+    rule's span, when other rules might be in force. ``why`` says what, for the refusal's
+    message and problem details."""
+
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class LocalSlotRefusal(Decision):
     """A concurrency take refused under ``on_error="local"`` while the store fails: this
     process's local share of the slots is full (``degraded=True``). A refusal of the
@@ -190,6 +202,12 @@ class RateLimitExceeded(RateLimitError, RuntimeError):
                 f"call refused for key {decision.key!r}: held back for "
                 f"{decision.penalty:.0f} s{why}"
             )
+        elif isinstance(decision, NeverAdmitted):
+            super().__init__(
+                f"call refused for key {decision.key!r}: {decision.why}, so it is never "
+                "admitted (nothing was counted; retrying the same call will not help)"
+            )
+            return
         elif isinstance(decision, LocalSlotRefusal):
             what = (
                 f"call refused for key {decision.key!r}: the rate-limit storage failed and "

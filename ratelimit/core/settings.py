@@ -10,6 +10,7 @@ the limiter is made, before any client is opened.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -189,6 +190,26 @@ class SettingsKeywords(TypedDict, total=False):
 
 
 _DEFAULT = Settings()
+SETTING_NAMES = tuple(field.name for field in dataclasses.fields(Settings))
+"""Every setting's name, in :class:`Settings`' order."""
+
+
+def unknown_keyword(
+    name: str, where: str, others: Sequence[str] = (), of: str = "", one: str = ""
+) -> str:
+    """What to say of a keyword ``name`` given to ``where`` that is neither a setting nor one
+    of ``others`` (``of``: what those are, "the options of the redis:// client"; ``one``:
+    what one of them is, "a client option"): the settings there are, and the nearest name
+    a typo may have meant."""
+    close = difflib.get_close_matches(name, [*SETTING_NAMES, *others], n=1)
+    hint = ""
+    if close:
+        hint = f"; did you mean {close[0]}= ({'a setting' if close[0] in SETTING_NAMES else one})?"
+    more = f", nor one of {of}" if of else ""
+    return (
+        f"{where} got an unknown keyword {name}=: not a setting ({', '.join(SETTING_NAMES)})"
+        f"{more}{hint}"
+    )
 
 
 def settings_with(
@@ -198,6 +219,9 @@ def settings_with(
     what ``RateLimit`` is made with."""
     if settings is not None and not isinstance(settings, Settings):
         raise TypeError(f"settings must be a ratelimit.Settings, not {type(settings).__name__}")
+    unknown = [name for name in keywords if name not in SETTING_NAMES]
+    if unknown:
+        raise TypeError(unknown_keyword(unknown[0], "RateLimit()"))
     if namespace is not None:
         keywords["namespace"] = namespace
     if settings is None:

@@ -40,6 +40,7 @@ from ratelimit.errors import (
     LimiterClosedError,
     LockTimeoutError,
 )
+from ratelimit.front.keywords import CONCURRENCY_OWN, check_selector_keywords
 from ratelimit.front.reserve import DEFAULT_BY, kept_for
 from ratelimit.front.wrapping import call_site, coroutine_only, findable, function_name, wrappable
 from ratelimit.pipeline.decider import Decider
@@ -117,6 +118,8 @@ class Concurrency:
         self._names = tuple(sorted(n for n in named if n is not None))
         if self._reserve is not None:  # the priority comes last (:meth:`_claim`)
             self._names += (self._reserve.by,)
+        where = f"concurrency({limits!r})"
+        check_selector_keywords(self._names, selectors, where, CONCURRENCY_OWN)
         self._sources = SelectorSources(selectors, selector)
         self.lease = float(lease)
         self._wait = wait_seconds(wait)

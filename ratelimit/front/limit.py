@@ -19,10 +19,11 @@ from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.front.chosen import ChosenRules, RulesLike
 from ratelimit.front.direct import Values, asker
 from ratelimit.front.fused import DirectPaths, direct_paths
+from ratelimit.front.keywords import LIMIT_OWN, check_selector_keywords
 from ratelimit.front.registry import Registration, Registry
 from ratelimit.front.wrapping import call_site, coroutine_only, findable, function_name, wrappable
 from ratelimit.overrides.cache import Override, OverrideCache
-from ratelimit.overrides.lowered import refusing
+from ratelimit.overrides.lowered import Never, Overriding, never, refusing
 from ratelimit.penalties.penalizer import NOT_NAMED, Found, penalizer_for
 from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
 from ratelimit.pipeline.waiting import admitted, wait_seconds
@@ -30,7 +31,7 @@ from ratelimit.rules.tree import Rule, to_tree
 
 P = ParamSpec("P")
 R = TypeVar("R")
-Decide = Callable[[CallKey, bool, bool, "float | None", "bool | Rule"], Awaitable[Decision]]
+Decide = Callable[[CallKey, bool, bool, "float | None", Overriding], Awaitable[Decision]]
 """``decide(call, record, shadow, within, override)``: the decider's, or a penalizer's."""
 penalty_logger = logging.getLogger("ratelimit.penalties")
 
@@ -83,6 +84,8 @@ class Limit:
             self._compiled = ChosenRules(rules, selectors)
         elif rules is not None:
             self._compiled = compile_tree(to_tree(rules))
+            where = f"limit('{self._compiled.tree}')"
+            check_selector_keywords(self._compiled.selectors, selectors, where, LIMIT_OWN)
         if self._compiled is not None:
             self._check_cost(self._compiled)
         # Without rules, the registration of ``key`` is looked up at the first call.
@@ -118,7 +121,7 @@ class Limit:
 
     async def _call(
         self, key: str, call: CallSite | None, cost: CostValue | None = None
-    ) -> tuple[CallKey, bool | Rule, Decide]:
+    ) -> tuple[CallKey, Overriding, Decide]:
         """What identifies one call under ``key``: its rules (an override's when one is in
         force: then ``True`` comes with it, or the rule of it that can never admit the
         call's cost), selector values and cost (``cost``, given for this call; else the
@@ -168,7 +171,7 @@ class Limit:
                 False,
                 decide,
             )
-        return await self._counted(key, call, cost, compiled, values), False, decide
+        return (*await self._own_counted(key, call, cost, compiled, values), decide)
 
     async def _held(self, key: str, call: CallSite | None, compiled: CompiledTree) -> Found:
         """The value the penalty holds back for a call whose rules (``compiled``, chosen for
@@ -221,6 +224,34 @@ class Limit:
             counted = await self._cost_of(call, cost, compiled, self._decider.algorithm, bounded)
         return self._call_key(key, compiled, values, counted)
 
+    async def _own_counted(
+        self,
+        key: str,
+        call: CallSite | None,
+        cost: CostValue | None,
+        compiled: CompiledTree,
+        values: tuple[str | None, ...],
+    ) -> tuple[CallKey, Overriding]:
+        """A call under the limit's own rules at a cost of its own (``cost``, given for this
+        call, else the callable's answer), and ``False``; or, when its rules can never admit
+        that cost, the :class:`~ratelimit.overrides.lowered.Never` that refuses it (a
+        caller's cost is a refusal, not an error: ``max_tokens=5000`` under ``1000 tokens/m``)."""
+        algorithm = self._decider.algorithm
+        if cost is not None:
+            value: object = cost
+            what = "cost"
+        else:
+            args, kwargs = ((), None) if call is None else (call.args, call.kwargs)
+            value, what = await self._cost.answer(args, kwargs), self._cost.what
+        try:
+            counted = per_leaf(compiled, value, algorithm, what)
+        except ConfigurationError:
+            found = never(compiled, self._decider.namespace, key, values, value, algorithm)  # type: ignore[arg-type]
+            if found is None:
+                raise
+            return self._call_key(key, compiled, values, found[0]), found[1]
+        return self._call_key(key, compiled, values, counted), False
+
     async def _cost_of(
         self,
         call: CallSite | None,
@@ -246,7 +277,7 @@ class Limit:
         cost: CostValue | None,
         named: dict[str, str | None],
         limit: CompiledTree,
-    ) -> tuple[CallKey, bool | Rule] | None:
+    ) -> tuple[CallKey, Overriding] | None:
         """The call under ``found``, the override in force for its values (``named``), and
         ``True``; ``None`` for the limit's own rules when it cannot apply to the call (a
         selector it names that this limit cannot resolve, a cost its rules cannot count:
@@ -285,7 +316,7 @@ class Limit:
         if shadow is None:
             shadow = self._shadow
         call, override, decide = await self._call(key, site)
-        if self._wait and not isinstance(override, Rule):  # lowered: waiting never helps
+        if self._wait and not isinstance(override, Rule | Never):  # lowered: waiting never helps
             decision = await admitted(
                 lambda: decide(call, True, shadow, None, override), self._wait
             )
@@ -333,7 +364,7 @@ class Limit:
         :meth:`decide`."""
         seconds = self._wait if wait is None else wait_seconds(wait)
         call, override, decide = await self._call(self._own_key(), None, cost)
-        if isinstance(override, Rule):  # lowered below the cost: waiting never helps
+        if isinstance(override, Rule | Never):  # lowered below the cost: waiting never helps
             seconds = 0.0
         return await admitted(lambda: decide(call, True, self._shadow, None, override), seconds)
 

@@ -14,7 +14,6 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
 from types import TracebackType
 from typing import Any, Unpack
 
@@ -32,20 +31,19 @@ from ratelimit.core.checks import check_cost, counter_update
 from ratelimit.core.costs import CostValue, per_leaf
 from ratelimit.core.decision import Decision, Hook
 from ratelimit.core.plan import CompiledTree, Cost
-from ratelimit.core.settings import Settings, SettingsKeywords, settings_with
+from ratelimit.core.settings import SETTING_NAMES, Settings, SettingsKeywords, settings_with
 from ratelimit.front.limiting import LimitMaker
 from ratelimit.front.registry import Registry
 from ratelimit.overrides.cache import OverrideCache
 from ratelimit.overrides.handle import Overrides
+from ratelimit.overrides.lowered import Overriding
 from ratelimit.penalties.penalizer import Penalties, penalizer_cached
 from ratelimit.pipeline.background import BackgroundCounter
 from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
 from ratelimit.pipeline.denials import DenialCache
 from ratelimit.pipeline.hooks import Hooks
 from ratelimit.pipeline.policy import FailurePolicy
-from ratelimit.rules.tree import Rule
 
-SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 KEYWORD_SETTINGS = tuple(name for name in SETTING_NAMES if name != "namespace")
 _UNSET: Any = object()
 """A setting :meth:`RateLimit.from_url` was not given (``None`` is a value of some)."""
@@ -112,6 +110,7 @@ class RateLimit(LimitMaker):
                 settings.override_refresh,
                 clock_of(backend),
                 lambda: self._policy.failing,
+                self._denials.clear,
             )
         )
         self.overrides = Overrides(cache, algorithm, type(backend).__name__)
@@ -233,7 +232,7 @@ class RateLimit(LimitMaker):
         shadow: bool | None = None,
         record: bool = True,
         within: float | None = None,
-        override: bool | Rule = False,
+        override: Overriding = False,
         penalty: str | None = None,
         penalty_of: tuple[CompiledTree, tuple[str | None, ...]] | None = None,
     ) -> Decision:

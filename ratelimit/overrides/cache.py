@@ -23,6 +23,10 @@ version its write made: the store's order, :func:`winner`; the records' own modu
 :mod:`ratelimit.overrides.records`); the keys its
 limits use are announced in the same table (``key:<key>``, no version bump), so that the
 command line can warn of an override for a key nothing limits.
+
+A reading that finds a new version also drops the limiter's cached refusals (its denial
+cache), and a reset makes a new version (:meth:`OverrideCache.lift`): so a reset, in any
+process, lifts every process's cached refusals within ``override_refresh``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ REFRESH = 1.0
 """Default seconds between two checks of the store for changed overrides."""
 ANNOUNCED = "key:"
 """The prefix of a key's announcement in the store's table (override ids start ``[``)."""
+LIFTED = "lifted"
+"""The identity :meth:`OverrideCache.lift` deletes (none is kept under it: override ids
+start ``[``, announcements ``key:``): a write that only makes a new version."""
 MAX_ANNOUNCED = 10_000
 """At most this many keys are announced per process (keys made from requests are many)."""
 ANNOUNCE_AGAIN = 86_400.0
@@ -78,6 +85,7 @@ class OverrideCache:
     __slots__ = (
         "_announced",
         "_announced_since",
+        "_changed",
         "_checking",
         "_loop",
         "_pairs",
@@ -105,8 +113,10 @@ class OverrideCache:
         refresh: float,
         clock: Callable[[], float] | None,
         failing: Callable[[], bool] = lambda: False,
+        changed: Callable[[], object] = lambda: None,
     ) -> None:
         self.store = store
+        self._changed = changed
         self.failing = failing
         """Whether the decisions find their store failing now (the failure policy's)."""
         self.namespace = namespace
@@ -226,6 +236,14 @@ class OverrideCache:
         finally:
             self.read = True
 
+    async def lift(self) -> None:
+        """Tell every process of the namespace that counters were reset: the namespace's
+        version is made anew (a write of nothing, under :data:`LIFTED`), so each process's
+        next reading, within ``refresh`` seconds, reads the table again and drops its
+        cached refusals (``changed``), as an override change reaches it."""
+        await self.store.overrides_write(self.namespace, LIFTED, None, None)
+        self.version = None
+
     async def aclose(self) -> None:
         """Stop the task (when the limiter closes)."""
         task, self._task, self._loop = self._task, None, None
@@ -257,7 +275,10 @@ class OverrideCache:
         self.version = None
 
     def load(self, version: int, table: Mapping[str, str]) -> None:
-        """Replace the copy with the store's ``table`` at ``version``."""
+        """Replace the copy with the store's ``table`` at ``version``; at a new version,
+        the limiter's cached refusals go too (``changed``: a reset may be why)."""
+        if version != self.version:
+            self._changed()
         whole: dict[str, list[Override]] = {}
         pairs: dict[tuple[str, str, str], list[Override]] = {}
         known = set()

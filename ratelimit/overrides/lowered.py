@@ -15,13 +15,36 @@ never admits more than any rule of the override allows.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from typing import TypeAlias
+
 from ratelimit.algorithms import Algorithm, named
+from ratelimit.algorithms.gcra import gcra_burst
 from ratelimit.core.checks import check_cost
 from ratelimit.core.costs import CostValue, per_leaf
-from ratelimit.core.decision import Decision, RuleState, make_decision
+from ratelimit.core.decision import Decision, NeverAdmitted, RuleState, make_decision
 from ratelimit.core.plan import CompiledTree, Cost, cached_plan
 from ratelimit.errors import ConfigurationError
 from ratelimit.rules.tree import Rule
+
+logger = logging.getLogger("ratelimit")
+
+
+@dataclass(frozen=True, slots=True)
+class Never:
+    """A call whose cost its own rules can never admit: ``rule`` the first that cannot,
+    ``why`` what to tell the caller. Given as ``override=``, it refuses the call without
+    asking the store (:class:`~ratelimit.core.decision.NeverAdmitted`)."""
+
+    rule: Rule
+    why: str
+
+
+Overriding: TypeAlias = "bool | Rule | Never"
+"""How a call's rules stand (``override=`` of ``decide``): ``False``, the limit's own;
+``True``, an override's; a :class:`~ratelimit.rules.tree.Rule`, an override's that can never
+admit the call's cost (refused); :class:`Never`, the limit's own that never can (refused)."""
 
 
 def beyond(
@@ -42,9 +65,54 @@ def beyond(
             continue
         try:
             chosen.check_rule(rule, plan.leaf_cost(leaf))
+            chosen.check_cost(plan.leaf_cost(leaf))
         except ConfigurationError:
             return rule
     return None
+
+
+def never(
+    compiled: CompiledTree,
+    namespace: str,
+    key: str,
+    values: tuple[str | None, ...],
+    value: CostValue,
+    algorithm: Algorithm | str,
+) -> tuple[Cost, Never] | None:
+    """For a call whose cost ``value`` (chosen per call: by a ``cost=`` callable, a
+    request, ``decide(cost=...)``) failed its check against its own rules ``compiled``:
+    the cost as the plan takes it and the :class:`Never` that refuses it, when some rule
+    can never admit it; ``None`` when the cost is wrong for another reason (a fraction
+    under the sliding log, a unit no rule counts: then the check's error stands)."""
+    chosen = named(algorithm)
+    try:
+        counted = per_leaf(compiled, value, chosen, "cost", bounded=False)
+    except ConfigurationError:
+        return None
+    rule = beyond(compiled, namespace, key, values, counted, chosen)
+    if rule is None:
+        return None
+    plan = cached_plan(compiled, namespace, key, values, counted, chosen, False)
+    leaf_cost = plan.leaf_cost(compiled.rules.index(rule))
+    quota = gcra_burst(rule) if chosen.bursts else rule.count
+    limit = quota if leaf_cost > quota else None
+    if limit is not None:
+        why = f"its cost ({leaf_cost:g}) is more than rule '{rule}' admits at once ({limit})"
+    else:
+        why = f"its cost ({leaf_cost:g}) is more than this limiter counts in one call"
+        if key not in _WARNED:  # the rule would admit it: the operator's choice refuses it
+            _WARNED.add(key)
+            try:
+                chosen.check_cost(leaf_cost)
+            except ConfigurationError as exc:
+                logger.warning(
+                    "ratelimit: key %r refuses calls of its rule '%s': %s", key, rule, exc
+                )
+    return counted, Never(rule, why)
+
+
+_WARNED: set[str] = set()
+"""Keys whose calls were refused for a cost their algorithm cannot count at once (warned)."""
 
 
 def refusing(
@@ -63,8 +131,13 @@ def refusing(
     return rule
 
 
-def refusal(compiled: CompiledTree, key: str, rule: Rule) -> Decision:
-    """The refusal of a call of ``key`` that ``rule`` (of ``compiled``) can never admit."""
+def refusal(compiled: CompiledTree, key: str, rule: Rule | Never) -> Decision:
+    """The refusal of a call of ``key`` that ``rule`` (of ``compiled``) can never admit:
+    a :class:`~ratelimit.core.decision.NeverAdmitted` for a :class:`Never`."""
+    if isinstance(rule, Never):
+        span = rule.rule.span_ms / 1000
+        state = RuleState(rule.rule, compiled.rules.index(rule.rule), True, 0, span)
+        return NeverAdmitted(False, span, rule.rule, 0, key, _states=(state,), why=rule.why)
     span = rule.span_ms / 1000
     state = RuleState(rule, compiled.rules.index(rule), True, 0, span)
     return make_decision(False, span, rule, 0, key, (state,))

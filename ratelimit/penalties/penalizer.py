@@ -42,10 +42,10 @@ from ratelimit.backends.penalty_store import PenaltyHold, PenaltyStore, check_pe
 from ratelimit.core.decision import Decision, HeldDecision
 from ratelimit.core.plan import CompiledTree, Identifier
 from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.overrides.lowered import Overriding
 from ratelimit.penalties.spec import Penalty, parse_penalty, penalty_selector
 from ratelimit.pipeline.decider import CallKey, Decider, shadow_logger
 from ratelimit.pipeline.waiting import waiting_call
-from ratelimit.rules.tree import Rule
 
 RECHECK = 1.0
 """How long a process trusts a hold it found before asking the store again (seconds)."""
@@ -180,7 +180,7 @@ class Penalizer:
         record: bool = True,
         shadow: bool = False,
         within: float | None = None,
-        override: bool | Rule = False,
+        override: Overriding = False,
         value: Found = NOT_NAMED,
     ) -> Decision:
         """:meth:`Decider.decide <ratelimit.pipeline.decider.Decider.decide>` under the penalty

@@ -38,9 +38,10 @@ from ratelimit.errors import (
     ConfigurationError,
     LimiterClosedError,
     LockTimeoutError,
+    RateLimitError,
 )
 from ratelimit.overrides.cache import OverrideCache
-from ratelimit.overrides.lowered import refusal
+from ratelimit.overrides.lowered import Never, Overriding, refusal
 from ratelimit.pipeline import settle_writes
 from ratelimit.pipeline.background import BackgroundCounter
 from ratelimit.pipeline.denials import DenialCache
@@ -72,6 +73,7 @@ PING_KEY = "ratelimit.store"
 """The key :meth:`Decider.ping` asks about (recording nothing)."""
 
 shadow_logger = logging.getLogger("ratelimit.shadow")
+logger = logging.getLogger("ratelimit")
 """Where shadow refusals are logged (INFO), one line each: filter or silence it by name."""
 
 _clock = time.perf_counter
@@ -163,7 +165,7 @@ class Decider:
         record: bool = True,
         shadow: bool = False,
         within: float | None = None,
-        override: bool | Rule = False,
+        override: Overriding = False,
     ) -> Decision:
         """Decide ``call``; with ``record=False`` only say what would be decided. With
         ``shadow``, a refusal comes back marked ``shadow=True`` (and is logged): the front
@@ -172,7 +174,8 @@ class Decider:
         the whole decision may take, past which the failure policy answers. ``override``:
         ``call``'s rules are an override's (the decision says so); a rule of them instead:
         one that can never admit the call's cost, which it refuses without asking the
-        storage (:mod:`ratelimit.overrides.lowered`)."""
+        storage; or :class:`~ratelimit.overrides.lowered.Never`: the call's own rules can
+        never admit its cost (refused alike, :mod:`ratelimit.overrides.lowered`)."""
         if within is not None:
             return await self._decide_within(call, record, shadow, within, override)
         if self.closed:
@@ -190,7 +193,7 @@ class Decider:
             decision = await self.ask(cached_plan(*call, record))
             if not decision.allowed:
                 self.denials.remember(call, decision)
-        if override:
+        if override and override.__class__ is not Never:
             decision = dataclasses.replace(decision, override=True)
         if shadow and not decision.allowed:
             decision = _shadowed(decision)
@@ -217,7 +220,7 @@ class Decider:
             return self.policy.lock_timed_out(exc, plan.key)
 
     async def _decide_within(
-        self, call: CallKey, record: bool, shadow: bool, within: float, override: bool | Rule
+        self, call: CallKey, record: bool, shadow: bool, within: float, override: Overriding
     ) -> Decision:
         started = _clock()
         try:
@@ -353,10 +356,22 @@ class Decider:
         return await self.policy.settle(backend, Settlement(plan, 0, excess))
 
     async def reset(self, call: CallKey) -> None:
-        """Forget the hits counted for ``call``'s identifiers, and refusals of its key."""
+        """Forget the hits counted for ``call``'s identifiers, and refusals of its key: here
+        at once, in every other process of the store within ``override_refresh``
+        (:meth:`~ratelimit.overrides.cache.OverrideCache.lift`)."""
         self.check_open()
         await self.backend.reset(cached_plan(*call))
         self.denials.forget(call.namespace, call.key)
+        if self.overrides is not None:
+            try:
+                await self.overrides.lift()
+            except (RateLimitError, OSError) as exc:
+                logger.warning(
+                    "ratelimit: key %r reset, but other processes were not told (%s): their "
+                    "cached refusals of it stand until they expire",
+                    call.key,
+                    exc,
+                )
 
     async def update_counter(self, update: CounterUpdate) -> float:
         """The counter API: add to a window counter and return the rate after it; a refund

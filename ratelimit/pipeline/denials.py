@@ -64,6 +64,10 @@ class DenialCache:
         for call in [c for c in self._until if c.key == key and c.namespace == namespace]:
             del self._until[call]
 
+    def clear(self) -> None:
+        """Drop every refusal held (counters were reset somewhere)."""
+        self._until.clear()
+
     def remember(self, call: Call, decision: Decision) -> None:
         """Keep a refusal until its ``retry_after`` has passed."""
         if self.size <= 0 or decision.allowed or decision.degraded or decision.retry_after <= 0:

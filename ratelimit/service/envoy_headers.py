@@ -79,7 +79,7 @@ def response_headers(
     fields = rate_limit_fields(own, exhausted)
     if fields is not None:
         headers += [(POLICY, fields[0]), (LIMIT, fields[1])]
-    waits = [retry_after(decision) for decision in refusals]
+    waits = [wait for wait in map(retry_after, refusals) if wait is not None]
     waits += [max(policy.window or 1, 1) for policy in exhausted]
     if waits:
         headers.append((RETRY_AFTER, str(max(waits))))

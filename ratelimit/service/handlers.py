@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ratelimit.algorithms import SLIDING_LOG
 from ratelimit.core.checks import check_cost
-from ratelimit.core.decision import Decision, RuleState
+from ratelimit.core.decision import Decision, NeverAdmitted, RuleState
 from ratelimit.core.extras import needs_extra
 from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
@@ -217,9 +217,9 @@ class Handlers:
     def _lowered(self, matched: list[Matched]) -> dict[int, Matched]:
         """Of ``matched``, by position in the request, the descriptors whose override (kept
         in the store, or the request's own ``limit``) was lowered below their
-        ``hits_addend``: they refuse the request, counting nothing. Checked before anything
-        is counted: a rules-file limit (without ``always_count``) no rule of which admits
-        the ``hits_addend`` raises :class:`InvalidRequest`."""
+        ``hits_addend``, or whose rules-file limit (without ``always_count``) has a rule that
+        never admits it: they refuse the request, counting nothing. Checked before anything
+        is counted."""
         lowered: dict[int, Matched] = {}
         for item in matched:
             _, limit, _, cost = item
@@ -227,9 +227,7 @@ class Handlers:
                 continue  # counted and answered OVER_LIMIT (_decide_group)
             try:
                 self.limiter.check(compile_tree(limit.rules), cost)
-            except ConfigurationError as exc:
-                if not limit.override:
-                    raise InvalidRequest(f"hits_addend: {exc}") from None
+            except ConfigurationError:
                 lowered[item[0]] = item
         return lowered
 
@@ -264,6 +262,9 @@ class Handlers:
         if limit.shadow:
             return None
         wait = tightest.reset_after
+        if not limit.override:  # the rules file's own: never admitted, no Retry-After
+            why = f"its hits_addend ({cost}) is more than rule '{tightest.rule}' admits at once"
+            return NeverAdmitted(False, wait, tightest.rule, 0, peek.key, _states=states, why=why)
         return Decision(False, wait, tightest.rule, 0, peek.key, override=True, _states=states)
 
     def _fits(self, rule: Rule, cost: int) -> bool:

@@ -16,7 +16,12 @@ The synced counters of ``sync_rate`` (:mod:`ratelimit.backends.synced`) sync thr
 script engine but live beside the stores, since they serve Postgres too.
 """
 
-from ratelimit.backends.redis.client import RedisClient, client_from_url, is_redis_client
+from ratelimit.backends.redis.client import (
+    RedisClient,
+    client_from_url,
+    client_options,
+    is_redis_client,
+)
 from ratelimit.backends.redis.command.engine import RedisCommandBackend
 from ratelimit.backends.redis.script.engine import RedisScriptBackend
 
@@ -25,5 +30,6 @@ __all__ = [
     "RedisCommandBackend",
     "RedisScriptBackend",
     "client_from_url",
+    "client_options",
     "is_redis_client",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -44,6 +45,38 @@ def client_from_url(url: str, **options: Any) -> RedisClient:
         return RedisCluster.from_url(_plain(url), **options)
     client: aioredis.Redis = aioredis.from_url(url, **options)
     return client
+
+
+def client_options(scheme: str) -> frozenset[str]:
+    """The keywords redis-py takes for a client of ``scheme`` (read from the signatures of
+    what :func:`client_from_url` calls, so they follow the installed redis-py): what
+    ``RateLimit.from_url`` passes on; any other keyword is refused there, before a client is
+    opened, rather than failing every decision."""
+    connection = aioredis.connection
+    if scheme == SENTINEL_SCHEME:
+        makers: tuple[Any, ...] = (
+            connection.ConnectionPool,
+            aioredis.sentinel.SentinelConnectionPool,
+            connection.SSLConnection,
+        )
+        extra = {"ssl", "sentinel_kwargs", "redis_class", "connection_pool_class"}
+    elif scheme in CLUSTER_SCHEMES:
+        makers, extra = (RedisCluster, connection.Connection), set()
+    else:
+        last = {"rediss": connection.SSLConnection, "unix": connection.UnixDomainSocketConnection}
+        makers = (aioredis.Redis.from_url, connection.ConnectionPool, last.get(scheme))
+        makers += (connection.Connection,) if scheme != "unix" else ()
+        extra = set()
+    names = set(extra)
+    for maker in makers:
+        for cls in getattr(maker, "__mro__", (maker,)):
+            init = getattr(cls, "__init__", None) if isinstance(cls, type) else cls
+            if init is None or init is object.__init__:
+                continue
+            for parameter in inspect.signature(init).parameters.values():
+                if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                    names.add(parameter.name)
+    return frozenset(names - {"self", "url", "cls", "service_name", "sentinel_manager"})
 
 
 def check_redis_url(url: str) -> None:
