@@ -79,6 +79,21 @@ def test_a_source_for_no_selector_is_refused() -> None:
         Route("/x", "ip:5/m", apikey=header("x-api-key"))
 
 
+def test_a_path_param_the_pattern_lacks_is_refused() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        Route("/items/{id}", "item:5/m", item=path_param("itm"))
+    assert str(refused.value) == (
+        "Route('/items/{id}'): item=path_param('itm') names no parameter of the route's "
+        "pattern (its parameters: id), so it would never have a value"
+    )
+    with pytest.raises(ConfigurationError, match="did you mean path_param\\('item_id'\\)"):
+        Route("/items/{item_id}", "item:5/m", item=path_param("itemid"))
+    with pytest.raises(ConfigurationError, match="it has no parameter"):
+        Route("/*", "item:5/m", item=path_param("id"))
+    Route("/items/{id}/{rest:path}", "item:5/m & rest:9/m", item=path_param("id"),
+          rest=path_param("rest"))  # fmt: skip
+
+
 def test_the_middleware_never_reads_a_body() -> None:
     with pytest.raises(ConfigurationError, match="never buffers"):
         Route("/login", "username:3/m", username=json_field("username"))

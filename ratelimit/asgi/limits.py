@@ -57,6 +57,25 @@ HTTPSettle: TypeAlias = (
 """A route's ``settle=``: a response header's name, or a callable of request and response."""
 
 
+def check_async_limiter(limiter: object) -> None:
+    """``limiter`` is the async :class:`ratelimit.RateLimit` an ASGI app decides with; a
+    ``TypeError`` naming what it is (the threaded ``ratelimit.sync.RateLimit``, say) if not."""
+    if isinstance(limiter, RateLimit):
+        return
+    from ratelimit.sync import RateLimit as SyncRateLimit  # only to name it
+
+    if isinstance(limiter, SyncRateLimit):
+        raise TypeError(
+            "limiter must be a ratelimit.RateLimit (async: an ASGI app decides in its event "
+            "loop), not a ratelimit.sync.RateLimit, which is for threaded code (WSGI, Flask, "
+            "Django: ratelimit.wsgi, ratelimit.flask, ratelimit.django)"
+        )
+    kind = type(limiter)
+    raise TypeError(
+        f"limiter must be a ratelimit.RateLimit, not {kind.__module__}.{kind.__qualname__}"
+    )
+
+
 class HTTPLimit:
     """One HTTP limit. ``where`` names it in error messages; ``body``: whether its sources
     may read the request body (a dependency's may, the middleware's may not)."""
@@ -96,8 +115,7 @@ class HTTPLimit:
     def check(self, limiter: RateLimit) -> None:
         """The limiter's algorithm can admit a request of this cost under these rules (a
         callable's costs are checked at each request)."""
-        if not isinstance(limiter, RateLimit):
-            raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
+        check_async_limiter(limiter)
         if not callable(self.cost) or isinstance(self.cost, Mapping):
             self.cost = limiter.check(self.compiled, self.cost)
         if self.penalty is not None:

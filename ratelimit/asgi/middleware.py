@@ -30,7 +30,7 @@ from ratelimit.asgi.headers import (
     undecided,
     unreadable,
 )
-from ratelimit.asgi.limits import HTTPResponse
+from ratelimit.asgi.limits import HTTPResponse, check_async_limiter
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, RouteTable
@@ -87,8 +87,7 @@ class RateLimitMiddleware:
         legacy_headers: bool = False,
         refused: Refused | None = None,
     ) -> None:
-        if not isinstance(limiter, RateLimit):
-            raise TypeError(f"limiter must be a ratelimit.RateLimit, not {type(limiter).__name__}")
+        check_async_limiter(limiter)
         self.app = app
         self.limiter = limiter
         routes = tuple(routes)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ratelimit.asgi.delay import WAITING, WaitingRoom, delay_seconds
 from ratelimit.asgi.limits import HTTPCost, HTTPLimit, HTTPSettle
+from ratelimit.asgi.sources import Source
 from ratelimit.errors import ConfigurationError
 from ratelimit.front.limiter import RateLimit
 from ratelimit.rules.tree import RuleLike
@@ -123,6 +125,7 @@ class Route:
         named, self.methods = route_methods(methods, where)
         self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, False, settle, penalty)
         self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
+        _check_path_params(self.limit.sources, self.regex, where)
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """The path parameters when this route applies to the request, else ``None``."""
@@ -130,6 +133,23 @@ class Route:
 
     def __repr__(self) -> str:
         return f"Route({self.path!r}, '{self.limit.compiled.tree}', key={self.key!r})"
+
+
+def _check_path_params(sources: Mapping[str, Source], regex: re.Pattern[str], where: str) -> None:
+    """Every ``path_param(...)`` of a route names a parameter of its pattern: another never
+    has a value, and its rule would never limit anything."""
+    have = list(regex.groupindex)
+    for selector, source in sources.items():
+        name = source.path_param
+        if name is None or name in have:
+            continue
+        close = difflib.get_close_matches(name, have, n=1)
+        hint = f"; did you mean path_param({close[0]!r})?" if close else ""
+        params = f"its parameters: {', '.join(have)}" if have else "it has no parameter"
+        raise ConfigurationError(
+            f"{where}: {selector}=path_param({name!r}) names no parameter of the route's "
+            f"pattern ({params}), so it would never have a value{hint}"
+        )
 
 
 def room_of(

@@ -15,6 +15,7 @@ a type).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ class Source:
     needs_body: bool = False
     convert: Convert | None = None
     expected: str = ""
+    path_param: str | None = None
+    """The path parameter it reads (:func:`path_param`), which a route's pattern must have."""
 
     def __repr__(self) -> str:
         return self.what
@@ -83,7 +86,8 @@ def query_param(name: str, *, type: object = None) -> Source:
 def path_param(name: str, *, type: object = None) -> Source:
     """A path parameter: ``{name}`` in the route's pattern, or the framework's own."""
     _check_name("path_param", name)
-    return _typed(lambda request: request.path_params.get(name), "path_param", repr(name), type)
+    source = _typed(lambda request: request.path_params.get(name), "path_param", repr(name), type)
+    return dataclasses.replace(source, path_param=name)
 
 
 def user(attribute: str | None = None, *, type: object = None) -> Source:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 import time
@@ -87,10 +88,19 @@ async def _override_action(
         done = await overrides.set(args.key, rules, ttl=args.ttl, **values)
         print(f"set: {done}{until(done)}")
         if not await overrides.known(args.key):
+            keys = await overrides.limited_keys()
+            close = difflib.get_close_matches(args.key, keys, n=3, cutoff=0.6)
+            hint = (
+                f"; did you mean {' or '.join(map(repr, close))}?"
+                if close
+                else f"; the keys decided there: {', '.join(map(repr, keys[:10]))}"
+                if keys
+                else ""
+            )
             print(
                 f"warning: no process has decided a call of key {args.key!r} in namespace "
                 f"{args.namespace!r} yet; the override is kept, and applies where a limit "
-                "has that key (check the key and --namespace)",
+                f"has that key (check the key and --namespace){hint}",
                 file=sys.stderr,
             )
         return OK

@@ -29,7 +29,7 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from ratelimit.core.decision import Decision, RateLimitExceeded, make_decision
 from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve
@@ -127,6 +127,17 @@ class Concurrency:
         self._released: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     # --- async with ---
+
+    def __enter__(self) -> NoReturn:
+        """``with rl.concurrency(...)``: an async limit is entered with ``async with``."""
+        raise TypeError(
+            "rl.concurrency(...) is entered with 'async with' (it decides without blocking the "
+            "event loop); in threaded code, use ratelimit.sync.RateLimit, whose limits are "
+            "entered with 'with'"
+        )
+
+    def __exit__(self, *exc_info: object) -> None:  # never reached: __enter__ raises
+        return None
 
     async def __aenter__(self) -> Decision:
         held, decision = await self._enter(self.block_key(), None)

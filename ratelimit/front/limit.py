@@ -7,7 +7,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.core.checks import check_cost, check_flag
@@ -384,6 +384,17 @@ class Limit:
             await limit.settle(decision, {"tokens": reply.usage.total_tokens})
         """
         return await self._decider.settle(decision, actual)
+
+    def __enter__(self) -> NoReturn:
+        """``with rl.limit(...)``: an async limit is entered with ``async with``."""
+        raise TypeError(
+            "rl.limit(...) is entered with 'async with' (it decides without blocking the "
+            "event loop); in threaded code, use ratelimit.sync.RateLimit, whose limits are "
+            "entered with 'with'"
+        )
+
+    def __exit__(self, *exc_info: object) -> None:  # never reached: __enter__ raises
+        return None
 
     async def __aenter__(self) -> Decision:
         return await self.acquire()

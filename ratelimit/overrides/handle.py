@@ -128,6 +128,12 @@ class Overrides:
         await self._load()
         return key in self._store()[0].known
 
+    async def limited_keys(self) -> tuple[str, ...]:
+        """The keys processes said they limit (as :meth:`known`), sorted: what ``ratelimit
+        override set`` suggests when given a key none limits."""
+        await self._load()
+        return tuple(sorted(self._store()[0].known))
+
     async def refresh(self) -> None:
         """Read the overrides from the store now, into this process's copy (its task does
         every ``override_refresh`` seconds), and tell it the keys this process decided

@@ -217,12 +217,12 @@ def check_limiter(limiter: object, where: str) -> None:
     """Raise ``TypeError`` unless ``limiter`` is a :class:`ratelimit.sync.RateLimit` (the one
     a view limit of threaded code takes), saying so, and naming the async one if given."""
     if not isinstance(limiter, RateLimit):
-        hint = (
-            " (the async ratelimit.RateLimit is for async code: ratelimit.asgi)"
+        kind = type(limiter)
+        what = (
+            "ratelimit.RateLimit, the async one, which is for async code (ratelimit.asgi)"
             if isinstance(limiter, AsyncRateLimit)
-            else ""
+            else f"{kind.__module__}.{kind.__qualname__}"
         )
         raise TypeError(
-            f"{where}: limiter must be a ratelimit.sync.RateLimit, not "
-            f"{type(limiter).__name__}{hint}"
+            f"{where}: limiter must be a ratelimit.sync.RateLimit (threaded code), not {what}"
         )
