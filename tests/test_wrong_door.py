@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(30)
 def test_with_on_an_async_limit_says_async_with() -> None:
     rl = RateLimit.from_url("memory://")
     for made in (rl.limit("5/s", key="k"), rl.concurrency("5", key="c")):
-        with pytest.raises(TypeError) as refused, made:  # type: ignore[misc]
+        with pytest.raises(TypeError) as refused, made:
             pass  # pragma: no cover: never entered
         assert "is entered with 'async with'" in str(refused.value)
         assert "ratelimit.sync.RateLimit" in str(refused.value)
