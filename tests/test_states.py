@@ -75,6 +75,30 @@ async def test_sliding_window_reports_until_the_weighted_count_falls_by_one() ->
     assert later.remaining == 4  # 1 + 6 * 40/60 = 5 counted; 5 - the peeked call = 4 left
 
 
+async def test_a_sliding_window_may_report_longer_than_its_window() -> None:
+    """docs/web.md: ``t`` is the seconds until more quota is available (draft -10), which a
+    sliding-window counter may put past its window: it weighs the previous window in."""
+    rl, clock = limiter("sliding-window")
+    limit = rl.limit("60/m", key="k")
+    first = await limit.decide()  # at the window's start: 59 left
+    # the 60th fits once this hit weighs nothing: the window's end, then a whole window
+    assert first.states == (state("60/m", 0, False, 59, 120.0),)
+    clock.advance(119.9)
+    assert (await limit.peek()).remaining == 58  # still 59 left (less the peeked call)
+    clock.advance(0.1)
+    assert (await limit.peek()).remaining == 59
+    # an overdrawn window (a settle counted past the limit) refuses for longer than w too
+    limit = rl.limit("60/m", key="overdrawn")
+    decision = await limit.decide(cost=60)
+    await rl.settle(decision, 90)
+    clock.advance(1)
+    refused = await limit.decide()
+    assert not refused.allowed
+    # 90 counted 1 s into the window: its end 59 s on, then 60 * (1 - 59/90) = 20.7 s more
+    # until they weigh 59: 79.7 s, past the window
+    assert 79 < refused.retry_after < 80
+
+
 async def test_a_tree_reports_every_rule_that_applied_and_only_those() -> None:
     rl, clock = limiter()
     limit = rl.limit("user:2/m | ip:5/m | 100/h", key="k", user="alice", ip=None)
