@@ -45,13 +45,14 @@ with needs_extra("django"):
     from django.conf.urls.i18n import is_language_prefix_patterns_used
     from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
     from django.http import HttpRequest, HttpResponse, HttpResponseBase
+    from django.urls import Resolver404, resolve
     from django.utils.module_loading import import_string
     from django.utils.translation import get_language
 
 from ratelimit.asgi.headers import problem_headers, retry_after, undecided, unreadable
 from ratelimit.asgi.limits import HTTPCost, HTTPResponse
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.asgi.routes import Route, view_key
+from ratelimit.asgi.routes import LIMITED_VIEW, VIEW_LIMITED, Route, view_key
 from ratelimit.asgi.sources import (
     Source,
     client_ip,
@@ -132,7 +133,9 @@ class Config:
             )
         self.refused: Refused | None = refused
         try:
-            self.wsgi = WSGIMiddleware(no_application, self.limiter, **options)
+            self.wsgi = WSGIMiddleware(
+                no_application, self.limiter, templates=_url_pattern, **options
+            )
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"settings.RATELIMIT: {exc}") from exc
 
@@ -252,6 +255,19 @@ class RateLimitMiddleware:
         return response
 
 
+def _url_pattern(environ: dict[str, Any]) -> str | None:
+    """The URL pattern a request reaches (``/items/<int:item>/``), for a ``per_route``
+    route; ``None`` where none does; ``LIMITED_VIEW`` for a view of :func:`limit` (its own
+    limit decides)."""
+    try:
+        match = resolve(environ.get("PATH_INFO", "") or "/")
+    except Resolver404:
+        return None
+    if getattr(match.func, VIEW_LIMITED, False):
+        return LIMITED_VIEW
+    return f"/{match.route}"
+
+
 def limit(
     rules: RuleLike,
     *,
@@ -335,7 +351,9 @@ class _ViewDecorator:
                     response = await response
                 return answered(request, decision, response)
 
-            return functools.wraps(view)(limited_async)  # type: ignore[return-value]
+            wrapped = functools.wraps(view)(limited_async)
+            setattr(wrapped, VIEW_LIMITED, True)  # per_route routes leave it alone
+            return wrapped  # type: ignore[return-value]
 
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -345,6 +363,7 @@ class _ViewDecorator:
             request.ratelimit = decision
             return answered(request, decision, view(request, *args, **kwargs))
 
+        setattr(limited, VIEW_LIMITED, True)
         return limited  # type: ignore[return-value]
 
 

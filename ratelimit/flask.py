@@ -34,13 +34,14 @@ from ratelimit.core.extras import needs_extra
 
 with needs_extra("flask"):
     import flask
+    from werkzeug.exceptions import HTTPException
     from werkzeug.wrappers import Response
 
 from ratelimit.asgi.headers import problem_headers, unreadable
 from ratelimit.asgi.limits import HTTPCost
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.asgi.routes import Route, view_key
+from ratelimit.asgi.routes import LIMITED_VIEW, VIEW_LIMITED, Route, view_key
 from ratelimit.asgi.sources import (
     Source,
     client_ip,
@@ -137,7 +138,9 @@ class FlaskRateLimit:
             raise TypeError(f"init_app takes a flask.Flask application, not {app!r}")
         if EXTENSION in app.extensions:
             raise ConfigurationError(f"{app.name!r} has rate limits already (init_app twice)")
-        middleware = RateLimitMiddleware(app.wsgi_app, self.limiter, **self.options)
+        middleware = RateLimitMiddleware(
+            app.wsgi_app, self.limiter, templates=_templates_of(app), **self.options
+        )
         app.wsgi_app = middleware  # type: ignore[method-assign]
         app.extensions[EXTENSION] = middleware
         own = app.error_handler_spec[None][None]  # yours, registered before, stay
@@ -204,9 +207,27 @@ class FlaskRateLimit:
 
                 return view(*args, **kwargs)
 
+            setattr(limited, VIEW_LIMITED, True)  # per_route routes leave it alone
             return limited  # type: ignore[return-value]
 
         return decorate
+
+
+def _templates_of(app: flask.Flask) -> Callable[[dict[str, Any]], str | None]:
+    """The URL rule a request reaches in ``app`` (``/items/<int:item>``), for a
+    ``per_route`` route; ``None`` where none does (404, 405, a redirect to add a slash);
+    ``LIMITED_VIEW`` for a view of :meth:`FlaskRateLimit.limit` (its own limit decides)."""
+
+    def template(environ: dict[str, Any]) -> str | None:
+        try:
+            rule, _ = app.url_map.bind_to_environ(environ).match(return_rule=True)
+        except HTTPException:  # NotFound, MethodNotAllowed, RequestRedirect
+            return None
+        if getattr(app.view_functions.get(rule.endpoint), VIEW_LIMITED, False):
+            return LIMITED_VIEW
+        return str(rule.rule)
+
+    return template
 
 
 def _view_key(request: flask.Request, view: Callable[..., Any]) -> str:

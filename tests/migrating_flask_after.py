@@ -4,7 +4,7 @@ tests/test_migrating.py checks that both limit alike)."""
 
 from flask import Flask
 
-from ratelimit.asgi import HTTPRequest
+from ratelimit.asgi import HTTPRequest, Route
 from ratelimit.flask import FlaskRateLimit
 from ratelimit.sync import RateLimit
 
@@ -15,7 +15,13 @@ def api_key_or_ip(request: HTTPRequest) -> str:
 
 app = Flask(__name__)
 rl = RateLimit.from_url("memory://")
-limits = FlaskRateLimit(rl, app, exclude=["/health"], legacy_headers=True)
+limits = FlaskRateLimit(
+    rl,
+    app,
+    routes=[Route("/*", "ip:10/minute", per_route=True)],  # default_limits
+    exclude=["/health"],
+    legacy_headers=True,
+)
 
 
 @app.post("/login")
@@ -37,7 +43,6 @@ def search() -> list[str]:
 
 
 @app.get("/about")
-@limits.limit("ip:10/minute")  # default_limits: a limit of its own per view
 def about() -> dict[str, str]:
     return {"shop": "teas"}
 

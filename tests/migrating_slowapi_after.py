@@ -22,7 +22,7 @@ app.add_middleware(
         Route("/login", "ip:5/minute", methods=["POST"]),
         Route("/api/items", "client:20/minute", client=api_key_or_ip),
         Route("/search", "ip:3/minute | ip:20/hour"),
-        Route("/about", "ip:10/minute"),  # default_limits: a route of its own per path
+        Route("/*", "ip:10/minute", per_route=True),  # default_limits: each route its own
     ],
     exclude=["/health"],  # @limiter.exempt
     legacy_headers=True,  # X-RateLimit-Limit, -Remaining, -Reset (in seconds)

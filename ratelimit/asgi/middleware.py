@@ -35,6 +35,7 @@ from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
 from ratelimit.asgi.routes import Route, RouteTable
 from ratelimit.asgi.slot_routes import SlotRoute, with_slot_routes
+from ratelimit.asgi.templates import RouteTemplates
 from ratelimit.core.decision import Decision, RateLimitExceeded
 from ratelimit.core.slots import SlotLimit
 from ratelimit.errors import SourceValueError
@@ -96,6 +97,8 @@ class RateLimitMiddleware:
         self.routes = self.table.routes
         self.exclude = self.table.exclude
         self.proxies = TrustedProxies(trusted_proxies, ipv6_prefix, forwarded_header)
+        self.templates = RouteTemplates(app)
+        """The path template of a request's route, for ``per_route`` routes."""
         self.app = with_slot_routes(app, limiter, routes, self.table, self.proxies)
         self.headers = bool(headers)
         self.legacy_headers = bool(legacy_headers)
@@ -124,12 +127,13 @@ class RateLimitMiddleware:
         if found is not None:
             route, params = found
             request = HTTPRequest(scope, self.proxies, params)
+            key = route.key_for(method, self.templates(scope)) if route.per_route else route.key
             try:
                 if route.room is None:
-                    decision = await route.limit.decide(self.limiter, request, route.key)
+                    decision = await route.limit.decide(self.limiter, request, key)
                 else:  # delay=: a refused request may wait its turn
                     held, receive = await route.room.decided(
-                        self.limiter, route.limit, route.key, request, receive
+                        self.limiter, route.limit, key, request, receive
                     )
                     if held is None:
                         return  # the client left while it waited

@@ -14,6 +14,15 @@ from ratelimit.errors import ConfigurationError
 from ratelimit.front.limiter import RateLimit
 from ratelimit.rules.tree import RuleLike
 
+LIMITED_VIEW = "LIMITED_VIEW"
+"""What a front end's ``templates`` says of a request whose view has a limit of its own
+(``@limits.limit`` in Flask, ``@limit`` in Django): ``per_route`` routes leave it to that
+limit, as slowapi's and flask-limiter's ``default_limits`` leave decorated routes."""
+VIEW_LIMITED = "_ratelimit_view_limited"
+"""The attribute the view decorators set on what they return, which :data:`LIMITED_VIEW`
+is told by."""
+NO_ROUTE = "(no route)"
+"""The template of a path no route of the application serves (:meth:`Route.key_for`)."""
 _PARAMETER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
 METHODS = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT", "WEBSOCKET"}
@@ -97,11 +106,15 @@ class Route:
     request may wait for its turn instead of being answered 429 (0 to 60; default 0, none);
     ``waiting``: how many may wait at once, per route and process (default 100); see
     :mod:`ratelimit.asgi.delay`. ``penalty``: hold back a value refused too often, as
-    ``RateLimit.limit``'s (``"ip: 5 refusals/10m for 1h"``).
+    ``RateLimit.limit``'s (``"ip: 5 refusals/10m for 1h"``). ``per_route``: every route of
+    the application that this one matches counts on counters of its own, by method and path
+    template (``Route("/*", "ip:100/m", per_route=True)``: 100 a minute per ip on each of
+    ``GET /items/{id}``, ``POST /items``, ...; slowapi's and flask-limiter's
+    ``default_limits``), keyed ``"<key> <METHOD> <template>"``; see :meth:`key_for`.
     Everything is checked here, when the application starts.
     """
 
-    __slots__ = ("key", "limit", "methods", "path", "regex", "room")
+    __slots__ = ("key", "limit", "methods", "path", "per_route", "regex", "room")
 
     def __init__(
         self,
@@ -116,9 +129,13 @@ class Route:
         delay: float = 0,
         waiting: int | None = None,
         penalty: str | None = None,
+        per_route: bool = False,
         **sources: Any,
     ) -> None:
         where = f"Route({path!r})"
+        if not isinstance(per_route, bool):
+            raise TypeError(f"{where}: per_route must be True or False, not {per_route!r}")
+        self.per_route = per_route
         self.room = room_of(delay, waiting, shadow, where)
         self.path = path
         self.regex = pattern(path, where)
@@ -130,6 +147,16 @@ class Route:
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """The path parameters when this route applies to the request, else ``None``."""
         return path_match(self.methods, self.regex, method, path)
+
+    def key_for(self, method: str, template: str | None) -> str:
+        """The key a request of ``method`` counts under: :attr:`key`; under ``per_route``,
+        followed by the method (``HEAD`` as ``GET``, whose endpoint it runs) and the path
+        template of the application's route it reached (``"/* GET /items/{id}"``;
+        ``template`` ``None``: a path no route of the application serves, all of which
+        share ``"/* GET (no route)"``)."""
+        if not self.per_route:
+            return self.key
+        return f"{self.key} {'GET' if method == 'HEAD' else method} {template or NO_ROUTE}"
 
     def __repr__(self) -> str:
         return f"Route({self.path!r}, '{self.limit.compiled.tree}', key={self.key!r})"

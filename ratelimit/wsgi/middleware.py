@@ -36,7 +36,7 @@ from ratelimit.asgi.headers import (
 from ratelimit.asgi.limits import HTTPLimit
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest, route_path
-from ratelimit.asgi.routes import Route, RouteTable
+from ratelimit.asgi.routes import LIMITED_VIEW, Route, RouteTable
 from ratelimit.core.decision import Decision
 from ratelimit.core.slots import SlotLimit
 from ratelimit.errors import ConfigurationError, SourceValueError
@@ -78,7 +78,11 @@ class RateLimitMiddleware:
     :class:`~ratelimit.asgi.TrustedProxies`; by default the client is ``REMOTE_ADDR``),
     ``headers`` and ``legacy_headers``. ``refused``: a function of (request, decision)
     returning the WSGI application that answers a 429 (default: RFC 9457 problem details).
-    Everything is checked here.
+    ``templates``: a function of the environ returning the path template of the route it
+    reaches (``None`` for none; :data:`~ratelimit.asgi.routes.LIMITED_VIEW` for a view with
+    a limit of its own, which ``per_route`` routes leave alone), which
+    ``Route(..., per_route=True)`` counts by (default: each path counts on its own;
+    ``ratelimit.flask`` and ``ratelimit.django`` pass their router's). Everything is checked here.
 
     Example (Flask)::
 
@@ -104,8 +108,14 @@ class RateLimitMiddleware:
         headers: bool = True,
         legacy_headers: bool = False,
         refused: Refused | None = None,
+        templates: Callable[[WSGIEnvironment], str | None] | None = None,
     ) -> None:
         check_limiter(limiter, "RateLimitMiddleware")
+        if templates is not None and not callable(templates):
+            raise TypeError(f"templates must be a function of the environ, not {templates!r}")
+        self.templates = templates
+        """The path template of a request's route, for ``per_route`` routes (Flask's and
+        Django's pass their router's; ``None``: each path counts on its own)."""
         if not callable(app):
             raise TypeError(f"app must be a WSGI application (a callable), not {app!r}")
         if refused is not None and not callable(refused):
@@ -158,9 +168,15 @@ class RateLimitMiddleware:
         gate = Gate(request, decisions)
         if found is not None:
             route = found[0]
+            key = route.key
+            if route.per_route:
+                template = path if self.templates is None else self.templates(environ)
+                if template == LIMITED_VIEW:  # its view has a limit of its own
+                    return gate
+                key = route.key_for(scope["method"], template)
             try:
                 decision = self.limiter.run(
-                    lambda limiter: route.limit.decide(limiter, request, route.key)
+                    lambda limiter: route.limit.decide(limiter, request, key)
                 )
             except SourceValueError as exc:
                 gate.unreadable = exc
