@@ -50,7 +50,7 @@ with needs_extra("django"):
     from django.utils.translation import get_language
 
 from ratelimit.asgi.headers import problem_headers, retry_after, undecided, unreadable
-from ratelimit.asgi.limits import HTTPCost, HTTPResponse
+from ratelimit.asgi.limits import HTTPCost, HTTPCountWhen, HTTPResponse
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.routes import LIMITED_VIEW, VIEW_LIMITED, Route, view_key
 from ratelimit.asgi.sources import (
@@ -276,9 +276,11 @@ def limit(
     shadow: bool | None = None,
     limiter: RateLimit | None = None,
     penalty: str | None = None,
+    count_when: HTTPCountWhen | None = None,
     **sources: Any,
 ) -> Callable[[F], F]:
-    """Limit a view, checked here. ``rules``, ``cost``, ``shadow`` and ``penalty`` as for
+    """Limit a view, checked here. ``rules``, ``cost``, ``shadow``, ``penalty`` and
+    ``count_when`` (``count_when={401}``: failed logins only) as for
     :class:`~ratelimit.asgi.Route`; ``**sources``: where each selector's value comes from
     (``header``, ``query_param``, ``path_param`` for the URL pattern's arguments,
     ``json_field`` for the JSON body, ``user`` for ``request.user``, or a function of the
@@ -295,7 +297,9 @@ def limit(
     config = _config_for(limiter, where)
     chosen = config.limiter if limiter is None else limiter
     proxies = config.wsgi.proxies
-    view_limit = ViewLimit(chosen, rules, key, cost, shadow, proxies, sources, where, penalty)
+    view_limit = ViewLimit(
+        chosen, rules, key, cost, shadow, proxies, sources, where, penalty, count_when
+    )
     return _ViewDecorator(config, view_limit)
 
 
@@ -327,7 +331,11 @@ class _ViewDecorator:
             return self.answered(request, exc.decision, response)
 
     def answered(self, request: HttpRequest, decision: Decision, response: Any) -> Any:
-        """``response``, with the decision's headers when no middleware adds them."""
+        """``response``, with the decision's headers when no middleware adds them; the
+        request refunded when ``count_when`` does not count it."""
+        if self.view_limit.limit.count_when is not None and isinstance(response, HttpResponseBase):
+            status, headers = response.status_code, list(response.items())
+            self.view_limit.settled(request.META, decision, status, headers)
         alone = not isinstance(request.META.get(DECISIONS), list)
         if alone and isinstance(response, HttpResponseBase):
             self.config.add_headers(response, [decision])
@@ -349,7 +357,7 @@ class _ViewDecorator:
                 response = view(request, *args, **kwargs)
                 if inspect.isawaitable(response):
                     response = await response
-                return answered(request, decision, response)
+                return await sync_to_async(answered)(request, decision, response)
 
             wrapped = functools.wraps(view)(limited_async)
             setattr(wrapped, VIEW_LIMITED, True)  # per_route routes leave it alone

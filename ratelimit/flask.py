@@ -38,7 +38,7 @@ with needs_extra("flask"):
     from werkzeug.wrappers import Response
 
 from ratelimit.asgi.headers import problem_headers, unreadable
-from ratelimit.asgi.limits import HTTPCost
+from ratelimit.asgi.limits import HTTPCost, HTTPCountWhen
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.asgi.routes import LIMITED_VIEW, VIEW_LIMITED, Route, view_key
@@ -157,10 +157,13 @@ class FlaskRateLimit:
         cost: HTTPCost = 1,
         shadow: bool | None = None,
         penalty: str | None = None,
+        count_when: HTTPCountWhen | None = None,
         **sources: Any,
     ) -> Callable[[F], F]:
-        """Limit a view, checked here. ``rules``, ``cost``, ``shadow`` and ``penalty`` as for
-        :class:`~ratelimit.asgi.Route`; ``**sources``: where each selector's value comes
+        """Limit a view, checked here. ``rules``, ``cost``, ``shadow``, ``penalty`` and
+        ``count_when`` (flask-limiter's ``deduct_when``: ``count_when={401}`` counts failed
+        logins only) as for :class:`~ratelimit.asgi.Route`; ``**sources``: where each
+        selector's value comes
         from (``header``, ``query_param``, ``path_param`` for the view's URL variables,
         ``json_field`` for the JSON body, ``user``, or a function of the
         :class:`~ratelimit.asgi.HTTPRequest`; a selector named ``ip`` reads the client).
@@ -170,7 +173,7 @@ class FlaskRateLimit:
         ``@app.route``."""
         limit = ViewLimit(
             self.limiter, rules, key, cost, shadow, self.proxies, sources,
-            f"FlaskRateLimit.limit({rules!r})", penalty,
+            f"FlaskRateLimit.limit({rules!r})", penalty, count_when,
         )  # fmt: skip
 
         def decorate(view: F) -> F:
@@ -205,7 +208,13 @@ class FlaskRateLimit:
                             response.headers[name] = value
                         return response
 
-                return view(*args, **kwargs)
+                if count_when is None:
+                    return view(*args, **kwargs)
+                response = flask.current_app.make_response(view(*args, **kwargs))
+                limit.settled(
+                    request.environ, decision, response.status_code, response.headers.items()
+                )
+                return response
 
             setattr(limited, VIEW_LIMITED, True)  # per_route routes leave it alone
             return limited  # type: ignore[return-value]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -55,6 +55,11 @@ HTTPSettle: TypeAlias = (
     "str | Callable[[HTTPRequest, HTTPResponse], CostValue | Awaitable[CostValue | None] | None]"
 )
 """A route's ``settle=``: a response header's name, or a callable of request and response."""
+HTTPCountWhen: TypeAlias = (
+    "Container[int] | Callable[[HTTPRequest, HTTPResponse], bool | Awaitable[bool]]"
+)
+"""A route's ``count_when=``: the statuses whose requests count (``range(500, 600)``,
+``{401, 403}``), or a callable of request and response saying whether it counts."""
 
 
 def check_async_limiter(limiter: object) -> None:
@@ -76,11 +81,34 @@ def check_async_limiter(limiter: object) -> None:
     )
 
 
+def _count_when(
+    given: HTTPCountWhen | None, where: str
+) -> Callable[[HTTPRequest, HTTPResponse], bool | Awaitable[bool]] | None:
+    """``count_when=`` as a callable of request and response (statuses: whether the
+    response's is one of them), checked."""
+    if given is None or callable(given):
+        return given
+    if isinstance(given, Container) and not isinstance(given, str | bytes):
+        statuses = given
+        if not any(isinstance(status, int) and status in statuses for status in range(100, 600)):
+            raise ConfigurationError(
+                f"{where}: count_when holds no HTTP status (100 to 599): {given!r}"
+            )
+        return lambda request, response: response.status in statuses
+    raise TypeError(
+        f"{where}: count_when must be the statuses whose requests count (range(500, 600), "
+        f"{{401, 403}}) or a callable of the request and the response, not {given!r}"
+    )
+
+
 class HTTPLimit:
     """One HTTP limit. ``where`` names it in error messages; ``body``: whether its sources
     may read the request body (a dependency's may, the middleware's may not)."""
 
-    __slots__ = ("compiled", "cost", "given_cost", "key", "penalty", "settle", "shadow", "sources")
+    __slots__ = (
+        "compiled", "cost", "count_when", "given_cost", "key", "penalty", "settle", "shadow",
+        "sources",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -93,7 +121,9 @@ class HTTPLimit:
         body: bool,
         settle: HTTPSettle | None = None,
         penalty: str | None = None,
+        count_when: HTTPCountWhen | None = None,
     ) -> None:
+        self.count_when = _count_when(count_when, where)
         if key is not None and (not isinstance(key, str) or not key):
             raise TypeError(f"{where}: key must be non-empty text, not {key!r}")
         if shadow is not None and not isinstance(shadow, bool):
@@ -120,6 +150,14 @@ class HTTPLimit:
             self.cost = limiter.check(self.compiled, self.cost)
         if self.penalty is not None:
             limiter.penalties.check()
+        if self.count_when is not None:  # it refunds by a settle
+            limiter._decider.check_settling(self.count_when)
+
+    @property
+    def settles(self) -> bool:
+        """Whether the response may change what the request counts: ``settle`` or
+        ``count_when`` (:meth:`settled`)."""
+        return self.settle is not None or self.count_when is not None
 
     async def decide(self, limiter: RateLimit, request: HTTPRequest, key: str) -> Decision:
         """One request's decision under ``key`` (the limiter's shadow setting unless this
@@ -213,12 +251,22 @@ class HTTPLimit:
     async def settled(
         self, limiter: RateLimit, request: HTTPRequest, response: HTTPResponse, decision: Decision
     ) -> None:
-        """Settle ``decision`` from ``response`` when this limit says how (``settle``); a
-        response that says nothing leaves the reservation. Never raises: the response is
-        under way; what goes wrong is logged."""
-        if self.settle is None or not decision.allowed or decision.degraded:
+        """Settle ``decision`` from ``response``: refunded whole when ``count_when`` says the
+        request does not count; else as ``settle`` says (a response that says nothing
+        leaves the reservation). Never raises: the response is under way; what goes wrong
+        is logged."""
+        if not self.settles or not decision.allowed or decision.degraded:
             return
         try:
+            if self.count_when is not None:
+                counts = self.count_when(request, response)
+                if inspect.isawaitable(counts):
+                    counts = await counts
+                if not counts:
+                    await limiter.settle(decision, 0)
+                    return
+            if self.settle is None:
+                return
             if isinstance(self.settle, str):
                 actual = self._from_header(response.headers.get(self.settle))
             else:

@@ -162,7 +162,7 @@ class RateLimitMiddleware:
                     if added:
                         message = {**message, "headers": [*message.get("headers", ()), *added]}
                 await send(message)
-                if found is not None and request is not None and found[0].limit.settle:
+                if found is not None and request is not None and found[0].limit.settles:
                     # the real cost, from the response as the application started it
                     response = HTTPResponse.of(answered)
                     await found[0].limit.settled(self.limiter, request, response, decisions[0])

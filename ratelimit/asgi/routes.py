@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ratelimit.asgi.delay import WAITING, WaitingRoom, delay_seconds
-from ratelimit.asgi.limits import HTTPCost, HTTPLimit, HTTPSettle
+from ratelimit.asgi.limits import HTTPCost, HTTPCountWhen, HTTPLimit, HTTPSettle
 from ratelimit.asgi.sources import Source
 from ratelimit.errors import ConfigurationError
 from ratelimit.front.limiter import RateLimit
@@ -111,6 +111,10 @@ class Route:
     template (``Route("/*", "ip:100/m", per_route=True)``: 100 a minute per ip on each of
     ``GET /items/{id}``, ``POST /items``, ...; slowapi's and flask-limiter's
     ``default_limits``), keyed ``"<key> <METHOD> <template>"``; see :meth:`key_for`.
+    ``count_when``: count only the requests whose response it says (flask-limiter's
+    ``deduct_when``): the statuses that count (``range(400, 600)``, ``{401}``) or a
+    callable (sync or async) of the request and the response returning whether it counts;
+    a request that does not is refunded as its response starts.
     Everything is checked here, when the application starts.
     """
 
@@ -130,6 +134,7 @@ class Route:
         waiting: int | None = None,
         penalty: str | None = None,
         per_route: bool = False,
+        count_when: HTTPCountWhen | None = None,
         **sources: Any,
     ) -> None:
         where = f"Route({path!r})"
@@ -140,7 +145,9 @@ class Route:
         self.path = path
         self.regex = pattern(path, where)
         named, self.methods = route_methods(methods, where)
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, False, settle, penalty)
+        self.limit = HTTPLimit(
+            rules, key, cost, shadow, sources, where, False, settle, penalty, count_when
+        )
         self.key = key or (f"{' '.join(sorted(named))} {path}" if named else path)
         _check_path_params(self.limit.sources, self.regex, where)
 

@@ -22,7 +22,9 @@ from collections.abc import Iterable, Mapping
 from ratelimit.core.settings import SETTING_NAMES
 from ratelimit.errors import ConfigurationError
 
-LIMIT_OWN = ("rules", "key", "selector", "cost", "settle", "wait", "shadow", "penalty")
+LIMIT_OWN = (
+    "rules", "key", "selector", "cost", "settle", "wait", "shadow", "penalty", "count_when",
+)  # fmt: skip
 """The keywords of ``limit()`` that are not selector values."""
 CONCURRENCY_OWN = ("limits", "key", "selector", "lease", "wait", "reserve", "reserve_by")
 """The keywords of ``concurrency()`` that are not selector values."""

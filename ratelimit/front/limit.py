@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -33,6 +34,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 Decide = Callable[[CallKey, bool, bool, "float | None", Overriding], Awaitable[Decision]]
 """``decide(call, record, shadow, within, override)``: the decider's, or a penalizer's."""
+CountWhen = Callable[[Any], "bool | Awaitable[bool]"]
+"""``count_when=``: of a call's outcome (its result, or the exception it raised), whether
+it counts."""
 penalty_logger = logging.getLogger("ratelimit.penalties")
 
 
@@ -62,8 +66,19 @@ class Limit:
         settle: Callable[[Any], CostValue | Awaitable[CostValue]] | None = None,
         site: str = "",
         penalty: object = None,
+        count_when: CountWhen | None = None,
     ) -> None:
         self._site = site
+        if count_when is not None:
+            if not callable(count_when):
+                raise TypeError(
+                    f"count_when must be a callable of the call's outcome, not {count_when!r}"
+                )
+            decider.check_settling(count_when)  # it refunds by a settle
+        self._count_when = count_when
+        self._entered: dict[asyncio.Task[Any] | None, list[Decision]] = {}
+        """Under ``count_when``, the decisions of the ``async with`` blocks under way, by
+        task (a block's ``__aexit__`` settles its own)."""
         self._cost = CallCost(cost, decider.algorithm)
         check_flag("shadow", shadow)
         if settle is not None:
@@ -326,10 +341,20 @@ class Limit:
                 raise RateLimitExceeded(decision)
         return decision
 
-    async def _settled(self, decision: Decision, result: Any) -> None:
-        """Settle ``decision`` by ``settle=`` of the body's ``result``: what the decorator
-        does after the body returned."""
-        assert self._settle is not None
+    async def _settled(self, decision: Decision, result: Any, raised: bool = False) -> None:
+        """What the decorator does once the body ended with ``result`` (the exception it
+        raised, when ``raised``): a call ``count_when`` does not count is refunded; else
+        one that returned is settled by ``settle=`` of its result."""
+        count_when = self._count_when
+        if count_when is not None:
+            counts = count_when(result)
+            if inspect.isawaitable(counts):
+                counts = await counts
+            if not counts:
+                await self._decider.settle(decision, 0)
+                return
+        if raised or self._settle is None:
+            return
         actual = self._settle(result)
         if inspect.isawaitable(actual):
             actual = await actual
@@ -397,7 +422,10 @@ class Limit:
         return None
 
     async def __aenter__(self) -> Decision:
-        return await self.acquire()
+        decision = await self.acquire()
+        if self._count_when is not None:
+            self._entered.setdefault(asyncio.current_task(), []).append(decision)
+        return decision
 
     async def __aexit__(
         self,
@@ -405,6 +433,15 @@ class Limit:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._count_when is None:
+            return None
+        task = asyncio.current_task()
+        entered = self._entered[task]
+        decision = entered.pop()
+        if not entered:
+            del self._entered[task]
+        if exc is None or isinstance(exc, Exception):  # cancelled: the reservation stays
+            await self._settled(decision, exc, raised=True)
         return None
 
     def _bind(self, func: Callable[..., Any]) -> tuple[str, Parameters]:
@@ -426,7 +463,7 @@ class Limit:
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:
         coroutine_only(func, "limit")
         key, parameters = self._bind(func)
-        shadow, settle = self._shadow, self._settle
+        shadow, settle, counted = self._shadow, self._settle, self._count_when
         direct, admit, fused = self._direct(key, parameters)
         ask = asker(self._decider)  # Decider.ask, or the store's with None for an admission
 
@@ -445,6 +482,14 @@ class Limit:
                 return await func(*args, **kwargs)
             site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
             decision = await self._admit(key, site, shadow)
+            if counted is not None:  # count_when: the outcome says whether it counts
+                try:
+                    result = await func(*args, **kwargs)
+                except Exception as exc:
+                    await self._settled(decision, exc, raised=True)
+                    raise
+                await self._settled(decision, result)
+                return result
             result = await func(*args, **kwargs)
             if settle is not None:  # the body returned: what it really cost is known
                 await self._settled(decision, result)
@@ -457,7 +502,12 @@ class Limit:
         own, a fixed cost, no ``settle=``), the store's admission without a coroutine, and the
         fused path (:func:`~ratelimit.front.fused.direct_paths`)."""
         compiled, decider = (None if self._penalizer else self._compiled), self._decider
-        if type(compiled) is not CompiledTree or not self._cost.fixed or self._settle:
+        if (
+            type(compiled) is not CompiledTree
+            or not self._cost.fixed
+            or self._settle
+            or self._count_when
+        ):
             return None, None, None
         cost = self._cost.of(compiled, decider.algorithm)
         return direct_paths(decider, compiled, key, self._sources, parameters, cost)

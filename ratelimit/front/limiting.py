@@ -25,7 +25,7 @@ from ratelimit.core.costs import CostLike, CostValue
 from ratelimit.core.settings import Settings
 from ratelimit.front.chosen import RulesLike
 from ratelimit.front.concurrency import DEFAULT_LEASE, Concurrency
-from ratelimit.front.limit import Limit
+from ratelimit.front.limit import CountWhen, Limit
 from ratelimit.front.registry import Registry
 from ratelimit.front.reserve import DEFAULT_BY
 from ratelimit.front.wrapping import block_key
@@ -96,6 +96,7 @@ class LimitMaker:
         wait: float | bool = False,
         shadow: bool | None = None,
         penalty: str | None = None,
+        count_when: CountWhen | None = None,
         **selectors: object,
     ) -> CostedSettledLimit[P, R]: ...
 
@@ -111,6 +112,7 @@ class LimitMaker:
         wait: float | bool = False,
         shadow: bool | None = None,
         penalty: str | None = None,
+        count_when: CountWhen | None = None,
         **selectors: object,
     ) -> CostedLimit[P]: ...
 
@@ -126,6 +128,7 @@ class LimitMaker:
         wait: float | bool = False,
         shadow: bool | None = None,
         penalty: str | None = None,
+        count_when: CountWhen | None = None,
         **selectors: object,
     ) -> SettledLimit[R]: ...
 
@@ -141,6 +144,7 @@ class LimitMaker:
         wait: float | bool = False,
         shadow: bool | None = None,
         penalty: str | None = None,
+        count_when: CountWhen | None = None,
         **selectors: object,
     ) -> Limit: ...
 
@@ -155,6 +159,7 @@ class LimitMaker:
         wait: float | bool = False,
         shadow: bool | None = None,
         penalty: str | None = None,
+        count_when: CountWhen | None = None,
         **selectors: object,
     ) -> Limit:
         """A limit to use as ``@decorator`` or in ``async with``.
@@ -185,6 +190,13 @@ class LimitMaker:
         ``Decision.shadow`` for hooks and logs (default: the limiter's ``shadow`` setting).
         ``penalty``: hold back an identifier its rules refused too often, such as
         ``"ip: 5 refusals/10m for 1h"`` (:mod:`~ratelimit.penalties`; memory://, Redis, Postgres).
+        ``count_when``: count only the calls it says (flask-limiter's ``deduct_when``): a
+        callable (sync or async) of the body's outcome, its result or the exception it
+        raised (``None`` when an ``async with`` block ends), returning whether the call
+        counts; one that does not is refunded as it ends (a settle to 0). So
+        ``count_when=lambda ok: not ok`` counts failed logins only, and
+        ``count_when=lambda outcome: isinstance(outcome, BadPassword)`` those that raise
+        it. Every call is still decided first, its cost reserved while it runs.
         ``**selectors``: selector values as literals, callables or async callables.
 
         Raises ``RuleSyntaxError`` for a bad rule and ``ConfigurationError`` for a cost or
@@ -203,7 +215,7 @@ class LimitMaker:
         """
         site = "" if key is not None else block_key(1)  # where its blocks count
         return self._limit_at(
-            site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty
+            site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty, count_when
         )
 
     def _limit_at(
@@ -218,6 +230,7 @@ class LimitMaker:
         shadow: bool | None,
         selectors: dict[str, object],
         penalty: str | None = None,
+        count_when: CountWhen | None = None,
     ) -> Limit:
         """:meth:`limit`, made at ``site`` (the key of its blocks without ``key=``): for
         :mod:`ratelimit.sync`, whose callers made it."""
@@ -239,6 +252,7 @@ class LimitMaker:
             settle,
             site,
             penalty,
+            count_when,
         )
 
     def concurrency(

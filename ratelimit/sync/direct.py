@@ -98,6 +98,7 @@ class DirectPath:
             or main.hooks
             or main.policy.failing
             or limit._settle is not None
+            or limit._count_when is not None
             or limit._wait
             or not limit._cost.fixed
             or limit._penalizer is not None

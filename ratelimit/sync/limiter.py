@@ -231,6 +231,7 @@ class RateLimit:
         wait: float | bool = False,
         shadow: bool | None = None,
         penalty: str | None = None,
+        count_when: Callable[[Any], bool] | None = None,
         **selectors: object,
     ) -> Limit:
         """A limit as ``@decorator`` of a plain function or in ``with``: the arguments of
@@ -239,8 +240,9 @@ class RateLimit:
 
         def make(limiter: AsyncRateLimit) -> AsyncLimit:
             return limiter._limit_at(
-                site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty
-            )
+                site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty,
+                count_when,
+            )  # fmt: skip
 
         return Limit(self, make)
 

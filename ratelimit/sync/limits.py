@@ -105,6 +105,11 @@ class Limit(_Twin[AsyncLimit]):
     """Rules bound to a :class:`~ratelimit.sync.RateLimit`: a decorator of plain functions,
     a ``with`` block, or blocking methods (see :class:`ratelimit.Limit`)."""
 
+    def __init__(self, owner: RateLimit, make: Callable[[AsyncRateLimit], AsyncLimit]) -> None:
+        super().__init__(owner, make)
+        self._entered = threading.local()
+        """Under ``count_when``, each thread's ``with`` blocks under way: their decisions."""
+
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         key, parameters = self._decorates(func)
         owner = self._owner
@@ -135,6 +140,15 @@ class Limit(_Twin[AsyncLimit]):
                 decision = direct.admit(limit, key, site)  # a plain decision: no hand-over
             if decision is None:
                 decision = portal.run(lambda: limit._admit(key, site))
+            if limit._count_when is not None:  # the outcome says whether it counts
+                try:
+                    result = func(*args, **kwargs)
+                except Exception as exc:
+                    raised = exc
+                    portal.run(lambda: limit._settled(decision, raised, raised=True))
+                    raise
+                portal.run(lambda: limit._settled(decision, result))
+                return result
             result = func(*args, **kwargs)
             if limit._settle is not None:
                 portal.run(lambda: limit._settled(decision, result))
@@ -173,7 +187,10 @@ class Limit(_Twin[AsyncLimit]):
         return self._owner.portal.run(lambda: limit.settle(decision, actual))
 
     def __enter__(self) -> Decision:
-        return self.acquire()
+        decision = self.acquire()
+        if self.twin()._count_when is not None:  # the block's end settles it
+            self._entered.__dict__.setdefault("stack", []).append(decision)
+        return decision
 
     def __exit__(
         self,
@@ -181,6 +198,12 @@ class Limit(_Twin[AsyncLimit]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        limit = self.twin()
+        if limit._count_when is None:
+            return None
+        decision = self._entered.stack.pop()
+        if exc is None or isinstance(exc, Exception):
+            self._owner.portal.run(lambda: limit._settled(decision, exc, raised=True))
         return None
 
 

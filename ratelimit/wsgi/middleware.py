@@ -185,7 +185,7 @@ class RateLimitMiddleware:
             environ[STATE] = decision
             if not decision.allowed and not decision.shadow:
                 gate.refused = decision
-            elif route.limit.settle:
+            elif route.limit.settles:
                 gate.settle = route.limit
         return gate
 

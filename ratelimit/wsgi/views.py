@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from wsgiref.types import WSGIApplication, WSGIEnvironment
 
-from ratelimit.asgi.limits import HTTPCost, HTTPLimit
+from ratelimit.asgi.limits import HTTPCost, HTTPCountWhen, HTTPLimit, HTTPResponse
 from ratelimit.asgi.proxies import TrustedProxies
 from ratelimit.asgi.request import HTTPRequest
 from ratelimit.core.decision import Decision, RateLimitExceeded
@@ -28,10 +28,10 @@ def no_application(environ: WSGIEnvironment, start_response: object) -> Iterable
 
 
 class ViewLimit:
-    """A limit on one view, checked when made: ``rules``, ``key``, ``cost``, ``shadow`` and
-    ``penalty`` as for :class:`~ratelimit.asgi.Route`, ``sources`` as its ``**sources`` (body fields
-    included: ``json_field``), ``proxies`` the client address's trusted proxies. ``where``
-    names it in error messages."""
+    """A limit on one view, checked when made: ``rules``, ``key``, ``cost``, ``shadow``,
+    ``penalty`` and ``count_when`` as for :class:`~ratelimit.asgi.Route`, ``sources`` as its
+    ``**sources`` (body fields included: ``json_field``), ``proxies`` the client address's
+    trusted proxies. ``where`` names it in error messages."""
 
     __slots__ = ("limit", "limiter", "needs_body", "needs_user", "proxies")
 
@@ -46,9 +46,12 @@ class ViewLimit:
         sources: dict[str, Any],
         where: str,
         penalty: str | None = None,
+        count_when: HTTPCountWhen | None = None,
     ) -> None:
         check_limiter(limiter, where)
-        self.limit = HTTPLimit(rules, key, cost, shadow, sources, where, True, None, penalty)
+        self.limit = HTTPLimit(
+            rules, key, cost, shadow, sources, where, True, None, penalty, count_when
+        )
         self.limit.check(limiter.limiter)
         self.limiter = limiter
         self.proxies = proxies
@@ -95,6 +98,23 @@ class ViewLimit:
         if decision.allowed or decision.shadow:
             return decision
         raise RateLimitExceeded(decision)
+
+    def settled(
+        self,
+        environ: WSGIEnvironment,
+        decision: Decision,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+    ) -> None:
+        """What the view's response (``status``, ``headers``) says of the request it
+        decided: refunded when ``count_when`` does not count it. Never raises (logged)."""
+        if self.limit.count_when is None:
+            return
+        request = HTTPRequest(scope_of(environ), self.proxies)
+        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+        response = HTTPResponse.of({"status": status, "headers": raw})
+        limit = self.limit
+        self.limiter.run(lambda limiter: limit.settled(limiter, request, response, decision))
 
 
 def captured(
