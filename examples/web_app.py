@@ -12,6 +12,8 @@ and prints the answers.
 - ``GET /ping``: 5 a minute per client IP.
 - ``POST /login`` with ``{"username": "..."}``: 3 a minute per username.
 - ``GET /search`` with an ``X-API-Key`` header: 10 a minute per key.
+- Every other route (``/login`` included): 100 a minute per client IP, each route on
+  counters of its own (``per_route=True``).
 - ``GET /health``: never limited.
 
 No proxy is trusted: the client is the connection's peer, whatever ``X-Forwarded-For`` says.
@@ -50,6 +52,7 @@ app.add_middleware(
     routes=[
         Route("/ping", "ip:5/m", methods=["GET"]),
         Route("/search", "apikey:10/m", methods=["GET"], apikey=header("X-API-Key")),
+        Route("/*", "ip:100/m", per_route=True),  # every other route: its own 100 per ip
     ],
     exclude=["/health"],
 )

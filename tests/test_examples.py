@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 EXPECTED = {
     "quickstart.py": "ping 6: refused by 5/s",
+    "failed_logins.py": "ann wrong #4: locked out by username:3/15m",
     "selector_sources.py": "bad_kittie #2: refused by username:3/m (key 'cats')",
     "context_manager.py": "vova must wait 300 s",
     "command_engine.py": "vova: refused by user:3/10s",
