@@ -10,10 +10,10 @@ Example::
     async def search(q: str) -> list[str]: ...
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ratelimit.backends import Backend as Backend
 from ratelimit.backends import MemoryBackend as MemoryBackend
-from ratelimit.backends import RedisCommandBackend as RedisCommandBackend
-from ratelimit.backends import RedisScriptBackend as RedisScriptBackend
 from ratelimit.core.decision import Decision as Decision
 from ratelimit.core.decision import RateLimitExceeded as RateLimitExceeded
 from ratelimit.core.decision import RuleState as RuleState
@@ -38,6 +38,23 @@ from ratelimit.overrides.handle import Overrides as Overrides
 from ratelimit.rules.tree import And as And
 from ratelimit.rules.tree import Or as Or
 from ratelimit.rules.tree import Rule as Rule
+
+if TYPE_CHECKING:
+    from ratelimit.backends.redis import RedisCommandBackend as RedisCommandBackend
+    from ratelimit.backends.redis import RedisScriptBackend as RedisScriptBackend
+
+
+def __getattr__(name: str) -> Any:
+    """The Redis engines, imported (with redis-py) when first named: ``import ratelimit``
+    stays light for ``memory://`` and PostgreSQL."""
+    if name in ("RedisCommandBackend", "RedisScriptBackend"):
+        from ratelimit.backends import redis
+
+        value = getattr(redis, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "And",

@@ -4,6 +4,8 @@ imports only the ones below it, one module per foreign library, and sizes that m
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from ratelimit import algorithms
@@ -424,3 +426,20 @@ def test_every_script_the_engines_run_is_named_by_the_feature_module_that_runs_i
     for name in runs["scripts.py"]:  # what decisions.py and settles.py send, by algorithm
         kind = "settles.py" if name.startswith("settle_") else "decisions.py"
         assert name in (script / kind).read_text(), (kind, name)
+
+
+def test_import_ratelimit_brings_no_store_client_and_no_grammar() -> None:
+    """``import ratelimit`` stays light (bench/import_time.py measures it beside ``limits``):
+    redis-py and valkey-py come with the first Redis backend made, asyncpg with the first
+    PostgreSQL one, pyparsing with the first rule text parsed."""
+    code = (
+        "import sys, ratelimit\n"
+        "heavy = ('redis', 'valkey', 'asyncpg', 'pyparsing', 'grpc', 'starlette')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "rl = ratelimit.RateLimit.from_url('redis://127.0.0.1:1/0')\n"
+        "print(type(rl.storage).__name__, 'redis' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.splitlines() == ["[]", "RedisScriptBackend True"]

@@ -67,15 +67,13 @@ def check_async_limiter(limiter: object) -> None:
     ``TypeError`` naming what it is (the threaded ``ratelimit.sync.RateLimit``, say) if not."""
     if isinstance(limiter, RateLimit):
         return
-    from ratelimit.sync import RateLimit as SyncRateLimit  # only to name it
-
-    if isinstance(limiter, SyncRateLimit):
+    kind = type(limiter)
+    if kind.__module__.startswith("ratelimit.sync") and kind.__name__ == "RateLimit":
         raise TypeError(
             "limiter must be a ratelimit.RateLimit (async: an ASGI app decides in its event "
             "loop), not a ratelimit.sync.RateLimit, which is for threaded code (WSGI, Flask, "
             "Django: ratelimit.wsgi, ratelimit.flask, ratelimit.django)"
         )
-    kind = type(limiter)
     raise TypeError(
         f"limiter must be a ratelimit.RateLimit, not {kind.__module__}.{kind.__qualname__}"
     )
@@ -151,7 +149,7 @@ class HTTPLimit:
         if self.penalty is not None:
             limiter.penalties.check()
         if self.count_when is not None:  # it refunds by a settle
-            limiter._decider.check_settling(self.count_when)
+            limiter.check_settling()
 
     @property
     def settles(self) -> bool:

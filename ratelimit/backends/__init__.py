@@ -4,30 +4,29 @@ memory backend (``memory://``), the Redis engines, script and commands (``redis:
 and, with the ``postgres`` extra, window counters in PostgreSQL (``postgresql://``, also
 ``postgres://``). Each store declares its schemes once (``MemoryBackend.schemes``,
 ``redis.client.SCHEMES``, ``postgres.url.SCHEMES``); :mod:`ratelimit.backends.urls`
-checks URLs by them, and :func:`backend_from_url` opens by them."""
+checks URLs by them, and :func:`backend_from_url` opens by them. A store's client library
+(redis-py, asyncpg) is imported when a backend of it is made, never by ``import
+ratelimit``."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ratelimit.backends.base import Backend, Clock
 from ratelimit.backends.memory.backend import MemoryBackend
 from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
-from ratelimit.backends.redis import (
-    RedisClient,
-    RedisCommandBackend,
-    RedisScriptBackend,
-    client_from_url,
-    client_options,
-    is_redis_client,
-)
+from ratelimit.backends.redis.schemes import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.synced import SyncedBackend
 from ratelimit.backends.urls import USE, check_storage_url
 from ratelimit.core.checks import SYNC_RATE_NEEDS_SCRIPTS
 from ratelimit.core.settings import ENGINE_SETTINGS, Settings, unknown_keyword
 from ratelimit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ratelimit.backends.redis import RedisClient, RedisCommandBackend, RedisScriptBackend
 
 POSTGRES_OPTIONS = ("max_size", "setup_timeout")
 """What ``RateLimit.from_url`` passes on to :class:`PostgresBackend` for ``postgresql://``."""
@@ -36,7 +35,7 @@ POSTGRES_OPTIONS = ("max_size", "setup_timeout")
 def backend_for(storage: object, settings: Settings) -> Backend:
     """The backend for what ``RateLimit`` was given: a redis-py (or valkey-py) asyncio
     client, which gets the engine ``settings`` choose, or a backend, used as it is."""
-    if is_redis_client(storage):
+    if _is_redis_client(storage):
         return _redis_backend(storage, settings)  # type: ignore[arg-type]
     if isinstance(storage, Backend):
         if settings.clock is not None:
@@ -48,6 +47,26 @@ def backend_for(storage: object, settings: Settings) -> Backend:
         f"(an object with async decide() and aclose()), not {type(storage).__name__}; "
         "a synchronous redis.Redis will not do"
     )
+
+
+def _is_redis_client(storage: object) -> bool:
+    """Whether ``storage`` is a client of redis-py or valkey-py, asked without importing
+    either (a client of one was made with it imported)."""
+    if "redis" not in sys.modules and "valkey" not in sys.modules:
+        return False
+    from ratelimit.backends.redis import is_redis_client
+
+    return is_redis_client(storage)
+
+
+def __getattr__(name: str) -> Any:
+    """``RedisCommandBackend`` and ``RedisScriptBackend``, imported (with redis-py) when
+    first named."""
+    if name in ("RedisCommandBackend", "RedisScriptBackend"):
+        from ratelimit.backends import redis
+
+        return getattr(redis, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
@@ -66,7 +85,9 @@ def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
             raise TypeError(f"memory:// takes no options, not {', '.join(sorted(options))}")
         _check_no_engine_settings(settings, "memory://")
         return MemoryBackend(clock=settings.clock)
-    if scheme in RedisScriptBackend.schemes:  # the command engine's too: redis.client's
+    if scheme in REDIS_SCHEMES:  # the engines' schemes: redis.schemes's
+        from ratelimit.backends.redis import client_from_url, client_options
+
         _check_options(options, client_options(scheme), f"the {scheme}:// client (redis-py)")
         if settings.sync_rate < 0:
             return MemoryBackend(clock=settings.clock)
@@ -127,6 +148,8 @@ def _redis_backend(
     """The engine ``settings`` choose for ``client``: the script engine (``disable_locks``
     changes nothing: scripts are atomic), the command engine, or, with ``sync_rate``,
     local counters (synced through the script engine when above 0)."""
+    from ratelimit.backends.redis import RedisCommandBackend, RedisScriptBackend
+
     clock = settings.clock
     if settings.sync_rate < 0:
         return MemoryBackend(clock=clock)  # local only: the client is not used

@@ -23,8 +23,7 @@ from ratelimit.backends.memory.backend import MemoryBackend
 from ratelimit.backends.postgres.url import NAMED as POSTGRES_NAMED
 from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
 from ratelimit.backends.postgres.url import check_postgres_url
-from ratelimit.backends.redis.client import SCHEMES as REDIS_SCHEMES
-from ratelimit.backends.redis.client import check_redis_url
+from ratelimit.backends.redis.schemes import SCHEMES as REDIS_SCHEMES
 from ratelimit.errors import ConfigurationError
 
 MEMORY_SCHEMES = MemoryBackend.schemes
@@ -71,6 +70,8 @@ def storage_url_problem(url: str) -> str | None:
         if scheme not in SCHEMES:
             return UNSUPPORTED
         if scheme in REDIS_SCHEMES:
+            from ratelimit.backends.redis.client import check_redis_url  # redis-py: when used
+
             check_redis_url(url)
         elif scheme in POSTGRES_SCHEMES:
             check_postgres_url(url)

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from ratelimit.algorithms import SLIDING_LOG, SLIDING_WINDOW
 from ratelimit.backends.postgres.url import SCHEMES as POSTGRES_SCHEMES
-from ratelimit.backends.redis.client import SCHEMES as REDIS_SCHEMES
+from ratelimit.backends.redis.schemes import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.urls import redacted, storage_url_problem
 from ratelimit.errors import ConfigurationError
 from ratelimit.front.limiter import RateLimit

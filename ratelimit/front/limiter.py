@@ -222,6 +222,12 @@ class RateLimit(LimitMaker):
             return cost
         return per_leaf(compiled, cost, algorithm, "cost")
 
+    def check_settling(self) -> None:
+        """Raise ``ConfigurationError`` unless calls this limiter admits can be settled (a
+        store that settles, no ``background`` counting): what front ends that refund or
+        settle from a response (``count_when=``, ``settle=``) check when made."""
+        self._decider.check_settling(lambda actual: actual)
+
     async def decide(
         self,
         compiled: CompiledTree,

@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
-from ratelimit.rules.grammar import parse_rule
 
 _PENALTY = re.compile(
     r"\s*(?:(?P<selector>[A-Za-z_][A-Za-z0-9_]*)\s*:)?\s*(?P<counted>.*?)"
@@ -62,6 +61,8 @@ def parse_penalty(text: object) -> Penalty:
         raise TypeError(
             f"a penalty is text such as '5 refusals/10m for 1h', not {type(text).__name__}"
         )
+    from ratelimit.rules.grammar import parse_rule  # pyparsing: when a penalty is parsed
+
     match = _PENALTY.fullmatch(text)
     assert match is not None  # every part is optional
     counted_at = match.start("counted")

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
-from ratelimit.backends.redis.client import SCHEMES as REDIS_SCHEMES
+from ratelimit.backends.redis.schemes import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.urls import redacted, storage_url_problem
 from ratelimit.core.checks import check_local_share
 from ratelimit.errors import ConfigurationError, RuleSyntaxError

@@ -1,7 +1,8 @@
 """The Redis store: every module that talks to redis-py lives under this folder.
 
-- ``client``: which redis-py clients qualify, opening one by URL, and the URL schemes
-  (:data:`~ratelimit.backends.redis.client.SCHEMES`); ``sentinel``: ``redis+sentinel://``;
+- ``client``: which redis-py clients qualify and opening one by URL; ``schemes``: the URL
+  schemes (:data:`~ratelimit.backends.redis.schemes.SCHEMES`, named without redis-py);
+  ``sentinel``: ``redis+sentinel://``;
   ``compat``: valkey-py's classes beside redis-py's; ``connections``: sharing the
   application's pool, and event loops that end;
 - ``keys``: the key layout (logs, their companions, window counters, locks); ``old_layout``:
@@ -14,16 +15,45 @@
 
 The synced counters of ``sync_rate`` (:mod:`ratelimit.backends.synced`) sync through the
 script engine but live beside the stores, since they serve Postgres too.
+
+Its names are imported when first used (``from ratelimit.backends.redis import
+RedisScriptBackend``), so that importing the package, or its :mod:`.schemes`, does not
+import redis-py.
 """
 
-from ratelimit.backends.redis.client import (
-    RedisClient,
-    client_from_url,
-    client_options,
-    is_redis_client,
-)
-from ratelimit.backends.redis.command.engine import RedisCommandBackend
-from ratelimit.backends.redis.script.engine import RedisScriptBackend
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ratelimit.backends.redis.client import (
+        RedisClient,
+        client_from_url,
+        client_options,
+        is_redis_client,
+    )
+    from ratelimit.backends.redis.command.engine import RedisCommandBackend
+    from ratelimit.backends.redis.script.engine import RedisScriptBackend
+
+_WHERE = {
+    "RedisClient": "client",
+    "client_from_url": "client",
+    "client_options": "client",
+    "is_redis_client": "client",
+    "RedisCommandBackend": "command.engine",
+    "RedisScriptBackend": "script.engine",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "RedisClient",

@@ -12,8 +12,10 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import parse_url
 
 from ratelimit.backends.redis.compat import CLIENTS, CLUSTERS
+from ratelimit.backends.redis.schemes import CLUSTER_SCHEMES as CLUSTER_SCHEMES
+from ratelimit.backends.redis.schemes import SCHEMES as SCHEMES
+from ratelimit.backends.redis.schemes import SENTINEL_SCHEME
 from ratelimit.backends.redis.sentinel import (
-    SENTINEL_SCHEME,
     SentinelDiscovery,
     SentinelURL,
     sentinel_client,
@@ -22,15 +24,6 @@ from ratelimit.core.checks import check_spread
 from ratelimit.errors import ConfigurationError
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
-
-CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-"""Storage URLs of a Redis Cluster (any one node's address: the client finds the others),
-and the scheme each is for one server (TLS: ``rediss+cluster``)."""
-
-SCHEMES = ("redis", "rediss", "unix", SENTINEL_SCHEME, *CLUSTER_SCHEMES)
-"""The storage URLs that open a client for the Redis engines (:func:`client_from_url`;
-``redis+sentinel``: the primary found through Sentinel; ``redis+cluster``: a
-``RedisCluster``). The engines declare these as their ``schemes``."""
 
 
 def client_from_url(url: str, **options: Any) -> RedisClient:

@@ -32,9 +32,9 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
 from redis.backoff import NoBackoff
 
+from ratelimit.backends.redis.schemes import SENTINEL_SCHEME as SENTINEL_SCHEME
 from ratelimit.errors import ConfigurationError
 
-SENTINEL_SCHEME = "redis+sentinel"
 SENTINEL_PORT = 26379
 ASK_NEXT_AFTER = 0.1
 """Seconds a sentinel has to answer before the next one is asked too."""
