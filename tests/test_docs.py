@@ -1,6 +1,7 @@
 """Docs that run: every Python block of the documentation (``docs/*.md``) and the README
 runs, page by page, in order, as a reader would paste them (tests/docs_blocks.py), on a
-Redis the tests started; fragments are at most one block in ten. The site builds with
+Redis the tests started; fragments are at most one block in ten. A print that says what it
+prints (``print(x)  # -> True 99``) must print that. The site builds with
 ``mkdocs build --strict`` (broken links and references fail) when MkDocs is installed."""
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ import importlib.util
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import LEFT_OUT, ROOT, blocks, pages
+from tests.docs_blocks import LEFT_OUT, ROOT, WrongOutput, blocks, pages, run_page
 
 pytestmark = pytest.mark.timeout(180)
 RUNNABLE = [page for page in pages() if any(not b.fragment for b in blocks(page))]
@@ -24,6 +26,56 @@ def test_fragments_are_at_most_one_block_in_ten() -> None:
     fragments = [block.where for block in found if block.fragment]
     assert len(found) >= 20
     assert len(fragments) * 10 <= len(found), fragments
+
+
+def test_output_comments_are_on_prints() -> None:
+    found = [block for page in pages() for block in blocks(page)]
+    said = [output for block in found for output in block.outputs().values()]  # or raises
+    assert len(said) >= 10  # the docs use the convention
+
+
+def page_of(tmp_path: Path, *codes: str) -> Path:
+    """A page in ``tmp_path`` with a Python block of each of ``codes``."""
+    page = tmp_path / "page.md"
+    page.write_text("".join(f"Some prose.\n\n```python\n{code}```\n\n" for code in codes))
+    return page
+
+
+@pytest.fixture
+def own_page_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_page`` in this process: the module it makes is gone afterwards."""
+    monkeypatch.setitem(sys.modules, "docs_page", types.ModuleType("docs_page"))
+
+
+@pytest.mark.usefixtures("own_page_module")
+def test_the_checker_holds_prints_to_their_output_comments(tmp_path: Path) -> None:
+    right = page_of(
+        tmp_path,
+        "def report(n):\n    print(n, 'left')  # -> ... left\n",
+        "report(99)\nprint(1 + 1)  # -> 2  \nprint('a', 'b', sep='\\n')\n# -> a\n# -> b\n",
+        "import asyncio\nawait asyncio.sleep(0)\nprint(round(0.25, 1), 's')  # -> ... s\n",
+    )
+    assert run_page(right, "memory://") == (3, [])
+
+    wrong = page_of(tmp_path, "x = 98\n", "print(True, x)  # -> True 99\nprint('after')\n")
+    with pytest.raises(WrongOutput) as refused:
+        run_page(wrong, "memory://")
+    assert str(refused.value) == (
+        f"{wrong}:10: the comment says it prints\n    'True 99'\nbut it printed\n    'True 98'"
+    )
+    swallowed = page_of(tmp_path, "try:\n    print(1)  # -> 2\nexcept Exception:\n    pass\n")
+    with pytest.raises(WrongOutput, match="page.md:5: the comment says it prints"):
+        run_page(swallowed, "memory://")
+
+
+@pytest.mark.usefixtures("own_page_module")
+def test_the_checker_refuses_an_output_comment_it_cannot_check(tmp_path: Path) -> None:
+    never = page_of(tmp_path, "if False:\n    print('no')  # -> no\n")
+    with pytest.raises(WrongOutput, match=r"output comment that never ran: .*page.md:5"):
+        run_page(never, "memory://")
+    loose = page_of(tmp_path, "x = 1 + 1  # -> 2\n")
+    with pytest.raises(WrongOutput, match=r"page.md:4: an output comment .* on or under no print"):
+        run_page(loose, "memory://")
 
 
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda page: str(page.relative_to(ROOT)))
