@@ -10,7 +10,8 @@ Example::
     async def search(q: str) -> list[str]: ...
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ratelimit.backends import Backend as Backend
 from ratelimit.backends import MemoryBackend as MemoryBackend
@@ -39,12 +40,12 @@ from ratelimit.rules.tree import And as And
 from ratelimit.rules.tree import Or as Or
 from ratelimit.rules.tree import Rule as Rule
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from ratelimit.backends.redis import RedisCommandBackend as RedisCommandBackend
     from ratelimit.backends.redis import RedisScriptBackend as RedisScriptBackend
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     """The Redis engines, imported (with redis-py) when first named: ``import ratelimit``
     stays light for ``memory://`` and PostgreSQL."""
     if name in ("RedisCommandBackend", "RedisScriptBackend"):

@@ -60,6 +60,27 @@ class FakeClock:
         self.now += seconds
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--long",
+        action="store_true",
+        help="also run the tests marked long (multi-process runs, clusters, soaks): the "
+        "whole suite, which CI runs; without it, the suite proving the contract on every "
+        "store and front end, in minutes",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``--long``, the tests marked ``long`` are deselected (not skipped: they are
+    not this run's)."""
+    if config.getoption("--long"):
+        return
+    kept = [item for item in items if item.get_closest_marker("long") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("long")])
+        items[:] = kept
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Keep what the run is made of (modules, test items: most of the process's objects)
     out of the collector's full passes. Each pass walked them all: 100-330 ms a pass

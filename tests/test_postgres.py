@@ -25,7 +25,7 @@ from ratelimit import (
 )
 from ratelimit.backends.postgres import PostgresBackend
 from ratelimit.backends.synced import SyncedBackend
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, selecting
 from tests.postgres_server import PostgresServer
 from tests.redis_server import free_port
 from tests.test_differential import IPS, TREES, USERS
@@ -72,8 +72,9 @@ async def test_postgres_decides_as_memory_does(
                 "apikey": "k1",
             }
             cost = rng.choice([1, 1, 1, 0.5, 0.25])  # every tree has a rule of count 1
-            want = await memory.limit(TREES[index], key=f"t{index}", cost=cost, **values).decide()
-            got = await postgres.limit(TREES[index], key=f"t{index}", cost=cost, **values).decide()
+            given = selecting(TREES[index], **values)
+            want = await memory.limit(TREES[index], key=f"t{index}", cost=cost, **given).decide()
+            got = await postgres.limit(TREES[index], key=f"t{index}", cost=cost, **given).decide()
             assert got == want, f"step {step}"
             assert got.states == want.states, f"states at step {step}"
             allowed += got.allowed

@@ -171,7 +171,8 @@ def test_the_command_line(rules: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "expected unit" in capsys.readouterr().err
     assert cli(["check", str(rules)]) == 0
     assert "3 limits in 1 domain (envoy)" in capsys.readouterr().out
-    assert cli(["peek", "--key", "k", "user:1/m", "user=ann"]) == 0  # memory://: nothing counted
+    assert cli(["peek", "--key", "k", "user:1/m", "user=ann"]) == 1  # memory://: refused
+    assert "pass --storage" in capsys.readouterr().err
     with pytest.raises(SystemExit) as usage:
         cli(["peek", "user:1/m"])
     assert usage.value.code == 2

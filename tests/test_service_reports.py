@@ -1,6 +1,7 @@
 """``always_count`` limits: usage reported after the fact (Envoy's ``apply_on_stream_done``,
 the AI gateways' token accounting) is counted whether or not it is over the limit, and a
-``hits_addend`` above the limit's count is counted, not refused as invalid. A real
+``hits_addend`` above the limit's count is counted; without ``always_count`` it is refused
+(``OVER_LIMIT``), counting nothing. A real
 ``ratelimit serve`` process on Redis, real gRPC clients."""
 
 from __future__ import annotations
@@ -84,13 +85,12 @@ async def test_reports_refused_on_a_full_limit_still_count(
     assert peek.overall_code == RLS.OVER_LIMIT  # without the count, 991 + 1 would pass
 
 
-async def test_a_limit_without_always_count_refuses_such_a_report_as_before(
+async def test_a_limit_without_always_count_refuses_such_a_report(
     envoy: rls_pb2_grpc.RateLimitServiceAsyncStub,
 ) -> None:
     value = f"plain-{next(_names)}"
-    with pytest.raises(grpc.aio.AioRpcError) as error:
-        await envoy.ShouldRateLimit(request("plain", value, 1500), timeout=10)
-    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    never = await envoy.ShouldRateLimit(request("plain", value, 1500), timeout=10)
+    assert never.overall_code == RLS.OVER_LIMIT  # above the count: refused, counting nothing
     assert (
         await envoy.ShouldRateLimit(request("plain", value, 990), timeout=10)
     ).overall_code == RLS.OK
