@@ -70,6 +70,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--long"):  # read by seeds() and examples() as modules are collected
+        os.environ[LONG_RUN] = "1"
+    else:
+        os.environ.pop(LONG_RUN, None)
+
+
+LONG_RUN = "RATELIMIT_LONG_TESTS"
+"""Set under ``--long``: the randomized suites then run every seed and example."""
+
+
+def seeds(whole: int, fast: int) -> range:
+    """The seeds of a randomized suite: ``whole`` of them under ``--long`` (CI), ``fast``
+    in the README's quick run (the others only move behind ``--long``)."""
+    return range(whole if os.environ.get(LONG_RUN) else fast)
+
+
+def examples(whole: int, fast: int) -> int:
+    """Hypothesis's ``max_examples``: ``whole`` under ``--long``, ``fast`` otherwise."""
+    return whole if os.environ.get(LONG_RUN) else fast
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without ``--long``, the tests marked ``long`` are deselected (not skipped: they are
     not this run's)."""

@@ -15,7 +15,7 @@ from ratelimit.backends.redis.client import CLUSTER_TRANSACTIONS, redis_py_versi
 from ratelimit.backends.redis.keys import lock_key, tag
 from tests.redis_server import RedisCluster
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from tests.redis_server import RedisCluster
 from tests.traffic import through_a_failure
 from tests.workers import run_workers
 
-pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120), pytest.mark.long]
 
 TIMEOUT = 0.25
 EXACT_TIMEOUT = 5.0

@@ -27,7 +27,7 @@ from ratelimit.backends.redis.keys import tag
 from tests.redis_server import RedisCluster
 from tests.workers import run_workers
 
-pytestmark = [pytest.mark.redis, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(300), pytest.mark.long]
 
 INSTANT = 1_800_000_000.0
 """The frozen clock every worker reads (seconds)."""

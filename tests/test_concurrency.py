@@ -322,6 +322,7 @@ async def test_slots_and_rates_stack_on_one_function() -> None:
 # --- several OS processes on a real Redis ---
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.parametrize("engine", ["script", "locked"])
 async def test_four_processes_never_run_a_sixth_body(
@@ -342,6 +343,7 @@ async def test_four_processes_never_run_a_sixth_body(
     assert not await redis_client.exists(f"rl:{{{namespace}:shared}}:c")  # all given back
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.parametrize("engine", ["script", "locked"])
 async def test_a_cancellation_storm_leaves_no_slot_held(
@@ -366,6 +368,7 @@ async def test_a_cancellation_storm_leaves_no_slot_held(
     assert held == [], f"{len(held)} slots still held after every process exited"
 
 
+@pytest.mark.long
 @pytest.mark.redis
 def test_a_killed_holders_slots_come_back_after_the_lease(redis_url: str) -> None:
     namespace = f"slots-{uuid.uuid4().hex[:8]}"

@@ -33,7 +33,7 @@ from ratelimit.backends.redis.keys import arrival_key, counter_key, identifier_k
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import Identifier, compile_tree
 from ratelimit.rules.tree import Node, map_rules, to_tree
-from tests.conftest import FakeClock, selecting
+from tests.conftest import FakeClock, examples, seeds, selecting
 from tests.strategies import trees
 
 # Redis expires keys in real time even when decisions run on a fake clock, so every
@@ -89,7 +89,7 @@ async def compare(backends: dict[str, tuple[Backend, FakeClock]], seed: int) -> 
             assert got.states == want.states, f"{name}'s states differ at step {step}"
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", seeds(6, 2))
 @pytest.mark.parametrize("engine", [RedisScriptBackend, RedisCommandBackend])
 @pytest.mark.parametrize("server", ["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
 async def test_memory_and_redis_engines_decide_alike(
@@ -273,7 +273,9 @@ def all_identifiers(tree: Node) -> list[Identifier]:
     ]
 
 
-@settings(max_examples=90, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=examples(90, 30), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(_trees, _calls, st.sampled_from(ALGORITHMS))
 def test_every_engine_decides_and_stores_alike(
     tree: Node, calls: list[tuple[float, int, int, int, float]], algorithm: str

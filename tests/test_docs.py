@@ -94,6 +94,7 @@ def test_every_block_of_the_page_runs(page: Path, redis_url: str) -> None:
         pytest.skip(f"ran {ran} blocks; left out {'; '.join(left_out)} (the bench extra)")
 
 
+@pytest.mark.long  # .ci/run builds the site first anyway
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="the docs extra")
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     done = subprocess.run(

@@ -66,6 +66,7 @@ def test_example_on_memory(example: Path) -> None:
     assert ON_MEMORY[example.name] in run(example, None)
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
 def test_example_on_redis(example: Path, redis_url: str) -> None:

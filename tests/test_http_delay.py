@@ -104,6 +104,7 @@ def test_a_spike_waits_its_turn_under_one_uvicorn_on_memory() -> None:
     check_spike(responses, took, 5)
 
 
+@pytest.mark.long
 @pytest.mark.redis
 def test_a_spike_across_three_processes_on_redis_never_passes_the_rule(redis_url: str) -> None:
     with servers(3, redis_url, "ip:5/s", 3.0) as running:
@@ -111,6 +112,7 @@ def test_a_spike_across_three_processes_on_redis_never_passes_the_rule(redis_url
     check_spike(responses, took, 5)
 
 
+@pytest.mark.long
 @pytest.mark.redis
 def test_a_long_rule_admits_exactly_its_count_across_three_processes(redis_url: str) -> None:
     """ip:10/h with delay=3: nothing frees within the delay, so exactly 10 are admitted
@@ -124,6 +126,7 @@ def test_a_long_rule_admits_exactly_its_count_across_three_processes(redis_url: 
     assert min(int(r.headers["retry-after"]) for r in responses if r.status_code == 429) > 3
 
 
+@pytest.mark.long
 @pytest.mark.postgres
 def test_a_spike_across_two_processes_on_postgres_never_passes_the_rule(
     postgres_url: str,

@@ -229,6 +229,7 @@ def test_forwarded_for_counts_only_from_trusted_proxies(app: str, redis_url: str
     assert [r.status_code for r in chained] == [200] * 5 + [429]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("app", "on_error"), [("starlette", "allow"), ("fastapi", "allow"), ("fastapi", "deny")]
 )

@@ -17,7 +17,7 @@ from ratelimit.pipeline.fallback import PROBE_EVERY
 from tests.redis_server import RedisServer
 from tests.workers import run_workers
 
-pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120), pytest.mark.long]
 
 PROCESSES = 4
 SHARE = 0.25

@@ -266,6 +266,7 @@ async def test_the_command_engine_sends_no_lua() -> None:
     assert not used & {"eval", "evalsha", "eval_ro", "evalsha_ro", "script", "fcall", "function"}
 
 
+@pytest.mark.long
 @pytest.mark.redis
 async def test_a_holder_killed_with_sigkill_blocks_others_at_most_lock_ttl(
     redis_client: aioredis.Redis, redis_url: str, namespace: str
@@ -357,6 +358,7 @@ async def test_a_set_resent_by_the_client_still_finds_its_own_lock(
     assert not await client.exists("rl:{ns:k}:lock")
 
 
+@pytest.mark.long
 @pytest.mark.redis
 async def test_three_processes_on_a_locked_limit_admit_exactly_its_count(
     redis_client: aioredis.Redis, redis_url: str, namespace: str

@@ -96,6 +96,7 @@ async def cluster_client(cluster_url: str) -> AsyncIterator[AsyncRedisCluster]:
     await client.aclose()
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.timeout(60)
 async def test_a_cluster_warns_once_when_old_counters_are_there(
@@ -104,6 +105,7 @@ async def test_a_cluster_warns_once_when_old_counters_are_there(
     await check_warns_once(cluster_client, f"cluster-{uuid.uuid4().hex[:8]}", caplog)
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.timeout(60)
 async def test_a_cluster_without_old_counters_is_silent(

@@ -400,6 +400,7 @@ async def _line(stream: asyncio.StreamReader) -> str:
     return (await asyncio.wait_for(stream.readline(), 30)).decode().strip()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize(
     "engine",

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from ratelimit import RateLimit
 from tests.workers import run_workers
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.long]
 
 ENGINES = ["script", "commands", pytest.param("postgres", marks=pytest.mark.postgres)]
 

@@ -174,6 +174,7 @@ async def test_a_database_down_at_start_is_used_once_it_answers(postgres_url: st
         await rl.aclose()
 
 
+@pytest.mark.long
 @pytest.mark.redis
 async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
     postgres_url: str, redis_url: str, redis_client: aioredis.Redis

@@ -64,6 +64,7 @@ HELD = 2.5
 database up (a migration) while the first calls arrive."""
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.parametrize("on_error", ["allow", "raise"])
 async def test_four_processes_first_use_of_a_fresh_database_admit_exactly_the_limit(
@@ -228,6 +229,7 @@ def test_migrate_reports_what_fails() -> None:
     assert "nothing to set up" in memory.stdout
 
 
+@pytest.mark.long
 async def test_a_database_that_never_answers_holds_calls_up_once() -> None:
     """A server that takes connections and says nothing: the first calls wait for the
     set-up (``setup_timeout``) and fail; the calls after it fail within their own deadline

@@ -34,6 +34,7 @@ async def four_processes_of_fifty(
     return sum(int(out) for out in outputs)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("engine", ["script", "locked", "valkey"])
 async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
     redis_client: aioredis.Redis, redis_url: str, namespace: str, engine: str
@@ -43,6 +44,7 @@ async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty(
     assert not await redis_client.exists(f"rl:{{{namespace}:shared}}:lock")
 
 
+@pytest.mark.long
 async def test_four_processes_of_fifty_coroutines_admit_exactly_fifty_on_gcra(
     redis_client: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:

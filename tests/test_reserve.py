@@ -268,6 +268,7 @@ def test_the_sync_api_passes_the_reserve_through() -> None:
 # --- several OS processes on a real Redis ---
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.parametrize("engine", ["script", "locked"])
 async def test_four_processes_keep_the_reserve(

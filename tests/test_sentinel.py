@@ -33,6 +33,7 @@ def test_sentinel_urls_are_checked_when_made() -> None:
         sentinel_client("redis+sentinel://127.0.0.1:26379/mymaster/zero")
 
 
+@pytest.mark.long
 async def test_a_failover_under_traffic() -> None:
     with SentinelSet() as servers:
         # a redis.asyncio.Sentinel master passed in works as a URL does

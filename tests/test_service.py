@@ -361,6 +361,7 @@ async def test_health_and_reflection(channel: grpc.aio.Channel) -> None:
     assert {"RateLimitService", "envoy.service.ratelimit.v3.RateLimitService"} <= names
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.parametrize("api", ["ratio", "envoy"])
 def test_four_client_processes_admit_exactly_the_limit(
@@ -404,6 +405,7 @@ def test_four_client_processes_admit_exactly_the_limit(
     assert sum(admitted) == 50, admitted
 
 
+@pytest.mark.long
 def test_rules_file_reloaded_under_traffic(rules: Path) -> None:
     """SIGHUP and a changed file both reload; a bad file keeps the old rules."""
 
@@ -514,6 +516,7 @@ def test_sigterm_answers_every_call_in_flight() -> None:
     assert answered == sent == 300
 
 
+@pytest.mark.long
 @pytest.mark.redis
 def test_redis_killed_fail_open_then_recovery() -> None:
     async def ask(address: str, n: int, owner: str) -> list[ratio_pb2.RateLimitResponse]:

@@ -241,6 +241,7 @@ def test_the_work_of_a_request_grows_linearly_with_its_descriptors(tmp_path: Pat
 # --- item 13: SIGTERM under continuous traffic ---
 
 
+@pytest.mark.long
 def test_sigterm_under_continuous_traffic_answers_every_call_it_accepts() -> None:
     """Clients that never stop calling (nor look at health): after SIGTERM every call is
     answered, or refused as UNAVAILABLE before the service took it; none is cancelled,

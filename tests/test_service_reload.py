@@ -81,6 +81,7 @@ def rewrite_in_place(path: Path, versions: list[str], pause: float) -> None:
         time.sleep(pause)
 
 
+@pytest.mark.long
 def test_a_file_rewritten_in_place_never_drops_a_domain(tmp_path: Path) -> None:
     """A writer truncates and rewrites the file 3 times while clients keep asking both
     domains: no answer is NOT_FOUND, and the last version is applied."""
@@ -122,6 +123,7 @@ def test_a_file_rewritten_in_place_never_drops_a_domain(tmp_path: Path) -> None:
     assert "has no limit left for domain 'beta'" in output  # the half-written file, kept out
 
 
+@pytest.mark.long
 def test_removing_a_domain_takes_sighup_or_a_restart(tmp_path: Path) -> None:
     """A file that really drops ``gamma`` (replaced whole, by a rename): the watcher keeps
     the old rules and says why; SIGHUP applies it; so does a restart."""

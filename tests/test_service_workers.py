@@ -35,7 +35,7 @@ from tests.supervised import (
 )
 from tests.workers_client import LOCAL_POOL
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.redis, pytest.mark.once]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.redis, pytest.mark.once, pytest.mark.long]
 RLS = rls_pb2.RateLimitResponse
 OK = ratio_pb2.RateLimitResponse.OK
 RULES = """\

@@ -21,7 +21,7 @@ from ratelimit.service.workers import stopped_code
 from tests.service_process import ROOT
 from tests.supervised import DEADLINE, supervised
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.redis, pytest.mark.once]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.redis, pytest.mark.once, pytest.mark.long]
 
 
 def serve(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

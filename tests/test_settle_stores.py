@@ -39,6 +39,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
@@ -61,6 +62,7 @@ async def test_four_processes_settling_leave_exactly_what_they_settled_on_redis(
         await client.aclose()
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.postgres
 @pytest.mark.timeout(200)

@@ -169,6 +169,7 @@ def cluster() -> Iterator[RedisCluster]:
         yield started
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.timeout(60)
 def test_the_command_reaches_a_cluster(

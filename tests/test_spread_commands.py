@@ -321,6 +321,7 @@ async def test_a_slow_holder_delays_its_own_users_next_call_only(
 PER_USER = 5
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.timeout(120)
 async def test_processes_on_a_spreading_limit_admit_exactly_its_count_per_user(
@@ -361,6 +362,7 @@ def cluster_url() -> Iterator[str]:
         yield cluster.url
 
 
+@pytest.mark.long
 @pytest.mark.redis
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

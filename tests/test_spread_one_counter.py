@@ -160,6 +160,7 @@ async def run_trace(rl: RateLimit, clock: FakeClock, rules: str) -> list[tuple[o
     return answers
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("rules", TREES)
@@ -203,6 +204,7 @@ async def test_a_tree_spanning_slots_decides_as_one_script_does(
         await server.aclose()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("engine", ENGINES)
 async def test_a_concurrency_claim_spanning_slots_holds_every_count(
     cluster_client: AsyncRedisCluster, engine: str
@@ -238,6 +240,7 @@ async def test_a_concurrency_claim_spanning_slots_holds_every_count(
         await other.aclose()
 
 
+@pytest.mark.long
 async def test_a_call_held_before_another_but_pivoting_after_it_sees_its_hits(
     cluster_client: AsyncRedisCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,6 +297,7 @@ async def test_a_call_held_before_another_but_pivoting_after_it_sees_its_hits(
         await other.aclose()
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 async def test_calls_in_flight_on_one_value_take_turns_in_a_process(
     cluster_client: AsyncRedisCluster, algorithm: str

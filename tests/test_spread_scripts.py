@@ -388,6 +388,7 @@ def cluster_url() -> Iterator[str]:
         yield cluster.url
 
 
+@pytest.mark.long
 @pytest.mark.redis
 async def test_every_spread_call_runs_on_a_real_cluster(cluster_url: str) -> None:
     """On a cluster client the engine spreads by default: decisions, settles, resets, slots

@@ -114,6 +114,7 @@ del rl, limit  # collected here; the process exits at once
 """
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "kind",
     [

@@ -19,7 +19,7 @@ from tests.gunicorn_server import GunicornServer
 from tests.redis_server import RedisServer
 from tests.test_wsgi import sf_list
 
-pytestmark = [pytest.mark.redis, pytest.mark.timeout(120), pytest.mark.once]
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120), pytest.mark.once, pytest.mark.long]
 APPS = {"flask": "tests.flask_project:app", "django": "tests.django_project:application"}
 
 
