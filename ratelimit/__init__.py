@@ -11,13 +11,13 @@ Example::
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
 from ratelimit.backends import Backend as Backend
 from ratelimit.backends import MemoryBackend as MemoryBackend
 from ratelimit.core.decision import Decision as Decision
 from ratelimit.core.decision import RateLimitExceeded as RateLimitExceeded
 from ratelimit.core.decision import RuleState as RuleState
+from ratelimit.core.lazy import lazily as _lazily
 from ratelimit.core.settings import Settings as Settings
 from ratelimit.errors import BackendError as BackendError
 from ratelimit.errors import ConfigurationError as ConfigurationError
@@ -45,16 +45,13 @@ if _TYPE_CHECKING:
     from ratelimit.backends.redis import RedisScriptBackend as RedisScriptBackend
 
 
-def __getattr__(name: str) -> _Any:
-    """The Redis engines, imported (with redis-py) when first named: ``import ratelimit``
-    stays light for ``memory://`` and PostgreSQL."""
-    if name in ("RedisCommandBackend", "RedisScriptBackend"):
-        from ratelimit.backends import redis
-
-        value = getattr(redis, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _lazily(  # the Redis engines, with redis-py, when first named
+    __name__,
+    {
+        "RedisCommandBackend": "ratelimit.backends.redis.command.engine",
+        "RedisScriptBackend": "ratelimit.backends.redis.script.engine",
+    },
+)
 
 
 __all__ = [

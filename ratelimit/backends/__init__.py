@@ -22,6 +22,7 @@ from ratelimit.backends.redis.schemes import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.synced import SyncedBackend
 from ratelimit.backends.urls import USE, check_storage_url
 from ratelimit.core.checks import SYNC_RATE_NEEDS_SCRIPTS
+from ratelimit.core.lazy import lazily
 from ratelimit.core.settings import ENGINE_SETTINGS, Settings, unknown_keyword
 from ratelimit.errors import ConfigurationError
 
@@ -59,14 +60,13 @@ def _is_redis_client(storage: object) -> bool:
     return is_redis_client(storage)
 
 
-def __getattr__(name: str) -> Any:
-    """``RedisCommandBackend`` and ``RedisScriptBackend``, imported (with redis-py) when
-    first named."""
-    if name in ("RedisCommandBackend", "RedisScriptBackend"):
-        from ratelimit.backends import redis
-
-        return getattr(redis, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazily(  # the Redis engines, with redis-py, when first named
+    __name__,
+    {
+        "RedisCommandBackend": "ratelimit.backends.redis.command.engine",
+        "RedisScriptBackend": "ratelimit.backends.redis.script.engine",
+    },
+)
 
 
 def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:

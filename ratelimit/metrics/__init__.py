@@ -7,8 +7,9 @@ one extra never needs the other.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ratelimit.core.lazy import lazily
 from ratelimit.metrics.outcomes import ALLOWED as ALLOWED
 from ratelimit.metrics.outcomes import DEGRADED as DEGRADED
 from ratelimit.metrics.outcomes import NEAR_LIMIT as NEAR_LIMIT
@@ -19,16 +20,10 @@ if TYPE_CHECKING:
     from ratelimit.metrics.opentelemetry import OpenTelemetryHook as OpenTelemetryHook
     from ratelimit.metrics.prometheus import PrometheusHook as PrometheusHook
 
-_HOOKS = {
-    "OpenTelemetryHook": "ratelimit.metrics.opentelemetry",
-    "PrometheusHook": "ratelimit.metrics.prometheus",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOOKS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ratelimit.metrics' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazily(
+    __name__,
+    {
+        "OpenTelemetryHook": "ratelimit.metrics.opentelemetry",
+        "PrometheusHook": "ratelimit.metrics.prometheus",
+    },
+)

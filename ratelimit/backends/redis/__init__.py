@@ -23,8 +23,9 @@ import redis-py.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ratelimit.core.lazy import lazily
 
 if TYPE_CHECKING:
     from ratelimit.backends.redis.client import (
@@ -36,23 +37,17 @@ if TYPE_CHECKING:
     from ratelimit.backends.redis.command.engine import RedisCommandBackend
     from ratelimit.backends.redis.script.engine import RedisScriptBackend
 
-_WHERE = {
-    "RedisClient": "client",
-    "client_from_url": "client",
-    "client_options": "client",
-    "is_redis_client": "client",
-    "RedisCommandBackend": "command.engine",
-    "RedisScriptBackend": "script.engine",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazily(
+    __name__,
+    {
+        "RedisClient": "ratelimit.backends.redis.client",
+        "client_from_url": "ratelimit.backends.redis.client",
+        "client_options": "ratelimit.backends.redis.client",
+        "is_redis_client": "ratelimit.backends.redis.client",
+        "RedisCommandBackend": "ratelimit.backends.redis.command.engine",
+        "RedisScriptBackend": "ratelimit.backends.redis.script.engine",
+    },
+)
 
 
 __all__ = [
