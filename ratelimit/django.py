@@ -345,6 +345,7 @@ class _ViewDecorator:
         decided, answered = self.decided, self.answered
         if _is_async(view):
             needs_user = self.view_limit.needs_user
+            counts_when = self.view_limit.limit.count_when is not None
 
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 # Django's one sync thread only where request.user is read (the ORM's);
@@ -357,7 +358,9 @@ class _ViewDecorator:
                 response = view(request, *args, **kwargs)
                 if inspect.isawaitable(response):
                     response = await response
-                return await sync_to_async(answered)(request, decision, response)
+                if counts_when:  # its refund goes through the threaded limiter
+                    return await sync_to_async(answered)(request, decision, response)
+                return answered(request, decision, response)
 
             wrapped = functools.wraps(view)(limited_async)
             setattr(wrapped, VIEW_LIMITED, True)  # per_route routes leave it alone

@@ -192,6 +192,27 @@ def test_a_django_view_counts_only_what_it_says() -> None:
     assert codes == [401, 401, 429]
 
 
+async def test_an_async_django_view_counts_only_what_it_says() -> None:
+    pytest.importorskip("django")
+    from django.http import HttpRequest, HttpResponse
+    from django.test import RequestFactory
+
+    from ratelimit.django import limit
+    from tests import django_project
+
+    @limit("ip:2/m", key=f"count-async-{uuid.uuid4().hex[:6]}", count_when={401})
+    async def login(request: HttpRequest) -> HttpResponse:
+        ok = request.GET.get("password") == "right"
+        return HttpResponse("ok" if ok else "no", status=200 if ok else 401)
+
+    assert django_project.rl is not None
+    factory = RequestFactory()
+    right = [(await login(factory.post("/login?password=right"))).status_code for _ in range(4)]
+    assert right == [200] * 4
+    wrong = [(await login(factory.post("/login?password=wrong"))).status_code for _ in range(3)]
+    assert wrong == [401, 401, 429]
+
+
 def test_count_when_of_a_route_is_checked() -> None:
     with pytest.raises(ConfigurationError, match="holds no HTTP status"):
         Route("/a", "5/m", count_when=[600, 700])
