@@ -81,7 +81,8 @@ class Algorithm:
             if type(cost) is not int or cost < 1:
                 raise ConfigurationError(
                     f"cost must be a whole number of hits, 1 or more, not {cost!r} "
-                    "(fractions need algorithm='sliding-window' or 'fixed-window')"
+                    "(fractions need algorithm='sliding-window' or 'fixed-window', a setting of "
+                    "the limiter: RateLimit.from_url(url, algorithm=...))"
                 )
         elif type(cost) not in (int, float) or not 0 < cost < math.inf:  # type: ignore[operator]
             raise ConfigurationError(f"cost must be a number of hits above 0, not {cost!r}")
