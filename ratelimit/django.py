@@ -43,8 +43,14 @@ with needs_extra("django"):
     from asgiref.sync import iscoroutinefunction, sync_to_async
     from django.conf import settings
     from django.conf.urls.i18n import is_language_prefix_patterns_used
-    from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig
-    from django.http import HttpRequest, HttpResponse, HttpResponseBase
+    from django.core.exceptions import (
+        BadRequest,
+        ImproperlyConfigured,
+        PermissionDenied,
+        RequestDataTooBig,
+        SuspiciousOperation,
+    )
+    from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
     from django.urls import Resolver404, resolve
     from django.utils.module_loading import import_string
     from django.utils.translation import get_language
@@ -341,6 +347,20 @@ class _ViewDecorator:
             self.config.add_headers(response, [decision])
         return response
 
+    def raised(self, request: HttpRequest, decision: Decision, exc: Exception) -> None:
+        """A view that raised, under ``count_when``: counted as the status Django answers
+        it with (404, 403, 400; else 500)."""
+        if self.view_limit.limit.count_when is None:
+            return
+        status = 500
+        if isinstance(exc, Http404):
+            status = 404
+        elif isinstance(exc, PermissionDenied):
+            status = 403
+        elif isinstance(exc, SuspiciousOperation | BadRequest):
+            status = 400
+        self.view_limit.settled(request.META, decision, status, [])
+
     def __call__(self, view: F) -> F:
         decided, answered = self.decided, self.answered
         if _is_async(view):
@@ -355,9 +375,14 @@ class _ViewDecorator:
                 if isinstance(decision, HttpResponseBase):
                     return decision
                 request.ratelimit = decision
-                response = view(request, *args, **kwargs)
-                if inspect.isawaitable(response):
-                    response = await response
+                try:
+                    response = view(request, *args, **kwargs)
+                    if inspect.isawaitable(response):
+                        response = await response
+                except Exception as exc:
+                    if counts_when:  # what Django will answer it with decides
+                        await sync_to_async(self.raised)(request, decision, exc)
+                    raise
                 if counts_when:  # its refund goes through the threaded limiter
                     return await sync_to_async(answered)(request, decision, response)
                 return answered(request, decision, response)
@@ -372,7 +397,12 @@ class _ViewDecorator:
             if isinstance(decision, HttpResponseBase):
                 return decision
             request.ratelimit = decision
-            return answered(request, decision, view(request, *args, **kwargs))
+            try:
+                response = view(request, *args, **kwargs)
+            except Exception as exc:
+                self.raised(request, decision, exc)
+                raise
+            return answered(request, decision, response)
 
         setattr(limited, VIEW_LIMITED, True)
         return limited  # type: ignore[return-value]

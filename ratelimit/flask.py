@@ -124,8 +124,8 @@ class FlaskRateLimit:
             "refused": refused,
         }
         self.middleware = RateLimitMiddleware(
-            no_application, limiter, **self.options
-        )  # checks them
+            no_application, limiter, templates=lambda environ: None, **self.options
+        )  # checks them (init_app gives the application's templates)
         self.limiter = limiter
         self.proxies: TrustedProxies = self.middleware.proxies
         if app is not None:
@@ -210,7 +210,14 @@ class FlaskRateLimit:
 
                 if count_when is None:
                     return view(*args, **kwargs)
-                response = flask.current_app.make_response(view(*args, **kwargs))
+                try:
+                    response = flask.current_app.make_response(view(*args, **kwargs))
+                except HTTPException as exc:  # abort(404): its status decides
+                    limit.settled(request.environ, decision, exc.code or 500, [])
+                    raise
+                except Exception:  # a server error, whatever answers it
+                    limit.settled(request.environ, decision, 500, [])
+                    raise
                 limit.settled(
                     request.environ, decision, response.status_code, response.headers.items()
                 )

@@ -213,6 +213,71 @@ async def test_an_async_django_view_counts_only_what_it_says() -> None:
     assert wrong == [401, 401, 429]
 
 
+def test_a_view_that_raises_counts_as_the_status_it_is_answered_with() -> None:
+    flask = pytest.importorskip("flask")
+    from ratelimit.flask import FlaskRateLimit
+
+    with ratelimit.sync.RateLimit.from_url("memory://") as rl:
+        app = flask.Flask("count_raised")
+        limits = FlaskRateLimit(rl, app)
+
+        @app.get("/item")  # type: ignore[untyped-decorator]
+        @limits.limit("ip:2/m", count_when={401})
+        def item() -> Any:
+            if flask.request.args.get("missing"):
+                flask.abort(404)  # not a failure it counts: refunded
+            flask.abort(401)
+
+        http = app.test_client()
+        assert [http.get("/item?missing=1").status_code for _ in range(4)] == [404] * 4
+        assert [http.get("/item").status_code for _ in range(3)] == [401, 401, 429]
+
+
+def test_a_django_view_that_raises_counts_as_its_status() -> None:
+    pytest.importorskip("django")
+    from django.http import Http404, HttpRequest, HttpResponse
+    from django.test import RequestFactory
+
+    from ratelimit.django import limit
+    from tests import django_project
+
+    @limit("ip:2/m", key=f"count-raise-{uuid.uuid4().hex[:6]}", count_when=range(500, 600))
+    def report(request: HttpRequest) -> HttpResponse:
+        if request.GET.get("missing"):
+            raise Http404("no such report")
+        raise RuntimeError("the report broke")
+
+    assert django_project.rl is not None
+    factory = RequestFactory()
+    for _ in range(4):  # 404s are refunded
+        with pytest.raises(Http404):
+            report(factory.get("/report?missing=1"))
+    for _ in range(2):  # server errors count
+        with pytest.raises(RuntimeError, match="broke"):
+            report(factory.get("/report"))
+    assert report(factory.get("/report")).status_code == 429
+
+
+async def test_an_asgi_app_that_raises_counts_as_a_server_error() -> None:
+    from ratelimit.asgi import RateLimitMiddleware
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/crash":
+            raise RuntimeError("crashed")
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    rl = RateLimit.from_url("memory://", f"count-crash-{uuid.uuid4().hex[:6]}")
+    limited = RateLimitMiddleware(
+        app, rl, [Route("/*", "ip:2/m", key="all", count_when=range(500, 600))]
+    )
+    transport = httpx.ASGITransport(limited, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+        assert [(await http.get("/missing")).status_code for _ in range(4)] == [404] * 4
+        crashed = [(await http.get("/crash")).status_code for _ in range(3)]
+    assert crashed == [500, 500, 429]
+
+
 def test_count_when_of_a_route_is_checked() -> None:
     with pytest.raises(ConfigurationError, match="holds no HTTP status"):
         Route("/a", "5/m", count_when=[600, 700])

@@ -71,6 +71,16 @@ async def test_a_cost_the_sliding_log_cannot_count_at_once_is_refused_and_logged
     assert "sliding-window" in warned[0]
 
 
+async def test_a_never_admitted_call_counts_toward_no_penalty() -> None:
+    rl = RateLimit(MemoryBackend())
+    limit = rl.limit("ip:1000/m", ip="1.2.3.4", key="k", penalty="2 refusals/10m for 1h")
+    for _ in range(3):
+        assert isinstance(await limit.decide(cost=5000), NeverAdmitted)
+    small = await limit.decide(cost=10)
+    assert small.allowed  # the big ones were their cost's fault, never the client's rate
+    assert small.penalty is None
+
+
 async def test_a_cost_of_the_wrong_kind_is_still_an_error() -> None:
     rl = RateLimit(MemoryBackend())
     limit = rl.limit("10/m", key="k", cost=lambda: {"tokens": 5})

@@ -193,6 +193,27 @@ async def test_a_reset_lifts_every_limiters_cached_refusals(make: Maker, clock: 
     assert (await limit.decide()).allowed
 
 
+def test_a_reset_lifts_the_cached_refusals_of_a_threaded_limiter() -> None:
+    """The sync API decides on a denial cache of its own (safe across threads): a reset
+    elsewhere lifts its refusals too."""
+    import ratelimit.sync
+
+    backend = MemoryBackend()
+    with ratelimit.sync.RateLimit(backend, "threads", override_refresh=60) as threaded:
+        limit = threaded.limit("apikey:1/m", key="search", apikey="abc")
+        assert [limit.decide().allowed for _ in range(2)] == [True, False]
+        assert threaded.limiter.cached_refusals == 1
+
+        async def reset() -> None:
+            resetter = RateLimit(backend, "threads")
+            await resetter.limit("apikey:1/m", key="search", apikey="abc").reset()
+
+        asyncio.run(reset())
+        threaded.portal.run(threaded.limiter.overrides.refresh)
+        assert threaded.limiter.cached_refusals == 0
+        assert limit.decide().allowed
+
+
 async def test_a_reset_reaches_another_limiter_by_its_own_task(
     make: Maker, clock: FakeClock
 ) -> None:

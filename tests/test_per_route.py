@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ratelimit import RateLimit
+from ratelimit import ConfigurationError, RateLimit
 from ratelimit.asgi import Route
 
 pytestmark = pytest.mark.timeout(30)
@@ -112,10 +112,26 @@ def test_django_counts_per_method_and_url_pattern() -> None:
         assert statuses([http.get(f"/items/{n}") for n in range(3)]) == [200, 200, 200]
 
 
+def test_per_route_needs_templates_under_plain_wsgi() -> None:
+    import ratelimit.sync
+    from ratelimit.wsgi import RateLimitMiddleware
+
+    def app(environ: Any, start_response: Any) -> list[bytes]:
+        return []
+
+    with ratelimit.sync.RateLimit.from_url("memory://") as rl:
+        with pytest.raises(ConfigurationError, match="per_route=True needs the application"):
+            RateLimitMiddleware(app, rl, [Route("/*", "ip:2/m", per_route=True)])
+        RateLimitMiddleware(
+            app, rl, [Route("/*", "ip:2/m", per_route=True)], templates=lambda e: "/x"
+        )
+
+
 def test_per_route_is_checked() -> None:
     with pytest.raises(TypeError, match="per_route must be True or False"):
         Route("/*", "ip:2/m", per_route="yes")  # type: ignore[arg-type]
     route = Route("/*", "ip:2/m", per_route=True)
     assert route.key_for("HEAD", "/items/{id}") == "/* GET /items/{id}"
     assert route.key_for("POST", None) == "/* POST (no route)"
+    assert route.key_for("X7", "/items/{id}") == "/* OTHER /items/{id}"  # one bucket
     assert Route("/a", "5/m").key_for("GET", "/a") == "/a"

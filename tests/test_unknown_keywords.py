@@ -100,6 +100,15 @@ def test_from_url_passes_on_what_the_client_takes() -> None:
         assert rl.storage is not None
 
 
+def test_the_options_of_a_connection_class_given_are_passed_on() -> None:
+    from redis.asyncio.connection import SSLConnection
+
+    RateLimit.from_url(
+        "redis://127.0.0.1:1/0", connection_class=SSLConnection, ssl_cert_reqs="none"
+    )
+    RateLimit.from_url("redis+cluster://127.0.0.1:1", connection_class=SSLConnection)
+
+
 def test_made_with_an_unknown_setting_names_the_settings() -> None:
     with pytest.raises(TypeError) as refused:
         RateLimit(MemoryBackend(), timout=1)  # type: ignore[call-arg]

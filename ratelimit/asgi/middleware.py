@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any
 
+from ratelimit.asgi.header_map import HeaderMap
 from ratelimit.asgi.headers import (
     problem,
     problem_headers,
@@ -170,7 +171,15 @@ class RateLimitMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_headers)
+            try:
+                await self.app(scope, receive, send_with_headers)
+            except Exception as exc:
+                if not started and found is not None and request is not None:
+                    limit = found[0].limit
+                    if limit.settles:  # no response started: what will answer it decides
+                        response = HTTPResponse(_STATUS_OF.get(type(exc), 500), HeaderMap(()))
+                        await limit.settled(self.limiter, request, response, decisions[0])
+                raise
         except SourceValueError as exc:  # a RouteLimit's value is unreadable
             if started:
                 raise
@@ -253,6 +262,10 @@ class RateLimitMiddleware:
         status, body = problem(decision)
         retry = refusal_headers(decision, body)[2:]
         await _answer(scope, receive, send, status, body, [*retry, *added])
+
+
+_STATUS_OF: dict[type[BaseException], int] = {SourceValueError: 422, RateLimitExceeded: 429}
+"""The status the middleware answers an exception of the application with (else 500)."""
 
 
 async def _answer(

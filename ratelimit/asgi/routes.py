@@ -160,10 +160,14 @@ class Route:
         followed by the method (``HEAD`` as ``GET``, whose endpoint it runs) and the path
         template of the application's route it reached (``"/* GET /items/{id}"``;
         ``template`` ``None``: a path no route of the application serves, all of which
-        share ``"/* GET (no route)"``)."""
+        share ``"/* GET (no route)"``; a method HTTP does not define counts as ``OTHER``)."""
         if not self.per_route:
             return self.key
-        return f"{self.key} {'GET' if method == 'HEAD' else method} {template or NO_ROUTE}"
+        if method == "HEAD":
+            method = "GET"
+        elif method not in METHODS:  # a client's made-up method: one bucket, not one each
+            method = "OTHER"
+        return f"{self.key} {method} {template or NO_ROUTE}"
 
     def __repr__(self) -> str:
         return f"Route({self.path!r}, '{self.limit.compiled.tree}', key={self.key!r})"

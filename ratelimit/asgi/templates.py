@@ -8,8 +8,9 @@ matches the path but not the method (a 405) counts under its template too. The r
 found from ``scope["app"]`` (set by the Starlette application the middleware runs in) or
 by following ``.app`` from the wrapped application to one that has a ``router``.
 
-An application of another framework has no router this can read: each path then counts on
-its own (``/items/1`` and ``/items/2`` apart), which the middleware says once in the log.
+An application of another framework has no router this can read: its requests then share
+one counter (:data:`UNKNOWN`; never one per path, which a client could mint without end),
+which the middleware says once in the log.
 
 Example::
 
@@ -22,16 +23,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ratelimit.asgi.request import route_path
-
 logger = logging.getLogger("ratelimit")
+UNKNOWN = "(routes unknown)"
+"""The template of every request of an application whose router cannot be read: one shared
+counter (never one per path, which a client could mint without end)."""
 MAX_WRAPPERS = 32
 """How many ``.app`` wrappers are followed looking for a router."""
 
 
 class RouteTemplates:
     """The path template of a request's route in ``app`` (see the module): ``None`` for a
-    path no route serves; the path itself where no router can be read."""
+    path no route serves; :data:`UNKNOWN` where no router can be read."""
 
     __slots__ = ("_app", "_warned")
 
@@ -46,9 +48,10 @@ class RouteTemplates:
                 self._warned = True
                 logger.warning(
                     "ratelimit: a per_route Route found no Starlette router in the application "
-                    "to read path templates from: each path counts on its own counters"
+                    "to read path templates from: its requests share one counter, %r",
+                    UNKNOWN,
                 )
-            return str(route_path(scope))
+            return UNKNOWN
         return _template(routes, scope, "")
 
 

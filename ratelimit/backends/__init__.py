@@ -88,7 +88,8 @@ def backend_from_url(url: str, settings: Settings, **options: Any) -> Backend:
     if scheme in REDIS_SCHEMES:  # the engines' schemes: redis.schemes's
         from ratelimit.backends.redis import client_from_url, client_options
 
-        _check_options(options, client_options(scheme), f"the {scheme}:// client (redis-py)")
+        known = client_options(scheme, options.get("connection_class"))
+        _check_options(options, known, f"the {scheme}:// client (redis-py)")
         if settings.sync_rate < 0:
             return MemoryBackend(clock=settings.clock)
         return _redis_backend(client_from_url(url, **options), settings, owns_client=True)

@@ -436,7 +436,9 @@ class Limit:
         if self._count_when is None:
             return None
         task = asyncio.current_task()
-        entered = self._entered[task]
+        entered = self._entered.get(task)
+        if not entered:  # entered in another task: its decision is not this one's to settle
+            return None
         decision = entered.pop()
         if not entered:
             del self._entered[task]

@@ -110,7 +110,7 @@ class RateLimit(LimitMaker):
                 settings.override_refresh,
                 clock_of(backend),
                 lambda: self._policy.failing,
-                self._denials.clear,
+                lambda: self._decider.denials.clear(),  # the one in use (the sync API's swaps it)
             )
         )
         self.overrides = Overrides(cache, algorithm, type(backend).__name__)

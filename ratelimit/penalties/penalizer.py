@@ -39,7 +39,7 @@ from typing import Any
 
 from ratelimit.backends.base import clock_of
 from ratelimit.backends.penalty_store import PenaltyHold, PenaltyStore, check_penalties
-from ratelimit.core.decision import Decision, HeldDecision
+from ratelimit.core.decision import Decision, HeldDecision, NeverAdmitted
 from ratelimit.core.plan import CompiledTree, Identifier
 from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.overrides.lowered import Overriding
@@ -199,7 +199,12 @@ class Penalizer:
                 decider.hooks(decision, 0.0)
             return decision
         decision = await decider.decide(call, record, shadow, within, override)
-        if record and not decision.allowed and not decision.degraded:
+        if (
+            record
+            and not decision.allowed
+            and not decision.degraded
+            and decision.__class__ is not NeverAdmitted  # its cost, not the client's rate
+        ):
             waiting = waiting_call()
             if waiting is not None:  # a call that waits: only its last refusal counts
                 waiting.pending = functools.partial(self._note, target)

@@ -70,6 +70,10 @@ class LockedDenials(DenialCache):
         with self._lock:
             super().remember(call, decision)
 
+    def clear(self) -> None:
+        with self._lock:
+            super().clear()
+
 
 class DirectPath:
     """Plain decisions of ``limiter`` in the calling thread (see the module's docstring).

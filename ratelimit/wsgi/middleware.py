@@ -81,8 +81,9 @@ class RateLimitMiddleware:
     ``templates``: a function of the environ returning the path template of the route it
     reaches (``None`` for none; :data:`~ratelimit.asgi.routes.LIMITED_VIEW` for a view with
     a limit of its own, which ``per_route`` routes leave alone), which
-    ``Route(..., per_route=True)`` counts by (default: each path counts on its own;
-    ``ratelimit.flask`` and ``ratelimit.django`` pass their router's). Everything is checked here.
+    ``Route(..., per_route=True)`` counts by (``ratelimit.flask`` and ``ratelimit.django``
+    pass their router's; without it, a ``per_route`` route is refused). Everything is
+    checked here.
 
     Example (Flask)::
 
@@ -123,6 +124,12 @@ class RateLimitMiddleware:
         self.app = app
         self.limiter = limiter
         self.table = RouteTable(routes, exclude, limiter.limiter)
+        if templates is None and any(route.per_route for route in self.table.routes):
+            raise ConfigurationError(
+                "per_route=True needs the application's path templates: pass templates= (a "
+                "function of the environ returning the template of the route it reaches), or "
+                "use ratelimit.flask or ratelimit.django, which read their router's"
+            )
         for route in self.table.routes:
             if route.room is not None:
                 raise ConfigurationError(
@@ -169,8 +176,8 @@ class RateLimitMiddleware:
         if found is not None:
             route = found[0]
             key = route.key
-            if route.per_route:
-                template = path if self.templates is None else self.templates(environ)
+            if route.per_route and self.templates is not None:
+                template = self.templates(environ)
                 if template == LIMITED_VIEW:  # its view has a limit of its own
                     return gate
                 key = route.key_for(scope["method"], template)

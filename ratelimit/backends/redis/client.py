@@ -40,11 +40,12 @@ def client_from_url(url: str, **options: Any) -> RedisClient:
     return client
 
 
-def client_options(scheme: str) -> frozenset[str]:
+def client_options(scheme: str, connection_class: object = None) -> frozenset[str]:
     """The keywords redis-py takes for a client of ``scheme`` (read from the signatures of
     what :func:`client_from_url` calls, so they follow the installed redis-py): what
     ``RateLimit.from_url`` passes on; any other keyword is refused there, before a client is
-    opened, rather than failing every decision."""
+    opened, rather than failing every decision. ``connection_class``: the one given, whose
+    own keywords are taken too."""
     connection = aioredis.connection
     if scheme == SENTINEL_SCHEME:
         makers: tuple[Any, ...] = (
@@ -54,12 +55,15 @@ def client_options(scheme: str) -> frozenset[str]:
         )
         extra = {"ssl", "sentinel_kwargs", "redis_class", "connection_pool_class"}
     elif scheme in CLUSTER_SCHEMES:
-        makers, extra = (RedisCluster, connection.Connection), set()
+        node = aioredis.cluster.ClusterNode
+        makers, extra = (RedisCluster, node, connection.Connection), set()
     else:
         last = {"rediss": connection.SSLConnection, "unix": connection.UnixDomainSocketConnection}
         makers = (aioredis.Redis.from_url, connection.ConnectionPool, last.get(scheme))
         makers += (connection.Connection,) if scheme != "unix" else ()
         extra = set()
+    if isinstance(connection_class, type):  # its own keywords, as redis-py passes them on
+        makers += (connection_class,)
     names = set(extra)
     for maker in makers:
         for cls in getattr(maker, "__mro__", (maker,)):
