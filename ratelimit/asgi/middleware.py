@@ -175,10 +175,7 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send_with_headers)
             except Exception as exc:
                 if not started and found is not None and request is not None:
-                    limit = found[0].limit
-                    if limit.settles:  # no response started: what will answer it decides
-                        response = HTTPResponse(_STATUS_OF.get(type(exc), 500), HeaderMap(()))
-                        await limit.settled(self.limiter, request, response, decisions[0])
+                    await self._settle_raised(found[0], request, decisions[0], exc)
                 raise
         except SourceValueError as exc:  # a RouteLimit's value is unreadable
             if started:
@@ -192,6 +189,15 @@ class RateLimitMiddleware:
             request = request or HTTPRequest(scope, self.proxies)
             full = getattr(exc, "limit", None)  # a concurrency limit's full slots
             await self._refuse(scope, receive, send, request, exc.decision, decisions, full)
+
+    async def _settle_raised(
+        self, route: Route, request: HTTPRequest, decision: Decision, exc: Exception
+    ) -> None:
+        """A request whose application raised before its response started, settled as
+        the status that will answer it (``count_when``: a 500 counts as one)."""
+        if route.limit.settles:
+            response = HTTPResponse(_STATUS_OF.get(type(exc), 500), HeaderMap(()))
+            await route.limit.settled(self.limiter, request, response, decision)
 
     async def _websocket(
         self,
