@@ -3,11 +3,12 @@
 decorates, the function that decides and records one call without a coroutine and builds no
 ``Decision`` for an admitted one.
 
-One body per shape: a call of cost 1 on one rule of a sliding log or of GCRA is admitted
-inline, under the backend's lock, by what ``MemoryBackend._decide_one`` /
-``_decide_arrivals`` do for an admitted call (:func:`identified`, which the fused path calls
-with the identifier and the direct path through :func:`admitter`). A call they would refuse
-(or a GCRA arrival time stored under another rate, to rescale first) changes nothing and
+One body per shape: a call of cost 1 on one rule of a sliding log, of GCRA or of a window
+counter is admitted inline, under the backend's lock, by what ``MemoryBackend._decide_one``
+/ ``_decide_arrivals`` / ``_decide_windows`` do for an admitted call (:func:`identified`,
+which the fused path calls with the identifier and the direct path through
+:func:`admitter`). A call they would refuse (or a GCRA arrival time stored under another
+rate, to rescale first; a window counter held newer than the clock) changes nothing and
 goes, with every other call and tree, to ``MemoryBackend.admit``, which decides as
 ``decide`` does and says why.
 """
@@ -18,9 +19,18 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from ratelimit.algorithms import GCRA, SLIDING_LOG, US_PER_MS, Algorithm, gcra_burst
+from ratelimit.algorithms import (
+    FIXED_WINDOW,
+    GCRA,
+    SLIDING_LOG,
+    SLIDING_WINDOW,
+    US_PER_MS,
+    Algorithm,
+    gcra_burst,
+)
+from ratelimit.backends import windows
 from ratelimit.backends.layout import gcra_field
-from ratelimit.backends.memory.entries import Arrivals, Log
+from ratelimit.backends.memory.entries import Arrivals, Log, Windows
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import CompiledTree, Identifier, Plan
 from ratelimit.rules.tree import Rule
@@ -38,6 +48,7 @@ class MemoryBackend(Protocol):
     _sweep_at: int
     _logs: dict[Identifier, Log]
     _arrivals: dict[Identifier, Arrivals]
+    _windows: dict[Identifier, Windows]
 
     def _clock(self) -> float: ...
     def _sweep(self, now: int) -> None: ...
@@ -83,10 +94,10 @@ def identified(
     make = _IDENTIFIED.get(algorithm.name)
     if make is None or len(compiled.rules) != 1 or compiled.rules[0].count < 1:
         return None
-    return make(backend, compiled.rules[0])
+    return make(backend, compiled.rules[0], algorithm.name == SLIDING_WINDOW)
 
 
-def _log_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
+def _log_identified(backend: MemoryBackend, rule: Rule, _: bool) -> AdmitIdentified:
     # Log.record's admitted call of cost 1, and _decide_one's check; the refusal is told
     # before the sweep's count moves: a refused call leaves everything as it was, for the
     # general path to decide it again
@@ -134,7 +145,7 @@ def _log_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
     return admit
 
 
-def _arrival_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
+def _arrival_identified(backend: MemoryBackend, rule: Rule, _: bool) -> AdmitIdentified:
     # _decide_arrivals' admitted call of cost 1 (Arrivals.write inline), the refusal told
     # before anything changes
     arrivals, clock = backend._arrivals, backend._clock
@@ -182,4 +193,68 @@ def _arrival_identified(backend: MemoryBackend, rule: Rule) -> AdmitIdentified:
     return admit
 
 
-_IDENTIFIED = {SLIDING_LOG: _log_identified, GCRA: _arrival_identified}
+def _window_identified(backend: MemoryBackend, rule: Rule, sliding: bool) -> AdmitIdentified:
+    # _decide_windows' admitted call of cost 1 on one rule (counter_outcome's rate, inlined
+    # with the same operations in the same order), the refusal told before anything
+    # changes; a window held newer than now (the clock stepped back) goes the general way
+    table, clock = backend._windows, backend._clock
+    acquire, release = backend._lock.acquire, backend._lock.release
+    count, size = rule.count, rule.span_ms * US_PER_MS
+    empty = windows.empty
+
+    def admit(identifier: Identifier) -> bool:
+        acquire()
+        try:
+            if backend._closed:
+                return False
+            now = round(clock() * 1_000_000)
+            index = now // size
+            entry = table.get(identifier)
+            slots = None
+            if entry is not None and entry.expires_us > now:
+                slots = entry.slots.get(size)
+            else:
+                entry = None
+            current = previous = 0.0
+            if slots is not None:
+                for at in (1, 3):
+                    held = slots[at]
+                    if held is None:
+                        continue
+                    if held == index:
+                        current = slots[at - 1]
+                    elif held == index - 1:
+                        previous = slots[at - 1]
+                    elif held > index:
+                        return False  # the clock stepped back: not_before, generally
+            rate = current + previous * (size - (now - index * size)) / size if sliding else current
+            if rate + 1 > count:
+                return False
+            since = backend._since_sweep + 1
+            if since >= backend._sweep_at:
+                backend._sweep(now)  # which may drop an expired entry: made again below
+            else:
+                backend._since_sweep = since
+            if entry is None:
+                entry = Windows()
+            if slots is None:
+                slots = entry.slots[size] = empty()
+            slot = (index & 1) << 1  # windows.hold, inlined
+            slots[slot] = current + 1
+            slots[slot + 1] = index
+            if now + 2 * size > entry.expires_us:
+                entry.expires_us = now + 2 * size
+            table[identifier] = entry
+            return True
+        finally:
+            release()
+
+    return admit
+
+
+_IDENTIFIED = {
+    SLIDING_LOG: _log_identified,
+    GCRA: _arrival_identified,
+    SLIDING_WINDOW: _window_identified,
+    FIXED_WINDOW: _window_identified,
+}
