@@ -47,13 +47,43 @@ async def outcome(work: Any, *args: Any, **kwargs: Any) -> object:
         return (type(exc).__name__, str(exc))
 
 
-async def scripted(seed: int, mode: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+class Told:
+    """A timed hook: every decision it was told, as what a hook can read of it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Any, ...]] = []
+
+    def __call__(self, decision: Decision) -> None:
+        raise AssertionError("a timed hook is called by its timed method")
+
+    def timed(self, decision: Decision, seconds: float) -> None:
+        assert seconds >= 0
+        self.seen.append(
+            (
+                type(decision).__name__,
+                decision.allowed,
+                round(decision.retry_after, 6),
+                decision.rule,
+                decision.remaining,
+                decision.key,
+                decision.degraded,
+                decision.shadow,
+                decision.override,
+                decision.penalty,
+                tuple(s._replace(reset_after=round(s.reset_after, 6)) for s in decision.states),
+            )
+        )
+
+
+async def scripted(
+    seed: int, mode: str, monkeypatch: pytest.MonkeyPatch, told: Told | None = None
+) -> tuple[Any, ...]:
     chance = random.Random(seed)
     clock = FakeClock()
     algorithm = chance.choice(["sliding-log", "gcra", "sliding-window", "fixed-window"])
     rules = chance.choice(RULES + (["user:2/s burst 4"] if algorithm == "gcra" else []))
     backend = MemoryBackend(clock=clock, sweep_every=chance.choice([1, 2, 5, 1024]))
-    rl = RateLimit(backend, "fused", algorithm=algorithm)
+    rl = RateLimit(backend, "fused", algorithm=algorithm, hooks=[] if told is None else [told])
     limit = rl.limit(rules, key="k", shadow=chance.random() < 0.1)
     decided_by(limit, mode, monkeypatch)
 
@@ -61,8 +91,11 @@ async def scripted(seed: int, mode: str, monkeypatch: pytest.MonkeyPatch) -> tup
         return 1
 
     work = limit(body)
+    paths = limit._direct("k", limit._bind(body)[1])
     if mode == "fused":
-        assert limit._direct("k", limit._bind(body)[1])[2] is not None  # the path under test
+        assert paths[2] is not None  # the path under test
+    elif mode == "direct":  # with hooks too: they read whole decisions
+        assert paths[0] is not None
     # another function counting on the same key: of the same rules, or of another span (a
     # second arrival time on the same identifier) or count (a rate to rescale from)
     # (another limiter on the store: one limiter keeps one set of rules per key)
@@ -106,6 +139,8 @@ async def scripted(seed: int, mode: str, monkeypatch: pytest.MonkeyPatch) -> tup
                 seen.append(await outcome(work, user=user))
             else:
                 seen.append(await outcome(work, user))
+    if told is not None:
+        seen.append(told.seen)
     state = (
         backend.logs(),
         backend.arrivals(),
@@ -127,6 +162,18 @@ async def test_random_scripts_come_out_the_same_fused_direct_and_general(
     for one in range(seed, seed + 10):
         fused, direct, general = [await scripted(one, mode, monkeypatch) for mode in MODES]
         assert fused == direct == general, f"seed {one}"
+
+
+@pytest.mark.parametrize("seed", range(0, 100, 10))
+async def test_hooks_are_told_the_same_decisions_direct_and_general(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A limiter with hooks decides on the direct path by whole decisions (the fused one
+    builds none): the hooks read what the general path tells them, field by field."""
+    for one in range(seed, seed + 10):
+        direct, general = [await scripted(one, mode, monkeypatch, Told()) for mode in MODES[1:]]
+        assert direct == general, f"seed {one}"
+        assert direct[3][-1], "the hook was told"
 
 
 class Counting(MemoryBackend):

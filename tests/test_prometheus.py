@@ -3,11 +3,13 @@ read back from a registry of the test's own (and from the exposition text it wri
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ratelimit import BackendError, MemoryBackend, RateLimit
+from ratelimit import BackendError, MemoryBackend, RateLimit, RateLimitExceeded
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import Plan
 from ratelimit.metrics.prometheus import PrometheusHook
@@ -103,3 +105,35 @@ async def test_a_front_end_may_count_its_own_decisions() -> None:
 def test_a_bad_near_ratio_is_refused_when_the_hook_is_made(ratio: object) -> None:
     with pytest.raises((TypeError, ValueError), match="near_ratio"):
         PrometheusHook(CollectorRegistry(), near_ratio=ratio)  # type: ignore[arg-type]
+
+
+async def test_the_labelled_children_kept_count_every_rule_under_its_own_labels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hook keeps each (key, rule, outcome)'s children by the rule's ``id``: rules of
+    the same text made apart count together, rules of other texts apart, a decorated limit
+    (the direct path, whole decisions) as ``decide()`` does; past ``CHILDREN`` the table
+    starts again and nothing is miscounted."""
+    monkeypatch.setattr("ratelimit.metrics.prometheus.CHILDREN", 2)
+    registry = CollectorRegistry()
+    rl = RateLimit(MemoryBackend(clock=FakeClock()), hooks=[PrometheusHook(registry)])
+
+    @rl.limit("user:3/m", key="api")
+    async def work(user: str) -> None: ...
+
+    for user in ["ann", "bob", "ann", "ann", "ann"]:
+        with contextlib.suppress(RateLimitExceeded):
+            await work(user)
+    for rules in ["user:3/m", "user:3/m", "user:9/h", "user:2/s"]:  # one limiter per rules
+        other = RateLimit(MemoryBackend(clock=FakeClock()), hooks=rl.settings.hooks)
+        await other.limit(rules, key="api", user="cy").decide()
+
+    def counted(limit: str, outcome: str) -> float:
+        return value(registry, "ratelimit_decisions_total", key="api", limit=limit, outcome=outcome)
+
+    assert counted("user:3/m", "allowed") == 5  # ann twice, bob, cy twice (made apart)
+    assert counted("user:3/m", "near_limit") == 1  # ann's third
+    assert counted("user:3/m", "over_limit") == 1  # ann's fourth
+    assert counted("user:9/h", "allowed") == 1
+    assert counted("user:2/s", "allowed") == 1
+    assert value(registry, "ratelimit_decision_duration_seconds_count", key="api") == 9

@@ -84,6 +84,18 @@ def asker(decider: Decider) -> Ask:
     return ask
 
 
+Whole = Callable[[Plan], Decision]
+"""``whole(plan)``: the store's whole decision of ``plan``, without a coroutine."""
+
+
+def whole(decider: Decider) -> Whole | None:
+    """The store's ``decide_now`` when the class that defines it defines the ``decide`` in
+    force (``memory://``): what the direct path of a limiter with hooks decides by, since
+    its hooks read every decision; ``None`` elsewhere (``Decider.ask`` then decides)."""
+    now: Whole | None = shortcut(decider.backend, "decide_now", "decide")
+    return now
+
+
 def call_key(
     decider: Decider, compiled: CompiledTree, key: str, values: Values, cost: Cost
 ) -> CallKey:
@@ -103,8 +115,9 @@ def direct_path(
 ) -> PlanOf | None:
     """The direct path of one decorated limit, or ``None`` when its shape never allows one
     (a selector from ``limit()``'s keywords or a selector object, or not a parameter of
-    the function; hooks or background counting on the limiter)."""
-    if decider.hooks or decider.background is not None or sources.obj is not None:
+    the function; background counting on the limiter). With hooks, the decorator decides
+    its plans by :func:`whole` decisions, which the hooks read."""
+    if decider.background is not None or sources.obj is not None:
         return None
     names = compiled.selectors
     if any(name in sources.keywords for name in names):
@@ -128,7 +141,7 @@ def direct_path(
         plans[by] = plan
         return plan
 
-    hooks = decider.hooks  # empty, or the direct path was refused above
+    hooks = decider.hooks
 
     def plan_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Direct | None:
         if decider.closed or decider.hooks is not hooks or decider.background is not None:

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, NoReturn, ParamSpec, TypeVar
@@ -18,7 +19,7 @@ from ratelimit.core.plan import CompiledTree, Cost, compile_tree
 from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.front.chosen import ChosenRules, RulesLike
-from ratelimit.front.direct import Values, asker
+from ratelimit.front.direct import Values, asker, whole
 from ratelimit.front.fused import DirectPaths, direct_paths
 from ratelimit.front.keywords import LIMIT_OWN, check_selector_keywords
 from ratelimit.front.registry import Registration, Registry
@@ -27,6 +28,7 @@ from ratelimit.overrides.cache import Override, OverrideCache
 from ratelimit.overrides.lowered import Never, Overriding, never, refusing
 from ratelimit.penalties.penalizer import NOT_NAMED, Found, penalizer_for
 from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
+from ratelimit.pipeline.hooks import Hooks
 from ratelimit.pipeline.waiting import admitted, wait_seconds
 from ratelimit.rules.tree import Rule, to_tree
 
@@ -38,6 +40,7 @@ CountWhen = Callable[[Any], "bool | Awaitable[bool]"]
 """``count_when=``: of a call's outcome (its result, or the exception it raised), whether
 it counts."""
 penalty_logger = logging.getLogger("ratelimit.penalties")
+_clock = time.perf_counter
 
 
 class Limit:
@@ -467,7 +470,10 @@ class Limit:
         key, parameters = self._bind(func)
         shadow, settle, counted = self._shadow, self._settle, self._count_when
         direct, admit, fused = self._direct(key, parameters)
-        ask = asker(self._decider)  # Decider.ask, or the store's with None for an admission
+        decider = self._decider
+        hooks = decider.hooks or None  # then every decision is whole, for them to read
+        ask = asker(decider)  # Decider.ask, or the store's with None for an admission
+        now = None if hooks is None else whole(decider)
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -476,6 +482,13 @@ class Limit:
             known = None if direct is None else direct(args, kwargs)
             if known is not None:  # the direct path (ratelimit.front.direct)
                 plan, values = known
+                if hooks is not None:  # a whole decision, for the hooks
+                    started = _clock() if hooks.timed else 0.0
+                    told = now(plan) if now is not None else await decider.ask(plan)
+                    waits = self._told(told, values, shadow, started)
+                    if waits is not None:
+                        await self._waited(*waits)
+                    return await func(*args, **kwargs)
                 refused = admit(plan) if admit is not None else await ask(plan)
                 if refused is not None and not refused.allowed:
                     call, refused = self._refusal(values, refused, shadow)
@@ -519,16 +532,38 @@ class Limit:
         decider = self._decider
         return await admitted(lambda: decider.decide(call, True), self._wait, first=refusal)
 
+    def _told(
+        self, decision: Decision, values: Values, shadow: bool, started: float
+    ) -> tuple[CallKey, Decision] | None:
+        """A whole decision of the direct path of a limiter with hooks, told to them as
+        :meth:`Decider.decide` tells them (the decision took since ``started``, when they
+        are timed): ``None`` when admitted; a refusal as :meth:`_refusal` answers it, with
+        ``None`` for one let through in shadow."""
+        hooks = self._decider.hooks
+        if decision.allowed:
+            hooks(decision, _clock() - started if started else 0.0)
+            return None
+        waits = self._refusal(values, decision, shadow, hooks, started)
+        return None if waits[1].shadow else waits
+
     def _refusal(
-        self, values: Values, decision: Decision, shadow: bool
+        self,
+        values: Values,
+        decision: Decision,
+        shadow: bool,
+        hooks: Hooks | None = None,
+        started: float = 0.0,
     ) -> tuple[CallKey, Decision]:
         """A refusal the store gave the direct path to a call of ``values`` (of its key):
-        remembered; the call's key and the refusal, marked ``shadow`` when let through, to
+        remembered, told to the ``hooks`` (the decision took since ``started``, when they
+        are timed); the call's key and the refusal, marked ``shadow`` when let through, to
         wait out (:meth:`_waited`) under ``wait=``; else ``RateLimitExceeded``."""
         decider, compiled, key = self._decider, self._compiled, decision.key
         assert type(compiled) is CompiledTree  # the direct path's limits have a tree
         call = self._call_key(key, compiled, values, self._cost.of(compiled, decider.algorithm))
         decision = decider.refused(call, decision, shadow)
+        if hooks is not None:
+            hooks(decision, _clock() - started if started else 0.0)
         if not decision.shadow and not self._wait:
             raise RateLimitExceeded(decision)
         return call, decision

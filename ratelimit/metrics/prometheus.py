@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ratelimit.core.decision import Decision
 from ratelimit.core.extras import needs_extra
@@ -47,6 +47,13 @@ with needs_extra("prometheus"):
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 """The latency histogram's buckets, in seconds: a decision takes a round trip to the
 storage, a fraction of a millisecond on a LAN, up to the deadline (1 s by default)."""
+
+
+CHILDREN = 10_000
+"""How many (key, rule, outcome) a :class:`PrometheusHook` keeps its labelled children for."""
+_Children = tuple[object, Callable[[], None], Callable[[float], None]]
+"""The rule (kept: its ``id`` is the table's key), the decision counter's ``inc`` and the
+latency histogram's ``observe`` for one (key, rule, outcome)."""
 
 
 class DecisionMetrics:
@@ -123,6 +130,10 @@ class PrometheusHook:
         self.keys = keys
         self.decisions = decisions
         self.metrics = decision_metrics(registry)
+        self._children: dict[tuple[str, int, str], _Children] = {}
+        """Per (key, ``id`` of the deciding rule, outcome): the labelled children that count
+        it (:meth:`_labelled`), each rule held beside them, so that its ``id`` names it for
+        as long as the entry lives. ``labels()`` costs more than the count itself."""
 
     def __call__(self, decision: Decision) -> None:
         self.timed(decision, None)
@@ -130,11 +141,31 @@ class PrometheusHook:
     def timed(self, decision: Decision, seconds: float | None) -> None:
         if not self.decisions:
             return
-        key = decision.key if self.keys else ""
-        rule = "" if decision.rule is None else str(decision.rule)
-        self.count(key, rule, outcome(decision, self.near_ratio))
+        what = outcome(decision, self.near_ratio)
+        children = self._children.get((decision.key, id(decision.rule), what))
+        if children is None:
+            children = self._labelled(decision, what)
+        children[1]()
         if seconds is not None:
-            self.metrics.duration.labels(key).observe(seconds)
+            children[2](seconds)
+
+    def _labelled(self, decision: Decision, what: str) -> _Children:
+        """The children counting ``decision``'s key, rule and outcome ``what``, and
+        observing its key's latency: looked up once, then kept (up to :data:`CHILDREN`
+        of them; past that, the table starts again)."""
+        key = decision.key if self.keys else ""
+        rule = decision.rule
+        limit = "" if rule is None else str(rule)
+        children = self._children
+        if len(children) >= CHILDREN:
+            children.clear()
+        made = (
+            rule,
+            self.metrics.decisions.labels(key, limit, what).inc,
+            self.metrics.duration.labels(key).observe,
+        )
+        children[(decision.key, id(rule), what)] = made
+        return made
 
     def count(self, key: str, limit: str, what: str, n: int = 1) -> None:
         """Count ``n`` decisions of ``key`` and ``limit`` as outcome ``what``."""

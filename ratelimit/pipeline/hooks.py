@@ -32,7 +32,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ratelimit.core.decision import Decision, Hook
 
@@ -52,6 +52,12 @@ class Hooks:
         self._hooks = tuple(hooks)
         self._timed = tuple(getattr(hook, "timed", None) for hook in hooks)
         self.timed = any(self._timed)
+        self._calls: tuple[tuple[int, Callable[..., object], bool], ...] = tuple(
+            (n, hook if timed is None else timed, timed is not None)
+            for n, (hook, timed) in enumerate(zip(self._hooks, self._timed, strict=True))
+        )
+        """Per hook: its position, what is called (``timed``, or the hook), and whether it
+        is ``timed``: one try around them all, one more per hook after one raised."""
         """Whether a hook wants latencies (the pipeline then reads the clock)."""
         self._failed: set[int] = set()
         self._events = {
@@ -67,10 +73,23 @@ class Hooks:
         return bool(self._hooks)
 
     def __call__(self, decision: Decision, seconds: float = 0.0) -> None:
-        for n, (hook, timed) in enumerate(zip(self._hooks, self._timed, strict=True)):
+        n = 0
+        try:
+            for n, hook, timed in self._calls:  # noqa: B007 (n: the one that raised)
+                if timed:
+                    hook(decision, seconds)
+                else:
+                    hook(decision)
+        except Exception:
+            self._broke(n)
+            self._after(n + 1, decision, seconds)
+
+    def _after(self, first: int, decision: Decision, seconds: float) -> None:
+        """The hooks from the ``first`` on, after one before it raised."""
+        for n, hook, timed in self._calls[first:]:
             try:
-                if timed is not None:
-                    timed(decision, seconds)
+                if timed:
+                    hook(decision, seconds)
                 else:
                     hook(decision)
             except Exception:

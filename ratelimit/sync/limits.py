@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from types import TracebackType
@@ -14,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ratelimit.core.costs import CostValue
 from ratelimit.core.decision import Decision
+from ratelimit.core.selectors import Parameters
 from ratelimit.front.concurrency import Concurrency as AsyncConcurrency
 from ratelimit.front.concurrency import Held
+from ratelimit.front.direct import whole
 from ratelimit.front.limit import Limit as AsyncLimit
 from ratelimit.front.wrapping import call_site, function_name, is_async
 from ratelimit.sync.direct import DirectPath
@@ -40,6 +43,7 @@ class RateLimit(Protocol):
 
 
 P = ParamSpec("P")
+_clock = time.perf_counter
 R = TypeVar("R")
 A = TypeVar("A", AsyncLimit, AsyncConcurrency)
 
@@ -101,6 +105,20 @@ def remake(owner: RateLimit, limiter: AsyncRateLimit) -> None:
                 twin._remake(limiter, owner.generation)
 
 
+def _direct_parts(limit: AsyncLimit, key: str, parameters: Parameters) -> list[Any]:
+    """The async ``limit``'s direct path and its store's admission (``None`` for none),
+    and, for a limiter with hooks, the store's whole decision without a coroutine
+    (:func:`~ratelimit.front.direct.whole`; a store without one leaves such calls to
+    the loop)."""
+    plan_of, admit, _ = limit._direct(key, parameters)
+    told = None
+    if limit._decider.hooks:
+        told = whole(limit._decider)
+        if told is None:
+            plan_of = None
+    return [plan_of, admit, told]
+
+
 class Limit(_Twin[AsyncLimit]):
     """Rules bound to a :class:`~ratelimit.sync.RateLimit`: a decorator of plain functions,
     a ``with`` block, or blocking methods (see :class:`ratelimit.Limit`)."""
@@ -115,7 +133,7 @@ class Limit(_Twin[AsyncLimit]):
         owner = self._owner
         portal = owner.portal
 
-        made: list[Any] = [None, None, None]  # the twin, and its direct path's parts
+        made: list[Any] = [None, None, None, None]  # the twin, and its direct path's parts
 
         @functools.wraps(func)
         def limited(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -124,9 +142,16 @@ class Limit(_Twin[AsyncLimit]):
             if direct is not None and not portal.closed:
                 portal.check_caller()
                 if made[0] is not limit:  # the async limit's own direct path, made once
-                    made[:] = [limit, *limit._direct(key, parameters)]
-                plan_of, admit = made[1], made[2]
+                    made[:] = [limit, *_direct_parts(limit, key, parameters)]
+                plan_of, admit, told = made[1], made[2], made[3]
                 known = None if plan_of is None or admit is None else plan_of(args, kwargs)
+                if known is not None and told is not None:  # hooks: a whole decision
+                    hooks = limit._decider.hooks
+                    started = _clock() if hooks.timed else 0.0
+                    waits = limit._told(told(known[0]), known[1], limit._shadow, started)
+                    if waits is not None:
+                        portal.run(lambda: limit._waited(*waits))
+                    return func(*args, **kwargs)
                 if known is not None:  # memory://: admitted here, as the async decorator does
                     refused = admit(known[0])
                     if refused is not None and not refused.allowed:

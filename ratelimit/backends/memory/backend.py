@@ -121,6 +121,14 @@ class MemoryBackend(
         with self._lock:
             return self._refused(self._decide(plan))
 
+    def decide_now(self, plan: Plan) -> Decision:
+        """:meth:`decide`, without a coroutine: the direct path's, for a limiter whose
+        hooks read every decision (:func:`ratelimit.front.direct.whole`)."""
+        if self._closed:
+            raise LimiterClosedError("this memory backend")
+        with self._lock:
+            return self._decide(plan)
+
     def admitter(self, compiled: CompiledTree, algorithm: Algorithm) -> Admit:
         """:meth:`admit` for the plans of ``compiled`` under ``algorithm``, as quick as their
         shape allows (:mod:`~ratelimit.backends.memory.admit`): the direct path's."""
