@@ -75,8 +75,30 @@ class Told:
         )
 
 
+def costing(user: Any, region: str = "eu") -> object:
+    """A cost callable's answers: 1 to 3 by the user, 9 for "cy" (above most rules' count:
+    never admitted), a bad answer for "dee" (the general path raises)."""
+    if user == "dee" and region == "us":
+        return "two"
+    return 9 if user == "cy" else 1 + len(str(user)) % 3
+
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "cost": {"cost": costing},
+    "settle": {"settle": lambda result: result},
+    "count_when": {"count_when": lambda result: result != 2},
+}
+"""What a limit adds to its rules, each decided on the direct path (but for ``plain``,
+whole decisions) and the general one alike."""
+
+
 async def scripted(
-    seed: int, mode: str, monkeypatch: pytest.MonkeyPatch, told: Told | None = None
+    seed: int,
+    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+    told: Told | None = None,
+    shape: str = "plain",
 ) -> tuple[Any, ...]:
     chance = random.Random(seed)
     clock = FakeClock()
@@ -84,11 +106,17 @@ async def scripted(
     rules = chance.choice(RULES + (["user:2/s burst 4"] if algorithm == "gcra" else []))
     backend = MemoryBackend(clock=clock, sweep_every=chance.choice([1, 2, 5, 1024]))
     rl = RateLimit(backend, "fused", algorithm=algorithm, hooks=[] if told is None else [told])
-    limit = rl.limit(rules, key="k", shadow=chance.random() < 0.1)
+    answered: list[object] = []  # each time the cost callable answered
+    extra = dict(SHAPES[shape])
+    if "cost" in extra:
+        extra["cost"] = lambda *args, **kwargs: (
+            answered.append(costing(*args, **kwargs)) or (answered[-1])
+        )
+    limit = rl.limit(rules, key="k", shadow=chance.random() < 0.1, **extra)
     decided_by(limit, mode, monkeypatch)
 
     async def body(user: Any, region: str = "eu") -> int:
-        return 1
+        return len(str(user)) % 3  # what settle= and count_when= read
 
     work = limit(body)
     paths = limit._direct("k", limit._bind(body)[1])
@@ -141,10 +169,11 @@ async def scripted(
                 seen.append(await outcome(work, user))
     if told is not None:
         seen.append(told.seen)
+    seen.append(("answered", answered))  # once per call, whichever path decided it
     state = (
         backend.logs(),
         backend.arrivals(),
-        backend.counters(),
+        {i: {k: round(v, 9) for k, v in c.items()} for i, c in backend.counters().items()},
         len(backend),
         backend._since_sweep,
     )
@@ -174,6 +203,24 @@ async def test_hooks_are_told_the_same_decisions_direct_and_general(
         direct, general = [await scripted(one, mode, monkeypatch, Told()) for mode in MODES[1:]]
         assert direct == general, f"seed {one}"
         assert direct[3][-1], "the hook was told"
+
+
+@pytest.mark.parametrize("shape", ["cost", "settle", "count_when"])
+@pytest.mark.parametrize("seed", range(0, 60, 10))
+async def test_costs_settles_and_count_when_come_out_the_same_direct_and_general(
+    seed: int, shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cost callable (answered once, whichever path decides: a cost never admitted and a
+    bad answer go the general way with it), ``settle=`` and ``count_when=`` (whole
+    decisions, refunded as the body ends) decide on the direct path as on the general one,
+    hooks or none."""
+    for one in range(seed, seed + 10):
+        told = [Told(), Told()] if one % 2 else [None, None]
+        direct, general = [
+            await scripted(one, mode, monkeypatch, hook, shape)
+            for mode, hook in zip(MODES[1:], told, strict=True)
+        ]
+        assert direct == general, f"seed {one}"
 
 
 class Counting(MemoryBackend):

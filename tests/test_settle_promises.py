@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ratelimit import ConfigurationError, SettleError
+from ratelimit import ConfigurationError, MemoryBackend, SettleError
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.core.plan import compile_tree
 from ratelimit.rules.tree import to_tree
@@ -97,12 +97,15 @@ async def test_a_settle_cancelled_while_it_is_recorded_happens_and_can_be_made_a
     assert (await limit.decide(cost={"tokens": 1})).allowed
     settling = asyncio.ensure_future(limit.settle(reserved, {"tokens": 90}))
     await asyncio.sleep(0)  # under way: the store is asked
-    settling.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await settling
-    with pytest.raises(SettleError, match="being settled at"):
-        await limit.settle(reserved, {"tokens": 80})  # only at the cost it was settling
-    assert await limit.settle(reserved, {"tokens": 90})  # the write it started, done
+    if settling.cancel():
+        with pytest.raises(asyncio.CancelledError):
+            await settling
+        with pytest.raises(SettleError, match="being settled at"):
+            await limit.settle(reserved, {"tokens": 80})  # only at the cost it was settling
+        assert await limit.settle(reserved, {"tokens": 90})  # the write it started, done
+    else:  # memory:// writes a settle at once, in its first step: nothing was under way
+        assert isinstance(rl._decider.backend, MemoryBackend)
+        assert settling.result()
     with pytest.raises(SettleError, match="settled already"):
         await limit.settle(reserved, {"tokens": 90})
     assert (await limit.peek(cost={"tokens": 9})).allowed  # 91 of 100 used

@@ -24,11 +24,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Admit, admitting, shortcut
+from ratelimit.core.costs import per_leaf
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import PLANS, CompiledTree, Cost, Plan, cached_plan
 from ratelimit.core.selectors import Parameters, SelectorSources, as_text
-from ratelimit.errors import BackendError, LockTimeoutError
+from ratelimit.errors import BackendError, ConfigurationError, LockTimeoutError
 from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
 
 Values = tuple[str | None, ...]
@@ -41,8 +43,10 @@ some. A table of plans alone holds one object the garbage collector tracks per e
 (with a ``CallKey`` and the pair, three): with more selector values than :data:`PLANS`,
 the table starts again and again, what it held reaches the oldest generation, and full
 collections came twice as often (half the CPU of such a decision)."""
-PlanOf = Callable[[tuple[Any, ...], dict[str, Any]], "Direct | None"]
-"""``plan_of(args, kwargs)``: one call's :data:`Direct`, or ``None`` for the general path."""
+PlanOf = Callable[..., "Direct | None"]
+"""``plan_of(args, kwargs)``: one call's :data:`Direct`, or ``None`` for the general path;
+``plan_of(args, kwargs, cost)`` of a call whose cost its limit's callable answered (checked:
+:func:`pricing`)."""
 
 # PLANS (ratelimit.core.plan): plans one limit keeps, by selector values; past it, it starts again
 
@@ -96,6 +100,35 @@ def whole(decider: Decider) -> Whole | None:
     return now
 
 
+Price = Callable[[object], "Cost | None"]
+"""``price(answer)``: what a limit's cost callable answered, checked as the plan takes it;
+``None`` when the checks refuse it (the general path then says why, or refuses the call)."""
+
+
+def pricing(compiled: CompiledTree, algorithm: Algorithm, what: str) -> Price:
+    """:func:`~ratelimit.core.costs.per_leaf` of a limit's cost callable's answers, the
+    numbers among them checked once each (up to :data:`PLANS` of them)."""
+    checked: dict[object, Cost] = {}
+
+    def price(answer: object) -> Cost | None:
+        plain = answer.__class__ is int or answer.__class__ is float  # not a bool: refused
+        if plain:
+            found = checked.get(answer)
+            if found is not None:
+                return found
+        try:
+            cost = per_leaf(compiled, answer, algorithm, what)
+        except ConfigurationError:
+            return None
+        if plain:
+            if len(checked) >= PLANS:
+                checked.clear()
+            checked[answer] = cost
+        return cost
+
+    return price
+
+
 def call_key(
     decider: Decider, compiled: CompiledTree, key: str, values: Values, cost: Cost
 ) -> CallKey:
@@ -111,12 +144,14 @@ def direct_path(
     key: str,
     sources: SelectorSources,
     parameters: Parameters,
-    cost: Cost,
+    cost: Cost | None,
 ) -> PlanOf | None:
     """The direct path of one decorated limit, or ``None`` when its shape never allows one
     (a selector from ``limit()``'s keywords or a selector object, or not a parameter of
-    the function; background counting on the limiter). With hooks, the decorator decides
-    its plans by :func:`whole` decisions, which the hooks read."""
+    the function; background counting on the limiter). ``cost``: the limit's fixed cost;
+    ``None`` for a callable's, which each call gives ``plan_of`` (:func:`pricing`). With
+    hooks, ``settle=`` or ``count_when=``, the decorator decides its plans by
+    :func:`whole` decisions, which they read."""
     if decider.background is not None or sources.obj is not None:
         return None
     names = compiled.selectors
@@ -134,7 +169,10 @@ def direct_path(
     single = len(names) == 1
     position = positions[0] if single else -1
 
-    def new_plan(values: Values, by: object) -> Plan:
+    fixed = cost
+
+    def new_plan(values: Values, by: object, cost: Cost | None = fixed) -> Plan:
+        assert cost is not None  # a priced limit's calls give theirs
         if len(plans) >= PLANS:
             plans.clear()
         plan: Plan = cached_plan(compiled, namespace, key, values, cost, algorithm)
@@ -143,17 +181,20 @@ def direct_path(
 
     hooks = decider.hooks
 
-    def plan_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Direct | None:
+    def plan_of(
+        args: tuple[Any, ...], kwargs: dict[str, Any], cost: Cost | None = fixed
+    ) -> Direct | None:
         if decider.closed or decider.hooks is not hooks or decider.background is not None:
             return None  # closed, or hooks or background counting set since
         overrides = decider.overrides
         if overrides is not None and not overrides.quiet(key):
             return None
-        if not kwargs and fewest <= len(args) <= most and single:
+        values: Values
+        if cost is fixed and not kwargs and fewest <= len(args) <= most and single:
             value = args[position]
             if value.__class__ is not str:
                 value = as_text(value)
-            values: Values = (value,)
+            values = (value,)
             plan = plans.get(value)
             if plan is None:
                 plan = new_plan(values, value)
@@ -164,10 +205,13 @@ def direct_path(
                 values = tuple([as_text(lookup(name, args, kwargs)) for name in names])
             else:
                 return None  # the general path raises the function's own TypeError
-            plan = plans.get(values) or new_plan(values, values)
+            by = values if cost is fixed else (values, cost)  # a cost the callable answered
+            plan = plans.get(by) or new_plan(values, by, cost)
         denials = decider.denials
-        if denials.held and denials.get(call_key(decider, compiled, key, values, cost)) is not None:
-            return None  # a refusal still standing: the general path answers it
+        if denials.held:
+            assert cost is not None  # a priced limit's calls give theirs
+            if denials.get(call_key(decider, compiled, key, values, cost)) is not None:
+                return None  # a refusal still standing: the general path answers it
         return plan, values
 
     return plan_of

@@ -39,7 +39,7 @@ def direct_paths(
     key: str,
     sources: SelectorSources,
     parameters: Parameters,
-    cost: Cost,
+    cost: Cost | None,
 ) -> DirectPaths:
     """What a decorated limit of a tree of its own, of a fixed cost and no ``settle=``,
     decides its calls by (``Limit.__call__``): :func:`fused_path`, else
@@ -71,7 +71,7 @@ def fused_path(
     key: str,
     sources: SelectorSources,
     parameters: Parameters,
-    cost: Cost,
+    cost: Cost | None,
 ) -> Fused | None:
     """The fused direct path of one decorated limit, or ``None`` when its shape or its store
     never allows one."""

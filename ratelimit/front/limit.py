@@ -19,7 +19,7 @@ from ratelimit.core.plan import CompiledTree, Cost, compile_tree
 from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.front.chosen import ChosenRules, RulesLike
-from ratelimit.front.direct import Values, asker, whole
+from ratelimit.front.direct import Values, asker, pricing, whole
 from ratelimit.front.fused import DirectPaths, direct_paths
 from ratelimit.front.keywords import LIMIT_OWN, check_selector_keywords
 from ratelimit.front.registry import Registration, Registry
@@ -41,6 +41,8 @@ CountWhen = Callable[[Any], "bool | Awaitable[bool]"]
 it counts."""
 penalty_logger = logging.getLogger("ratelimit.penalties")
 _clock = time.perf_counter
+UNANSWERED = object()
+"""What the limit's cost callable answered, before it is called (``Limit._admit``)."""
 
 
 class Limit:
@@ -138,12 +140,17 @@ class Limit:
             self._cost.check(compiled, self._decider.algorithm)
 
     async def _call(
-        self, key: str, call: CallSite | None, cost: CostValue | None = None
+        self,
+        key: str,
+        call: CallSite | None,
+        cost: CostValue | None = None,
+        answered: object = UNANSWERED,
     ) -> tuple[CallKey, Overriding, Decide]:
         """What identifies one call under ``key``: its rules (an override's when one is in
         force: then ``True`` comes with it, or the rule of it that can never admit the
         call's cost), selector values and cost (``cost``, given for this call; else the
-        limit's, of the call's arguments); and how to decide it: the decider's ``decide``,
+        limit's, of the call's arguments: ``answered``, what its callable answered for them
+        when it was called already); and how to decide it: the decider's ``decide``,
         or under ``penalty=`` the penalizer's, with the value of the penalty's selector for
         the limit's own rules (:meth:`_held`)."""
         registration = self._registered(key)
@@ -178,8 +185,9 @@ class Limit:
                     named.setdefault(*chosen)
                 found = overrides.match(key, named)
                 if found is not None:
+                    given: Any = cost if answered is UNANSWERED else answered
                     overridden = await self._overridden(
-                        overrides, found, key, call, cost, named, compiled
+                        overrides, found, key, call, given, named, compiled
                     )
                     if overridden is not None:
                         return (*overridden, decide)
@@ -189,7 +197,7 @@ class Limit:
                 False,
                 decide,
             )
-        return (*await self._own_counted(key, call, cost, compiled, values), decide)
+        return (*await self._own_counted(key, call, cost, compiled, values, answered), decide)
 
     async def _held(self, key: str, call: CallSite | None, compiled: CompiledTree) -> Found:
         """The value the penalty holds back for a call whose rules (``compiled``, chosen for
@@ -249,15 +257,19 @@ class Limit:
         cost: CostValue | None,
         compiled: CompiledTree,
         values: tuple[str | None, ...],
+        answered: object = UNANSWERED,
     ) -> tuple[CallKey, Overriding]:
         """A call under the limit's own rules at a cost of its own (``cost``, given for this
-        call, else the callable's answer), and ``False``; or, when its rules can never admit
+        call, else the callable's answer: ``answered``, when it was called already), and
+        ``False``; or, when its rules can never admit
         that cost, the :class:`~ratelimit.overrides.lowered.Never` that refuses it (a
         caller's cost is a refusal, not an error: ``max_tokens=5000`` under ``1000 tokens/m``)."""
         algorithm = self._decider.algorithm
         if cost is not None:
             value: object = cost
             what = "cost"
+        elif answered is not UNANSWERED:
+            value, what = answered, self._cost.what
         else:
             args, kwargs = ((), None) if call is None else (call.args, call.kwargs)
             value, what = await self._cost.answer(args, kwargs), self._cost.what
@@ -328,12 +340,16 @@ class Limit:
             )
             return None
 
-    async def _admit(self, key: str, site: CallSite, shadow: bool | None = None) -> Decision:
+    async def _admit(
+        self, key: str, site: CallSite, shadow: bool | None = None, answered: object = UNANSWERED
+    ) -> Decision:
         """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),
-        or raise ``RateLimitExceeded``: what the decorator does before the body runs."""
+        or raise ``RateLimitExceeded``: what the decorator does before the body runs.
+        ``answered``: what the limit's cost callable answered for it, when it was called
+        already (:data:`UNANSWERED`: not yet)."""
         if shadow is None:
             shadow = self._shadow
-        call, override, decide = await self._call(key, site)
+        call, override, decide = await self._call(key, site, answered=answered)
         if self._wait and not isinstance(override, Rule | Never):  # lowered: waiting never helps
             decision = await admitted(
                 lambda: decide(call, True, shadow, None, override), self._wait
@@ -359,7 +375,7 @@ class Limit:
         if raised or self._settle is None:
             return
         actual = self._settle(result)
-        if inspect.isawaitable(actual):
+        if actual.__class__ is not int and inspect.isawaitable(actual):  # most are numbers
             actual = await actual
         await self._decider.settle(decision, actual)
 
@@ -471,32 +487,46 @@ class Limit:
         shadow, settle, counted = self._shadow, self._settle, self._count_when
         direct, admit, fused = self._direct(key, parameters)
         decider = self._decider
-        hooks = decider.hooks or None  # then every decision is whole, for them to read
+        hooks = decider.hooks or None
+        # whole decisions, for what reads them: the hooks, settle= and count_when=
+        wholes = hooks is not None or settle is not None or counted is not None
         ask = asker(decider)  # Decider.ask, or the store's with None for an admission
-        now = None if hooks is None else whole(decider)
+        now = whole(decider) if wholes else None
+        price = None
+        if direct is not None and not self._cost.fixed:  # a callable's cost, checked
+            assert type(self._compiled) is CompiledTree  # the direct path's limits have one
+            price = pricing(self._compiled, decider.algorithm, self._cost.what)
+        answer = self._cost.answer
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
             if fused is not None and fused(args, kwargs):  # ratelimit.front.fused
                 return await func(*args, **kwargs)
-            known = None if direct is None else direct(args, kwargs)
+            known, answered, cost = None, UNANSWERED, None
+            if direct is not None:
+                if price is None:
+                    known = direct(args, kwargs)
+                else:  # the cost callable answers once, whichever path decides
+                    answered = await answer(args, kwargs)
+                    cost = price(answered)
+                    known = None if cost is None else direct(args, kwargs, cost)
             if known is not None:  # the direct path (ratelimit.front.direct)
                 plan, values = known
-                if hooks is not None:  # a whole decision, for the hooks
-                    started = _clock() if hooks.timed else 0.0
-                    told = now(plan) if now is not None else await decider.ask(plan)
-                    waits = self._told(told, values, shadow, started)
-                    if waits is not None:
-                        await self._waited(*waits)
+                if not wholes:  # nothing reads an admission
+                    refused = admit(plan) if admit is not None else await ask(plan)
+                    if refused is not None and not refused.allowed:
+                        call, refused = self._refusal(values, refused, shadow, cost=cost)
+                        if not refused.shadow:
+                            await self._waited(call, refused)
                     return await func(*args, **kwargs)
-                refused = admit(plan) if admit is not None else await ask(plan)
-                if refused is not None and not refused.allowed:
-                    call, refused = self._refusal(values, refused, shadow)
-                    if not refused.shadow:
-                        await self._waited(call, refused)
-                return await func(*args, **kwargs)
-            site = call_site(func, parameters, args, kwargs)  # a call that cannot bind: free
-            decision = await self._admit(key, site, shadow)
+                started = _clock() if hooks is not None and hooks.timed else 0.0
+                decision = now(plan) if now is not None else await decider.ask(plan)
+                decision, waits = self._told(decision, values, shadow, started, cost)
+                if waits is not None:
+                    decision = await self._waited(waits, decision)
+            else:
+                site = call_site(func, parameters, args, kwargs)  # one that cannot bind: free
+                decision = await self._admit(key, site, shadow, answered)
             if counted is not None:  # count_when: the outcome says whether it counts
                 try:
                     result = await func(*args, **kwargs)
@@ -513,19 +543,18 @@ class Limit:
         return limited
 
     def _direct(self, key: str, parameters: Parameters) -> DirectPaths:
-        """The direct path of this limit decorating a function of ``parameters`` (a tree of its
-        own, a fixed cost, no ``settle=``), the store's admission without a coroutine, and the
-        fused path (:func:`~ratelimit.front.fused.direct_paths`)."""
+        """The direct path of this limit decorating a function of ``parameters`` (a tree of
+        its own; a fixed cost, or a callable's per call), the store's admission without a
+        coroutine, and the fused path (:func:`~ratelimit.front.fused.direct_paths`; none
+        under ``settle=`` or ``count_when=``, which read whole decisions)."""
         compiled, decider = (None if self._penalizer else self._compiled), self._decider
-        if (
-            type(compiled) is not CompiledTree
-            or not self._cost.fixed
-            or self._settle
-            or self._count_when
-        ):
+        if type(compiled) is not CompiledTree:
             return None, None, None
-        cost = self._cost.of(compiled, decider.algorithm)
-        return direct_paths(decider, compiled, key, self._sources, parameters, cost)
+        cost = self._cost.of(compiled, decider.algorithm) if self._cost.fixed else None
+        direct, admit, fused = direct_paths(decider, compiled, key, self._sources, parameters, cost)
+        if self._settle or self._count_when:
+            fused = None
+        return direct, admit, fused
 
     async def _waited(self, call: CallKey, refusal: Decision) -> Decision:
         """Wait out a refusal of the direct path under ``wait=`` (:meth:`_refusal`)."""
@@ -533,18 +562,24 @@ class Limit:
         return await admitted(lambda: decider.decide(call, True), self._wait, first=refusal)
 
     def _told(
-        self, decision: Decision, values: Values, shadow: bool, started: float
-    ) -> tuple[CallKey, Decision] | None:
-        """A whole decision of the direct path of a limiter with hooks, told to them as
-        :meth:`Decider.decide` tells them (the decision took since ``started``, when they
-        are timed): ``None`` when admitted; a refusal as :meth:`_refusal` answers it, with
-        ``None`` for one let through in shadow."""
+        self,
+        decision: Decision,
+        values: Values,
+        shadow: bool,
+        started: float,
+        cost: Cost | None = None,
+    ) -> tuple[Decision, CallKey | None]:
+        """A whole decision of the direct path, told to the hooks as :meth:`Decider.decide`
+        tells them (the decision took since ``started``, when they are timed): the decision
+        as told (marked ``shadow`` when let through), and the call's key when it is a
+        refusal to wait out under ``wait=`` (:meth:`_refusal`; else ``RateLimitExceeded``)."""
         hooks = self._decider.hooks
         if decision.allowed:
-            hooks(decision, _clock() - started if started else 0.0)
-            return None
-        waits = self._refusal(values, decision, shadow, hooks, started)
-        return None if waits[1].shadow else waits
+            if hooks:
+                hooks(decision, _clock() - started if started else 0.0)
+            return decision, None
+        call, decision = self._refusal(values, decision, shadow, hooks or None, started, cost)
+        return decision, None if decision.shadow else call
 
     def _refusal(
         self,
@@ -553,6 +588,7 @@ class Limit:
         shadow: bool,
         hooks: Hooks | None = None,
         started: float = 0.0,
+        cost: Cost | None = None,
     ) -> tuple[CallKey, Decision]:
         """A refusal the store gave the direct path to a call of ``values`` (of its key):
         remembered, told to the ``hooks`` (the decision took since ``started``, when they
@@ -560,7 +596,9 @@ class Limit:
         wait out (:meth:`_waited`) under ``wait=``; else ``RateLimitExceeded``."""
         decider, compiled, key = self._decider, self._compiled, decision.key
         assert type(compiled) is CompiledTree  # the direct path's limits have a tree
-        call = self._call_key(key, compiled, values, self._cost.of(compiled, decider.algorithm))
+        if cost is None:  # the limit's fixed cost; else what its callable answered
+            cost = self._cost.of(compiled, decider.algorithm)
+        call = self._call_key(key, compiled, values, cost)
         decision = decider.refused(call, decision, shadow)
         if hooks is not None:
             hooks(decision, _clock() - started if started else 0.0)

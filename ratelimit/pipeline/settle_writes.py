@@ -66,6 +66,27 @@ def start(site: SettleSite, taken: Settling, settlement: Settlement) -> None:
     taken.follow(source, functools.partial(_outcome, site, settlement))
 
 
+def written_now(site: SettleSite, settlement: Settlement) -> bool | None:
+    """The settle's answer where its store writes it without a coroutine (``settle_now``,
+    ``memory://``: :func:`~ratelimit.backends.base.shortcut` of ``settle``), written now
+    and answered as :func:`_outcome` answers; ``None`` for a store without one (then
+    :func:`start`)."""
+    now = _NOW.get(type(site.backend), _UNKNOWN)
+    if now is _UNKNOWN:
+        now = _NOW[type(site.backend)] = shortcut(site.backend, "settle_now", "settle") is not None
+    if not now:
+        return None
+    error: BaseException | None = None
+    try:
+        site.backend.settle_now(settlement)  # type: ignore[attr-defined]
+    except Exception as exc:  # what the policy makes of it, as of a write's
+        error = exc
+    settled = site.policy.settled(settlement, error)
+    if settled and min(settlement.deltas) < 0:
+        site.denials.forget(settlement.plan.namespace, settlement.plan.key)
+    return settled
+
+
 def _outcome(site: SettleSite, settlement: Settlement, source: asyncio.Future[Any]) -> bool:
     """What the settle answers once its write ended (``source``, not cancelled), as
     ``FailurePolicy.settle`` says; a refund recorded lifts the key's cached refusals."""
@@ -86,3 +107,5 @@ def _writes(backend: object) -> bool:
 
 
 _WRITES: dict[type, bool] = {}
+_NOW: dict[type, object] = {}
+_UNKNOWN = object()

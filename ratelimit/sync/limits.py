@@ -111,6 +111,8 @@ def _direct_parts(limit: AsyncLimit, key: str, parameters: Parameters) -> list[A
     (:func:`~ratelimit.front.direct.whole`; a store without one leaves such calls to
     the loop)."""
     plan_of, admit, _ = limit._direct(key, parameters)
+    if limit._settle or limit._count_when or not limit._cost.fixed:
+        plan_of = None  # decided on the loop, which settles, counts and prices them
     told = None
     if limit._decider.hooks:
         told = whole(limit._decider)
@@ -148,9 +150,9 @@ class Limit(_Twin[AsyncLimit]):
                 if known is not None and told is not None:  # hooks: a whole decision
                     hooks = limit._decider.hooks
                     started = _clock() if hooks.timed else 0.0
-                    waits = limit._told(told(known[0]), known[1], limit._shadow, started)
+                    refusal, waits = limit._told(told(known[0]), known[1], limit._shadow, started)
                     if waits is not None:
-                        portal.run(lambda: limit._waited(*waits))
+                        portal.run(lambda: limit._waited(waits, refusal))
                     return func(*args, **kwargs)
                 if known is not None:  # memory://: admitted here, as the async decorator does
                     refused = admit(known[0])

@@ -151,6 +151,11 @@ class MemoryBackend(
         return self._DECIDE[plan.algorithm.name](self, plan, now)
 
     async def settle(self, settlement: Settlement) -> None:
+        self.settle_now(settlement)
+
+    def settle_now(self, settlement: Settlement) -> None:
+        """:meth:`settle`, without a coroutine: ``Decider.settle`` writes a settle here at
+        once, with no task to run it (:func:`ratelimit.pipeline.settle_writes.settle_now`)."""
         self._check_open()
         if settlement.empty:
             return
