@@ -109,9 +109,12 @@ async def scripted(
     answered: list[object] = []  # each time the cost callable answered
     extra = dict(SHAPES[shape])
     if "cost" in extra:
-        extra["cost"] = lambda *args, **kwargs: (
-            answered.append(costing(*args, **kwargs)) or (answered[-1])
-        )
+
+        def counted(*args: Any, **kwargs: Any) -> object:
+            answered.append(costing(*args, **kwargs))
+            return answered[-1]
+
+        extra["cost"] = counted
     limit = rl.limit(rules, key="k", shadow=chance.random() < 0.1, **extra)
     decided_by(limit, mode, monkeypatch)
 
