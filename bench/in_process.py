@@ -4,14 +4,16 @@
 
 No server: every contender keeps its counters in this process. Ours is the decorator as
 users write it (``@rl.limit("user:1000/m")``, the user from the call's argument), once per
-algorithm; the peers are ``limits`` (``limits.aio``'s ``MemoryStorage``: moving window,
-fixed window, sliding-window counter) and ``throttled-py`` (``throttled.asyncio``'s
-``MemoryStore``: every algorithm it offers), each called as its documentation shows. Each
-decision is one admitted call for one of 10 000 users under 1000 calls a minute, at
-concurrency 1 (one coroutine) and 64 (64 coroutines at once). Rows take turns for
-``--rounds`` rounds; each figure is the median. Prints a Markdown table: decisions/s, this
-process's CPU per decision (``time.process_time``), and ours as a multiple of the fastest
-peer at that concurrency (every peer algorithm counted). Figures are reported, never
+algorithm, then on the default algorithm with what users add to it (:data:`PATHS`: hooks,
+metrics, ``penalty=``, ``settle=``, a cost callable, tiers); the peers are ``limits``
+(``limits.aio``'s ``MemoryStorage``: moving window, fixed window, sliding-window counter)
+and ``throttled-py`` (``throttled.asyncio``'s ``MemoryStore``: every algorithm it offers),
+each called as its documentation shows. Each decision is one admitted call for one of
+10 000 users under 1000 calls a minute, at concurrency 1 (one coroutine) and 64 (64
+coroutines at once). Rows take turns for ``--rounds`` rounds; each figure is the median.
+Prints a Markdown table: decisions/s, this process's CPU per decision
+(``time.process_time``), and ours as a multiple of the fastest peer at that concurrency
+(every peer algorithm counted). Figures are reported, never
 asserted.
 """
 
@@ -27,6 +29,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -48,6 +51,49 @@ def ours(algorithm: str) -> Factory:
             return True
 
         return work
+
+    return factory
+
+
+def with_path(path: str) -> Factory:
+    """Ours on the default algorithm, stepped off the plain limit the way users do: a hook
+    (one that does nothing, ``PrometheusHook``, ``OpenTelemetryHook``), ``penalty=``,
+    ``settle=`` (each call reserves 2 and settles 1: a refund written per call), a cost
+    callable, or rules chosen per call (tiers)."""
+
+    def factory() -> Decide:
+        settings: dict[str, Any] = {}
+        if path == "no-op hook":
+            settings["hooks"] = [lambda decision: None]
+        elif path == "PrometheusHook":
+            from prometheus_client import CollectorRegistry
+
+            from ratelimit.metrics.prometheus import PrometheusHook
+
+            settings["hooks"] = [PrometheusHook(CollectorRegistry())]
+        elif path == "OpenTelemetryHook":
+            from opentelemetry.sdk.metrics import MeterProvider
+
+            from ratelimit.metrics.opentelemetry import OpenTelemetryHook
+
+            settings["hooks"] = [OpenTelemetryHook(MeterProvider().get_meter("bench"))]
+        rl = RateLimit.from_url("memory://", **settings)
+        rules: str | dict[str, str] = f"user:{LIMIT}/m"
+        given: dict[str, dict[str, Any]] = {
+            "penalty=": {"penalty": "5 refusals/10m for 1h"},
+            "settle=": {"cost": 2, "settle": lambda result: 1},
+            "cost callable": {"cost": lambda user: 1},
+        }
+        options = given.get(path, {})
+        if path == "tiers":
+            rules = {"free": f"user:{LIMIT}/m", "pro": f"user:{10 * LIMIT}/m"}
+            options = {"tier": lambda: "free"}
+
+        async def work(user: str) -> bool:
+            return True
+
+        decide: Decide = rl.limit(rules, **options)(work)
+        return decide
 
     return factory
 
@@ -85,11 +131,21 @@ def throttled_py(using: str) -> Factory:
     return factory
 
 
+PATHS = (
+    "no-op hook",
+    "PrometheusHook",
+    "OpenTelemetryHook",
+    "penalty=",
+    "settle=",
+    "cost callable",
+    "tiers",
+)
 OURS: dict[str, Factory] = {
     "ratelimit: sliding log (default)": ours("sliding-log"),
     "ratelimit: gcra": ours("gcra"),
     "ratelimit: sliding window": ours("sliding-window"),
     "ratelimit: fixed window": ours("fixed-window"),
+    **{f"ratelimit: sliding log + {path}": with_path(path) for path in PATHS},
 }
 PEERS: dict[str, Factory] = {
     "limits: moving window": limits_strategy("MovingWindowRateLimiter"),
