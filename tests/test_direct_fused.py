@@ -42,7 +42,8 @@ async def outcome(work: Any, *args: Any, **kwargs: Any) -> object:
     try:
         return await work(*args, **kwargs)
     except RateLimitExceeded as exc:
-        return ("refused", exc.decision.rule, round(exc.decision.retry_after, 6))
+        decision = exc.decision
+        return ("refused", type(decision).__name__, decision.rule, round(decision.retry_after, 6))
     except Exception as exc:  # a closed limiter, a value that names nothing
         return (type(exc).__name__, str(exc))
 
@@ -88,6 +89,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "cost": {"cost": costing},
     "settle": {"settle": lambda result: result},
     "count_when": {"count_when": lambda result: result != 2},
+    "penalty": {"penalty": "3 refusals/m for 30s"},
+    "penalty by user": {"penalty": "user: 2 refusals/10s for 5s"},
 }
 """What a limit adds to its rules, each decided on the direct path (but for ``plain``,
 whole decisions) and the general one alike."""
@@ -179,6 +182,8 @@ async def scripted(
         {i: {k: round(v, 9) for k, v in c.items()} for i, c in backend.counters().items()},
         len(backend),
         backend._since_sweep,
+        {k: tuple(v) for k, v in backend.__dict__.get("_penalties", ({}, {}))[0].items()},
+        dict(backend.__dict__.get("_penalties", ({}, {}))[1]),
     )
     if not closed:
         await rl.aclose()
@@ -208,15 +213,15 @@ async def test_hooks_are_told_the_same_decisions_direct_and_general(
         assert direct[3][-1], "the hook was told"
 
 
-@pytest.mark.parametrize("shape", ["cost", "settle", "count_when"])
+@pytest.mark.parametrize("shape", ["cost", "settle", "count_when", "penalty", "penalty by user"])
 @pytest.mark.parametrize("seed", range(0, 60, 10))
 async def test_costs_settles_and_count_when_come_out_the_same_direct_and_general(
     seed: int, shape: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cost callable (answered once, whichever path decides: a cost never admitted and a
     bad answer go the general way with it), ``settle=`` and ``count_when=`` (whole
-    decisions, refunded as the body ends) decide on the direct path as on the general one,
-    hooks or none."""
+    decisions, refunded as the body ends), ``penalty=`` (a hold read without a coroutine, a
+    refusal noted) decide on the direct path as on the general one, hooks or none."""
     for one in range(seed, seed + 10):
         told = [Told(), Told()] if one % 2 else [None, None]
         direct, general = [

@@ -96,7 +96,13 @@ async def test_unused_penalty_keeps_the_direct_path() -> None:
     async def f(ip: str) -> None: ...
 
     assert plain._direct("plain", plain._bind(f)[1])[0] is not None
-    assert held._direct("held", held._bind(f)[1]) == (None, None, None)
+    # memory:// tells a hold without a coroutine: a penalized limit's calls go direct too,
+    # but never fused (a refusal is noted)
+    direct, _, fused = held._direct("held", held._bind(f)[1])
+    assert direct is not None
+    assert fused is None
+    waiting = rl.limit("ip:5/s", key="waiting", penalty="5 refusals/m for 1h", wait=1)
+    assert waiting._direct("waiting", waiting._bind(f)[1]) == (None, None, None)
     assert plain._decide == rl._decider.decide
 
 

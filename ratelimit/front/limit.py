@@ -497,6 +497,8 @@ class Limit:
             assert type(self._compiled) is CompiledTree  # the direct path's limits have one
             price = pricing(self._compiled, decider.algorithm, self._cost.what)
         answer = self._cost.answer
+        penalizer = self._penalizer if direct is not None else None
+        compiled = self._compiled
 
         @functools.wraps(func)
         async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -510,20 +512,33 @@ class Limit:
                     answered = await answer(args, kwargs)
                     cost = price(answered)
                     known = None if cost is None else direct(args, kwargs, cost)
+            target = None
+            if known is not None and penalizer is not None:  # unless a hold may apply
+                target = penalizer.unheld(compiled, key, known[1])  # type: ignore[arg-type]
+                if target is False:
+                    known = None
             if known is not None:  # the direct path (ratelimit.front.direct)
                 plan, values = known
                 if not wholes:  # nothing reads an admission
                     refused = admit(plan) if admit is not None else await ask(plan)
                     if refused is not None and not refused.allowed:
+                        if penalizer is not None:  # noted, as Penalizer.decide notes it
+                            await self._penalized(values, refused, shadow, target, cost)
+                            return await func(*args, **kwargs)  # let through in shadow
                         call, refused = self._refusal(values, refused, shadow, cost=cost)
                         if not refused.shadow:
                             await self._waited(call, refused)
                     return await func(*args, **kwargs)
                 started = _clock() if hooks is not None and hooks.timed else 0.0
                 decision = now(plan) if now is not None else await decider.ask(plan)
-                decision, waits = self._told(decision, values, shadow, started, cost)
-                if waits is not None:
-                    decision = await self._waited(waits, decision)
+                if penalizer is not None and not decision.allowed:
+                    decision = await self._penalized(
+                        values, decision, shadow, target, cost, started
+                    )
+                else:
+                    decision, waits = self._told(decision, values, shadow, started, cost)
+                    if waits is not None:
+                        decision = await self._waited(waits, decision)
             else:
                 site = call_site(func, parameters, args, kwargs)  # one that cannot bind: free
                 decision = await self._admit(key, site, shadow, answered)
@@ -547,14 +562,37 @@ class Limit:
         its own; a fixed cost, or a callable's per call), the store's admission without a
         coroutine, and the fused path (:func:`~ratelimit.front.fused.direct_paths`; none
         under ``settle=`` or ``count_when=``, which read whole decisions)."""
-        compiled, decider = (None if self._penalizer else self._compiled), self._decider
+        compiled, decider, penalizer = self._compiled, self._decider, self._penalizer
         if type(compiled) is not CompiledTree:
             return None, None, None
+        if penalizer is not None and (not penalizer.direct or self._wait):
+            return None, None, None  # a hold read with a coroutine; refusals waited out
         cost = self._cost.of(compiled, decider.algorithm) if self._cost.fixed else None
         direct, admit, fused = direct_paths(decider, compiled, key, self._sources, parameters, cost)
-        if self._settle or self._count_when:
+        if self._settle or self._count_when or penalizer is not None:
             fused = None
         return direct, admit, fused
+
+    async def _penalized(
+        self,
+        values: Values,
+        refusal: Decision,
+        shadow: bool,
+        target: Any,
+        cost: Cost | None,
+        started: float = 0.0,
+    ) -> Decision:
+        """A refusal of the rules the direct path decided for a penalized limit's call (its
+        ``target``: :meth:`Penalizer.unheld`; no ``wait=``), as ``Penalizer.decide``
+        answers it: remembered and told to the hooks (:meth:`_refusal`), then noted (held
+        back, if it starts a hold); raised, unless let through in shadow (returned)."""
+        assert self._penalizer is not None
+        hooks = self._decider.hooks or None
+        _, told = self._refusal(values, refusal, shadow, hooks, started, cost, raising=False)
+        decision = await self._penalizer.noted(target, told)
+        if not decision.shadow:
+            raise RateLimitExceeded(decision)
+        return decision
 
     async def _waited(self, call: CallKey, refusal: Decision) -> Decision:
         """Wait out a refusal of the direct path under ``wait=`` (:meth:`_refusal`)."""
@@ -589,11 +627,13 @@ class Limit:
         hooks: Hooks | None = None,
         started: float = 0.0,
         cost: Cost | None = None,
+        raising: bool = True,
     ) -> tuple[CallKey, Decision]:
         """A refusal the store gave the direct path to a call of ``values`` (of its key):
         remembered, told to the ``hooks`` (the decision took since ``started``, when they
         are timed); the call's key and the refusal, marked ``shadow`` when let through, to
-        wait out (:meth:`_waited`) under ``wait=``; else ``RateLimitExceeded``."""
+        wait out (:meth:`_waited`) under ``wait=``; else ``RateLimitExceeded`` (unless not
+        ``raising``: a penalized limit's, noted first)."""
         decider, compiled, key = self._decider, self._compiled, decision.key
         assert type(compiled) is CompiledTree  # the direct path's limits have a tree
         if cost is None:  # the limit's fixed cost; else what its callable answered
@@ -602,6 +642,6 @@ class Limit:
         decision = decider.refused(call, decision, shadow)
         if hooks is not None:
             hooks(decision, _clock() - started if started else 0.0)
-        if not decision.shadow and not self._wait:
+        if raising and not decision.shadow and not self._wait:
             raise RateLimitExceeded(decision)
         return call, decision

@@ -35,9 +35,10 @@ import functools
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
-from ratelimit.backends.base import clock_of
+from ratelimit.backends.base import clock_of, shortcut
 from ratelimit.backends.penalty_store import PenaltyHold, PenaltyStore, check_penalties
 from ratelimit.core.decision import Decision, HeldDecision, NeverAdmitted
 from ratelimit.core.plan import CompiledTree, Identifier
@@ -88,7 +89,17 @@ class Penalizer:
     """One limit's penalty: :meth:`decide` is :meth:`Decider.decide` with the hold read
     first and the refusal noted after."""
 
-    __slots__ = ("_clock", "_index", "decider", "held_by", "penalty", "selector", "store")
+    __slots__ = (
+        "_clock",
+        "_held_now",
+        "_index",
+        "_targets",
+        "decider",
+        "held_by",
+        "penalty",
+        "selector",
+        "store",
+    )
 
     def __init__(
         self, decider: Decider, penalty: Penalty, selectors: tuple[str, ...], where: str
@@ -102,6 +113,54 @@ class Penalizer:
         )
         self._clock = clock_of(decider.backend) or time.monotonic
         self._index: dict[CompiledTree, int | None] = {}
+        self._held_now: Callable[[Identifier], bool] | None = shortcut(
+            self.store, "held_now", "penalty_left"
+        )
+        self._targets: dict[tuple[str, str | None], Identifier | None] = {}
+
+    @property
+    def direct(self) -> bool:
+        """Whether its store tells a hold without a coroutine (``held_now``: ``memory://``),
+        so that the direct path decides this limit's calls (:meth:`unheld`)."""
+        return self._held_now is not None
+
+    def unheld(self, compiled: CompiledTree, key: str, values: tuple[str | None, ...]) -> Any:
+        """For the direct path of a limit of ``compiled`` under ``key``: the identifier a
+        call of ``values`` may be held back as (``None``: none; its refusal counts
+        nowhere) when nothing holds it back now, told without a coroutine; ``False`` when
+        a hold may (this process trusts one, the store keeps one, or the store fails): the
+        general path (:meth:`decide`) answers it."""
+        held_now = self._held_now
+        if held_now is None or self.decider.policy.outage_started is not None:
+            return False
+        value = None if self.selector is None else self.value_in(compiled, values)
+        by = (key, value if isinstance(value, str) else None)
+        if by in self._targets:
+            target = self._targets[by]
+        else:
+            if len(self._targets) >= REMEMBERED:
+                self._targets.clear()
+            namespace = self.decider.namespace
+            if self.selector is None:
+                target = Identifier(namespace, key, None, None)
+            elif isinstance(value, str) and value:
+                target = Identifier(namespace, key, self.selector, value)
+            else:
+                target = None
+            self._targets[by] = target
+        if target is None:
+            return None
+        if target in _holds(self.decider) or held_now(target):
+            return False
+        return target
+
+    async def noted(self, target: Identifier | None, decision: Decision) -> Decision:
+        """What :meth:`decide` makes of a refusal of the rules the direct path decided for
+        ``target`` (:meth:`unheld`): noted (the refusal, or held if it starts a hold),
+        unless it counts nowhere (no target, degraded, a cost never admitted)."""
+        if target is None or decision.degraded or decision.__class__ is NeverAdmitted:
+            return decision
+        return await self._note(target, decision)
 
     def value_in(self, compiled: CompiledTree, values: tuple[str | None, ...]) -> Found:
         """The value of this penalty's selector among ``values`` (of ``compiled``'s

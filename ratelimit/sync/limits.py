@@ -111,8 +111,8 @@ def _direct_parts(limit: AsyncLimit, key: str, parameters: Parameters) -> list[A
     (:func:`~ratelimit.front.direct.whole`; a store without one leaves such calls to
     the loop)."""
     plan_of, admit, _ = limit._direct(key, parameters)
-    if limit._settle or limit._count_when or not limit._cost.fixed:
-        plan_of = None  # decided on the loop, which settles, counts and prices them
+    if limit._settle or limit._count_when or not limit._cost.fixed or limit._penalizer:
+        plan_of = None  # decided on the loop, which settles, counts, prices and penalizes
     told = None
     if limit._decider.hooks:
         told = whole(limit._decider)

@@ -80,6 +80,14 @@ class PenaltyTables:
         end = self._hold_end(target, now)
         return (end - now) / 1_000_000 if end else 0.0
 
+    def held_now(self, target: Identifier) -> bool:
+        """Whether ``target`` may be held back (a hold kept, ended or not): what the
+        direct path asks without a coroutine before it decides a penalized limit's call
+        (:meth:`ratelimit.penalties.penalizer.Penalizer.unheld`); :meth:`penalty_left`
+        says how long."""
+        tables = self.__dict__.get("_penalties")
+        return tables is not None and target in tables[1]
+
     async def list_penalties(self, namespace: str, key: str | None = None) -> list[PenaltyHold]:
         now = clock_us(self._clock)
         return [
