@@ -36,6 +36,16 @@ def decided_by(limit: Limit, mode: str, monkeypatch: pytest.MonkeyPatch) -> None
         return (direct, admit, None) if mode == "direct" else (None, None, None)
 
     monkeypatch.setattr(limit, "_direct", paths)
+    choosing = limit._chooser
+
+    def chooser(key: str, parameters: Any) -> Any:
+        chosen = choosing(key, parameters)
+        if chosen is None or mode == "general":
+            return None
+        chosen._paths = {value: (*made[:2], None) for value, made in chosen._paths.items()}
+        return chosen
+
+    monkeypatch.setattr(limit, "_chooser", chooser)
 
 
 async def outcome(work: Any, *args: Any, **kwargs: Any) -> object:
@@ -91,6 +101,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     "count_when": {"count_when": lambda result: result != 2},
     "penalty": {"penalty": "3 refusals/m for 30s"},
     "penalty by user": {"penalty": "user: 2 refusals/10s for 5s"},
+    "tiers": {},
 }
 """What a limit adds to its rules, each decided on the direct path (but for ``plain``,
 whole decisions) and the general one alike."""
@@ -118,15 +129,32 @@ async def scripted(
             return answered[-1]
 
         extra["cost"] = counted
-    limit = rl.limit(rules, key="k", shadow=chance.random() < 0.1, **extra)
+    key: Any = "k"
+    limited: Any = rules
+    if shape == "tiers":  # rules by a keyword selector's value, resolved once per call
+        key = "t"  # the other limits below count on "k": one key, one set of rules
+        limited = {"free": rules, "pro": "user:9/m"}
+        if seed % 2:
+            limited["default"] = "user:2/m"
+        chosen = iter(range(1 << 30))
+
+        def tier() -> str:
+            n = next(chosen)
+            answered.append(n)
+            return ["free", "pro", "gold", "free"][n % 4]
+
+        extra["tier"] = tier
+    limit = rl.limit(limited, key=key, shadow=chance.random() < 0.1, **extra)
     decided_by(limit, mode, monkeypatch)
 
     async def body(user: Any, region: str = "eu") -> int:
         return len(str(user)) % 3  # what settle= and count_when= read
 
     work = limit(body)
-    paths = limit._direct("k", limit._bind(body)[1])
-    if mode == "fused":
+    paths = limit._direct(key, limit._bind(body)[1])
+    if shape == "tiers":
+        assert (limit._chooser(key, limit._bind(body)[1]) is None) is (mode == "general")
+    elif mode == "fused":
         assert paths[2] is not None  # the path under test
     elif mode == "direct":  # with hooks too: they read whole decisions
         assert paths[0] is not None
@@ -151,9 +179,9 @@ async def scripted(
             user = chance.choice(["ann", "bob", "7"])
             if chance.random() < 0.5:
                 new = chance.choice(["user:1/m", "user:6/m", "user:1/s"])
-                await rl.overrides.set("k", new, user=user)
+                await rl.overrides.set(key, new, user=user)
             else:
-                await rl.overrides.delete("k", user=user)
+                await rl.overrides.delete(key, user=user)
         elif step < 0.17:
             await peeking.reset()
         elif step < 0.19:
@@ -213,7 +241,9 @@ async def test_hooks_are_told_the_same_decisions_direct_and_general(
         assert direct[3][-1], "the hook was told"
 
 
-@pytest.mark.parametrize("shape", ["cost", "settle", "count_when", "penalty", "penalty by user"])
+@pytest.mark.parametrize(
+    "shape", ["cost", "settle", "count_when", "penalty", "penalty by user", "tiers"]
+)
 @pytest.mark.parametrize("seed", range(0, 60, 10))
 async def test_costs_settles_and_count_when_come_out_the_same_direct_and_general(
     seed: int, shape: str, monkeypatch: pytest.MonkeyPatch
@@ -229,6 +259,8 @@ async def test_costs_settles_and_count_when_come_out_the_same_direct_and_general
             for mode, hook in zip(MODES[1:], told, strict=True)
         ]
         assert direct == general, f"seed {one}"
+        if shape == "tiers" and not one % 2:  # each entry's fused path, without hooks
+            assert await scripted(one, "fused", monkeypatch, None, shape) == general
 
 
 class Counting(MemoryBackend):

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
 from ratelimit.core.plan import CompiledTree, compile_tree
-from ratelimit.core.selectors import CallSite, SelectorSources, resolve
+from ratelimit.core.selectors import CallSite, SelectorSources, as_text, resolve
 from ratelimit.errors import ConfigurationError
 from ratelimit.rules.tree import RuleLike, to_tree
 
@@ -35,6 +35,10 @@ RulesLike: TypeAlias = (
     "RuleLike | Mapping[str, RuleLike] | Callable[..., RuleLike | Awaitable[RuleLike]]"
 )
 """What ``limit()`` takes as rules: fixed, by a selector's value, or from the call."""
+
+
+UNRESOLVED: Any = object()
+"""A rules mapping's selector value not resolved yet (:meth:`ChosenRules.choose`)."""
 
 
 class ChosenRules:
@@ -90,10 +94,12 @@ class ChosenRules:
         return tuple(self.entries.values())
 
     async def choose(
-        self, sources: SelectorSources, key: str, call: CallSite | None
+        self, sources: SelectorSources, key: str, call: CallSite | None, value: Any = UNRESOLVED
     ) -> tuple[CompiledTree, tuple[str, str | None] | None]:
         """The rules of one call, and the (selector, value) that chose them (a mapping's;
-        ``None`` for a callable), which overrides match on too."""
+        ``None`` for a callable), which overrides match on too. ``value``: a mapping's
+        selector value for the call, when it was resolved already (:class:`Chooser`;
+        :data:`UNRESOLVED`: not yet)."""
         if self.function is not None:
             args = () if call is None else call.args
             kwargs = {} if call is None else call.kwargs
@@ -101,11 +107,52 @@ class ChosenRules:
             if inspect.isawaitable(chosen):
                 chosen = await chosen
             return compile_tree(to_tree(chosen)), None
-        (value,) = await resolve((self.by,), sources, key, call)
+        if value is UNRESOLVED:
+            (value,) = await resolve((self.by,), sources, key, call)
+        return self.entry(value, key), (self.by, value)
+
+    def entry(self, value: str | None, key: str) -> CompiledTree:
+        """A mapping's rules for its selector's ``value`` (the ``"default"`` entry's for a
+        value it lacks), or ``ConfigurationError`` naming the value."""
         compiled = self.entries.get(value or "") or self.entries.get(DEFAULT)
         if compiled is None:
             raise ConfigurationError(
                 f"key {key!r}: no rules for {self.by}={value!r} and no {DEFAULT!r} entry "
                 f"(the mapping names {', '.join(map(repr, self.entries))})"
             )
-        return compiled, (self.by, value)
+        return compiled
+
+
+class Chooser:
+    """The direct paths of a limit whose rules a mapping chooses by a keyword selector
+    (``tier=get_tier``): one per entry, worked out when the limit decorates. Each call
+    resolves the selector once (:meth:`value`), and its entry's paths decide it
+    (:meth:`paths`); a value the mapping lacks has none, and the general path, given the
+    value, answers it (its ``"default"`` entry, or the error naming the value)."""
+
+    __slots__ = ("_calls", "_paths", "_source")
+
+    def __init__(self, source: object, paths: Mapping[str, Any]) -> None:
+        self._source = source
+        self._calls = callable(source)
+        self._paths = dict(paths)
+
+    async def value(self) -> str | None:
+        """The selector's value for this call: the keyword given, called (and awaited)."""
+        value = self._source
+        if self._calls:
+            value = value()  # type: ignore[operator]
+        if value.__class__ is not str and inspect.isawaitable(value):
+            value = await value
+        return as_text(value)
+
+    def paths(self, value: str | None) -> Any:
+        """The paths of the entry for ``value`` (the ``"default"`` entry's for one it
+        lacks); ``(None, None, None)`` for the general path."""
+        found = self._paths.get(value or "")
+        if found is None:
+            found = self._paths.get(DEFAULT, _GENERAL)
+        return found
+
+
+_GENERAL = (None, None, None)

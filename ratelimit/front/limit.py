@@ -18,8 +18,8 @@ from ratelimit.core.decision import Decision, RateLimitExceeded
 from ratelimit.core.plan import CompiledTree, Cost, compile_tree
 from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
-from ratelimit.front.chosen import ChosenRules, RulesLike
-from ratelimit.front.direct import Values, asker, pricing, whole
+from ratelimit.front.chosen import UNRESOLVED, Chooser, ChosenRules, RulesLike
+from ratelimit.front.direct import Direct, asker, pricing, whole
 from ratelimit.front.fused import DirectPaths, direct_paths
 from ratelimit.front.keywords import LIMIT_OWN, check_selector_keywords
 from ratelimit.front.registry import Registration, Registry
@@ -145,6 +145,7 @@ class Limit:
         call: CallSite | None,
         cost: CostValue | None = None,
         answered: object = UNANSWERED,
+        chosen: object = UNRESOLVED,
     ) -> tuple[CallKey, Overriding, Decide]:
         """What identifies one call under ``key``: its rules (an override's when one is in
         force: then ``True`` comes with it, or the rule of it that can never admit the
@@ -155,11 +156,11 @@ class Limit:
         the limit's own rules (:meth:`_held`)."""
         registration = self._registered(key)
         rules = registration.compiled
-        chosen = None
+        by = None
         if type(rules) is CompiledTree:
             compiled = rules
         else:
-            compiled, chosen = await rules.choose(registration.sources, key, call)  # type: ignore[union-attr]
+            compiled, by = await rules.choose(registration.sources, key, call, chosen)  # type: ignore[union-attr]
         values: tuple[str | None, ...] = ()
         if compiled.selectors:
             now = resolved_now(compiled.selectors, registration.sources, call)
@@ -181,8 +182,8 @@ class Limit:
                 await overrides.current()
             if overrides.has(key):  # then most calls still match none: no await for them
                 named = dict(zip(compiled.selectors, values, strict=True))  # no name#n here
-                if chosen is not None:
-                    named.setdefault(*chosen)
+                if by is not None:
+                    named.setdefault(*by)
                 found = overrides.match(key, named)
                 if found is not None:
                     given: Any = cost if answered is UNANSWERED else answered
@@ -341,15 +342,21 @@ class Limit:
             return None
 
     async def _admit(
-        self, key: str, site: CallSite, shadow: bool | None = None, answered: object = UNANSWERED
+        self,
+        key: str,
+        site: CallSite,
+        shadow: bool | None = None,
+        answered: object = UNANSWERED,
+        chosen: object = UNRESOLVED,
     ) -> Decision:
         """Admit one call of the decorated function under ``key`` (waiting up to ``wait=``),
         or raise ``RateLimitExceeded``: what the decorator does before the body runs.
         ``answered``: what the limit's cost callable answered for it, when it was called
-        already (:data:`UNANSWERED`: not yet)."""
+        already (:data:`UNANSWERED`: not yet); ``chosen``: the value of the selector its rules
+        mapping is keyed by, when it was resolved already (:class:`Chooser`)."""
         if shadow is None:
             shadow = self._shadow
-        call, override, decide = await self._call(key, site, answered=answered)
+        call, override, decide = await self._call(key, site, answered=answered, chosen=chosen)
         if self._wait and not isinstance(override, Rule | Never):  # lowered: waiting never helps
             decision = await admitted(
                 lambda: decide(call, True, shadow, None, override), self._wait
@@ -486,6 +493,7 @@ class Limit:
         key, parameters = self._bind(func)
         shadow, settle, counted = self._shadow, self._settle, self._count_when
         direct, admit, fused = self._direct(key, parameters)
+        chooser = self._chooser(key, parameters)  # rules by a selector's value: their paths
         decider = self._decider
         hooks = decider.hooks or None
         # whole decisions, for what reads them: the hooks, settle= and count_when=
@@ -504,44 +512,48 @@ class Limit:
         async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
             if fused is not None and fused(args, kwargs):  # ratelimit.front.fused
                 return await func(*args, **kwargs)
-            known, answered, cost = None, UNANSWERED, None
-            if direct is not None:
+            known, answered, cost, tier = None, UNANSWERED, None, UNRESOLVED
+            plan_of, admits = direct, admit
+            if chooser is not None:  # the rules of the call's value, each with its paths
+                tier = await chooser.value()
+                plan_of, admits, chosen = chooser.paths(tier)
+                if chosen is not None and chosen(args, kwargs):
+                    return await func(*args, **kwargs)
+            if plan_of is not None:
                 if price is None:
-                    known = direct(args, kwargs)
+                    known = plan_of(args, kwargs)
                 else:  # the cost callable answers once, whichever path decides
                     answered = await answer(args, kwargs)
                     cost = price(answered)
-                    known = None if cost is None else direct(args, kwargs, cost)
+                    known = None if cost is None else plan_of(args, kwargs, cost)
             target = None
             if known is not None and penalizer is not None:  # unless a hold may apply
                 target = penalizer.unheld(compiled, key, known[1])  # type: ignore[arg-type]
                 if target is False:
                     known = None
             if known is not None:  # the direct path (ratelimit.front.direct)
-                plan, values = known
+                plan = known[0]
                 if not wholes:  # nothing reads an admission
-                    refused = admit(plan) if admit is not None else await ask(plan)
+                    refused = admits(plan) if admits is not None else await ask(plan)
                     if refused is not None and not refused.allowed:
                         if penalizer is not None:  # noted, as Penalizer.decide notes it
-                            await self._penalized(values, refused, shadow, target, cost)
+                            await self._penalized(known, refused, shadow, target, cost)
                             return await func(*args, **kwargs)  # let through in shadow
-                        call, refused = self._refusal(values, refused, shadow, cost=cost)
+                        call, refused = self._refusal(known, refused, shadow, cost=cost)
                         if not refused.shadow:
                             await self._waited(call, refused)
                     return await func(*args, **kwargs)
                 started = _clock() if hooks is not None and hooks.timed else 0.0
                 decision = now(plan) if now is not None else await decider.ask(plan)
                 if penalizer is not None and not decision.allowed:
-                    decision = await self._penalized(
-                        values, decision, shadow, target, cost, started
-                    )
+                    decision = await self._penalized(known, decision, shadow, target, cost, started)
                 else:
-                    decision, waits = self._told(decision, values, shadow, started, cost)
+                    decision, waits = self._told(decision, known, shadow, started, cost)
                     if waits is not None:
                         decision = await self._waited(waits, decision)
             else:
                 site = call_site(func, parameters, args, kwargs)  # one that cannot bind: free
-                decision = await self._admit(key, site, shadow, answered)
+                decision = await self._admit(key, site, shadow, answered, tier)
             if counted is not None:  # count_when: the outcome says whether it counts
                 try:
                     result = await func(*args, **kwargs)
@@ -573,9 +585,31 @@ class Limit:
             fused = None
         return direct, admit, fused
 
+    def _chooser(self, key: str, parameters: Parameters) -> Chooser | None:
+        """The paths of each rules entry of a mapping keyed by a keyword selector
+        (:class:`~ratelimit.front.chosen.Chooser`), when every entry has a direct path;
+        ``None`` for any other limit (a penalty, a cost callable: the general path)."""
+        rules, decider = self._compiled, self._decider
+        if type(rules) is not ChosenRules or rules.function is not None:
+            return None
+        if self._penalizer is not None or not self._cost.fixed:
+            return None
+        paths = {}
+        for value, compiled in rules.entries.items():
+            cost = self._cost.of(compiled, decider.algorithm)
+            direct, admit, fused = direct_paths(
+                decider, compiled, key, self._sources, parameters, cost
+            )
+            if direct is None:
+                return None
+            if self._settle or self._count_when:
+                fused = None
+            paths[value] = (direct, admit, fused)
+        return Chooser(self._sources.keywords[rules.by], paths)
+
     async def _penalized(
         self,
-        values: Values,
+        known: Direct,
         refusal: Decision,
         shadow: bool,
         target: Any,
@@ -588,7 +622,7 @@ class Limit:
         back, if it starts a hold); raised, unless let through in shadow (returned)."""
         assert self._penalizer is not None
         hooks = self._decider.hooks or None
-        _, told = self._refusal(values, refusal, shadow, hooks, started, cost, raising=False)
+        _, told = self._refusal(known, refusal, shadow, hooks, started, cost, raising=False)
         decision = await self._penalizer.noted(target, told)
         if not decision.shadow:
             raise RateLimitExceeded(decision)
@@ -602,7 +636,7 @@ class Limit:
     def _told(
         self,
         decision: Decision,
-        values: Values,
+        known: Direct,
         shadow: bool,
         started: float,
         cost: Cost | None = None,
@@ -616,12 +650,12 @@ class Limit:
             if hooks:
                 hooks(decision, _clock() - started if started else 0.0)
             return decision, None
-        call, decision = self._refusal(values, decision, shadow, hooks or None, started, cost)
+        call, decision = self._refusal(known, decision, shadow, hooks or None, started, cost)
         return decision, None if decision.shadow else call
 
     def _refusal(
         self,
-        values: Values,
+        known: Direct,
         decision: Decision,
         shadow: bool,
         hooks: Hooks | None = None,
@@ -629,13 +663,15 @@ class Limit:
         cost: Cost | None = None,
         raising: bool = True,
     ) -> tuple[CallKey, Decision]:
-        """A refusal the store gave the direct path to a call of ``values`` (of its key):
+        """A refusal the store gave the direct path to a call (``known``: its plan and
+        selector values):
         remembered, told to the ``hooks`` (the decision took since ``started``, when they
         are timed); the call's key and the refusal, marked ``shadow`` when let through, to
         wait out (:meth:`_waited`) under ``wait=``; else ``RateLimitExceeded`` (unless not
         ``raising``: a penalized limit's, noted first)."""
-        decider, compiled, key = self._decider, self._compiled, decision.key
-        assert type(compiled) is CompiledTree  # the direct path's limits have a tree
+        decider, key = self._decider, decision.key
+        plan, values = known
+        compiled = plan.compiled  # the limit's tree, or the one chosen for the call
         if cost is None:  # the limit's fixed cost; else what its callable answered
             cost = self._cost.of(compiled, decider.algorithm)
         call = self._call_key(key, compiled, values, cost)
