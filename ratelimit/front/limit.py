@@ -6,7 +6,6 @@ import asyncio
 import functools
 import inspect
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, NoReturn, ParamSpec, TypeVar
@@ -19,16 +18,16 @@ from ratelimit.core.plan import CompiledTree, Cost, compile_tree
 from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.front.chosen import UNRESOLVED, Chooser, ChosenRules, RulesLike
-from ratelimit.front.direct import Direct, asker, pricing, whole
+from ratelimit.front.decorator import UNANSWERED, decorate
+from ratelimit.front.direct import Direct
 from ratelimit.front.fused import DirectPaths, direct_paths
 from ratelimit.front.keywords import LIMIT_OWN, check_selector_keywords
 from ratelimit.front.registry import Registration, Registry
-from ratelimit.front.wrapping import call_site, coroutine_only, findable, function_name, wrappable
+from ratelimit.front.wrapping import findable, function_name, wrappable
 from ratelimit.overrides.cache import Override, OverrideCache
 from ratelimit.overrides.lowered import Never, Overriding, never, refusing
 from ratelimit.penalties.penalizer import NOT_NAMED, Found, penalizer_for
 from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
-from ratelimit.pipeline.hooks import Hooks
 from ratelimit.pipeline.waiting import admitted, wait_seconds
 from ratelimit.rules.tree import Rule, to_tree
 
@@ -40,9 +39,6 @@ CountWhen = Callable[[Any], "bool | Awaitable[bool]"]
 """``count_when=``: of a call's outcome (its result, or the exception it raised), whether
 it counts."""
 penalty_logger = logging.getLogger("ratelimit.penalties")
-_clock = time.perf_counter
-UNANSWERED = object()
-"""What the limit's cost callable answered, before it is called (``Limit._admit``)."""
 
 
 class Limit:
@@ -489,85 +485,7 @@ class Limit:
         return key, parameters
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:
-        coroutine_only(func, "limit")
-        key, parameters = self._bind(func)
-        shadow, settle, counted = self._shadow, self._settle, self._count_when
-        direct, admit, fused = self._direct(key, parameters)
-        chooser = self._chooser(key, parameters)  # rules by a selector's value: their paths
-        decider = self._decider
-        hooks = decider.hooks or None
-        # whole decisions, for what reads them: the hooks, settle= and count_when=
-        wholes = hooks is not None or settle is not None or counted is not None
-        ask = asker(decider)  # Decider.ask, or the store's with None for an admission
-        now = whole(decider) if wholes else None
-        price = None
-        if direct is not None and not self._cost.fixed:  # a callable's cost, checked
-            assert type(self._compiled) is CompiledTree  # the direct path's limits have one
-            price = pricing(self._compiled, decider.algorithm, self._cost.what)
-        answer = self._cost.answer
-        penalizer = self._penalizer if direct is not None else None
-        compiled = self._compiled
-
-        @functools.wraps(func)
-        async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
-            if fused is not None and fused(args, kwargs):  # ratelimit.front.fused
-                return await func(*args, **kwargs)
-            known, answered, cost, tier = None, UNANSWERED, None, UNRESOLVED
-            plan_of, admits = direct, admit
-            if chooser is not None:  # the rules of the call's value, each with its paths
-                tier = await chooser.value()
-                plan_of, admits, chosen = chooser.paths(tier)
-                if chosen is not None and chosen(args, kwargs):
-                    return await func(*args, **kwargs)
-            if plan_of is not None:
-                if price is None:
-                    known = plan_of(args, kwargs)
-                else:  # the cost callable answers once, whichever path decides
-                    answered = await answer(args, kwargs)
-                    cost = price(answered)
-                    known = None if cost is None else plan_of(args, kwargs, cost)
-            target = None
-            if known is not None and penalizer is not None:  # unless a hold may apply
-                target = penalizer.unheld(compiled, key, known[1])  # type: ignore[arg-type]
-                if target is False:
-                    known = None
-            if known is not None:  # the direct path (ratelimit.front.direct)
-                plan = known[0]
-                if not wholes:  # nothing reads an admission
-                    refused = admits(plan) if admits is not None else await ask(plan)
-                    if refused is not None and not refused.allowed:
-                        if penalizer is not None:  # noted, as Penalizer.decide notes it
-                            await self._penalized(known, refused, shadow, target, cost)
-                            return await func(*args, **kwargs)  # let through in shadow
-                        call, refused = self._refusal(known, refused, shadow, cost=cost)
-                        if not refused.shadow:
-                            await self._waited(call, refused)
-                    return await func(*args, **kwargs)
-                started = _clock() if hooks is not None and hooks.timed else 0.0
-                decision = now(plan) if now is not None else await decider.ask(plan)
-                if penalizer is not None and not decision.allowed:
-                    decision = await self._penalized(known, decision, shadow, target, cost, started)
-                else:
-                    decision, waits = self._told(decision, known, shadow, started, cost)
-                    if waits is not None:
-                        decision = await self._waited(waits, decision)
-            else:
-                site = call_site(func, parameters, args, kwargs)  # one that cannot bind: free
-                decision = await self._admit(key, site, shadow, answered, tier)
-            if counted is not None:  # count_when: the outcome says whether it counts
-                try:
-                    result = await func(*args, **kwargs)
-                except Exception as exc:
-                    await self._settled(decision, exc, raised=True)
-                    raise
-                await self._settled(decision, result)
-                return result
-            result = await func(*args, **kwargs)
-            if settle is not None:  # the body returned: what it really cost is known
-                await self._settled(decision, result)
-            return result
-
-        return limited
+        return decorate(self, func)  # ratelimit.front.decorator
 
     def _direct(self, key: str, parameters: Parameters) -> DirectPaths:
         """The direct path of this limit decorating a function of ``parameters`` (a tree of
@@ -621,8 +539,7 @@ class Limit:
         answers it: remembered and told to the hooks (:meth:`_refusal`), then noted (held
         back, if it starts a hold); raised, unless let through in shadow (returned)."""
         assert self._penalizer is not None
-        hooks = self._decider.hooks or None
-        _, told = self._refusal(known, refusal, shadow, hooks, started, cost, raising=False)
+        _, told = self._refusal(known, refusal, shadow, started, cost, raising=False)
         decision = await self._penalizer.noted(target, told)
         if not decision.shadow:
             raise RateLimitExceeded(decision)
@@ -645,12 +562,10 @@ class Limit:
         tells them (the decision took since ``started``, when they are timed): the decision
         as told (marked ``shadow`` when let through), and the call's key when it is a
         refusal to wait out under ``wait=`` (:meth:`_refusal`; else ``RateLimitExceeded``)."""
-        hooks = self._decider.hooks
         if decision.allowed:
-            if hooks:
-                hooks(decision, _clock() - started if started else 0.0)
+            self._decider.tell(decision, started)
             return decision, None
-        call, decision = self._refusal(known, decision, shadow, hooks or None, started, cost)
+        call, decision = self._refusal(known, decision, shadow, started, cost)
         return decision, None if decision.shadow else call
 
     def _refusal(
@@ -658,26 +573,24 @@ class Limit:
         known: Direct,
         decision: Decision,
         shadow: bool,
-        hooks: Hooks | None = None,
-        started: float = 0.0,
+        started: float | None = None,
         cost: Cost | None = None,
         raising: bool = True,
     ) -> tuple[CallKey, Decision]:
         """A refusal the store gave the direct path to a call (``known``: its plan and
         selector values):
-        remembered, told to the ``hooks`` (the decision took since ``started``, when they
-        are timed); the call's key and the refusal, marked ``shadow`` when let through, to
-        wait out (:meth:`_waited`) under ``wait=``; else ``RateLimitExceeded`` (unless not
-        ``raising``: a penalized limit's, noted first)."""
+        remembered, told to the hooks when ``started`` is given (whole decisions: the
+        decision took since then, when they are timed); the call's key and the refusal,
+        marked ``shadow`` when let through, to wait out (:meth:`_waited`) under ``wait=``;
+        else ``RateLimitExceeded`` (unless not ``raising``: a penalized limit's, noted
+        first)."""
         decider, key = self._decider, decision.key
         plan, values = known
         compiled = plan.compiled  # the limit's tree, or the one chosen for the call
         if cost is None:  # the limit's fixed cost; else what its callable answered
             cost = self._cost.of(compiled, decider.algorithm)
         call = self._call_key(key, compiled, values, cost)
-        decision = decider.refused(call, decision, shadow)
-        if hooks is not None:
-            hooks(decision, _clock() - started if started else 0.0)
+        decision = decider.refused(call, decision, shadow, started)
         if raising and not decision.shadow and not self._wait:
             raise RateLimitExceeded(decision)
         return call, decision

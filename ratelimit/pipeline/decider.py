@@ -201,12 +201,35 @@ class Decider:
             self.hooks(decision, _clock() - started if started else 0.0)
         return decision
 
-    def refused(self, call: CallKey, decision: Decision, shadow: bool) -> Decision:
+    def refused(
+        self, call: CallKey, decision: Decision, shadow: bool, started: float | None = None
+    ) -> Decision:
         """What :meth:`decide` does with a refusal the store gave the direct path
-        (:mod:`ratelimit.front.direct`, whose limiters have no hooks): remembered in the denial
-        cache, and let through marked ``shadow`` (logged) under ``shadow``."""
+        (:mod:`ratelimit.front.direct`): remembered in the denial cache, let through marked
+        ``shadow`` (logged) under ``shadow``, and told to the hooks when ``started`` is
+        given (:meth:`tell`)."""
         self.denials.remember(call, decision)
-        return _shadowed(decision) if shadow else decision
+        if shadow:
+            decision = _shadowed(decision)
+        if started is not None:
+            self.tell(decision, started)
+        return decision
+
+    @property
+    def told(self) -> bool:
+        """Whether hooks read its decisions (the direct path then builds them whole)."""
+        return bool(self.hooks)
+
+    def started(self) -> float:
+        """When a decision the direct path will :meth:`tell` started, for timed hooks
+        (``0.0``: none is timed, and the clock is not read)."""
+        return _clock() if self.hooks.timed else 0.0
+
+    def tell(self, decision: Decision, started: float) -> None:
+        """Tell the hooks of a decision of the direct path, as :meth:`decide` does (it took
+        since ``started``: :meth:`started`)."""
+        if self.hooks:
+            self.hooks(decision, _clock() - started if started else 0.0)
 
     async def ask(self, plan: Plan) -> Decision:
         """The store's decision of ``plan``, or the failure policy's when it fails."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from types import TracebackType
@@ -43,7 +42,6 @@ class RateLimit(Protocol):
 
 
 P = ParamSpec("P")
-_clock = time.perf_counter
 R = TypeVar("R")
 A = TypeVar("A", AsyncLimit, AsyncConcurrency)
 
@@ -114,7 +112,7 @@ def _direct_parts(limit: AsyncLimit, key: str, parameters: Parameters) -> list[A
     if limit._settle or limit._count_when or not limit._cost.fixed or limit._penalizer:
         plan_of = None  # decided on the loop, which settles, counts, prices and penalizes
     told = None
-    if limit._decider.hooks:
+    if limit._decider.told:
         told = whole(limit._decider)
         if told is None:
             plan_of = None
@@ -148,16 +146,15 @@ class Limit(_Twin[AsyncLimit]):
                 plan_of, admit, told = made[1], made[2], made[3]
                 known = None if plan_of is None or admit is None else plan_of(args, kwargs)
                 if known is not None and told is not None:  # hooks: a whole decision
-                    hooks = limit._decider.hooks
-                    started = _clock() if hooks.timed else 0.0
-                    refusal, waits = limit._told(told(known[0]), known[1], limit._shadow, started)
+                    started = limit._decider.started()
+                    refusal, waits = limit._told(told(known[0]), known, limit._shadow, started)
                     if waits is not None:
                         portal.run(lambda: limit._waited(waits, refusal))
                     return func(*args, **kwargs)
                 if known is not None:  # memory://: admitted here, as the async decorator does
                     refused = admit(known[0])
                     if refused is not None and not refused.allowed:
-                        call, refused = limit._refusal(known[1], refused, limit._shadow)
+                        call, refused = limit._refusal(known, refused, limit._shadow)
                         if not refused.shadow:
                             portal.run(lambda: limit._waited(call, refused))
                     return func(*args, **kwargs)

@@ -94,7 +94,7 @@ def identified(
     make = _IDENTIFIED.get(algorithm.name)
     if make is None or len(compiled.rules) != 1 or compiled.rules[0].count < 1:
         return None
-    return make(backend, compiled.rules[0], algorithm.name == SLIDING_WINDOW)
+    return make(backend, compiled.rules[0], getattr(algorithm, "sliding", False))
 
 
 def _log_identified(backend: MemoryBackend, rule: Rule, _: bool) -> AdmitIdentified:
