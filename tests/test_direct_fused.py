@@ -17,6 +17,7 @@ from ratelimit.backends.base import Admit
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import CompiledTree, Plan
 from ratelimit.front.limit import Limit
+from ratelimit.rules.tree import to_tree
 from tests.conftest import FakeClock
 
 MODES = ("fused", "direct", "general")
@@ -97,6 +98,7 @@ def costing(user: Any, region: str = "eu") -> object:
 SHAPES: dict[str, dict[str, Any]] = {
     "plain": {},
     "cost": {"cost": costing},
+    "cost 2": {"cost": 2},
     "settle": {"settle": lambda result: result},
     "count_when": {"count_when": lambda result: result != 2},
     "penalty": {"penalty": "3 refusals/m for 30s"},
@@ -122,7 +124,9 @@ async def scripted(
     rl = RateLimit(backend, "fused", algorithm=algorithm, hooks=[] if told is None else [told])
     answered: list[object] = []  # each time the cost callable answered
     extra = dict(SHAPES[shape])
-    if "cost" in extra:
+    if shape == "cost 2":  # a fixed cost above 1, where the rule's count allows it
+        extra["cost"] = 2 if to_tree(rules).count >= 2 else 1  # type: ignore[union-attr]
+    if extra.get("cost") is costing:
 
         def counted(*args: Any, **kwargs: Any) -> object:
             answered.append(costing(*args, **kwargs))
@@ -242,7 +246,7 @@ async def test_hooks_are_told_the_same_decisions_direct_and_general(
 
 
 @pytest.mark.parametrize(
-    "shape", ["cost", "settle", "count_when", "penalty", "penalty by user", "tiers"]
+    "shape", ["cost", "cost 2", "settle", "count_when", "penalty", "penalty by user", "tiers"]
 )
 @pytest.mark.parametrize("seed", range(0, 60, 10))
 async def test_costs_settles_and_count_when_come_out_the_same_direct_and_general(

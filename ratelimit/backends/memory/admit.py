@@ -56,23 +56,25 @@ class MemoryBackend(Protocol):
 
 
 def admitter(backend: MemoryBackend, compiled: CompiledTree, algorithm: Algorithm) -> Admit:
-    """``backend``'s admission of plans of ``compiled`` under ``algorithm``: a call of cost 1
-    on a tree of one rule whose selector has a value goes to the admission of
-    :func:`identified` (admitted inline, or refused with nothing changed); every other call
-    (a refusal included, to be told why) to ``backend.admit``, which decides as ``decide``
-    does."""
+    """``backend``'s admission of plans of ``compiled`` under ``algorithm``: a call on a
+    tree of one rule whose selector has a value goes to the admission of :func:`identified`
+    (admitted inline, or refused with nothing changed) at cost 1, or at any cost from 1 to
+    the rule's count but under GCRA; every other call (a refusal included, to be told why)
+    to ``backend.admit``, which decides as ``decide`` does."""
     one = identified(backend, compiled, algorithm)
     general = backend.admit
     if one is None:
         return general
+    most = compiled.rules[0].count if _ANY_COST.get(algorithm.name) else 1  # what it takes
 
     def admit(plan: Plan) -> Decision | None:
+        cost = plan.cost
         if (
-            plan.cost == 1
+            (cost == 1 or 1 <= cost <= most)
             and plan.record
             and plan.identifiers
             and not plan.costs
-            and one(plan.identifiers[0])
+            and one(plan.identifiers[0], cost)
         ):
             return None  # admitted and recorded inline
         return general(plan)
@@ -80,10 +82,12 @@ def admitter(backend: MemoryBackend, compiled: CompiledTree, algorithm: Algorith
     return admit
 
 
-AdmitIdentified = Callable[[Identifier], bool]
+AdmitIdentified = Callable[..., bool]
 """``admit(identifier)``: one call of cost 1 decided and recorded on ``identifier`` when
 admitted (``True``); ``False``, having changed nothing at all, for the general path to
-decide (a refusal, a closed backend, a GCRA arrival time stored under another rate)."""
+decide (a refusal, a closed backend, a GCRA arrival time stored under another rate).
+``admit(identifier, cost)``: at ``cost`` (from 1 to the rule's count; the sliding log and
+the window counters)."""
 
 
 def identified(
@@ -104,9 +108,8 @@ def _log_identified(backend: MemoryBackend, rule: Rule, _: bool) -> AdmitIdentif
     logs, clock = backend._logs, backend._clock
     acquire, release = backend._lock.acquire, backend._lock.release  # a with: 2x the cost
     count, span_us = rule.count, rule.span_ms * US_PER_MS
-    last = count - 1  # the hit that must be out of the window for one more (cost 1)
 
-    def admit(identifier: Identifier) -> bool:
+    def admit(identifier: Identifier, cost: int = 1) -> bool:
         acquire()
         try:
             if backend._closed:
@@ -115,6 +118,7 @@ def _log_identified(backend: MemoryBackend, rule: Rule, _: bool) -> AdmitIdentif
             log = logs.get(identifier)
             if log is not None and log.expires_us > now:
                 hits = log.hits
+                last = count - cost  # the hit that must be out of the window for these
                 if len(hits) > last and hits[last] > now - span_us:
                     return False
             else:
@@ -130,10 +134,13 @@ def _log_identified(backend: MemoryBackend, rule: Rule, _: bool) -> AdmitIdentif
             kept = log.kept
             if kept != count:
                 if kept > count:  # another limit keeps more of this log: Log.record's rule
-                    log.record(now, 1, count, span_us)
+                    log.record(now, cost, count, span_us)
                     return True
                 log.kept = count
-            hits.appendleft(hits[0] if hits and hits[0] > now else now)
+            if cost == 1:
+                hits.appendleft(hits[0] if hits and hits[0] > now else now)
+            else:
+                hits.extendleft([hits[0] if hits and hits[0] > now else now] * cost)
             while len(hits) > count:  # more, kept by an And tree over its count: Log.record
                 hits.pop()
             if now + span_us > log.expires_us:
@@ -153,7 +160,7 @@ def _arrival_identified(backend: MemoryBackend, rule: Rule, _: bool) -> AdmitIde
     count, span = rule.count, rule.span_ms * US_PER_MS
     field, tolerance = gcra_field(rule), gcra_burst(rule) * span
 
-    def admit(identifier: Identifier) -> bool:
+    def admit(identifier: Identifier, cost: int = 1) -> bool:  # of cost 1 only
         acquire()
         try:
             if backend._closed:
@@ -202,7 +209,7 @@ def _window_identified(backend: MemoryBackend, rule: Rule, sliding: bool) -> Adm
     count, size = rule.count, rule.span_ms * US_PER_MS
     empty = windows.empty
 
-    def admit(identifier: Identifier) -> bool:
+    def admit(identifier: Identifier, cost: float = 1) -> bool:
         acquire()
         try:
             if backend._closed:
@@ -228,7 +235,7 @@ def _window_identified(backend: MemoryBackend, rule: Rule, sliding: bool) -> Adm
                     elif held > index:
                         return False  # the clock stepped back: not_before, generally
             rate = current + previous * (size - (now - index * size)) / size if sliding else current
-            if rate + 1 > count:
+            if rate + cost > count:
                 return False
             since = backend._since_sweep + 1
             if since >= backend._sweep_at:
@@ -240,7 +247,7 @@ def _window_identified(backend: MemoryBackend, rule: Rule, sliding: bool) -> Adm
             if slots is None:
                 slots = entry.slots[size] = empty()
             slot = (index & 1) << 1  # windows.hold, inlined
-            slots[slot] = current + 1
+            slots[slot] = current + cost
             slots[slot + 1] = index
             if now + 2 * size > entry.expires_us:
                 entry.expires_us = now + 2 * size
@@ -252,6 +259,8 @@ def _window_identified(backend: MemoryBackend, rule: Rule, sliding: bool) -> Adm
     return admit
 
 
+_ANY_COST = {SLIDING_LOG: True, SLIDING_WINDOW: True, FIXED_WINDOW: True}
+"""The admissions that take a cost above 1 (GCRA's takes 1: others decide generally)."""
 _IDENTIFIED = {
     SLIDING_LOG: _log_identified,
     GCRA: _arrival_identified,
