@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
+from ratelimit import ConfigurationError, MemoryBackend, RateLimit, RateLimitExceeded
 from ratelimit.backends.base import Admit
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import CompiledTree, Plan
@@ -355,3 +355,49 @@ async def test_a_log_an_override_kept_longer_is_recorded_alike(
     fused path records as ``Log.record`` does."""
     fused, direct, general = [await kept_longer(m, override, monkeypatch) for m in MODES]
     assert fused == direct == general
+
+
+@pytest.mark.parametrize("algorithm", ["sliding-log", "gcra"])
+async def test_a_cost_answered_as_a_float_is_checked_apart_from_the_int(algorithm: str) -> None:
+    """The direct path checks each number a cost callable answers once: ``2.0`` is not
+    ``2`` there (whole costs refuse it, as the general path does), nor ``True``."""
+    answers = iter([2, 2.0, True])
+    rl = RateLimit(MemoryBackend(), "fused", algorithm=algorithm)
+
+    @rl.limit("user:10/m", cost=lambda user: next(answers))
+    async def work(user: str) -> None: ...
+
+    await work("ann")
+    for _ in range(2):
+        with pytest.raises(ConfigurationError):
+            await work("ann")
+
+
+async def test_a_call_that_cannot_bind_calls_no_callable_of_the_limit() -> None:
+    """As on the general path, arguments that do not bind raise the function's error
+    before the cost or the tier callable runs."""
+    called: list[str] = []
+
+    def cost(user: str) -> int:
+        called.append("cost")
+        return 1
+
+    def tier() -> str:
+        called.append("tier")
+        return "free"
+
+    rl = RateLimit(MemoryBackend(), "fused")
+
+    @rl.limit("user:5/m", key="c", cost=cost)
+    async def priced(user: str) -> None: ...
+
+    @rl.limit({"free": "user:5/m"}, key="t", tier=tier)
+    async def tiered(user: str) -> None: ...
+
+    for work in (priced, tiered):
+        with pytest.raises(TypeError):
+            await work()  # type: ignore[call-arg]
+    assert called == []
+    await priced("ann")
+    await tiered("ann")
+    assert called == ["cost", "tier"]  # once each, when the call binds

@@ -137,3 +137,29 @@ async def test_the_labelled_children_kept_count_every_rule_under_its_own_labels(
     assert counted("user:9/h", "allowed") == 1
     assert counted("user:2/s", "allowed") == 1
     assert value(registry, "ratelimit_decision_duration_seconds_count", key="api") == 9
+
+
+async def test_a_subclass_counting_its_own_way_counts_every_decision() -> None:
+    """``count()`` is the hook's public door: a subclass that overrides it is called for
+    every decision (the kept children are the plain hook's own shortcut)."""
+    counted: list[tuple[str, str, str]] = []
+
+    class Counting(PrometheusHook):
+        def count(self, key: str, limit: str, what: str, n: int = 1) -> None:
+            counted.append((key, limit, what))
+
+    registry = CollectorRegistry()
+    rl = RateLimit(MemoryBackend(clock=FakeClock()), hooks=[Counting(registry)])
+
+    @rl.limit("user:2/m", key="api")
+    async def work(user: str) -> None: ...
+
+    for _ in range(3):
+        with contextlib.suppress(RateLimitExceeded):
+            await work("ann")
+    assert counted == [
+        ("api", "user:2/m", "allowed"),
+        ("api", "user:2/m", "near_limit"),
+        ("api", "user:2/m", "over_limit"),
+    ]
+    assert value(registry, "ratelimit_decision_duration_seconds_count", key="api") == 3

@@ -4,6 +4,7 @@ engine; everything else still on the loop, and every feature the same through bo
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import threading
@@ -141,7 +142,14 @@ def test_an_override_set_later_applies_at_the_next_call(make: Callable[..., Rate
 
 def test_hooks_and_shadow_see_every_decision(make: Callable[..., RateLimit]) -> None:
     seen: list[Decision] = []
-    rl = make(clock=FakeClock(), hooks=[seen.append])
+    threads: set[str] = set()
+
+    def hook(decision: Decision) -> None:  # hooks run on the limiter's loop, as documented
+        asyncio.get_running_loop()
+        threads.add(threading.current_thread().name)
+        seen.append(decision)
+
+    rl = make(clock=FakeClock(), hooks=[hook])
 
     @rl.limit("user:1/m")
     def work(user: str) -> None: ...
@@ -150,6 +158,7 @@ def test_hooks_and_shadow_see_every_decision(make: Callable[..., RateLimit]) -> 
     with pytest.raises(RateLimitExceeded):
         work("ann")
     assert [d.allowed for d in seen] == [True, False]
+    assert threading.current_thread().name not in threads
 
     quiet = make(clock=FakeClock(), shadow=True)
 

@@ -148,6 +148,8 @@ def decorate(
         limit, key, parameters
     )
     decider, answer, compiled = limit._decider, limit._cost.answer, limit._compiled
+    answers = chooser is not None or price is not None  # a callable of the caller's, per call
+    binds = parameters.binds
 
     @functools.wraps(func)
     async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -155,7 +157,9 @@ def decorate(
             return await func(*args, **kwargs)
         known, answered, cost, tier = None, UNANSWERED, None, UNRESOLVED
         plan_of, admits = direct, admit
-        if chooser is not None:  # the rules of the call's value, each with its paths
+        if answers and not binds(args, kwargs):  # the general path raises, calling nothing
+            plan_of = None
+        elif chooser is not None:  # the rules of the call's value, each with its paths
             tier = await chooser.value()
             plan_of, admits, chosen = chooser.paths(tier)
             if chosen is not None and chosen(args, kwargs):

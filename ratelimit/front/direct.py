@@ -108,12 +108,13 @@ Price = Callable[[object], "Cost | None"]
 def pricing(compiled: CompiledTree, algorithm: Algorithm, what: str) -> Price:
     """:func:`~ratelimit.core.costs.per_leaf` of a limit's cost callable's answers, the
     numbers among them checked once each (up to :data:`PLANS` of them)."""
-    checked: dict[object, Cost] = {}
+    checked: dict[tuple[type, object], Cost] = {}
 
     def price(answer: object) -> Cost | None:
-        plain = answer.__class__ is int or answer.__class__ is float  # not a bool: refused
+        kind = answer.__class__
+        plain = kind is int or kind is float  # a bool is refused, and 2.0 is not 2 here
         if plain:
-            found = checked.get(answer)
+            found = checked.get((kind, answer))
             if found is not None:
                 return found
         try:
@@ -123,7 +124,7 @@ def pricing(compiled: CompiledTree, algorithm: Algorithm, what: str) -> Price:
         if plain:
             if len(checked) >= PLANS:
                 checked.clear()
-            checked[answer] = cost
+            checked[kind, answer] = cost
         return cost
 
     return price

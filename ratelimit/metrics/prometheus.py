@@ -130,6 +130,7 @@ class PrometheusHook:
         self.keys = keys
         self.decisions = decisions
         self.metrics = decision_metrics(registry)
+        self._counts_itself = type(self).count is not PrometheusHook.count
         self._children: dict[tuple[str, int, str], _Children] = {}
         """Per (key, ``id`` of the deciding rule, outcome): the labelled children that count
         it (:meth:`_labelled`), each rule held beside them, so that its ``id`` names it for
@@ -142,6 +143,12 @@ class PrometheusHook:
         if not self.decisions:
             return
         what = outcome(decision, self.near_ratio)
+        if self._counts_itself:  # a subclass's count() counts every decision
+            key = decision.key if self.keys else ""
+            self.count(key, "" if decision.rule is None else str(decision.rule), what)
+            if seconds is not None:
+                self.observe(decision.key, seconds)
+            return
         children = self._children.get((decision.key, id(decision.rule), what))
         if children is None:
             children = self._labelled(decision, what)

@@ -57,7 +57,7 @@ class Hooks:
             for n, (hook, timed) in enumerate(zip(self._hooks, self._timed, strict=True))
         )
         """Per hook: its position, what is called (``timed``, or the hook), and whether it
-        is ``timed``: one try around them all, one more per hook after one raised."""
+        is ``timed``."""
         """Whether a hook wants latencies (the pipeline then reads the clock)."""
         self._failed: set[int] = set()
         self._events = {
@@ -73,20 +73,7 @@ class Hooks:
         return bool(self._hooks)
 
     def __call__(self, decision: Decision, seconds: float = 0.0) -> None:
-        n = 0
-        try:
-            for n, hook, timed in self._calls:  # noqa: B007 (n: the one that raised)
-                if timed:
-                    hook(decision, seconds)
-                else:
-                    hook(decision)
-        except Exception:
-            self._broke(n)
-            self._after(n + 1, decision, seconds)
-
-    def _after(self, first: int, decision: Decision, seconds: float) -> None:
-        """The hooks from the ``first`` on, after one before it raised."""
-        for n, hook, timed in self._calls[first:]:
+        for n, hook, timed in self._calls:
             try:
                 if timed:
                     hook(decision, seconds)

@@ -17,7 +17,6 @@ from ratelimit.core.decision import Decision
 from ratelimit.core.selectors import Parameters
 from ratelimit.front.concurrency import Concurrency as AsyncConcurrency
 from ratelimit.front.concurrency import Held
-from ratelimit.front.direct import whole
 from ratelimit.front.limit import Limit as AsyncLimit
 from ratelimit.front.wrapping import call_site, function_name, is_async
 from ratelimit.sync.direct import DirectPath
@@ -104,19 +103,15 @@ def remake(owner: RateLimit, limiter: AsyncRateLimit) -> None:
 
 
 def _direct_parts(limit: AsyncLimit, key: str, parameters: Parameters) -> list[Any]:
-    """The async ``limit``'s direct path and its store's admission (``None`` for none),
-    and, for a limiter with hooks, the store's whole decision without a coroutine
-    (:func:`~ratelimit.front.direct.whole`; a store without one leaves such calls to
-    the loop)."""
+    """The async ``limit``'s direct path and its store's admission (``None`` for none):
+    what a plain limit's calls are admitted by in the calling thread. Anything more (hooks,
+    which run on the limiter's loop; settle, count_when, a cost callable, a penalty) is
+    decided on the loop."""
     plan_of, admit, _ = limit._direct(key, parameters)
-    if limit._settle or limit._count_when or not limit._cost.fixed or limit._penalizer:
-        plan_of = None  # decided on the loop, which settles, counts, prices and penalizes
-    told = None
-    if limit._decider.told:
-        told = whole(limit._decider)
-        if told is None:
-            plan_of = None
-    return [plan_of, admit, told]
+    plain = not (limit._settle or limit._count_when or limit._penalizer)
+    if not plain or not limit._cost.fixed or limit._decider.told:
+        plan_of = None
+    return [plan_of, admit]
 
 
 class Limit(_Twin[AsyncLimit]):
@@ -133,7 +128,7 @@ class Limit(_Twin[AsyncLimit]):
         owner = self._owner
         portal = owner.portal
 
-        made: list[Any] = [None, None, None, None]  # the twin, and its direct path's parts
+        made: list[Any] = [None, None, None]  # the twin, and its direct path's parts
 
         @functools.wraps(func)
         def limited(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -143,14 +138,8 @@ class Limit(_Twin[AsyncLimit]):
                 portal.check_caller()
                 if made[0] is not limit:  # the async limit's own direct path, made once
                     made[:] = [limit, *_direct_parts(limit, key, parameters)]
-                plan_of, admit, told = made[1], made[2], made[3]
+                plan_of, admit = made[1], made[2]
                 known = None if plan_of is None or admit is None else plan_of(args, kwargs)
-                if known is not None and told is not None:  # hooks: a whole decision
-                    started = limit._decider.started()
-                    refusal, waits = limit._told(told(known[0]), known, limit._shadow, started)
-                    if waits is not None:
-                        portal.run(lambda: limit._waited(waits, refusal))
-                    return func(*args, **kwargs)
                 if known is not None:  # memory://: admitted here, as the async decorator does
                     refused = admit(known[0])
                     if refused is not None and not refused.allowed:
