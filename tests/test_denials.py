@@ -6,8 +6,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
-from ratelimit.core.decision import Decision
-from ratelimit.core.plan import Plan
+from ratelimit.core.decision import Decision, make_decision
+from ratelimit.core.plan import Plan, compile_tree
+from ratelimit.pipeline.decider import CallKey
+from ratelimit.pipeline.denials import DenialCache
+from ratelimit.rules.tree import to_tree
 from tests.conftest import FakeClock
 
 
@@ -97,3 +100,35 @@ async def test_redis_sees_no_command_while_a_key_is_refused(
         assert not (await limit.decide()).allowed
     after = (await redis_client.info("commandstats"))["cmdstat_evalsha"]["calls"]
     assert after == before
+
+
+def test_refusals_are_counted_per_key_through_every_way_out() -> None:
+    """``forget`` walks the cache only for a key it holds refusals of: the count per key
+    follows remembering, replacing, expiring, evicting, forgetting and clearing."""
+    clock = FakeClock()
+    cache = DenialCache(size=3, clock=clock)
+    refusal = make_decision(False, 5.0, None, 0, "a")
+
+    def call(key: str, user: str) -> CallKey:
+        return CallKey(compile_tree(to_tree("user:1/m")), "ns", key, (user,), 1, "sliding-log")
+
+    for user in ("u1", "u2"):
+        cache.remember(call("a", user), refusal)
+    cache.remember(call("a", "u1"), refusal)  # again: still one refusal of u1
+    cache.remember(call("b", "u1"), refusal)
+    assert cache._keys == {("ns", "a"): 2, ("ns", "b"): 1}
+    cache.remember(call("c", "u1"), refusal)  # the oldest, a/u2, is evicted
+    assert cache._keys == {("ns", "a"): 1, ("ns", "b"): 1, ("ns", "c"): 1}
+    cache.forget("ns", "a")
+    assert cache.get(call("a", "u1")) is None
+    assert cache._keys == {("ns", "b"): 1, ("ns", "c"): 1}
+    cache.forget("ns", "zzz")  # nothing held: nothing walked, nothing changed
+    clock.advance(6)
+    assert cache.get(call("b", "u1")) is None  # expired
+    assert cache._keys == {("ns", "c"): 1}
+    assert cache.get(call("c", "u1")) is None
+    assert cache._keys == {}
+    cache.remember(call("d", "u1"), refusal)
+    cache.clear()
+    assert cache._keys == {}
+    assert len(cache) == 0

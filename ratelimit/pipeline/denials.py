@@ -39,6 +39,9 @@ class DenialCache:
         self._until: OrderedDict[Call, tuple[float, Decision]] = OrderedDict()
         self.held = self._until
         """The refusals held, by call (read-only: its truth says whether any is)."""
+        self._keys: dict[tuple[str, str], int] = {}
+        """How many refusals are held per (namespace, key): a refund of a key with none
+        (most refunds: every settle below its reservation) walks nothing."""
 
     def __len__(self) -> int:
         return len(self._until)
@@ -55,27 +58,44 @@ class DenialCache:
         left = until - self._clock()
         if left <= 0:
             del self._until[call]
+            self._dropped(call)
             return None
         states = functools.partial(_later, decision, decision.retry_after - left)
         return make_decision(False, left, decision.rule, 0, decision.key, states)
 
     def forget(self, namespace: str, key: str) -> None:
         """Drop every refusal of one (namespace, key): room was given back there."""
+        if self._keys.pop((namespace, key), None) is None:
+            return
         for call in [c for c in self._until if c.key == key and c.namespace == namespace]:
             del self._until[call]
 
     def clear(self) -> None:
         """Drop every refusal held (counters were reset somewhere)."""
         self._until.clear()
+        self._keys.clear()
 
     def remember(self, call: Call, decision: Decision) -> None:
         """Keep a refusal until its ``retry_after`` has passed."""
         if self.size <= 0 or decision.allowed or decision.degraded or decision.retry_after <= 0:
             return
-        self._until[call] = (self._clock() + decision.retry_after, decision)
-        self._until.move_to_end(call)
-        while len(self._until) > self.size:
-            self._until.popitem(last=False)
+        held = self._until
+        if call not in held:
+            named = (call.namespace, call.key)
+            self._keys[named] = self._keys.get(named, 0) + 1
+        held[call] = (self._clock() + decision.retry_after, decision)
+        held.move_to_end(call)
+        while len(held) > self.size:
+            self._dropped(held.popitem(last=False)[0])
+
+    def _dropped(self, call: Call) -> None:
+        """Count out a refusal no longer held."""
+        named = (call.namespace, call.key)
+        left = self._keys[named] - 1
+        if left:
+            self._keys[named] = left
+        else:
+            del self._keys[named]
 
 
 def _later(decision: Decision, elapsed: float) -> tuple[RuleState, ...]:
