@@ -357,18 +357,13 @@ class Decider:
         if isinstance(reserved[0], Settling):  # taken: a caller cancelled, or a second settle
             again: Settling = reserved[0]
             compiled, algorithm = again.plan.compiled, again.plan.algorithm
-            again_at = per_leaf(compiled, actual, algorithm, "the settled cost", settled=True)
-            return await again.again(decision.key, again_at)
+            cost = per_leaf(compiled, actual, algorithm, "the settled cost", settled=True)
+            return await again.again(decision.key, cost)
         plan, at_us, counts, *times = reserved
-        cost: Cost
-        if actual.__class__ is int or actual.__class__ is float:  # checked as per_leaf does
-            plan.algorithm.check_actual(actual)
-            cost = actual
-            if cost == plan.cost and not plan.costs:  # what was reserved: nothing to write
-                reserved[:] = [Settling(plan, cost)]  # a second settle raises
-                return True
-        else:
-            cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
+        cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
+        if cost == plan.cost and not plan.costs:  # what was reserved: nothing to write
+            reserved[:] = [Settling(plan, cost)]  # a second settle raises
+            return True
         settling = settlement(plan, at_us, counts, cost, *times)
         taken = Settling(plan, cost)
         reserved[:] = [taken]  # a second settle raises

@@ -71,8 +71,8 @@ def written_now(site: SettleSite, settlement: Settlement) -> bool | None:
     ``memory://``: :func:`~ratelimit.backends.base.shortcut` of ``settle``), written now
     and answered as :func:`_outcome` answers; ``None`` for a store without one (then
     :func:`start`)."""
-    now = _NOW.get(type(site.backend), _UNKNOWN)
-    if now is _UNKNOWN:
+    now = _NOW.get(type(site.backend))
+    if now is None:
         now = _NOW[type(site.backend)] = shortcut(site.backend, "settle_now", "settle") is not None
     if not now:
         return None
@@ -107,5 +107,4 @@ def _writes(backend: object) -> bool:
 
 
 _WRITES: dict[type, bool] = {}
-_NOW: dict[type, object] = {}
-_UNKNOWN = object()
+_NOW: dict[type, bool] = {}
