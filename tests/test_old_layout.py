@@ -240,6 +240,27 @@ async def test_slots_and_reset_marks_of_the_key_are_no_old_counters(
     await rl.aclose()
 
 
+async def test_penalty_keys_of_the_key_are_no_old_counters(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A penalty's refusals and hold stay under the key's hash tag whatever the counters do
+    (:mod:`ratelimit.backends.redis.penalties`): no counters of the old layout (before,
+    a spreading limit with ``penalty=`` warned of them)."""
+    client = fakeredis.FakeAsyncRedis()
+    rl = RateLimit(client, "held", spread=True)
+    limit = rl.limit("user:1/m", key="login", user="alice", penalty="user: 2 refusals/m for 1h")
+    for _ in range(3):
+        await limit.decide()
+    assert await client.exists("rl:{held:login}:user=alice:ph")
+    await client.set("rl:{held:login}:user=bob:pl", 1)  # a refusal log, for the sample
+    check = LayoutCheck(client)
+    with caplog.at_level(logging.WARNING, logger="ratelimit"):
+        check.saw(plan("held", "login", rules="user:1/m"))
+        await check.wait()
+    assert not warnings_of(caplog)
+    await rl.aclose()
+
+
 @pytest.mark.parametrize("use_scripts", [True, False], ids=["scripts", "commands"])
 async def test_new_rules_beside_old_ones_are_no_old_layout(
     use_scripts: bool, caplog: pytest.LogCaptureFixture

@@ -171,17 +171,23 @@ def decorate(
                 answered = await answer(args, kwargs)
                 cost = price(answered)
                 known = None if cost is None else plan_of(args, kwargs, cost)
-        target = None
+        target = hold = None
         if known is not None and penalizer is not None:  # unless a hold may apply
             target = penalizer.unheld(compiled, key, known[1])  # type: ignore[arg-type]
             if target is False:
                 known = None
+            else:
+                hold = penalizer.asking(target, shadow)  # the hold read with the decision
         if known is None:
             site = call_site(func, parameters, args, kwargs)  # one that cannot bind: free
             decision = await limit._admit(key, site, shadow, answered, tier)
         elif not wholes:  # nothing reads an admission
             plan = known[0]
-            refused = admits(plan) if admits is not None else await ask(plan)
+            refused: Decision | None
+            if hold is not None:
+                refused = await decider.ask(plan, hold)
+            else:
+                refused = admits(plan) if admits is not None else await ask(plan)
             if refused is not None and not refused.allowed:
                 if penalizer is not None:  # noted, as Penalizer.decide notes it
                     await limit._penalized(known, refused, shadow, target, cost)
@@ -192,7 +198,7 @@ def decorate(
             return await func(*args, **kwargs)
         else:
             started = decider.started()
-            decision = now(known[0]) if now is not None else await decider.ask(known[0])
+            decision = now(known[0]) if now is not None else await decider.ask(known[0], hold)
             if penalizer is not None and not decision.allowed:
                 decision = await limit._penalized(known, decision, shadow, target, cost, started)
             else:

@@ -13,7 +13,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 from ratelimit.algorithms import Algorithm
 from ratelimit.core.checks import check_cost, check_flag
 from ratelimit.core.costs import CallCost, CostLike, CostValue, per_leaf
-from ratelimit.core.decision import Decision, RateLimitExceeded
+from ratelimit.core.decision import Decision, HeldDecision, RateLimitExceeded
 from ratelimit.core.plan import CompiledTree, Cost, compile_tree
 from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
@@ -537,10 +537,16 @@ class Limit:
         """A refusal of the rules the direct path decided for a penalized limit's call (its
         ``target``: :meth:`Penalizer.unheld`; no ``wait=``), as ``Penalizer.decide``
         answers it: remembered and told to the hooks (:meth:`_refusal`), then noted (held
-        back, if it starts a hold); raised, unless let through in shadow (returned)."""
+        back, if it starts a hold); raised, unless let through in shadow (returned). A call
+        held back (the hold read with the decision: ``Penalizer.asking``) is told as it is."""
         assert self._penalizer is not None
-        _, told = self._refusal(known, refusal, shadow, started, cost, raising=False)
-        decision = await self._penalizer.noted(target, told)
+        decision: Decision
+        if refusal.__class__ is HeldDecision:  # not a refusal of the rules: no more
+            self._decider.tell(refusal, started)
+            decision = refusal
+        else:
+            _, told = self._refusal(known, refusal, shadow, started, cost, raising=False)
+            decision = await self._penalizer.noted(target, told)
         if not decision.shadow:
             raise RateLimitExceeded(decision)
         return decision

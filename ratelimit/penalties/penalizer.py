@@ -14,8 +14,11 @@ note each refusal of the rules after.
   is not a refusal of the rules, so it never extends the hold: a hold ends on time, and
   the count starts again from nothing (fail2ban's way).
 - **Cost**: a limit without ``penalty=`` runs exactly as before (its direct path
-  included). A limit with one takes the general path: one store round trip before each
-  decision to read the hold, and one more per refusal to note it. A hold found is
+  included). A limit with one reads the hold without a coroutine on ``memory://``
+  (:meth:`Penalizer.unheld`), in the decision's own script call on Redis's script engine
+  (``decide_unless_held``: :meth:`Penalizer.asking` on the direct path, the ``hold`` of
+  :meth:`Decider.decide` on the general one), else in one store round trip before the
+  decision; and notes each refusal in one more. A hold found is
   remembered in the process for up to :data:`RECHECK` seconds (never past its end), so a
   held client hammering one process costs one round trip per ``RECHECK``; a lift
   (``rl.penalties.lift``) reaches the other processes within it.
@@ -35,17 +38,17 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from ratelimit.backends.base import clock_of, shortcut
 from ratelimit.backends.penalty_store import PenaltyHold, PenaltyStore, check_penalties
 from ratelimit.core.decision import Decision, HeldDecision, NeverAdmitted
-from ratelimit.core.plan import CompiledTree, Identifier
+from ratelimit.core.plan import CompiledTree, Identifier, Plan
 from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.overrides.lowered import Overriding
 from ratelimit.penalties.spec import Penalty, parse_penalty, penalty_selector
-from ratelimit.pipeline.decider import CallKey, Decider, shadow_logger
+from ratelimit.pipeline.decider import Asker, CallKey, Decider, shadow_logger
 from ratelimit.pipeline.waiting import waiting_call
 
 RECHECK = 1.0
@@ -94,6 +97,7 @@ class Penalizer:
         "_held_now",
         "_index",
         "_targets",
+        "_unless_held",
         "decider",
         "held_by",
         "penalty",
@@ -117,21 +121,27 @@ class Penalizer:
             self.store, "held_now", "penalty_left"
         )
         self._targets: dict[tuple[str, str | None], Identifier | None] = {}
+        self._unless_held: Callable[[Plan, Identifier], Awaitable[Decision | float]] | None = (
+            shortcut(self.store, "decide_unless_held", "decide")
+        )
 
     @property
     def direct(self) -> bool:
-        """Whether its store tells a hold without a coroutine (``held_now``: ``memory://``),
-        so that the direct path decides this limit's calls (:meth:`unheld`)."""
-        return self._held_now is not None
+        """Whether the direct path decides this limit's calls (:meth:`unheld`): its store
+        tells a hold without a coroutine (``held_now``: ``memory://``), or reads it in the
+        same step as the decision (``decide_unless_held``: Redis's script engine,
+        :meth:`asking`)."""
+        return self._held_now is not None or self._unless_held is not None
 
     def unheld(self, compiled: CompiledTree, key: str, values: tuple[str | None, ...]) -> Any:
         """For the direct path of a limit of ``compiled`` under ``key``: the identifier a
         call of ``values`` may be held back as (``None``: none; its refusal counts
         nowhere) when nothing holds it back now, told without a coroutine; ``False`` when
         a hold may (this process trusts one, the store keeps one, or the store fails): the
-        general path (:meth:`decide`) answers it."""
+        general path (:meth:`decide`) answers it. Where the store reads the hold with the
+        decision instead (:meth:`asking`), only this process's holds are looked at here."""
         held_now = self._held_now
-        if held_now is None or self.decider.policy.outage_started is not None:
+        if not self.direct or self.decider.policy.outage_started is not None:
             return False
         value = None if self.selector is None else self.value_in(compiled, values)
         by = (key, value if isinstance(value, str) else None)
@@ -150,9 +160,18 @@ class Penalizer:
             self._targets[by] = target
         if target is None:
             return None
-        if target in _holds(self.decider) or held_now(target):
+        if target in _holds(self.decider) or (held_now is not None and held_now(target)):
             return False
         return target
+
+    def asking(self, target: Identifier | None, shadow: bool) -> Asker | None:
+        """For the direct path, what asks the store to decide a call of ``target``
+        (:meth:`unheld`) with its hold read in the same step (``Decider.ask``'s ``hold``:
+        a :class:`HeldDecision` while it lasts); ``None`` where :meth:`unheld` read it
+        already (``held_now``), or nothing holds the call back."""
+        if target is None or self._held_now is not None:
+            return None
+        return functools.partial(self._ask_unless_held, target, None, shadow)
 
     async def noted(self, target: Identifier | None, decision: Decision) -> Decision:
         """What :meth:`decide` makes of a refusal of the rules the direct path decided for
@@ -251,6 +270,19 @@ class Penalizer:
         if target is None:
             return await decider.decide(call, record, shadow, within, override)
         decider.check_open()
+        if (
+            self._unless_held is not None
+            and record
+            and within is None
+            and override.__class__ is bool
+            and decider.background is None
+            and decider.policy.outage_started is None
+            and not (decider.denials.held and decider.denials.get(call) is not None)
+        ):  # the hold read in the store's decision of the rules: one step
+            decision = await self._decide_unless_held(call, target, shadow, override)
+            if decision.__class__ is HeldDecision:
+                return decision
+            return await self._noted(target, decision)
         left = await self.hold_left(target)
         if left > 0:
             decision = self.held(call.key, left, shadow)
@@ -258,18 +290,66 @@ class Penalizer:
                 decider.hooks(decision, 0.0)
             return decision
         decision = await decider.decide(call, record, shadow, within, override)
+        return await self._noted(target, decision) if record else decision
+
+    async def _noted(self, target: Identifier, decision: Decision) -> Decision:
+        """:meth:`decide`'s ``decision`` of the rules, noted when it is a refusal that
+        counts (not degraded, a cost they admit): at once, or when a call that waits its
+        turn is refused in the end."""
         if (
-            record
-            and not decision.allowed
-            and not decision.degraded
-            and decision.__class__ is not NeverAdmitted  # its cost, not the client's rate
+            decision.allowed
+            or decision.degraded
+            or decision.__class__ is NeverAdmitted  # its cost, not the client's rate
         ):
-            waiting = waiting_call()
-            if waiting is not None:  # a call that waits: only its last refusal counts
-                waiting.pending = functools.partial(self._note, target)
+            return decision
+        waiting = waiting_call()
+        if waiting is not None:  # a call that waits: only its last refusal counts
+            waiting.pending = functools.partial(self._note, target)
+            return decision
+        return await self._note(target, decision)
+
+    async def _decide_unless_held(
+        self, call: CallKey, target: Identifier, shadow: bool, override: Overriding
+    ) -> Decision:
+        """:meth:`decide` where the store reads the hold in its decision
+        (``decide_unless_held``): a hold this process trusts answers first, as in
+        :meth:`hold_left`; else one step asks both."""
+        holds = _holds(self.decider)
+        trusted = holds.get(target)
+        if trusted is not None:
+            now = self._clock()
+            if trusted[0] > now:
+                decision = self.held(call.key, trusted[1] - now, shadow)
+                if self.decider.hooks:
+                    self.decider.hooks(decision, 0.0)
                 return decision
-            return await self._note(target, decision)
-        return decision
+            if trusted[1] <= now:
+                del holds[target]  # ended
+                trusted = None
+        asker = functools.partial(self._ask_unless_held, target, trusted, shadow)
+        return await self.decider.decide(call, True, shadow, None, override, hold=asker)
+
+    async def _ask_unless_held(
+        self, target: Identifier, trusted: tuple[float, float] | None, shadow: bool, plan: Plan
+    ) -> Decision:
+        """The store's answer for ``plan`` held back by ``target``'s hold: the hold's
+        refusal (remembered here) while it lasts, else the rules' decision. A hold this
+        process knows lasts to its end while the store fails."""
+        assert self._unless_held is not None
+        try:
+            answer = await self._unless_held(plan, target)
+        except BackendError:
+            left = 0.0 if trusted is None else trusted[1] - self._clock()
+            if left > 0:
+                return self.held(plan.key, left, shadow)
+            raise  # the failure policy answers
+        if answer.__class__ is float:
+            left = answer
+            self._remember(target, left, self._clock())
+            return self.held(plan.key, left, shadow)
+        if trusted is not None:
+            _holds(self.decider).pop(target, None)  # lifted at the store
+        return cast(Decision, answer)
 
     async def _note(self, target: Identifier, decision: Decision) -> Decision:
         """Note ``decision``, a refusal of the rules: the refusal, or held if it starts a

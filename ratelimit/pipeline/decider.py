@@ -29,7 +29,7 @@ from typing import Any, NamedTuple, cast
 from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Backend, SettleStore, SlotStore, check_settles, holds_slots
 from ratelimit.core.costs import per_leaf
-from ratelimit.core.decision import Decision, make_decision
+from ratelimit.core.decision import Decision, HeldDecision, make_decision
 from ratelimit.core.plan import CompiledTree, Cost, CounterUpdate, Plan, cached_plan, compile_tree
 from ratelimit.core.settling import Settlement, Settling, reservation, settlement
 from ratelimit.core.slots import SlotClaim
@@ -64,6 +64,9 @@ class CallKey(NamedTuple):
     algorithm: Algorithm | str
     """The algorithm, or its name."""
 
+
+Asker = Callable[[Plan], Awaitable[Decision]]
+"""What asks the store for a plan's decision in :meth:`Decider.decide`'s place."""
 
 SLOT_RETRY = 0.25
 """``retry_after`` of a call refused for want of a slot: when it looks again (at most)."""
@@ -166,6 +169,7 @@ class Decider:
         shadow: bool = False,
         within: float | None = None,
         override: Overriding = False,
+        hold: Asker | None = None,
     ) -> Decision:
         """Decide ``call``; with ``record=False`` only say what would be decided. With
         ``shadow``, a refusal comes back marked ``shadow=True`` (and is logged): the front
@@ -175,7 +179,11 @@ class Decider:
         ``call``'s rules are an override's (the decision says so); a rule of them instead:
         one that can never admit the call's cost, which it refuses without asking the
         storage; or :class:`~ratelimit.overrides.lowered.Never`: the call's own rules can
-        never admit its cost (refused alike, :mod:`ratelimit.overrides.lowered`)."""
+        never admit its cost (refused alike, :mod:`ratelimit.overrides.lowered`).
+        ``hold``: asks the store in the backend's ``decide``'s place (a penalty's, which
+        reads its hold in the same step: :mod:`ratelimit.penalties.penalizer`); a
+        :class:`HeldDecision` it answers is told to the hooks and returned as it is (not a
+        refusal of the rules)."""
         if within is not None:
             return await self._decide_within(call, record, shadow, within, override)
         if self.closed:
@@ -190,7 +198,11 @@ class Decider:
             self.background.submit(call, cached_plan(*call))  # admitted now, counted later
             decision = make_decision(True, 0.0, None, None, call.key)
         elif decision is None:
-            decision = await self.ask(cached_plan(*call, record))
+            decision = await self.ask(cached_plan(*call, record), hold)
+            if decision.__class__ is HeldDecision:
+                if self.hooks:
+                    self.hooks(decision, _clock() - started if started else 0.0)
+                return decision
             if not decision.allowed:
                 self.denials.remember(call, decision)
         if override and override.__class__ is not Never:
@@ -231,12 +243,13 @@ class Decider:
         if self.hooks:
             self.hooks(decision, _clock() - started if started else 0.0)
 
-    async def ask(self, plan: Plan) -> Decision:
-        """The store's decision of ``plan``, or the failure policy's when it fails."""
+    async def ask(self, plan: Plan, hold: Asker | None = None) -> Decision:
+        """The store's decision of ``plan`` (asked by ``hold``, when given: :meth:`decide`),
+        or the failure policy's when it fails."""
         if self.policy.outage_started is not None:  # an outage under way: rarely
             return await self.policy.decide(self.backend, plan)
         try:
-            return await self.backend.decide(plan)
+            return await (self.backend.decide(plan) if hold is None else hold(plan))
         except BackendError as exc:
             return await self.policy.failed_plan(exc, plan)
         except LockTimeoutError as exc:

@@ -18,7 +18,8 @@ ones, which have old counters) and, the first time, at a sample of the old slot:
 The sample is of the one slot the old layout kept that (namespace, key) in: ``CLUSTER
 GETKEYSINSLOT <slot> 10`` on the node owning it (a cluster client), or a ``SCAN MATCH``
 of at most :data:`SCANNED` keys (a client of one server with ``spread=True``); concurrency
-slot sets (``:c``) and reset marks (``:r``) found there are no counters. The look
+slot sets (``:c``), reset marks (``:r``) and penalties' keys (``:pl``, ``:ph``) found there
+are no counters. The look
 runs in a background task of its own, kept referenced until it ends; whatever it meets
 (a failing server, a command refused) is logged at debug level, never raised.
 """
@@ -184,8 +185,10 @@ def old_layout_warning(namespace: str, key: str, selector: str, found: list[str]
 
 def _counter(key: str) -> bool:
     """Whether ``key`` holds counts: not a concurrency slot set (``:c``: a concurrency limit
-    of the key that is pinned today keeps its slots there) nor a reset mark (``:r``)."""
-    return not key.endswith((":c", ":r"))
+    of the key that is pinned today keeps its slots there), a reset mark (``:r``), nor a
+    penalty's refusals or hold (``:pl``, ``:ph``: under the key's tag in either layout,
+    :mod:`~ratelimit.backends.redis.penalties`)."""
+    return not key.endswith((":c", ":r", ":pl", ":ph"))
 
 
 def _text(key: object) -> str:

@@ -86,6 +86,11 @@ def penalties_key(namespace: str) -> str:
     return f"{PREFIX}:{{{encode_part(namespace)}}}:penalties"
 
 
+def hold_key(target: Identifier) -> str:
+    """The key of ``target``'s hold."""
+    return f"{identifier_key(target)}:ph"
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -177,7 +182,7 @@ class RedisPenalties:
 
     async def penalty_left(self, target: Identifier) -> float:
         self._penalties_open()
-        hold = f"{identifier_key(target)}:ph"
+        hold = hold_key(target)
         pipeline = getattr(self, "_pipeline", None)  # the script engine's
         if pipeline is not None:
             if self.clock is None:

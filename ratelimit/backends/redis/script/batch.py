@@ -23,6 +23,7 @@ import functools
 from collections.abc import Sequence
 
 from ratelimit.backends.redis.resp import Command, Script, bulk
+from ratelimit.backends.redis.script.held import HELD
 from ratelimit.backends.redis.script.scripts import BY_ALGORITHM
 
 BATCHED: tuple[Script, ...] = tuple(
@@ -32,9 +33,10 @@ BATCHED: tuple[Script, ...] = tuple(
         for s in (a.script, a.settle, a.one)
         if s is not None
     }.values()
-)
+) + tuple(HELD.values())
 """The scripts a batch runs: every algorithm's decision and settle script (and its script
-for one rule, if it has one)."""
+for one rule, if it has one), and the decision scripts' held variants
+(:mod:`~ratelimit.backends.redis.script.held`)."""
 
 _HEAD = """\
 -- batch: run many calls of the decision and settle scripts in one (see batch.py). Each

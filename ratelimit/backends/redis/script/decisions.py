@@ -9,17 +9,26 @@ counts."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ratelimit.backends.redis.errors import NOT_A_REPLY, not_a_reply
+from ratelimit.backends.redis.penalties import hold_key
+from ratelimit.backends.redis.script.held import HELD_BACK, held_command
 from ratelimit.backends.redis.script.parts import Parts
 from ratelimit.backends.redis.script.replies import read_reply
+from ratelimit.backends.redis.script.scripts import plan_command
 from ratelimit.backends.redis.spanning import spanning
 from ratelimit.core.decision import Decision
 from ratelimit.core.evaluation import evaluate, stored_verdict
-from ratelimit.core.plan import Plan
+from ratelimit.core.plan import Identifier, Plan
 
 
 class Decisions(Parts):
-    """A mixin: the script engine's ``decide`` and ``admits``."""
+    """A mixin: the script engine's ``decide`` and ``admits``, and ``decide_unless_held``."""
+
+    if TYPE_CHECKING:
+
+        async def penalty_left(self, target: Identifier) -> float: ...  # RedisPenalties'
 
     async def decide(self, plan: Plan) -> Decision:
         if self._closed:
@@ -37,6 +46,33 @@ class Decisions(Parts):
             await self._close_idle()
             raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
         return stored_verdict(plan, allowed, now_us, counts)  # the script's verdict
+
+    async def decide_unless_held(self, plan: Plan, hold: Identifier) -> Decision | float:
+        """The seconds left of ``hold``'s penalty hold (a float) while it is in force, else
+        :meth:`decide`'s decision of ``plan``: in one script call (the held variant of the
+        plan's script, :mod:`.held`) where the hold's key shares the plan's slot, else the
+        hold read first (``penalty_left``), as two calls."""
+        if self._closed:
+            self._open()
+        if not plan.identifiers or (self._spans and not plan.compiled.pinned):
+            left = await self.penalty_left(hold)  # another slot, or no key to join it to
+            return left if left > 0 else await self.decide(plan)
+        if self._layout is not None:
+            self._layout.saw(plan)
+        command = (
+            self._command_of(plan)
+            if self.clock is None
+            else plan_command(plan, self.clock, self.spread)
+        )
+        reply = await self._sent(plan, held_command(command, hold_key(hold)))
+        try:
+            if reply[0] == HELD_BACK:
+                return int(reply[1]) / 1_000_000
+            allowed, now_us, counts = read_reply(plan, reply)
+        except NOT_A_REPLY as exc:
+            await self._close_idle()
+            raise not_a_reply(exc, f"to decide key {plan.key!r}") from exc
+        return stored_verdict(plan, allowed, now_us, counts)
 
     async def admits(self, plan: Plan) -> Decision | None:
         """``None`` when the store admitted (and recorded) ``plan``, else what :meth:`decide`
