@@ -136,6 +136,27 @@ def paths_of(limit: Limit, key: str, parameters: Parameters) -> Paths:
     )
 
 
+async def _settled_after(
+    limit: Limit,
+    decision: Decision,
+    func: Callable[..., Awaitable[R]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> R:
+    """The body's result, once ``count_when`` (whether it counts, also when the body
+    raised) and ``settle=`` (what it cost, when it returned) made of it what they say."""
+    if limit._count_when is not None:
+        try:
+            result = await func(*args, **kwargs)
+        except Exception as exc:
+            await limit._settled(decision, exc, raised=True)
+            raise
+    else:
+        result = await func(*args, **kwargs)
+    await limit._settled(decision, result)
+    return result
+
+
 def decorate(
     limit: Limit, func: Callable[P, Awaitable[R]]
 ) -> Callable[P, Coroutine[object, None, R]]:
@@ -205,17 +226,8 @@ def decorate(
                 decision, waits = limit._told(decision, known, shadow, started, cost)
                 if waits is not None:
                     decision = await limit._waited(waits, decision)
-        if counted is not None:  # count_when: the outcome says whether it counts
-            try:
-                result = await func(*args, **kwargs)
-            except Exception as exc:
-                await limit._settled(decision, exc, raised=True)
-                raise
-            await limit._settled(decision, result)
-            return result
-        result = await func(*args, **kwargs)
-        if settle is not None:  # the body returned: what it really cost is known
-            await limit._settled(decision, result)
-        return result
+        if counted is None and settle is None:
+            return await func(*args, **kwargs)
+        return await _settled_after(limit, decision, func, args, kwargs)
 
     return limited

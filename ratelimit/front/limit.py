@@ -536,14 +536,12 @@ class Limit:
     ) -> Decision:
         """A refusal of the rules the direct path decided for a penalized limit's call (its
         ``target``: :meth:`Penalizer.unheld`; no ``wait=``), as ``Penalizer.decide``
-        answers it: remembered and told to the hooks (:meth:`_refusal`), then noted (held
-        back, if it starts a hold); raised, unless let through in shadow (returned). A call
-        held back (the hold read with the decision: ``Penalizer.asking``) is told as it is."""
+        answers it (told, remembered, noted: held back if it starts a hold); raised unless
+        let through in shadow. A held call (``Penalizer.asking``) is told as it is."""
         assert self._penalizer is not None
-        decision: Decision
+        decision: Decision = refusal
         if refusal.__class__ is HeldDecision:  # not a refusal of the rules: no more
             self._decider.tell(refusal, started)
-            decision = refusal
         else:
             _, told = self._refusal(known, refusal, shadow, started, cost, raising=False)
             decision = await self._penalizer.noted(target, told)
