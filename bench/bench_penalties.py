@@ -5,7 +5,8 @@ from the process's memory of the hold, asking the store once a second).
 On memory:// and on a private redis-server (``tests.redis_server``; ``REDIS_URL`` to use
 another), one coroutine deciding one identifier after another, as a decorated function
 would be called. Prints decisions per second and client CPU per decision
-(``time.process_time``), the median of ``--rounds`` rounds of ``--seconds`` each.
+(``time.process_time``), the median of ``--rounds`` rounds of ``--seconds`` each, the rows
+taking turns round by round.
 
     python3 bench/bench_penalties.py [--seconds 0.5] [--rounds 5]
 """
@@ -75,10 +76,13 @@ async def cases(url: str, seconds: float, rounds: int) -> None:
         "penalty, a held client": held_call,
     }
     print(f"{url.split(':')[0]}://")
-    for name, call in runs.items():
-        results = [await measure(call, seconds) for _ in range(rounds)]
-        rate = statistics.median(r[0] for r in results)
-        cpu = statistics.median(r[1] for r in results)
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for _ in range(rounds):  # the rows take turns: a machine's drift reaches each alike
+        for name, call in runs.items():
+            results[name].append(await measure(call, seconds))
+    for name, measured in results.items():
+        rate = statistics.median(r[0] for r in measured)
+        cpu = statistics.median(r[1] for r in measured)
         print(f"  {name:32} {rate:10,.0f} decisions/s  {cpu:7.1f} us CPU/decision")
     await rl.aclose()
 

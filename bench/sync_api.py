@@ -41,8 +41,10 @@ LIMIT = 1000
 Decide = Callable[[str], bool]
 
 
-def ours(url: str, algorithm: str) -> tuple[Decide, Callable[[], None]]:
-    rl = RateLimit.from_url(url, f"bench-sync-{uuid.uuid4().hex[:6]}", algorithm=algorithm)
+def ours(url: str, algorithm: str, **options: Any) -> tuple[Decide, Callable[[], None]]:
+    rl = RateLimit.from_url(
+        url, f"bench-sync-{uuid.uuid4().hex[:6]}", algorithm=algorithm, **options
+    )
 
     @rl.limit(f"user:{LIMIT}/m")
     def work(user: str) -> None: ...
@@ -82,6 +84,9 @@ CONTENDERS: dict[str, Callable[[str], tuple[Decide, Callable[[], None]]]] = {
     "ratelimit.sync: sliding log (default)": lambda url: ours(url, "sliding-log"),
     "ratelimit.sync: gcra": lambda url: ours(url, "gcra"),
     "ratelimit.sync: fixed window": lambda url: ours(url, "fixed-window"),
+    "ratelimit.sync: sliding log, a hook (decided on the loop)": lambda url: ours(
+        url, "sliding-log", hooks=[lambda decision: None]
+    ),
     "limits: moving window": lambda url: limits_strategy(url, "MovingWindowRateLimiter"),
     "limits: sliding-window counter": lambda url: limits_strategy(
         url, "SlidingWindowCounterRateLimiter"

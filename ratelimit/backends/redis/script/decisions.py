@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ratelimit.backends.redis.errors import NOT_A_REPLY, not_a_reply
 from ratelimit.backends.redis.penalties import hold_key
-from ratelimit.backends.redis.script.held import HELD_BACK, held_command
+from ratelimit.backends.redis.script.held import HELD_BACK, held_command, held_of
 from ratelimit.backends.redis.script.parts import Parts
 from ratelimit.backends.redis.script.replies import read_reply
 from ratelimit.backends.redis.script.scripts import plan_command
@@ -59,12 +59,11 @@ class Decisions(Parts):
             return left if left > 0 else await self.decide(plan)
         if self._layout is not None:
             self._layout.saw(plan)
-        command = (
-            self._command_of(plan)
-            if self.clock is None
-            else plan_command(plan, self.clock, self.spread)
-        )
-        reply = await self._sent(plan, held_command(command, hold_key(hold)))
+        if self.clock is None:
+            command = held_of(self._command_of(plan), hold)
+        else:
+            command = held_command(plan_command(plan, self.clock, self.spread), hold_key(hold))
+        reply = await self._sent(plan, command)
         try:
             if reply[0] == HELD_BACK:
                 return int(reply[1]) / 1_000_000

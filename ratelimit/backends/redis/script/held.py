@@ -16,8 +16,12 @@ the hold in a call of its own first, as before.
 
 from __future__ import annotations
 
+import functools
+
+from ratelimit.backends.redis.penalties import hold_key
 from ratelimit.backends.redis.resp import Command, Script, pack_keys
 from ratelimit.backends.redis.script.scripts import BY_ALGORITHM, lua
+from ratelimit.core.plan import PLANS, Identifier
 
 _TIME = lua("_time.lua")
 _HEAD = """\
@@ -49,6 +53,14 @@ HELD: dict[bytes, Script] = {
 
 HELD_BACK = -1
 """The verdict a held variant answers while the hold is in force: ``{-1, us left}``."""
+
+
+@functools.lru_cache(maxsize=PLANS)
+def held_of(command: Command, hold: Identifier) -> Command:
+    """:func:`held_command` of a plan's command on the server's clock (kept per plan, as
+    the command is: ``scripts.command_of``) and the hold of ``hold``, kept alike: every
+    call of one identifier finds its bytes packed."""
+    return held_command(command, hold_key(hold))
 
 
 def held_command(command: Command, hold: str) -> Command:
