@@ -43,6 +43,13 @@ def _backend(request: pytest.FixtureRequest, kind: str, clock: FakeClock, two: b
     return backend
 
 
+def _fake(clock: FakeClock) -> tuple[fakeredis.FakeServer, RedisScriptBackend]:
+    """A fakeredis server (``connected = False`` fails it) and a script engine on it."""
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeAsyncRedis(server=server)
+    return server, RedisScriptBackend(client, clock=clock, owns_client=True)
+
+
 def _calls(backend: Any) -> int:
     return sum(backend.calls_per_script.values())
 
@@ -184,10 +191,7 @@ async def test_a_hold_lifted_elsewhere_is_forgotten_here(clock: FakeClock) -> No
     """A hold this process found, lifted by another process: once its trust runs out, the
     next decision reads no hold in the store and forgets it here, so that a store failing
     after that meets the failure policy, not the lifted hold."""
-    server = fakeredis.FakeServer()
-    backend = RedisScriptBackend(
-        fakeredis.FakeAsyncRedis(server=server), clock=clock, owns_client=True
-    )
+    server, backend = _fake(clock)
     here = RateLimit(backend, "lifted", on_error="allow")
     there = RateLimit(backend, "lifted")
     penalty = "2 refusals/m for 10m"
@@ -209,10 +213,7 @@ async def test_a_hold_lifted_elsewhere_is_forgotten_here(clock: FakeClock) -> No
 async def test_a_known_hold_lasts_while_the_store_fails(clock: FakeClock) -> None:
     """A hold this process found, past its trust: the store failing in the decision that
     would read it again, the hold refuses to its end; after it, the failure policy."""
-    server = fakeredis.FakeServer()
-    backend = RedisScriptBackend(
-        fakeredis.FakeAsyncRedis(server=server), clock=clock, owns_client=True
-    )
+    server, backend = _fake(clock)
     rl = RateLimit(backend, "known", on_error="allow")
     limit = rl.limit("ip:1/m", key="k", ip="x", penalty="2 refusals/m for 10m")
     try:
