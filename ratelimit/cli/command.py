@@ -53,6 +53,7 @@ from ratelimit.cli.common import (
     SPREAD,
     SPREAD_HELP,
     STORAGE_HELP,
+    USAGE,
     default_algorithm,
     default_namespace,
     default_spread,
@@ -72,6 +73,15 @@ from ratelimit.rules.tree import to_tree
 
 
 def _check(args: argparse.Namespace) -> int:
+    if args.envoy_config is not None:  # as envoyproxy/ratelimit's config_check_cmd
+        from ratelimit.service.envoy_config import check_directory
+
+        ok, lines = check_directory(args.envoy_config, args.merge_domain_configs)
+        print("\n".join(lines))
+        return OK if ok else INVALID
+    if args.rules is None:
+        print("check: give rules, a rules file, or --envoy-config DIR", file=sys.stderr)
+        return USAGE
     target: str = args.rules
     if target.endswith(".toml") or _is_file(target):
         from ratelimit.service import rules_file
@@ -242,7 +252,20 @@ def parser() -> argparse.ArgumentParser:
     )
     commands = top.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="parse and explain rules, or validate a rules file")
-    check.add_argument("rules", help="rules such as 'user:10/m & 100/h', or a rules file (.toml)")
+    check.add_argument(
+        "rules", nargs="?", help="rules such as 'user:10/m & 100/h', or a rules file (.toml)"
+    )
+    check.add_argument(
+        "--envoy-config",
+        metavar="DIR",
+        help="validate a directory of envoyproxy/ratelimit YAML files as its config_check_cmd "
+        "does (exit 0, or 1 with the file and its fault)",
+    )
+    check.add_argument(
+        "--merge-domain-configs",
+        action="store_true",
+        help="with --envoy-config: merge files of one domain (MERGE_DOMAIN_CONFIG)",
+    )
     helps = {
         "peek": "say whether a call would be admitted, counting nothing",
         "reset": "forget the hits counted for a key and selector values",
