@@ -203,6 +203,25 @@ def leaf_limited(plan: Plan, leaf: int, now_us: int, counts: Sequence[tuple[floa
     return _leaf(plan, leaf, now_us, counts)[0]
 
 
+def tree_wait(compiled: CompiledTree, wait: Callable[[int], float]) -> float:
+    """Seconds until ``compiled`` admits, its leaf ``i`` refusing for ``wait(i)`` more
+    seconds (0: it admits now): an ``Or`` admits once every child does, an ``And`` once one
+    does. For a part of a decided tree, as :func:`tree_limited`."""
+
+    def node(pos: int) -> tuple[float, int]:
+        op, operand = compiled.program[pos], compiled.program[pos + 1]
+        pos += 2
+        if op == OP_LEAF:
+            return wait(operand), pos
+        children = []
+        for _ in range(operand):
+            child, pos = node(pos)
+            children.append(child)
+        return (max(children) if op == OP_OR else min(children)), pos
+
+    return node(0)[0]
+
+
 def tree_limited(compiled: CompiledTree, limited: Callable[[int], bool]) -> bool:
     """Whether ``compiled`` refuses when the leaves for which ``limited(i)`` is true refuse
     and the others admit: the And/Or walk of :func:`evaluate` on flags alone (an ``Or``

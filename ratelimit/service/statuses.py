@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ratelimit.core.decision import Decision, RuleState
-from ratelimit.core.evaluation import tree_limited
+from ratelimit.core.evaluation import tree_limited, tree_wait
 from ratelimit.core.extras import needs_extra
 from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.rules.tree import Rule
@@ -74,13 +74,27 @@ def filled(
             status.code = RLS.OK if decision.allowed or decision.shadow else RLS.OVER_LIMIT
             refused.append(status.code == RLS.OVER_LIMIT)
             continue
-        refusing = {s.leaf - start for s in mine if s.limited}
-        limited = tree_limited(compile_tree(limit.rules), refusing.__contains__)
+        compiled = compile_tree(limit.rules)
+        refusing = {s.leaf - start: s for s in mine if s.limited}
+        limited = tree_limited(compiled, refusing.__contains__)
         refused.append(limited)
         code = RLS.OVER_LIMIT if limited and not decision.shadow else RLS.OK
-        tightest = min(mine, key=lambda s: (s.remaining, -s.reset_after))
-        fill(status, code, limit, compile_tree(limit.rules).rules[tightest.leaf - start], tightest)
+        if limited:
+            tightest = _waited(compiled, refusing)
+        else:
+            tightest = min(mine, key=lambda s: (s.remaining, -s.reset_after))
+        fill(status, code, limit, compiled.rules[tightest.leaf - start], tightest)
     return refused
+
+
+def _waited(compiled: CompiledTree, refusing: dict[int, RuleState]) -> RuleState:
+    """The state to report of a descriptor its rules refused (``refusing``: by leaf, those
+    that did): the rule it waits on, and the wait until its rules admit it (an ``Or``'s last
+    rule to admit, an ``And``'s first), which Envoy turns into ``Retry-After``."""
+    waits = [refusing[i].reset_after if i in refusing else 0.0 for i in range(len(compiled.rules))]
+    wait = tree_wait(compiled, waits.__getitem__)
+    binding = min(refusing.values(), key=lambda state: abs(state.reset_after - wait))
+    return binding._replace(reset_after=wait)
 
 
 def below_cost(
