@@ -265,3 +265,34 @@ async def test_a_held_call_of_the_direct_path_is_no_refusal_of_the_rules(
         assert await work("eve") == "eve"
     finally:
         await here.aclose()
+
+
+async def test_a_subclass_reading_holds_its_own_way_keeps_the_two_steps(clock: FakeClock) -> None:
+    """A store subclass overriding ``penalty_left`` alone (a blocklist, a count of hold
+    reads) is asked, as before the held variants: they would read the hold key beside it."""
+
+    class Blocklist(RedisScriptBackend):
+        reads = 0
+
+        async def penalty_left(self, target: Any) -> float:
+            Blocklist.reads += 1
+            return 3600.0 if target.value == "mallory" else await super().penalty_left(target)
+
+    client = fakeredis.FakeAsyncRedis()
+    rl = RateLimit(Blocklist(client, clock=clock, owns_client=True), "blocked")
+    penalty = "user: 3 refusals/m for 1h"
+
+    @rl.limit("user:100/m", key="api", penalty=penalty)
+    async def work(user: str) -> str:
+        return user
+
+    try:
+        held = await rl.limit("user:100/m", key="api", user="mallory", penalty=penalty).decide()
+        assert not held.allowed
+        assert held.penalty == pytest.approx(3600)
+        with pytest.raises(RateLimitExceeded):
+            await work("mallory")
+        assert await work("bob") == "bob"
+        assert Blocklist.reads >= 2
+    finally:
+        await rl.aclose()

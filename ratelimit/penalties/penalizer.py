@@ -122,7 +122,7 @@ class Penalizer:
         )
         self._targets: dict[tuple[str, str | None], Identifier | None] = {}
         self._unless_held: Callable[[Plan, Identifier], Awaitable[Decision | float]] | None = (
-            shortcut(self.store, "decide_unless_held", "decide")
+            _unless_held(self.store)
         )
 
     @property
@@ -366,6 +366,25 @@ class Penalizer:
             self._remember(target, started, self._clock())
             return self.held(decision.key, started, decision.shadow)
         return decision
+
+
+def _unless_held(store: object) -> Any | None:
+    """``store``'s ``decide_unless_held`` (the hold read in the decision's own step), when
+    neither ``decide`` nor ``penalty_left`` is overridden below the class that defines it
+    (:func:`~ratelimit.backends.base.shortcut`): a subclass that reads holds, or decides,
+    its own way keeps every call on its methods."""
+    found = shortcut(store, "decide_unless_held", "decide")
+    if found is None:
+        return None
+    mro = type(store).__mro__
+    defines = [
+        next(i for i, cls in enumerate(mro) if name in vars(cls))
+        for name in (
+            "decide_unless_held",
+            "penalty_left",
+        )
+    ]
+    return None if defines[1] < defines[0] else found
 
 
 def penalizer_for(decider: Decider, penalty: object, rules: Any, where: str) -> Penalizer | None:
