@@ -99,6 +99,15 @@ def free_cluster_port() -> int:
     return free_port(span=10_000)
 
 
+class _Exited(Exception):
+    """A redis-server that exited before it answered: its exit code and its log."""
+
+    def __init__(self, code: int, log: str) -> None:
+        super().__init__(code)
+        self.code = code
+        self.log = log
+
+
 class RedisServer:
     """A redis-server child process on 127.0.0.1; ``url`` points at it.
 
@@ -120,6 +129,7 @@ class RedisServer:
         self.args = args
         self.config = config
         self.binary = binary or find_binary()
+        self._chosen = port is None  # picked here: another one if it is taken meanwhile
         self.port = port or (free_cluster_port() if cluster else free_port())
         self.cluster = cluster
         self.url = f"redis://127.0.0.1:{self.port}/0"
@@ -134,12 +144,32 @@ class RedisServer:
         """The server's process id while it runs (the benchmarks read its CPU time)."""
         return None if self._process is None else self._process.pid
 
-    def start(self) -> RedisServer:
+    def start(self, repick: bool = True) -> RedisServer:
+        """Start the server and wait until it answers. A port picked here that another
+        process took between the pick and the start is picked again (its log says so), at
+        most three times, unless ``repick`` is false (a restart keeps its port); any other
+        early exit raises with the log's last lines."""
+        for attempt in range(3):
+            try:
+                return self._started()
+            except _Exited as exc:
+                taken = "Address already in use" in exc.log
+                if not (taken and self._chosen and repick) or attempt == 2:
+                    raise RuntimeError(
+                        f"{self.binary} exited with {exc.code} on port {self.port}: "
+                        f"{exc.log[-600:]}"
+                    ) from None
+                self.port = free_cluster_port() if self.cluster else free_port()
+                self.url = f"redis://127.0.0.1:{self.port}/0"
+        raise AssertionError("unreachable")
+
+    def _started(self) -> RedisServer:
         first: list[str] = []
         if self.config is not None:
             path = Path(self._dir.name) / "server.conf"
             path.write_text(self.config)
             first = [str(path)]
+        log = Path(self._dir.name) / "server.log"
         self._process = subprocess.Popen(
             [
                 self.binary,
@@ -154,6 +184,8 @@ class RedisServer:
                 "no",
                 "--dir",
                 self._dir.name,
+                "--logfile",
+                str(log),
                 "--protected-mode",
                 "yes",
                 *(
@@ -169,7 +201,9 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"{self.binary} exited with {self._process.returncode}")
+                code, self._process = self._process.returncode, None
+                text = log.read_text(errors="replace") if log.exists() else ""
+                raise _Exited(code, text)
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                     sock.sendall(b"PING\r\n")
@@ -198,7 +232,7 @@ class RedisServer:
 
     def restart(self) -> None:
         self.stop()
-        self.start()
+        self.start(repick=False)
 
     def close(self) -> None:
         self.stop()
@@ -224,13 +258,21 @@ class RedisCluster:
         self.replicas = (
             [RedisServer(cluster=True, args=timeout) for _ in range(nodes)] if replicas else []
         )
-        self.url = self.servers[0].url
+
+    @property
+    def url(self) -> str:
+        """The first node's URL."""
+        return self.servers[0].url
 
     def start(self) -> RedisCluster:
         import redis
 
-        for server in self.servers:
-            server.start()
+        try:  # a node that fails to start stops those started before it
+            for server in self.servers:
+                server.start()
+        except BaseException:
+            self.close()
+            raise
         clients: list[Any] = [redis.Redis(port=s.port) for s in self.servers]
         try:
             share = self.SLOTS // len(clients)
