@@ -17,10 +17,13 @@ import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ratelimit.algorithms import Outcome
 from ratelimit.core.decision import Decision, RuleState, make_decision
 from ratelimit.core.plan import OP_AND, OP_LEAF, OP_OR, CompiledTree, Plan
+
+T = TypeVar("T")
 
 logger = logging.getLogger("ratelimit")
 
@@ -207,19 +210,7 @@ def tree_wait(compiled: CompiledTree, wait: Callable[[int], float]) -> float:
     """Seconds until ``compiled`` admits, its leaf ``i`` refusing for ``wait(i)`` more
     seconds (0: it admits now): an ``Or`` admits once every child does, an ``And`` once one
     does. For a part of a decided tree, as :func:`tree_limited`."""
-
-    def node(pos: int) -> tuple[float, int]:
-        op, operand = compiled.program[pos], compiled.program[pos + 1]
-        pos += 2
-        if op == OP_LEAF:
-            return wait(operand), pos
-        children = []
-        for _ in range(operand):
-            child, pos = node(pos)
-            children.append(child)
-        return (max(children) if op == OP_OR else min(children)), pos
-
-    return node(0)[0]
+    return float(_folded(compiled, wait, max, min))
 
 
 def tree_limited(compiled: CompiledTree, limited: Callable[[int], bool]) -> bool:
@@ -227,16 +218,27 @@ def tree_limited(compiled: CompiledTree, limited: Callable[[int], bool]) -> bool
     and the others admit: the And/Or walk of :func:`evaluate` on flags alone (an ``Or``
     refuses when a child does, an ``And`` when all do). For a part of a decided tree, such
     as one descriptor's rules among a request's."""
+    return _folded(compiled, limited, any, all)
 
-    def node(pos: int) -> tuple[bool, int]:
+
+def _folded(
+    compiled: CompiledTree,
+    leaf: Callable[[int], T],
+    either: Callable[[list[T]], T],
+    both: Callable[[list[T]], T],
+) -> T:
+    """``compiled``'s And/Or program folded: each leaf's ``leaf(i)``, an ``Or``'s children
+    by ``either``, an ``And``'s by ``both``."""
+
+    def node(pos: int) -> tuple[T, int]:
         op, operand = compiled.program[pos], compiled.program[pos + 1]
         pos += 2
         if op == OP_LEAF:
-            return limited(operand), pos
+            return leaf(operand), pos
         children = []
         for _ in range(operand):
             child, pos = node(pos)
             children.append(child)
-        return (any(children) if op == OP_OR else all(children)), pos
+        return (either(children) if op == OP_OR else both(children)), pos
 
     return node(0)[0]
