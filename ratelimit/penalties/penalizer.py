@@ -217,18 +217,20 @@ class Penalizer:
             decision = dataclasses.replace(decision, shadow=True)
         return decision
 
+    def _told_held(self, key: str, left: float, shadow: bool) -> Decision:
+        """:meth:`held`, told to the hooks (a hold known before the store was asked)."""
+        decision = self.held(key, left, shadow)
+        if self.decider.hooks:
+            self.decider.hooks(decision, 0.0)
+        return decision
+
     async def hold_left(self, target: Identifier) -> float:
         """Seconds left of ``target``'s hold: remembered here, else the store's."""
-        holds = _holds(self.decider)
-        now = self._clock()
-        trusted = holds.get(target)
         failing = self.decider.policy.outage_started is not None
-        if trusted is not None:
-            if trusted[0] > now or (failing and trusted[1] > now):
-                return trusted[1] - now
-            if trusted[1] <= now:
-                del holds[target]  # ended
-                trusted = None
+        now = self._clock()
+        left, trusted = self._trusted(target, now, failing)
+        if left > 0:
+            return left
         if failing:  # the store fails: not asked; a hold known here lasts to its end
             return 0.0
         try:
@@ -240,8 +242,25 @@ class Penalizer:
         if left > 0:
             self._remember(target, left, now)
         elif trusted is not None:
-            holds.pop(target, None)  # lifted at the store
+            _holds(self.decider).pop(target, None)  # lifted at the store
         return left
+
+    def _trusted(
+        self, target: Identifier, now: float, failing: bool
+    ) -> tuple[float, tuple[float, float] | None]:
+        """The seconds left of a hold of ``target`` this process trusts now (0: none, the
+        store is to be asked; while the store ``failing``, one known lasts to its end),
+        and the hold it knows, not yet ended (forgotten once it has)."""
+        holds = _holds(self.decider)
+        trusted = holds.get(target)
+        if trusted is None:
+            return 0.0, None
+        if trusted[0] > now or (failing and trusted[1] > now):
+            return trusted[1] - now, trusted
+        if trusted[1] <= now:
+            del holds[target]  # ended
+            return 0.0, None
+        return 0.0, trusted
 
     def _remember(self, target: Identifier, left: float, now: float) -> None:
         holds = _holds(self.decider)
@@ -285,10 +304,7 @@ class Penalizer:
             return await self._noted(target, decision)
         left = await self.hold_left(target)
         if left > 0:
-            decision = self.held(call.key, left, shadow)
-            if decider.hooks:
-                decider.hooks(decision, 0.0)
-            return decision
+            return self._told_held(call.key, left, shadow)
         decision = await decider.decide(call, record, shadow, within, override)
         return await self._noted(target, decision) if record else decision
 
@@ -314,18 +330,9 @@ class Penalizer:
         """:meth:`decide` where the store reads the hold in its decision
         (``decide_unless_held``): a hold this process trusts answers first, as in
         :meth:`hold_left`; else one step asks both."""
-        holds = _holds(self.decider)
-        trusted = holds.get(target)
-        if trusted is not None:
-            now = self._clock()
-            if trusted[0] > now:
-                decision = self.held(call.key, trusted[1] - now, shadow)
-                if self.decider.hooks:
-                    self.decider.hooks(decision, 0.0)
-                return decision
-            if trusted[1] <= now:
-                del holds[target]  # ended
-                trusted = None
+        left, trusted = self._trusted(target, self._clock(), False)
+        if left > 0:
+            return self._told_held(call.key, left, shadow)
         asker = functools.partial(self._ask_unless_held, target, trusted, shadow)
         return await self.decider.decide(call, True, shadow, None, override, hold=asker)
 
@@ -377,14 +384,11 @@ def _unless_held(store: object) -> Any | None:
     if found is None:
         return None
     mro = type(store).__mro__
-    defines = [
-        next(i for i, cls in enumerate(mro) if name in vars(cls))
-        for name in (
-            "decide_unless_held",
-            "penalty_left",
-        )
-    ]
-    return None if defines[1] < defines[0] else found
+
+    def defined(name: str) -> int:  # where in the MRO the method in force is defined
+        return next(i for i, cls in enumerate(mro) if name in vars(cls))
+
+    return found if defined("penalty_left") >= defined("decide_unless_held") else None
 
 
 def penalizer_for(decider: Decider, penalty: object, rules: Any, where: str) -> Penalizer | None:

@@ -16,7 +16,6 @@ from ratelimit.backends.redis.penalties import hold_key
 from ratelimit.backends.redis.script.held import HELD_BACK, held_command, held_of
 from ratelimit.backends.redis.script.parts import Parts
 from ratelimit.backends.redis.script.replies import read_reply
-from ratelimit.backends.redis.script.scripts import plan_command
 from ratelimit.backends.redis.spanning import spanning
 from ratelimit.core.decision import Decision
 from ratelimit.core.evaluation import evaluate, stored_verdict
@@ -57,12 +56,11 @@ class Decisions(Parts):
         if not plan.identifiers or (self._spans and not plan.compiled.pinned):
             left = await self.penalty_left(hold)  # another slot, or no key to join it to
             return left if left > 0 else await self.decide(plan)
-        if self._layout is not None:
-            self._layout.saw(plan)
-        if self.clock is None:
-            command = held_of(self._command_of(plan), hold)
+        command = self._command(plan)
+        if self.clock is None:  # a command kept per plan: its held variant kept too
+            command = held_of(command, hold)
         else:
-            command = held_command(plan_command(plan, self.clock, self.spread), hold_key(hold))
+            command = held_command(command, hold_key(hold))
         reply = await self._sent(plan, command)
         try:
             if reply[0] == HELD_BACK:

@@ -42,17 +42,21 @@ class EngineState:
     async def _close_idle(self) -> None:
         await self._pipeline.close_idle()
 
+    def _command(self, plan: Plan) -> Command:
+        """The script call deciding ``plan`` (the old-layout check notes its layout): kept
+        per plan on the server's clock, built per call on an injected one."""
+        if self._layout is not None:
+            self._layout.saw(plan)
+        if self.clock is None:
+            return self._command_of(plan)
+        return plan_command(plan, self.clock, self.spread)
+
     def _sent(self, plan: Plan, command: Command | None = None) -> Awaitable[Any]:
         """The script call deciding ``plan`` (``command``, else the plan's own, whose
         layout the old-layout check notes), sent or queued: its reply, to await. Most calls
         get the pipeline's future (no coroutine of their own)."""
         if command is None:
-            if self._layout is not None:
-                self._layout.saw(plan)
-            if self.clock is None:
-                command = self._command_of(plan)
-            else:
-                command = plan_command(plan, self.clock, self.spread)
+            command = self._command(plan)
         pipeline = self._pipeline
         future = pipeline.queued(command, plan.key)
         return pipeline.alone(command, plan.key) if future is None else future
