@@ -115,3 +115,50 @@ def rules_env(
     if namespace is not None:
         env["RATELIMIT_NAMESPACE"] = namespace
     return env
+
+
+class EnvoyProcess(ServiceProcess):
+    """``python -m ratelimit serve --envoy``, configured by envoyproxy/ratelimit's variables
+    (``env``), every listener on a free port of 127.0.0.1: :attr:`port` is its gRPC port,
+    :attr:`http_port` its ``/json`` and :attr:`debug_port` its ``/rlconfig``."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.env = {**os.environ, "USE_STATSD": "false", "LOG_LEVEL": "info"}
+        for name in ("GRPC", "", "DEBUG"):
+            self.env[f"{name}_HOST".lstrip("_")] = "127.0.0.1"
+            self.env[f"{name}_PORT".lstrip("_")] = "0"
+        self.env.update(env or {})
+        self.http_port = 0
+        self.debug_port = 0
+
+    def start(self, timeout: float = 30.0) -> EnvoyProcess:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ratelimit", "serve", "--envoy"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        pattern = r"API on [\d.]+:(\d+) \(gRPC\), [\d.]+:(\d+) \(HTTP.*, [\d.]+:(\d+) \(debug"
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                found = re.search(pattern, line)
+                if found:
+                    self.port, self.http_port, self.debug_port = map(int, found.groups())
+                    return self
+            if self.process.poll() is not None:
+                time.sleep(0.1)  # let the reader take the last lines
+                raise RuntimeError(
+                    f"the service exited with {self.process.returncode}:\n{self.output}"
+                )
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"the service did not start within {timeout} s:\n{self.output}")
+
+    def __enter__(self) -> EnvoyProcess:
+        return self.start()

@@ -262,7 +262,7 @@ def test_front_ends_read_no_parts_of_the_limiter() -> None:
         f"{path.name}:{n}"
         for path in front
         for n, line in enumerate(path.read_text().splitlines(), 1)
-        if parts.search(line.split("#")[0]) and not line.startswith(("from ", "import "))
+        if parts.search(line.split("#")[0]) and not line.lstrip().startswith(("from ", "import "))
     ]
     assert not found, found
 
@@ -399,11 +399,12 @@ def test_every_store_keeps_every_feature_or_says_it_refuses_it() -> None:
 
 def test_every_script_the_engines_run_is_named_by_the_feature_module_that_runs_it() -> None:
     """The Lua files (not the ``_`` blocks they join) each belong to one module of the script
-    engine: its decisions, settles, resets, slots, or the engine's own counter calls."""
+    engine: its decisions, settles, resets, slots, or the engine's own counter calls; or of
+    envoyproxy/ratelimit's fixed windows."""
     lua = PACKAGE / "backends/redis/lua"
-    script = PACKAGE / "backends/redis/script"
+    redis = PACKAGE / "backends/redis"
     runs = {
-        "scripts.py": {
+        "script/scripts.py": {
             "sliding_log.lua",
             "window_counters.lua",
             "gcra.lua",
@@ -413,19 +414,20 @@ def test_every_script_the_engines_run_is_named_by_the_feature_module_that_runs_i
             "settle_windows.lua",
             "settle_gcra.lua",
         },
-        "resets.py": {"reset.lua"},
-        "slots.py": {"slots.lua"},
-        "engine.py": {"counter_update.lua", "counter_sync.lua"},
+        "script/resets.py": {"reset.lua"},
+        "script/slots.py": {"slots.lua"},
+        "script/engine.py": {"counter_update.lua", "counter_sync.lua"},
+        "envoy/windows.py": {"envoy_incrby.lua", "envoy_get.lua"},
     }
     scripts = {path.name for path in lua.glob("*.lua") if not path.name.startswith("_")}
     assert scripts == set().union(*runs.values())
     for module, names in runs.items():
-        text = (script / module).read_text()
+        text = (redis / module).read_text()
         for name in names:
             assert f'"{name}"' in text, (module, name)
-    for name in runs["scripts.py"]:  # what decisions.py and settles.py send, by algorithm
+    for name in runs["script/scripts.py"]:  # what decisions.py and settles.py send, by algorithm
         kind = "settles.py" if name.startswith("settle_") else "decisions.py"
-        assert name in (script / kind).read_text(), (kind, name)
+        assert name in (redis / "script" / kind).read_text(), (kind, name)
 
 
 def test_import_ratelimit_brings_no_store_client_and_no_grammar() -> None:

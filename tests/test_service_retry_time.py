@@ -64,3 +64,22 @@ async def test_a_refusal_waits_until_it_would_be_admitted(clock: FakeClock, algo
     assert (await service.should_rate_limit(asked())).overall_code == OVER
     clock.now = start + wait + 0.001
     assert (await service.should_rate_limit(asked())).overall_code != OVER
+
+
+@pytest.mark.parametrize(
+    ("rule", "unit"),
+    [
+        ("3/7d", rls_pb2.RateLimitResponse.RateLimit.WEEK),
+        ("3/30d", rls_pb2.RateLimitResponse.RateLimit.MONTH),
+        ("3/365d", rls_pb2.RateLimitResponse.RateLimit.YEAR),
+        ("3/2d", rls_pb2.RateLimitResponse.RateLimit.UNKNOWN),
+    ],
+)
+async def test_current_limit_names_the_protocols_longer_units(
+    clock: FakeClock, rule: str, unit: int
+) -> None:
+    """A week, 30 days and 365 days are the protocol's ``WEEK``, ``MONTH`` and ``YEAR``;
+    a span the protocol has no unit for says ``UNKNOWN``."""
+    answer = await handlers(rule, clock).should_rate_limit(asked())
+    assert answer.statuses[0].current_limit.unit == unit
+    assert answer.statuses[0].current_limit.requests_per_unit == 3

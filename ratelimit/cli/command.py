@@ -205,7 +205,44 @@ def _counted(peeked: Decision) -> bool:
     )
 
 
+def _serve_envoy(args: argparse.Namespace) -> int:
+    """``ratelimit serve --envoy``: envoyproxy/ratelimit's service, configured as it is
+    (its environment variables)."""
+    given = [f"--{flag.replace('_', '-')}" for flag in SERVE_FLAGS if getattr(args, flag)]
+    if given:
+        print(
+            f"cannot start: {', '.join(given)} with --envoy: the service reads "
+            "envoyproxy/ratelimit's variables (GRPC_PORT, PORT, REDIS_URL, RUNTIME_ROOT, ...)",
+            file=sys.stderr,
+        )
+        return FAILED
+    try:
+        from ratelimit.service.envoy_service.server import configure_logging, serve_envoy
+        from ratelimit.service.envoy_service.settings import EnvoySettings, unhonoured
+    except ImportError as exc:
+        advice = "ratelimit serve needs the server extra: pip install 'ratelimit-rules[server]'"
+        said = "pip install 'ratelimit-rules[" in str(exc)
+        print(str(exc) if said else f"{advice} ({exc})", file=sys.stderr)
+        return FAILED
+    try:
+        settings = EnvoySettings.from_env(os.environ)
+        configure_logging(settings.log_level, settings.log_format)
+        asyncio.run(serve_envoy(settings, unhonoured(os.environ)))
+    except ConfigurationError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return FAILED
+    except KeyboardInterrupt:
+        pass
+    return OK
+
+
+SERVE_FLAGS: tuple[str, ...] = ("port", "host", "storage", "rules_file", "algorithm", "workers")
+SERVE_FLAGS += ("metrics_port", "tls_cert", "tls_key", "tls_client_ca")
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if args.envoy:
+        return _serve_envoy(args)
     try:
         from ratelimit.service.config import ServiceConfig
         from ratelimit.service.server import serve
@@ -322,6 +359,12 @@ def _add_serving(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     migrate.add_argument("--storage", help=STORAGE_HELP)
     serve = commands.add_parser(
         "serve", help="run the gRPC service (ratio's API and Envoy's RLS); RATELIMIT_* configure it"
+    )
+    serve.add_argument(
+        "--envoy",
+        action="store_true",
+        help="be envoyproxy/ratelimit's service: its YAML directory (RUNTIME_ROOT...), its "
+        "environment variables, its answers and stats (docs/migrating-from-envoy-ratelimit.md)",
     )
     serve.add_argument("--port", type=int)
     serve.add_argument("--host")

@@ -1,8 +1,8 @@
 """The per-descriptor statuses of an Envoy answer (``RateLimitResponse.DescriptorStatus``),
 filled in from the rule states of the decisions that decided them: ``code``,
 ``current_limit`` (the descriptor's rules as its name; its tightest rule's count, and unit
-when the span is one second, minute, hour or day), ``limit_remaining`` and
-``duration_until_reset``."""
+when the span is one of the protocol's: a second, minute, hour, day, week, 30 days or 365
+days), ``limit_remaining`` and ``duration_until_reset``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ with needs_extra("server"):
 RLS = rls_pb2.RateLimitResponse
 UNITS = {1_000: RLS.RateLimit.SECOND, 60_000: RLS.RateLimit.MINUTE}
 UNITS |= {3_600_000: RLS.RateLimit.HOUR, 86_400_000: RLS.RateLimit.DAY}
+UNITS |= {7 * 86_400_000: RLS.RateLimit.WEEK, 30 * 86_400_000: RLS.RateLimit.MONTH}
+UNITS |= {365 * 86_400_000: RLS.RateLimit.YEAR}
 Matched = tuple[int, DescriptorLimit, str, int]
 """A descriptor a limit matched: its position in the request, its limit, its selector
 value and its cost (``hits_addend``)."""

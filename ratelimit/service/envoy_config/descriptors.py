@@ -123,6 +123,15 @@ class EnvoyConfig:
         _load(name, domain, f"{root.domain}.", root.descriptors)
         self.domains[root.domain] = domain
 
+    def dump(self) -> str:
+        """The limits loaded, one line each, as its ``/rlconfig`` prints them
+        (``domain.key_value: unit=MINUTE requests_per_unit=10, shadow_mode: false,
+        quota_mode: false``), domains and descriptors in load order."""
+        lines: list[str] = []
+        for node in self.domains.values():
+            _dump(node, lines)
+        return "".join(lines)
+
     def limit_of(self, domain: str, entries: Sequence[tuple[str, str]]) -> Matched | None:
         """``GetLimit`` of a descriptor of ``(key, value)`` entries in ``domain`` (without a
         ``limit`` override of its own); ``None``: no limit applies (an unknown domain, a
@@ -174,6 +183,19 @@ class EnvoyConfig:
         elif ".".join(enhanced) != found.full_key:
             stats_key = ".".join(enhanced)
         return Matched(found, stats_key, patterns, metadata)
+
+
+def _dump(node: Node, lines: list[str]) -> None:
+    limit = node.limit
+    if limit is not None:
+        unit = limit.unit or "UNKNOWN"
+        lines.append(
+            f"{limit.full_key}: unit={unit} requests_per_unit={limit.requests_per_unit}, "
+            f"shadow_mode: {str(limit.shadow_mode).lower()}, "
+            f"quota_mode: {str(limit.quota_mode).lower()}\n"
+        )
+    for child in node.children.values():
+        _dump(child, lines)
 
 
 def _metric_part(

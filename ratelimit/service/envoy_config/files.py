@@ -1,11 +1,14 @@
 """A directory of envoyproxy/ratelimit configuration files, loaded as its loader loads them.
 
-Every file of the directory, in name order (``os.ReadDir``), is read and decoded
+Every file of the directory and of the directories in it, in name order (as its runtime
+loader walks it; a symbolic link to a directory is not followed, one to a file is read),
+is read and decoded
 (:func:`~ratelimit.service.envoy_config.yaml_go.root_of`), then the domains are loaded in that
 order (:class:`~ratelimit.service.envoy_config.descriptors.EnvoyConfig`), so that of two files
 holding the same domain or composite key the second is named. A file is named in errors as
 the directory joined with its name, as its ``config_check_cmd`` names it. Dot files are
-skipped when asked (``RUNTIME_IGNOREDOTFILES``).
+skipped when asked (``RUNTIME_IGNOREDOTFILES``), and so are dot directories: a Kubernetes
+ConfigMap's ``..2026_...`` directory holds a second copy of every file.
 
 Example::
 
@@ -29,16 +32,27 @@ def load_directory(
     (``"<file>: <message>"``) for the first file its loader refuses, ``OSError`` for a
     directory or file that cannot be read."""
     roots = []
-    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        if ignore_dotfiles and entry.name.startswith("."):
-            continue
-        path = os.path.join(directory, entry.name)
+    for path in _files(os.fspath(directory), ignore_dotfiles):
         text = Path(path).read_text(encoding="utf-8")
         roots.append((path, root_of(path, text)))
     config = EnvoyConfig(merge_domains)
     for path, root in roots:
         config.load(path, root)
     return config
+
+
+def _files(directory: str, ignore_dotfiles: bool) -> list[str]:
+    """The files under ``directory``, depth first in name order."""
+    found: list[str] = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if ignore_dotfiles and entry.name.startswith("."):
+            continue
+        path = os.path.join(directory, entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            found += _files(path, ignore_dotfiles)
+        elif not entry.is_dir():  # a link to a directory is not followed
+            found.append(path)
+    return found
 
 
 def check_directory(

@@ -91,6 +91,7 @@ class RateLimitResponse(_message.Message):
             DAY: RateLimitResponse.RateLimit._Unit.ValueType  # 4
             MONTH: RateLimitResponse.RateLimit._Unit.ValueType  # 5
             YEAR: RateLimitResponse.RateLimit._Unit.ValueType  # 6
+            WEEK: RateLimitResponse.RateLimit._Unit.ValueType  # 7
 
         class Unit(_Unit, metaclass=_UnitEnumTypeWrapper): ...
         UNKNOWN: RateLimitResponse.RateLimit.Unit.ValueType  # 0
@@ -100,6 +101,7 @@ class RateLimitResponse(_message.Message):
         DAY: RateLimitResponse.RateLimit.Unit.ValueType  # 4
         MONTH: RateLimitResponse.RateLimit.Unit.ValueType  # 5
         YEAR: RateLimitResponse.RateLimit.Unit.ValueType  # 6
+        WEEK: RateLimitResponse.RateLimit.Unit.ValueType  # 7
 
         NAME_FIELD_NUMBER: _builtins.int
         REQUESTS_PER_UNIT_FIELD_NUMBER: _builtins.int

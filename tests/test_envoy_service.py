@@ -1,0 +1,214 @@
+"""``ratelimit serve --envoy`` in this process (:class:`~ratelimit.service.envoy_service.
+server.EnvoyService`), configured by envoyproxy/ratelimit's variables, counting in memory
+(``BACKEND_TYPE=memory``): its gRPC API and health, ``/json``, ``/healthcheck``,
+``/rlconfig``, and its configuration directory reloaded when it changes (a failed reload
+keeps the configuration in use and counts ``config_load_error``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ratelimit.service.envoy_service import server as envoy_server
+from ratelimit.service.envoy_service.server import EnvoyService
+from ratelimit.service.envoy_service.settings import EnvoySettings
+from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
+
+pytestmark = pytest.mark.timeout(60)
+RLS = rls_pb2.RateLimitResponse
+
+FIRST = """\
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 2}
+"""
+SECOND = """\
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 5}
+"""
+
+
+def environment(root: Path, **more: str) -> dict[str, str]:
+    env = {
+        "RUNTIME_ROOT": str(root),
+        "RUNTIME_SUBDIRECTORY": "ratelimit",
+        "BACKEND_TYPE": "memory",
+        "USE_STATSD": "false",
+        "GRPC_HOST": "127.0.0.1",
+        "GRPC_PORT": "0",
+        "HOST": "127.0.0.1",
+        "PORT": "0",
+        "DEBUG_HOST": "127.0.0.1",
+        "DEBUG_PORT": "0",
+    }
+    return env | more
+
+
+def config_dir(root: Path) -> Path:
+    folder = root / "ratelimit" / "config"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+async def started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Callable[..., Any]]:
+    monkeypatch.setattr(envoy_server, "WATCH_EVERY", 0.05)
+    services: list[EnvoyService] = []
+
+    async def start(**env: str) -> EnvoyService:
+        service = EnvoyService(EnvoySettings.from_env(environment(tmp_path, **env)))
+        await service.start()
+        services.append(service)
+        return service
+
+    yield start
+    for service in services:
+        service.stop()
+        await service.shutdown()
+
+
+def asked(address: str = "10.0.0.1", domain: str = "edge") -> rls_pb2.RateLimitRequest:
+    request = rls_pb2.RateLimitRequest(domain=domain)
+    entry = request.descriptors.add().entries.add()
+    entry.key, entry.value = "remote_address", address
+    return request
+
+
+async def until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
+    """Wait for ``condition`` (a reload seen by the watcher), at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the deadline"
+        await asyncio.sleep(0.02)  # polling the watcher, not waiting for a window
+
+
+def file_changed(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with a new modification time even on a coarse clock."""
+    path.write_text(text)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+async def test_grpc_answers_and_health(tmp_path: Path, started: Callable[..., Any]) -> None:
+    (config_dir(tmp_path) / "edge.yaml").write_text(FIRST)
+    service = await started()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        codes = [(await stub.ShouldRateLimit(asked())).overall_code for _ in range(3)]
+        assert codes == [RLS.OK, RLS.OK, RLS.OVER_LIMIT]
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.ShouldRateLimit(rls_pb2.RateLimitRequest(descriptors=asked().descriptors))
+        assert raised.value.code() == grpc.StatusCode.UNKNOWN
+        assert raised.value.details() == "rate limit domain must not be empty"
+        checked = health_pb2_grpc.HealthStub(channel)
+        said = await checked.Check(health_pb2.HealthCheckRequest(service="ratelimit"))
+        assert said.status == health_pb2.HealthCheckResponse.SERVING
+    assert service.stats.service_error.value == 1
+    key = "ratelimit.service.rate_limit.edge.remote_address"
+    assert service.stats.counters[f"{key}.total_hits"].value == 3
+
+
+async def test_json_healthcheck_and_rlconfig(tmp_path: Path, started: Callable[..., Any]) -> None:
+    (config_dir(tmp_path) / "edge.yaml").write_text(FIRST)
+    service = await started()
+    body = {
+        "domain": "edge",
+        "descriptors": [{"entries": [{"key": "remote_address", "value": "a"}]}],
+    }
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as client:
+        first = await client.post("/json", content=json.dumps(body))
+        assert first.status_code == 200
+        assert first.json()["overallCode"] == "OK"
+        limit = first.json()["statuses"][0]["currentLimit"]
+        assert limit == {"requestsPerUnit": 2, "unit": "HOUR"}
+        await client.post("/json", content=json.dumps(body))
+        third = await client.post("/json", content=json.dumps(body))
+        assert third.status_code == 429
+        assert third.json()["overallCode"] == "OVER_LIMIT"
+        assert (await client.post("/json", content=b"{not json")).status_code == 400
+        unknown = await client.post("/json", content=json.dumps({"domain": "edge", "oops": 1}))
+        assert unknown.status_code == 400
+        empty = await client.post("/json", content=json.dumps({"domain": "edge"}))
+        assert empty.status_code == 400
+        health = await client.get("/healthcheck")
+        assert (health.status_code, health.text) == (200, "OK")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.debug_port}") as client:
+        dumped = (await client.get("/rlconfig")).text
+        assert dumped == (
+            "edge.remote_address: unit=HOUR requests_per_unit=2, shadow_mode: false, "
+            "quota_mode: false\n"
+        )
+        assert "config_load_success: 1" in (await client.get("/stats")).text
+
+
+async def test_a_changed_directory_is_reloaded_and_a_bad_one_kept_out(
+    tmp_path: Path, started: Callable[..., Any]
+) -> None:
+    path = config_dir(tmp_path) / "edge.yaml"
+    path.write_text(FIRST)
+    service = await started()
+    answers = service.answers
+    assert service.config is not None
+    file_changed(path, SECOND)
+    await until(lambda: service.stats.config_load_success.value == 2)
+    for _ in range(5):
+        assert (await answers.should_rate_limit(asked("b"))).overall_code == RLS.OK
+    assert (await answers.should_rate_limit(asked("b"))).overall_code == RLS.OVER_LIMIT
+    # a bad file: the configuration in use stays, the error is counted
+    kept = service.config
+    file_changed(path, SECOND + "  - key: remote_address\n")  # a duplicate composite key
+    await until(lambda: service.stats.config_load_error.value == 1)
+    assert service.config is kept
+    assert (await answers.should_rate_limit(asked("c"))).statuses[0].limit_remaining == 4
+    # a new file beside it
+    file_changed(path, SECOND)
+    (path.parent / "other.yaml").write_text(FIRST.replace("edge", "other"))
+    await until(lambda: service.stats.config_load_success.value == 3)
+    assert service.config is not None
+    assert set(service.config.domains) == {"edge", "other"}
+
+
+async def test_a_kubernetes_configmap_needs_ignoredotfiles(
+    tmp_path: Path, started: Callable[..., Any]
+) -> None:
+    """A ConfigMap mounts each file as a link into ``..data``, a link to a dot directory
+    holding the files: read whole, every domain is there twice (as its service finds)."""
+    folder = config_dir(tmp_path)
+    (folder / "..2026_12_06").mkdir()
+    (folder / "..2026_12_06" / "edge.yaml").write_text(FIRST)
+    (folder / "..data").symlink_to("..2026_12_06")
+    (folder / "edge.yaml").symlink_to("..data/edge.yaml")
+    service = await started()
+    assert service.config is None
+    assert service.stats.config_load_error.value == 1
+    ignoring = await started(RUNTIME_IGNOREDOTFILES="true")
+    assert ignoring.config is not None
+    assert set(ignoring.config.domains) == {"edge"}
+
+
+async def test_healthy_only_with_a_configuration_when_asked(
+    tmp_path: Path, started: Callable[..., Any]
+) -> None:
+    config_dir(tmp_path)  # empty
+    service = await started(HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED="true")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as client:
+        assert (await client.get("/healthcheck")).status_code == 500
+        (config_dir(tmp_path) / "edge.yaml").write_text(FIRST)
+        await until(lambda: service.stats.config_load_success.value == 2)
+        await until(lambda: service.is_healthy())
+        assert (await client.get("/healthcheck")).status_code == 200
