@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,7 +91,7 @@ def directory(tmp_path: Path, **files: str) -> Path:
     return folder
 
 
-def loaded(tmp_path: Path, text: str, **options: bool) -> EnvoyConfig:
+def loaded(tmp_path: Path, text: str, **options: Any) -> EnvoyConfig:
     return load_directory(directory(tmp_path, only=text), **options)
 
 
@@ -555,3 +556,26 @@ def test_the_check_command(tmp_path: Path) -> None:
     )
     assert merged.returncode == 0, merged.stderr
     assert merged.stdout.splitlines()[-1] == "all rate limit configs ok"
+
+
+def test_the_check_command_for_our_algorithms(tmp_path: Path) -> None:
+    """``--algorithm``: the directory read as ``serve --envoy`` reads it with
+    ``RATELIMIT_ALGORITHM``: a ``rule`` of ours passes; one the algorithm cannot keep
+    does not."""
+    folder = directory(tmp_path, a='domain: d\ndescriptors:\n  - key: k\n    rule: "5/10s"\n')
+    command = [sys.executable, "-m", "ratelimit", "check", "--envoy-config", str(folder)]
+    theirs = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert theirs.returncode == 1
+    assert theirs.stdout.splitlines()[-1].endswith("config error, unknown key 'rule'")
+    ours = subprocess.run(
+        [*command, "--algorithm", "gcra"], capture_output=True, text=True, timeout=30
+    )
+    assert ours.returncode == 0, ours.stdout
+    (folder / "a.yaml").write_text(
+        'domain: d\ndescriptors:\n  - key: k\n    rule: "5/10s burst 9"\n'
+    )
+    log = subprocess.run(
+        [*command, "--algorithm", "sliding-log"], capture_output=True, text=True, timeout=30
+    )
+    assert log.returncode == 1
+    assert "names a burst" in log.stdout

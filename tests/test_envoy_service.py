@@ -212,3 +212,20 @@ async def test_healthy_only_with_a_configuration_when_asked(
         await until(lambda: service.stats.config_load_success.value == 2)
         await until(lambda: service.is_healthy())
         assert (await client.get("/healthcheck")).status_code == 200
+
+
+async def test_our_algorithm_beneath(tmp_path: Path, started: Callable[..., Any]) -> None:
+    """``RATELIMIT_ALGORITHM``: the directory's limits (a ``rule`` of ours too) decided by
+    our sliding log; a refused request counts nothing."""
+    (config_dir(tmp_path) / "edge.yaml").write_text(
+        'domain: edge\ndescriptors:\n  - key: remote_address\n    rule: "2/10s"\n'
+    )
+    service = await started(RATELIMIT_ALGORITHM="sliding-log")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        answers = [await stub.ShouldRateLimit(asked()) for _ in range(4)]
+    assert [a.overall_code for a in answers] == [RLS.OK, RLS.OK, RLS.OVER_LIMIT, RLS.OVER_LIMIT]
+    wait = answers[-1].statuses[0].duration_until_reset.ToMicroseconds()
+    assert 0 < wait <= 10_000_000
+    key = "ratelimit.service.rate_limit.edge.remote_address"
+    assert service.stats.counters[f"{key}.over_limit"].value == 2

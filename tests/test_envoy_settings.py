@@ -32,6 +32,7 @@ from ratelimit.service.envoy_service.settings import (
     GOSTATS,
     HONOURED,
     IGNORED,
+    OURS,
     EnvoySettings,
     RedisSettings,
     unhonoured,
@@ -68,7 +69,7 @@ def test_every_go_variable_is_honoured_or_ignored() -> None:
     go = go_variables()
     assert len(set(HONOURED)) == len(HONOURED)
     assert not set(HONOURED) & set(IGNORED)
-    assert set(HONOURED) | set(IGNORED) == set(go) | set(GOSTATS)
+    assert set(HONOURED) | set(IGNORED) == set(go) | set(GOSTATS) | set(OURS)
 
 
 def test_go_defaults_are_ours() -> None:
@@ -188,6 +189,7 @@ GOOD: list[tuple[dict[str, str], str, object]] = [
     ({"STATSD_HOST": "statsd"}, "statsd_host", "statsd"),
     ({"STATSD_PORT": "9125"}, "statsd_port", 9125),
     ({"STATSD_PROTOCOL": "udp"}, "statsd_protocol", "udp"),
+    ({"RATELIMIT_ALGORITHM": "gcra"}, "algorithm", "gcra"),
     ({"EXTRA_TAGS": "a:1,b:2"}, "extra_tags", {"a": "1", "b": "2"}),
     ({"EXTRA_TAGS": "a: 1,a:2"}, "extra_tags", {"a": "2"}),  # kept as given, last wins
     ({"EXTRA_TAGS": "  "}, "extra_tags", {}),
@@ -281,6 +283,7 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"GRPC_PORT": "8081.0"}, "GRPC_PORT='8081.0': a whole number"),
     ({"STATSD_PORT": "0"}, "STATSD_PORT='0': a port, 1 to 65535"),
     ({"STATSD_PROTOCOL": "quic"}, "STATSD_PROTOCOL='quic': tcp or udp"),
+    ({"RATELIMIT_ALGORITHM": "leaky"}, "RATELIMIT_ALGORITHM='leaky': one of sliding-log"),
     ({"GRPC_SERVER_USE_TLS": "yes"}, "GRPC_SERVER_USE_TLS='yes': true or false"),
     ({"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT"),
     (

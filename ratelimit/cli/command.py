@@ -76,7 +76,9 @@ def _check(args: argparse.Namespace) -> int:
     if args.envoy_config is not None:  # as envoyproxy/ratelimit's config_check_cmd
         from ratelimit.service.envoy_config import check_directory
 
-        ok, lines = check_directory(args.envoy_config, args.merge_domain_configs)
+        ok, lines = check_directory(
+            args.envoy_config, args.merge_domain_configs, args.algorithm
+        )
         print("\n".join(lines))
         return OK if ok else INVALID
     if args.rules is None:
@@ -302,6 +304,12 @@ def parser() -> argparse.ArgumentParser:
         "--merge-domain-configs",
         action="store_true",
         help="with --envoy-config: merge files of one domain (MERGE_DOMAIN_CONFIG)",
+    )
+    check.add_argument(
+        "--algorithm",
+        choices=ALGORITHMS,
+        help="with --envoy-config: its limits for our algorithm, as serve --envoy reads them "
+        "with RATELIMIT_ALGORITHM (rate_limit lists and rule: allowed)",
     )
     helps = {
         "peek": "say whether a call would be admitted, counting nothing",

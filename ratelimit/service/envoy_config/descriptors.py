@@ -12,10 +12,12 @@ The same load errors as its loader (``loadDescriptors``, ``loadConfig``), in its
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ratelimit.service.envoy_config.ours import rules_of
 from ratelimit.service.envoy_config.yaml_go import YamlDescriptor, YamlRoot, error
 
 UNITS: dict[str, int] = {
@@ -46,6 +48,10 @@ class EnvoyLimit:
     shadow_mode: bool = False
     quota_mode: bool = False
     detailed_metric: bool = False
+    rules: str = ""
+    """For our algorithms: the limit as rules of this package's grammar (``"10/1s"``,
+    ``"10/1s | 100/1m"`` for a ``rate_limit`` list, a ``rule`` as written); ``""`` when it
+    admits nothing (0 requests) or is unlimited."""
 
     @property
     def seconds(self) -> int:
@@ -106,9 +112,11 @@ def wildcard_match(parts: Sequence[str], value: str) -> bool:
 class EnvoyConfig:
     """The domains of a set of files, loaded in the order given (:meth:`load`)."""
 
-    def __init__(self, merge_domains: bool = False) -> None:
+    def __init__(self, merge_domains: bool = False, algorithm: str | None = None) -> None:
         self.domains: dict[str, Node] = {}
         self.merge_domains = merge_domains
+        self.algorithm = algorithm
+        """Our algorithm the limits are checked for (``None``: its fixed windows)."""
 
     def load(self, name: str, root: YamlRoot) -> None:
         """``loadConfig``: file ``name``'s domain, added (or, with ``merge_domains``, merged
@@ -120,7 +128,7 @@ class EnvoyConfig:
             raise error(name, f"duplicate domain '{root.domain}' in config file")
         if domain is None:
             domain = Node()
-        _load(name, domain, f"{root.domain}.", root.descriptors)
+        _load(name, domain, f"{root.domain}.", root.descriptors, self.algorithm)
         self.domains[root.domain] = domain
 
     def dump(self) -> str:
@@ -217,8 +225,15 @@ def _metric_part(
     return f"{key}_{used}" if used else key
 
 
-def _load(name: str, parent: Node, parent_key: str, descriptors: list[YamlDescriptor]) -> None:
-    """``loadDescriptors``: ``descriptors`` under ``parent``, checked as its loader checks."""
+def _load(
+    name: str,
+    parent: Node,
+    parent_key: str,
+    descriptors: list[YamlDescriptor],
+    algorithm: str | None,
+) -> None:
+    """``loadDescriptors``: ``descriptors`` under ``parent``, checked as its loader checks
+    (and, for ``algorithm``, as ours check rules)."""
     for descriptor in descriptors:
         if descriptor.key == "":
             raise error(name, "descriptor has empty key")
@@ -227,8 +242,11 @@ def _load(name: str, parent: Node, parent_key: str, descriptors: list[YamlDescri
         if final in parent.children:
             raise error(name, f"duplicate descriptor composite key '{full}'")
         limit = None
-        if descriptor.rate_limit is not None:
+        if descriptor.rate_limit is not None or descriptor.rule:
             limit = _limit(name, descriptor, full)
+            if algorithm is not None:
+                rules = rules_of(name, descriptor, full, limit.unit, algorithm)
+                limit = dataclasses.replace(limit, rules=rules)
         if descriptor.share_threshold and "*" not in final:
             raise error(
                 name,
@@ -244,21 +262,19 @@ def _load(name: str, parent: Node, parent_key: str, descriptors: list[YamlDescri
             pattern=final if descriptor.share_threshold else "",
             metadata=descriptor.metadata or None,
         )
-        _load(name, node, f"{full}.", descriptor.descriptors)
+        _load(name, node, f"{full}.", descriptor.descriptors, algorithm)
         parent.children[final] = node
 
 
 def _limit(name: str, descriptor: YamlDescriptor, full: str) -> EnvoyLimit:
     rate = descriptor.rate_limit
-    assert rate is not None
-    unit = rate.unit.upper()
-    valid = unit in UNITS
-    if rate.unlimited:
-        if valid:
-            raise error(name, "should not specify rate limit unit when unlimited")
-        unit = ""
-    elif not valid:
-        raise error(name, f"invalid rate limit unit '{rate.unit}'")
+    if rate is None:  # ours: a rule alone
+        flags = (descriptor.shadow_mode, descriptor.quota_mode, descriptor.detailed_metric)
+        return EnvoyLimit(0, "", full, False, "", (), *flags)
+    if descriptor.rule and not rate.unit and not rate.requests_per_unit and not rate.unlimited:
+        unit = ""  # ours: a rule, named (or replacing) by its rate_limit
+    else:
+        unit = _unit(name, rate.unit, rate.unlimited)
     for replaced in rate.replaces:
         if replaced == "":
             raise error(name, "should not have an empty replaces entry")
@@ -275,3 +291,16 @@ def _limit(name: str, descriptor: YamlDescriptor, full: str) -> EnvoyLimit:
         descriptor.quota_mode,
         descriptor.detailed_metric,
     )
+
+
+def _unit(name: str, unit: str, unlimited: bool) -> str:
+    """A ``rate_limit``'s unit, checked as its loader checks it (``""``: unlimited)."""
+    upper = unit.upper()
+    valid = upper in UNITS
+    if unlimited:
+        if valid:
+            raise error(name, "should not specify rate limit unit when unlimited")
+        return ""
+    if not valid:
+        raise error(name, f"invalid rate limit unit '{unit}'")
+    return upper

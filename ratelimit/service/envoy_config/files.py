@@ -26,16 +26,20 @@ from ratelimit.service.envoy_config.yaml_go import ConfigFileError, root_of
 
 
 def load_directory(
-    directory: str | os.PathLike[str], merge_domains: bool = False, ignore_dotfiles: bool = False
+    directory: str | os.PathLike[str],
+    merge_domains: bool = False,
+    ignore_dotfiles: bool = False,
+    algorithm: str | None = None,
 ) -> EnvoyConfig:
     """The domains of every file in ``directory``; :class:`ConfigFileError`
     (``"<file>: <message>"``) for the first file its loader refuses, ``OSError`` for a
-    directory or file that cannot be read."""
+    directory or file that cannot be read. ``algorithm``: the limits are for our algorithm
+    (:mod:`~ratelimit.service.envoy_config.ours`), and may be written as ours allow."""
     roots = []
     for path in _files(os.fspath(directory), ignore_dotfiles):
         text = Path(path).read_text(encoding="utf-8")
-        roots.append((path, root_of(path, text)))
-    config = EnvoyConfig(merge_domains)
+        roots.append((path, root_of(path, text, algorithm is not None)))
+    config = EnvoyConfig(merge_domains, algorithm)
     for path, root in roots:
         config.load(path, root)
     return config
@@ -56,14 +60,14 @@ def _files(directory: str, ignore_dotfiles: bool) -> list[str]:
 
 
 def check_directory(
-    directory: str | os.PathLike[str], merge_domains: bool = False
+    directory: str | os.PathLike[str], merge_domains: bool = False, algorithm: str | None = None
 ) -> tuple[bool, list[str]]:
     """``config_check_cmd``: whether ``directory`` loads, and the lines to print (its own:
     ``checking rate limit configs...``, then ``all rate limit configs ok`` or ``error
     loading rate limit configs: <file>: <message>``)."""
     lines = ["checking rate limit configs...", f"loading config directory: {directory}"]
     try:
-        load_directory(directory, merge_domains)
+        load_directory(directory, merge_domains, algorithm=algorithm)
     except ConfigFileError as exc:
         return False, [*lines, f"error loading rate limit configs: {exc}"]
     except OSError as exc:

@@ -46,6 +46,9 @@ VALID_KEYS = frozenset(
     )
 )
 """Every key its loader allows, at any depth (``validKeys``); what ``metadata`` holds is free."""
+OURS = frozenset(("rule",))
+"""The keys a configuration for our algorithms may have besides (``RATELIMIT_ALGORITHM``):
+``rule``, a descriptor's rules in this package's grammar."""
 
 FLAGS = ("shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold")
 """A descriptor's boolean fields."""
@@ -134,25 +137,26 @@ def _key(node: yaml.Node) -> Any:
     return tuple(value) if isinstance(value, list) else value  # hashable, as Go's keys
 
 
-def checked_keys(name: str, node: yaml.Node | None) -> None:
-    """``validateYamlKeys``: every key a string of :data:`VALID_KEYS` (what ``metadata``
-    holds is not looked at), every list's elements maps, every other leaf a string, whole
-    number, bool or null. The file's first fault, in file order."""
+def checked_keys(name: str, node: yaml.Node | None, ours: bool = False) -> None:
+    """``validateYamlKeys``: every key a string of :data:`VALID_KEYS` (and :data:`OURS`
+    when ``ours``; what ``metadata`` holds is not looked at), every list's elements maps,
+    every other leaf a string, whole number, bool or null. The file's first fault, in file
+    order."""
     if node is None:
         return
     if not isinstance(node, yaml.MappingNode):
         raise _unmarshal(name, node, "map[interface {}]interface {}")
-    _check_map(name, node)
+    _check_map(name, node, VALID_KEYS | OURS if ours else VALID_KEYS)
 
 
-def _check_map(name: str, node: yaml.MappingNode) -> None:
+def _check_map(name: str, node: yaml.MappingNode, valid: frozenset[str]) -> None:
     pairs = {}
     for key_node, value_node in node.value:  # the last of a key written twice wins
         pairs[_key(key_node)] = value_node
     for key, value in pairs.items():
         if not isinstance(key, str):
             raise error(name, f"config error, key is not of type string: {go_text(key)}")
-        if key not in VALID_KEYS:
+        if key not in valid:
             raise error(name, f"config error, unknown key '{key}'")
         if key == "metadata":
             continue
@@ -164,9 +168,9 @@ def _check_map(name: str, node: yaml.MappingNode) -> None:
                         "config error, yaml file contains list of type other than map: "
                         f"{go_text(generic(element))}",
                     )
-                _check_map(name, element)
+                _check_map(name, element, valid)
         elif isinstance(value, yaml.MappingNode):
-            _check_map(name, value)
+            _check_map(name, value, valid)
         else:
             leaf = scalar(value)
             if leaf is not None and not isinstance(leaf, (str, int, bool)):
@@ -193,6 +197,10 @@ class YamlDescriptor:
     key: str = ""
     value: str = ""
     rate_limit: YamlRateLimit | None = None
+    more_limits: list[YamlRateLimit] = field(default_factory=list)
+    """Ours only: the limits after the first of a ``rate_limit`` written as a list."""
+    rule: str = ""
+    """Ours only: the descriptor's rules in this package's grammar."""
     descriptors: list[YamlDescriptor] = field(default_factory=list)
     shadow_mode: bool = False
     quota_mode: bool = False
@@ -217,8 +225,9 @@ class _Decoder:
     an unmarshal error (go-yaml gathers them all; its loader prints the list, which starts
     with the first)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, ours: bool = False) -> None:
         self.name = name
+        self.ours = ours
 
     def root(self, node: yaml.Node | None) -> YamlRoot:
         root = YamlRoot()
@@ -239,8 +248,14 @@ class _Decoder:
         for name in ("key", "value"):
             if name in fields:
                 setattr(found, name, self.text(fields[name]))
-        if "rate_limit" in fields and not _null(fields["rate_limit"]):
-            found.rate_limit = self.rate_limit(fields["rate_limit"])
+        limits = fields.get("rate_limit")
+        if self.ours and isinstance(limits, yaml.SequenceNode) and limits.value:
+            first, *more = self.list(limits, "[]config.YamlRateLimit", self.rate_limit)
+            found.rate_limit, found.more_limits = first, more
+        elif limits is not None and not _null(limits):
+            found.rate_limit = self.rate_limit(limits)
+        if self.ours and "rule" in fields:
+            found.rule = self.text(fields["rule"])
         if "descriptors" in fields:
             found.descriptors = self.list(
                 fields["descriptors"], "[]config.YamlDescriptor", self.descriptor
@@ -332,8 +347,9 @@ def _unmarshal(name: str, node: yaml.Node, go_type: str) -> ConfigFileError:
     )
 
 
-def root_of(name: str, text: str) -> YamlRoot:
-    """``ConfigFileContentToYaml``: file ``name``'s ``text``, its keys checked, decoded."""
+def root_of(name: str, text: str, ours: bool = False) -> YamlRoot:
+    """``ConfigFileContentToYaml``: file ``name``'s ``text``, its keys checked, decoded.
+    ``ours``: for our algorithms, which read more (:data:`OURS`, ``rate_limit`` lists)."""
     node = compose(name, text)
-    checked_keys(name, node)
-    return _Decoder(name).root(node)
+    checked_keys(name, node, ours)
+    return _Decoder(name, ours).root(node)

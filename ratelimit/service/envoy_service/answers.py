@@ -74,7 +74,7 @@ class Answering:
 
 
 @dataclass(frozen=True, slots=True)
-class _Found:
+class Found:
     """A descriptor's limit as the request finds it: the limit, the key its stats count
     under, the wildcard its counter is shared under per entry, its metadata."""
 
@@ -133,10 +133,10 @@ class EnvoyAnswers:
 
     def _limits(
         self, config: EnvoyConfig, request: rls_pb2.RateLimitRequest
-    ) -> tuple[list[_Found | None], list[bool]]:
+    ) -> tuple[list[Found | None], list[bool]]:
         """``constructLimitsToCheck``: each descriptor's limit (``None``: none, replaced
         or unlimited) and whether it is unlimited."""
-        found: list[_Found | None] = []
+        found: list[Found | None] = []
         unlimited: list[bool] = []
         replacing: set[str] = set()
         known = request.domain in config.domains
@@ -164,7 +164,7 @@ class EnvoyAnswers:
         known: bool,
         descriptor: RateLimitDescriptor,
         n: int,
-    ) -> _Found | None:
+    ) -> Found | None:
         """``GetLimit``: a request's own ``limit`` (in a domain the config knows) replaces
         the config's, with no shadow or quota mode."""
         if not known:
@@ -181,21 +181,21 @@ class EnvoyAnswers:
             parts = (key if not value else f"{key}_{value}" for key, value in entries)
             key = f"{domain}.{'.'.join(parts)}"
             limit = EnvoyLimit(descriptor.limit.requests_per_unit, unit, key)
-            return _Found(limit, self.stats.limit(key))
+            return Found(limit, self.stats.limit(key))
         matched = config.limit_of(domain, entries)
         if matched is None:
             return None
-        return _Found(
+        return Found(
             matched.limit, self.stats.limit(matched.stats_key), matched.shared, matched.metadata
         )
 
     async def _counted(
-        self, request: rls_pb2.RateLimitRequest, found: Sequence[_Found | None]
+        self, request: rls_pb2.RateLimitRequest, found: Sequence[Found | None]
     ) -> list[RLS.DescriptorStatus]:
         """``DoLimit``: each limited descriptor's window counted, and its status."""
         answering = self.answering
         now = int(self.clock())
-        hits = [_hits(request, d) for d in request.descriptors]
+        hits = [hits_of(request, d) for d in request.descriptors]
         keys: list[str] = []
         for n, one in enumerate(found):
             if one is None:
@@ -228,7 +228,7 @@ class EnvoyAnswers:
         return statuses
 
     async def _stopping(
-        self, limited: Sequence[tuple[int, _Found]], keys: list[str], hits: list[int]
+        self, limited: Sequence[tuple[int, Found]], keys: list[str], hits: list[int]
     ) -> list[int]:
         """``STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT``: the hits each key adds, once the
         counts were read: all when no key would pass its limit, else only those of the keys
@@ -243,7 +243,7 @@ class EnvoyAnswers:
             return hits
         return [hits[n] if n in passing else 0 for n in range(len(hits))]
 
-    def _key(self, domain: str, descriptor: RateLimitDescriptor, one: _Found, now: int) -> str:
+    def _key(self, domain: str, descriptor: RateLimitDescriptor, one: Found, now: int) -> str:
         """``GenerateCacheKey``."""
         parts = [self.answering.cache_key_prefix, domain, "_"]
         shared = one.shared
@@ -263,7 +263,7 @@ class EnvoyAnswers:
         return seconds
 
     def _status(
-        self, one: _Found, key: str, cached: bool, after: int, hits: int, now: int
+        self, one: Found, key: str, cached: bool, after: int, hits: int, now: int
     ) -> RLS.DescriptorStatus:
         """``GetResponseDescriptorStatus``."""
         limit, stats = one.limit, one.stats
@@ -308,7 +308,7 @@ class EnvoyAnswers:
     def _answered(
         self,
         request: rls_pb2.RateLimitRequest,
-        found: Sequence[_Found | None],
+        found: Sequence[Found | None],
         unlimited: Sequence[bool],
         statuses: list[RLS.DescriptorStatus],
     ) -> RLS:
@@ -364,7 +364,7 @@ class EnvoyAnswers:
         ]
 
 
-def _hits(request: rls_pb2.RateLimitRequest, descriptor: RateLimitDescriptor) -> int:
+def hits_of(request: rls_pb2.RateLimitRequest, descriptor: RateLimitDescriptor) -> int:
     """``GetHitsAddends``: the descriptor's own ``hits_addend`` (0 only looks), else the
     request's, at least 1."""
     if descriptor.HasField("hits_addend"):
@@ -373,7 +373,7 @@ def _hits(request: rls_pb2.RateLimitRequest, descriptor: RateLimitDescriptor) ->
 
 
 def _metadata(
-    request: rls_pb2.RateLimitRequest, passed: Sequence[int], found: Sequence[_Found | None]
+    request: rls_pb2.RateLimitRequest, passed: Sequence[int], found: Sequence[Found | None]
 ) -> Struct:
     """``ratelimitToMetadata``: the domain, each descriptor (entries as ``key=value``, its
     ``limit`` and ``hitsAddend``), the request's ``hitsAddend``, and the ``metadata`` of

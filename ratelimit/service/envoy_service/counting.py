@@ -24,7 +24,18 @@ from typing import Protocol
 from ratelimit.backends.redis.envoy.windows import Count
 
 
-class Counts(Protocol):
+class Store(Protocol):
+    """The store the answers count on, as the service sees it: asked whether it answers,
+    and closed."""
+
+    async def ping(self) -> None:
+        """Return once the store answers; ``BackendError`` if it does not."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class Counts(Store, Protocol):
     """Where the windows are counted."""
 
     async def add(self, counts: Sequence[Count]) -> list[int]:

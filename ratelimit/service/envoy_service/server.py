@@ -33,10 +33,12 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ratelimit.backends.memory import MemoryBackend
 from ratelimit.backends.redis.envoy.connection import redis_client
 from ratelimit.backends.redis.envoy.windows import RedisWindows
 from ratelimit.core.extras import needs_extra
 from ratelimit.errors import BackendError, ConfigurationError
+from ratelimit.front.limiter import RateLimit
 from ratelimit.service.config import address
 from ratelimit.service.envoy_config import ConfigFileError, EnvoyConfig, load_directory
 from ratelimit.service.envoy_service.answers import (
@@ -45,8 +47,9 @@ from ratelimit.service.envoy_service.answers import (
     EnvoyAnswers,
     ServiceError,
 )
-from ratelimit.service.envoy_service.counting import Counts, MemoryCounts, OverLimitCache
+from ratelimit.service.envoy_service.counting import Counts, MemoryCounts, OverLimitCache, Store
 from ratelimit.service.envoy_service.http import Reply, serve_http, text
+from ratelimit.service.envoy_service.our_answers import LimiterStore, OurAnswers
 from ratelimit.service.envoy_service.settings import EnvoySettings
 from ratelimit.service.envoy_service.stats import EnvoyStats
 from ratelimit.service.tls import server_credentials
@@ -75,6 +78,34 @@ def counts_of(settings: EnvoySettings) -> Counts:
     per_second = redis_client(settings.persecond) if settings.redis_persecond else None
     timeout = settings.redis.timeout if settings.redis.timeout > 0 else None
     return RedisWindows(redis_client(settings.redis), per_second, timeout)
+
+
+def answers_of(
+    settings: EnvoySettings, stats: EnvoyStats, counts: Counts | None
+) -> tuple[EnvoyAnswers, Store]:
+    """The answers as its service gives them, counted on its windows (``counts``, else
+    :func:`counts_of`); or, with ``RATELIMIT_ALGORITHM``, decided by our algorithm on the
+    same store (:mod:`.our_answers`). And what to ask whether the store answers, and close."""
+    timeout = settings.redis.timeout if settings.redis.timeout > 0 else None
+    if settings.algorithm is not None:
+        memory = settings.backend_type == "memory"
+        client = None if memory else redis_client(settings.redis)
+        limiter = RateLimit(
+            MemoryBackend() if client is None else client,
+            settings.cache_key_prefix,
+            algorithm=settings.algorithm,
+            on_error="raise",
+        )
+        ours = OurAnswers(None, limiter, stats, answering_of(settings), timeout)
+        return ours, LimiterStore(limiter, client, timeout)
+    cache = None
+    if settings.local_cache_size_in_bytes > 0:
+        cache = OverLimitCache(settings.local_cache_size_in_bytes)
+    counts = counts if counts is not None else counts_of(settings)
+    answers = EnvoyAnswers(
+        None, counts, stats, answering_of(settings), cache, jitter=random.randrange
+    )
+    return answers, counts
 
 
 def answering_of(settings: EnvoySettings) -> Answering:
@@ -144,18 +175,7 @@ class EnvoyService:
             )
         self.settings = settings
         self.stats = EnvoyStats()
-        cache = None
-        if settings.local_cache_size_in_bytes > 0:
-            cache = OverLimitCache(settings.local_cache_size_in_bytes)
-        self.counts = counts if counts is not None else counts_of(settings)
-        self.answers = EnvoyAnswers(
-            None,
-            self.counts,
-            self.stats,
-            answering_of(settings),
-            cache,
-            jitter=random.randrange,
-        )
+        self.answers, self.store = answers_of(settings, self.stats, counts)
         self.in_flight = 0
         self.server = grpc.aio.server()
         self.health = health.aio.HealthServicer()
@@ -182,7 +202,10 @@ class EnvoyService:
         self._seen = signature(directory, settings.runtime_ignore_dotfiles)
         try:
             config = load_directory(
-                directory, settings.merge_domain_config, settings.runtime_ignore_dotfiles
+                directory,
+                settings.merge_domain_config,
+                settings.runtime_ignore_dotfiles,
+                settings.algorithm,
             )
         except (ConfigFileError, OSError) as exc:
             self.stats.config_load_error.add()
@@ -286,7 +309,7 @@ class EnvoyService:
         if self.healthy["redis"]:
             return
         try:
-            await self.counts.ping()
+            await self.store.ping()
         except BackendError as exc:
             logger.warning("ratelimit: Redis does not answer yet: %s", exc)
             return
@@ -388,7 +411,7 @@ class EnvoyService:
             listener.close()
         for close in self._closing:
             await close()
-        await self.counts.aclose()
+        await self.store.aclose()
 
     def start_line(self) -> str:
         settings = self.settings

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn
 
+from ratelimit.algorithms import ALGORITHMS
 from ratelimit.backends.redis.envoy.connection import address_of, endpoints, scheme_of
 from ratelimit.errors import ConfigurationError
 from ratelimit.service.envoy_service.go_values import (
@@ -50,6 +51,13 @@ from ratelimit.service.envoy_service.go_values import (
 )
 
 __all__ = ["HONOURED", "IGNORED", "EnvoySettings", "RedisSettings", "unhonoured"]
+
+
+def _algorithm(text: str) -> str:
+    """``RATELIMIT_ALGORITHM``: one of our algorithms."""
+    if text not in ALGORITHMS:
+        raise Unreadable(f"one of {', '.join(ALGORITHMS)} (unset: its fixed windows)")
+    return text
 
 
 _PERSECOND_URL = "/var/run/nutcracker/ratelimitpersecond.sock"
@@ -176,6 +184,9 @@ class EnvoySettings:
     statsd_port: int = variable_field("STATSD_PORT", 8125, go_int)
     statsd_protocol: str = variable_field("STATSD_PROTOCOL", "tcp")
     """gostats' own variable (not in ``settings.go``): ``tcp``, or ``udp``."""
+    algorithm: str | None = variable_field("RATELIMIT_ALGORITHM", None, _algorithm)
+    """Ours (not in ``settings.go``): every limit decided by this algorithm of ours
+    (:mod:`~ratelimit.service.envoy_service.our_answers`); ``None``: its fixed windows."""
     extra_tags: dict[str, str] = field(
         default_factory=dict, metadata={"variable": "EXTRA_TAGS", "parse": go_map}
     )
@@ -349,6 +360,8 @@ def _variables(kind: type[Any], prefix: str = "", shared: bool = True) -> tuple[
 
 GOSTATS = ("STATSD_PROTOCOL",)
 """The variables of the stats library its service is built with (gostats) that it honours."""
+OURS = ("RATELIMIT_ALGORITHM",)
+"""The variables of ours that ``serve --envoy`` reads besides its service's."""
 HONOURED: tuple[str, ...] = (
     _variables(EnvoySettings)
     + _variables(RedisSettings, "REDIS")
