@@ -244,7 +244,7 @@ def _load(
         limit = None
         if descriptor.rate_limit is not None or descriptor.rule:
             limit = _limit(name, descriptor, full)
-            if algorithm is not None:
+            if algorithm:
                 rules = rules_of(name, descriptor, full, limit.unit, algorithm)
                 limit = dataclasses.replace(limit, rules=rules)
         if descriptor.share_threshold and "*" not in final:

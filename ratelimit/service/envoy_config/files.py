@@ -38,7 +38,7 @@ def load_directory(
     roots = []
     for path in _files(os.fspath(directory), ignore_dotfiles):
         text = Path(path).read_text(encoding="utf-8")
-        roots.append((path, root_of(path, text, algorithm is not None)))
+        roots.append((path, root_of(path, text, bool(algorithm))))
     config = EnvoyConfig(merge_domains, algorithm)
     for path, root in roots:
         config.load(path, root)

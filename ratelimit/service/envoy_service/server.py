@@ -87,7 +87,7 @@ def answers_of(
     :func:`counts_of`); or, with ``RATELIMIT_ALGORITHM``, decided by our algorithm on the
     same store (:mod:`.our_answers`). And what to ask whether the store answers, and close."""
     timeout = settings.redis.timeout if settings.redis.timeout > 0 else None
-    if settings.algorithm is not None:
+    if settings.algorithm:
         memory = settings.backend_type == "memory"
         client = None if memory else redis_client(settings.redis)
         limiter = RateLimit(

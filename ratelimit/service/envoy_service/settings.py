@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NoReturn
 
-from ratelimit.algorithms import ALGORITHMS
+from ratelimit.algorithms import ALGORITHMS, named
 from ratelimit.backends.redis.envoy.connection import address_of, endpoints, scheme_of
 from ratelimit.errors import ConfigurationError
 from ratelimit.service.envoy_service.go_values import (
@@ -55,9 +55,10 @@ __all__ = ["HONOURED", "IGNORED", "EnvoySettings", "RedisSettings", "unhonoured"
 
 def _algorithm(text: str) -> str:
     """``RATELIMIT_ALGORITHM``: one of our algorithms."""
-    if text not in ALGORITHMS:
-        raise Unreadable(f"one of {', '.join(ALGORITHMS)} (unset: its fixed windows)")
-    return text
+    try:
+        return named(text).name
+    except ConfigurationError:
+        raise Unreadable(f"one of {', '.join(ALGORITHMS)} (unset: its fixed windows)") from None
 
 
 _PERSECOND_URL = "/var/run/nutcracker/ratelimitpersecond.sock"
