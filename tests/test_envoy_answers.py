@@ -7,6 +7,7 @@ expected answers worked out from its code."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from ratelimit.service.proto.envoy.common_pb2 import RateLimitDescriptor
 pytestmark = pytest.mark.timeout(30)
 RLS = rls_pb2.RateLimitResponse
 OK, OVER = RLS.OK, RLS.OVER_LIMIT
+DEPLOYED = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000.0  # a multiple of 100 s: 1_700_000_000 % 60 == 20
 
 
@@ -378,3 +380,23 @@ def test_near_limit_uses_go_float32() -> None:
 
     assert float32(0.8) != 0.8
     assert int(float32(float32(10) * float32(0.8))) == 8
+
+
+async def test_the_deploy_examples_directory_answers_as_its_readme_says() -> None:
+    """deploy/envoy-ratelimit: 20 a minute per address, 3 logins a minute counted in its
+    place, internal addresses unlimited."""
+    from ratelimit.service.envoy_config import load_directory
+
+    folder = DEPLOYED / "deploy" / "envoy-ratelimit" / "runtime" / "ratelimit" / "config"
+    clock = Clock()
+    answers = EnvoyAnswers(load_directory(folder), MemoryCounts(clock), EnvoyStats(), clock=clock)
+
+    async def edge(*descriptors: RateLimitDescriptor) -> Any:
+        return (await answers.should_rate_limit(request(*descriptors, domain="edge"))).overall_code
+
+    address = descriptor(("remote_address", "203.0.113.9"))
+    login = descriptor(("path", "/login"), ("remote_address", "203.0.113.9"))
+    assert [await edge(address, login) for _ in range(4)] == [OK, OK, OK, OVER]
+    assert [await edge(address) for _ in range(21)] == [OK] * 20 + [OVER]  # logins not counted
+    internal = descriptor(("remote_address", "10.1.2.3"))
+    assert [await edge(internal) for _ in range(50)] == [OK] * 50

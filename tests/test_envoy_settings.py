@@ -734,3 +734,12 @@ def test_a_client_certificate_san_is_refused_not_ignored() -> None:
     """Ignoring it would let in any client the CA signed: the service does not start."""
     with pytest.raises(ConfigurationError, match="GRPC_CLIENT_TLS_SAN='client.example'"):
         EnvoySettings.from_env({"GRPC_CLIENT_TLS_SAN": "client.example"})
+
+
+def test_the_migration_guide_names_every_variable() -> None:
+    """docs/migrating-from-envoy-ratelimit.md says of each variable whether it is honoured,
+    ignored or refused."""
+    guide = Path(__file__).resolve().parent.parent / "docs" / "migrating-from-envoy-ratelimit.md"
+    text = guide.read_text()
+    missing = [name for name in (*HONOURED, *IGNORED) if f"`{name}`" not in text]
+    assert not missing, missing
