@@ -76,9 +76,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.envoy_config is not None:  # as envoyproxy/ratelimit's config_check_cmd
         from ratelimit.service.envoy_config import check_directory
 
-        ok, lines = check_directory(
-            args.envoy_config, args.merge_domain_configs, args.algorithm
-        )
+        ok, lines = check_directory(args.envoy_config, args.merge_domain_configs, args.algorithm)
         print("\n".join(lines))
         return OK if ok else INVALID
     if args.rules is None:
