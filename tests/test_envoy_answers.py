@@ -400,3 +400,92 @@ async def test_the_deploy_examples_directory_answers_as_its_readme_says() -> Non
     assert [await edge(address) for _ in range(21)] == [OK] * 20 + [OVER]  # logins not counted
     internal = descriptor(("remote_address", "10.1.2.3"))
     assert [await edge(internal) for _ in range(50)] == [OK] * 50
+
+
+class SplitCounts:
+    """Per-second limits on a Redis of their own (``REDIS_PERSECOND``), in memory."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.main, self.second = MemoryCounts(clock), MemoryCounts(clock)
+
+    def _of(self, counts: Any) -> list[tuple[MemoryCounts, Count]]:
+        return [(self.second if c.per_second else self.main, c) for c in counts]
+
+    async def add(self, counts: Any) -> list[int]:
+        return [(await where.add([c]))[0] for where, c in self._of(counts)]
+
+    async def read(self, counts: Any) -> list[int]:
+        return [(await where.read([c]))[0] for where, c in self._of(counts)]
+
+    async def ping(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_stop_increment_reads_per_second_keys_where_they_are() -> None:
+    """``REDIS_PERSECOND``: the look before counting asks the per-second Redis for a
+    per-second key; so the second request finds it near and counts only it."""
+    clock = Clock()
+    text = """\
+domain: d
+descriptors:
+  - key: s
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: m
+    rate_limit: {unit: minute, requests_per_unit: 100}
+"""
+    answers = EnvoyAnswers(
+        config_of(text),
+        SplitCounts(clock),
+        EnvoyStats(),
+        Answering(stop_increment_when_over=True),
+        clock=clock,
+    )
+    seen = []
+    for _ in range(4):
+        answer = await answers.should_rate_limit(
+            request(descriptor(("s", "x")), descriptor(("m", "x")))
+        )
+        seen.append(answer.statuses[1].limit_remaining)
+    assert seen == [99, 99, 99, 99]
+
+
+async def test_hits_above_a_count_read_wrap_as_gos_unsigned_numbers() -> None:
+    """A key the local cache knows is over stops every increment; another key read below
+    the request's hits is, to Go's unsigned arithmetic, past every threshold."""
+    clock = Clock()
+    text = """\
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+"""
+    counts = MemoryCounts(clock)
+    answers = EnvoyAnswers(
+        config_of(text),
+        counts,
+        EnvoyStats(),
+        Answering(stop_increment_when_over=True),
+        OverLimitCache(1 << 20, clock),
+        clock=clock,
+    )
+    a, b = descriptor(("a", "x")), descriptor(("b", "x"))
+    await answers.should_rate_limit(request(a))
+    await answers.should_rate_limit(request(a))  # over: now in the local cache
+    await counts.add([Count(f"d_b_x_{int(T0) // 60 * 60}", 2, 60)])  # another process's
+    await answers.should_rate_limit(request(a, b, hits=5))
+    assert (stat(answers, "d.b.over_limit"), stat(answers, "d.b.near_limit")) == (5, 0)
+
+
+async def test_dynamic_metadata_as_its_service_writes_the_odd_cases() -> None:
+    answers = answers_of(dynamic_metadata=True)
+    empty = RateLimitDescriptor()
+    zero = descriptor(("user", "z"), requests_per_unit=0, unit=RLS.RateLimit.MINUTE)
+    answer = await answers.should_rate_limit(request(empty, zero))
+    said = json_format.MessageToDict(answer.dynamic_metadata)
+    assert said["descriptors"][0]["entries"] == []
+    assert said["descriptors"][1]["limit"] == "unit:MINUTE"

@@ -206,6 +206,12 @@ async def test_healthy_only_with_a_configuration_when_asked(
 ) -> None:
     config_dir(tmp_path)  # empty
     service = await started(HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED="true")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        checked = health_pb2_grpc.HealthStub(channel)
+        named = await checked.Check(health_pb2.HealthCheckRequest(service="ratelimit"))
+        whole = await checked.Check(health_pb2.HealthCheckRequest(service=""))
+    assert named.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert whole.status == health_pb2.HealthCheckResponse.SERVING  # as grpc-go leaves it
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}") as client:
         assert (await client.get("/healthcheck")).status_code == 500
         (config_dir(tmp_path) / "edge.yaml").write_text(FIRST)
@@ -229,3 +235,25 @@ async def test_our_algorithm_beneath(tmp_path: Path, started: Callable[..., Any]
     assert 0 < wait <= 10_000_000
     key = "ratelimit.service.rate_limit.edge.remote_address"
     assert service.stats.counters[f"{key}.over_limit"].value == 2
+
+
+async def test_the_watch_outlives_a_failure(
+    tmp_path: Path, started: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn of the watch that fails is logged; the next ones still reload."""
+    path = config_dir(tmp_path) / "edge.yaml"
+    path.write_text(FIRST)
+    service = await started()
+    failing = {"left": 3}
+    real = envoy_server.signature
+
+    def flaky(directory: str, ignore_dotfiles: bool) -> tuple[Any, ...]:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise RuntimeError("a directory that cannot be walked for a moment")
+        return real(directory, ignore_dotfiles)
+
+    monkeypatch.setattr(envoy_server, "signature", flaky)
+    await until(lambda: failing["left"] == 0)
+    file_changed(path, SECOND)
+    await until(lambda: service.stats.config_load_success.value == 2)

@@ -399,8 +399,7 @@ def test_every_store_keeps_every_feature_or_says_it_refuses_it() -> None:
 
 def test_every_script_the_engines_run_is_named_by_the_feature_module_that_runs_it() -> None:
     """The Lua files (not the ``_`` blocks they join) each belong to one module of the script
-    engine: its decisions, settles, resets, slots, or the engine's own counter calls; or of
-    envoyproxy/ratelimit's fixed windows."""
+    engine: its decisions, settles, resets, slots, or the engine's own counter calls."""
     lua = PACKAGE / "backends/redis/lua"
     redis = PACKAGE / "backends/redis"
     runs = {
@@ -417,7 +416,6 @@ def test_every_script_the_engines_run_is_named_by_the_feature_module_that_runs_i
         "script/resets.py": {"reset.lua"},
         "script/slots.py": {"slots.lua"},
         "script/engine.py": {"counter_update.lua", "counter_sync.lua"},
-        "envoy/windows.py": {"envoy_incrby.lua", "envoy_get.lua"},
     }
     scripts = {path.name for path in lua.glob("*.lua") if not path.name.startswith("_")}
     assert scripts == set().union(*runs.values())

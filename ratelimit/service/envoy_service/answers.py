@@ -45,6 +45,8 @@ from ratelimit.service.proto.envoy.core_pb2 import HeaderValue
 
 RLS = rls_pb2.RateLimitResponse
 MAX_UINT32 = 4_294_967_295
+WRAPPED = 1 << 64
+"""A count before the hits that Go's unsigned arithmetic wraps: above every threshold."""
 UNIT_NAMES: dict[int, str] = {int(v): k for k, v in RLS.RateLimit.Unit.items() if k != "UNKNOWN"}
 """The protocol's units by number (``SECOND`` is 1, ``WEEK`` 7)."""
 
@@ -233,7 +235,8 @@ class EnvoyAnswers:
         """``STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT``: the hits each key adds, once the
         counts were read: all when no key would pass its limit, else only those of the keys
         that would (``getHitsAddend``)."""
-        now = await self.counts.read([Count(keys[n], 0, 0) for n, _ in limited])
+        asked = [Count(keys[n], 0, 0, one.limit.unit == "SECOND") for n, one in limited]
+        now = await self.counts.read(asked)
         passing = {
             n
             for (n, one), value in zip(limited, now, strict=True)
@@ -277,7 +280,9 @@ class EnvoyAnswers:
             )
         )
         status.duration_until_reset.seconds = limit.seconds - now % limit.seconds
-        before = after - hits
+        # Go's uint64: a count read below the hits (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+        # added none) wraps above every threshold
+        before = after - hits if after >= hits else WRAPPED
         over = cached or after > allowed
         if cached:
             stats.over_limit.add(hits)
@@ -385,12 +390,11 @@ def _metadata(
     for descriptor in request.descriptors:
         one = described.values.add().struct_value
         entries = one.fields["entries"].list_value
+        entries.SetInParent()  # [] for none, as its service writes it
         for entry in descriptor.entries:
             entries.values.add().string_value = f"{entry.key}={entry.value}"
         if descriptor.HasField("limit"):
-            unit = UNIT_NAMES.get(descriptor.limit.unit, str(descriptor.limit.unit))
-            text = f"requests_per_unit:{descriptor.limit.requests_per_unit} unit:{unit}"
-            one.fields["limit"].string_value = text
+            one.fields["limit"].string_value = _override_text(descriptor)
         if descriptor.HasField("hits_addend"):
             one.fields["hitsAddend"].number_value = descriptor.hits_addend.value
     if request.hits_addend:
@@ -405,6 +409,17 @@ def _metadata(
     if merged.fields:
         out.fields["metadata"].struct_value.CopyFrom(merged)
     return out
+
+
+def _override_text(descriptor: RateLimitDescriptor) -> str:
+    """A descriptor's ``limit`` as Go's prototext writes it (fields at zero left out)."""
+    parts = []
+    if descriptor.limit.requests_per_unit:
+        parts.append(f"requests_per_unit:{descriptor.limit.requests_per_unit}")
+    if descriptor.limit.unit:
+        unit = UNIT_NAMES.get(descriptor.limit.unit, str(descriptor.limit.unit))
+        parts.append(f"unit:{unit}")
+    return " ".join(parts)
 
 
 def _merge(into: Struct, source: Struct) -> None:

@@ -16,9 +16,11 @@ expect it.
 - stats to statsd (``USE_STATSD``) every ``STATS_FLUSH_INTERVAL``, or on ``/metrics`` for
   Prometheus (``USE_PROMETHEUS``).
 
-Health, as its service's: ``SERVING`` once Redis answered (asked again every second until it
-does) and, with ``HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED``, a configuration with a domain is
-loaded; ``NOT_SERVING`` from SIGTERM on, while calls in flight are answered.
+Health, as its service's (``ratelimit`` and ``/healthcheck``): ``SERVING`` once Redis
+answered (asked again every second until it does) and, with
+``HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED``, a configuration with a domain is loaded;
+``NOT_SERVING`` from SIGTERM (or SIGHUP, as its runner) on, while calls in flight are
+answered. ``""`` is always ``SERVING``.
 """
 
 from __future__ import annotations
@@ -99,8 +101,8 @@ def answers_of(
         ours = OurAnswers(None, limiter, stats, answering_of(settings), timeout)
         return ours, LimiterStore(limiter, client, timeout)
     cache = None
-    if settings.local_cache_size_in_bytes > 0:
-        cache = OverLimitCache(settings.local_cache_size_in_bytes)
+    if settings.local_cache_size_in_bytes > 0:  # freecache takes 512 KiB at least
+        cache = OverLimitCache(max(settings.local_cache_size_in_bytes, 512 * 1024))
     counts = counts if counts is not None else counts_of(settings)
     answers = EnvoyAnswers(
         None, counts, stats, answering_of(settings), cache, jitter=random.randrange
@@ -207,9 +209,10 @@ class EnvoyService:
                 settings.runtime_ignore_dotfiles,
                 settings.algorithm,
             )
-        except (ConfigFileError, OSError) as exc:
+        except Exception as exc:  # whatever it was, the configuration in use stays
             self.stats.config_load_error.add()
-            logger.error("Error loading new configuration: %s", exc)
+            said = exc if isinstance(exc, (ConfigFileError, OSError)) else repr(exc)
+            logger.error("Error loading new configuration: %s", said)
             return False
         if "config" in self.healthy:
             self.healthy["config"] = bool(config.domains)
@@ -319,10 +322,13 @@ class EnvoyService:
         return all(self.healthy.values())
 
     async def _tell_health(self) -> None:
+        """``ratelimit`` says the health; ``""`` is always ``SERVING``, as grpc-go's health
+        server starts it and its service leaves it (a probe of ``""`` asks whether the
+        process answers)."""
         status = health_pb2.HealthCheckResponse
         serving = status.SERVING if self.is_healthy() else status.NOT_SERVING
-        for name in ("", HEALTH_NAME):
-            await self.health.set(name, serving)
+        await self.health.set("", status.SERVING)
+        await self.health.set(HEALTH_NAME, serving)
 
     # the HTTP routes
 
@@ -376,9 +382,9 @@ class EnvoyService:
         self._stop.set()
 
     async def run(self) -> None:
-        """Serve until SIGTERM, SIGINT or :meth:`stop`, then stop gracefully."""
+        """Serve until SIGTERM, SIGINT, SIGHUP or :meth:`stop`, then stop gracefully."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # as its runner stops
             loop.add_signal_handler(sig, self.stop)
         try:
             await self._stop.wait()
@@ -386,15 +392,21 @@ class EnvoyService:
             await self.shutdown()
 
     async def _watch(self) -> None:
+        """Every :data:`WATCH_EVERY`: reload the configuration if it changed, ask Redis while
+        it has not answered, and say the health. A failure is logged and the next turn
+        tries again: the watch never ends before the service."""
         settings = self.settings
         while True:
             await asyncio.sleep(WATCH_EVERY)
-            seen = signature(settings.config_directory, settings.runtime_ignore_dotfiles)
-            if seen != self._seen:
-                self.load()
-            if not self.healthy["redis"]:
-                await self._ask_redis()
-            await self._tell_health()
+            try:
+                seen = signature(settings.config_directory, settings.runtime_ignore_dotfiles)
+                if seen != self._seen:
+                    self.load()
+                if not self.healthy["redis"]:
+                    await self._ask_redis()
+                await self._tell_health()
+            except Exception:
+                logger.exception("ratelimit: watching the configuration and Redis failed")
 
     async def shutdown(self) -> None:
         """Health says ``NOT_SERVING``; calls in flight are answered (at most
@@ -405,7 +417,7 @@ class EnvoyService:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
         for listener in self._listeners:
             listener.close()
