@@ -121,6 +121,11 @@ async def test_grpc_answers_and_health(tmp_path: Path, started: Callable[..., An
     assert service.stats.service_error.value == 1
     key = "ratelimit.service.rate_limit.edge.remote_address"
     assert service.stats.counters[f"{key}.total_hits"].value == 3
+    # its interceptor's stats: every call counted and timed, the refused one too
+    calls = service.stats.counters["ratelimit_server.ShouldRateLimit.total_requests"]
+    assert calls.value == 4
+    assert service.stats.timers["ratelimit_server.ShouldRateLimit.response_time"].count == 4
+    assert service.stats.counters["ratelimit_server.Check.total_requests"].value == 1
 
 
 async def test_json_healthcheck_and_rlconfig(tmp_path: Path, started: Callable[..., Any]) -> None:

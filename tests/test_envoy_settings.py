@@ -189,6 +189,11 @@ GOOD: list[tuple[dict[str, str], str, object]] = [
     ({"STATSD_HOST": "statsd"}, "statsd_host", "statsd"),
     ({"STATSD_PORT": "9125"}, "statsd_port", 9125),
     ({"STATSD_PROTOCOL": "udp"}, "statsd_protocol", "udp"),
+    (
+        {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"},
+        "prometheus_response_time_as_milliseconds",
+        True,
+    ),
     ({"RATELIMIT_ALGORITHM": "gcra"}, "algorithm", "gcra"),
     ({"EXTRA_TAGS": "a:1,b:2"}, "extra_tags", {"a": "1", "b": "2"}),
     ({"EXTRA_TAGS": "a: 1,a:2"}, "extra_tags", {"a": "2"}),  # kept as given, last wins
@@ -283,6 +288,10 @@ BAD: list[tuple[dict[str, str], str]] = [
     ({"GRPC_PORT": "8081.0"}, "GRPC_PORT='8081.0': a whole number"),
     ({"STATSD_PORT": "0"}, "STATSD_PORT='0': a port, 1 to 65535"),
     ({"STATSD_PROTOCOL": "quic"}, "STATSD_PROTOCOL='quic': tcp or udp"),
+    (
+        {"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "maybe"},
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS='maybe'",
+    ),
     ({"RATELIMIT_ALGORITHM": "leaky"}, "RATELIMIT_ALGORITHM='leaky': one of sliding-log"),
     ({"GRPC_SERVER_USE_TLS": "yes"}, "GRPC_SERVER_USE_TLS='yes': true or false"),
     ({"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT"),

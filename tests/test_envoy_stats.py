@@ -2,9 +2,10 @@
 :mod:`.envoy_service.mapper`): statsd lines as lyft/gostats writes them, received on a real
 TCP listener (the Go service's ``NewTCPStatsdSink``) or UDP socket, and the Prometheus text
 its ``USE_PROMETHEUS`` sink (statsd_exporter over ``default_mapper.yaml``) serves, scraped
-over HTTP. The expected texts are worked out from gostats (``net_sink.go``,
-``internal/tags``), statsd_exporter v0.26.1 (``pkg/mapper``, ``pkg/exporter``) and
-client_golang's text format."""
+over HTTP. The expected texts are worked out from gostats (``net_sink.go``, ``stats.go``,
+``internal/tags``), statsd_exporter v0.26.1 (``pkg/mapper``, ``pkg/exporter``,
+``pkg/registry``), client_golang's histogram and summary (v1.19.1, with perks' quantile
+stream) and its text format (prometheus/common v0.48.0 ``expfmt``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,14 @@ import pytest
 from ratelimit.errors import ConfigurationError
 from ratelimit.service.envoy_config.yaml_go import ConfigFileError
 from ratelimit.service.envoy_service import sinks
-from ratelimit.service.envoy_service.mapper import Mapped, StatsdMapper, escape_metric_name
+from ratelimit.service.envoy_service.mapper import (
+    DEFAULT_BUCKETS,
+    Histogram,
+    Mapped,
+    StatsdMapper,
+    Summary,
+    escape_metric_name,
+)
 from ratelimit.service.envoy_service.sinks import (
     MAX_DATAGRAM,
     TEXT_FORMAT,
@@ -461,6 +469,122 @@ async def test_tcp_run_flushes_every_interval_and_once_more_when_cancelled(
     assert tcp_statsd.connections == 1
 
 
+# --- timers over statsd (gostats' FlushTimer: each value, "|ms") ---------------------------
+
+SRL_TIME = "ratelimit_server.ShouldRateLimit.response_time"
+SRL_REQUESTS = "ratelimit_server.ShouldRateLimit.total_requests"
+
+
+def test_a_timer_records_whole_milliseconds_cut_toward_zero() -> None:
+    stats = EnvoyStats()
+    timer = stats.timer("t")
+    for seconds in (0.0031, 0.0049999, 0.003, 0.0, 0.00099, 1.5, -0.0031):
+        timer.record(seconds)
+    assert timer.counts == {3: 2, 4: 1, 0: 2, 1500: 1, -3: 1}  # Go's Milliseconds()
+    assert timer.count == 7
+    assert stats.timer("t") is timer
+    assert stats.timers == {"t": timer}
+
+
+def test_rpc_counts_the_request_and_records_its_time() -> None:
+    stats = EnvoyStats()
+    stats.rpc("ShouldRateLimit", 0.0031)
+    stats.rpc("ShouldRateLimit", 0.012)
+    stats.rpc("Check", 0.0)
+    assert stats.counters[SRL_REQUESTS].value == 2
+    assert stats.timers[SRL_TIME].counts == {3: 1, 12: 1}
+    assert stats.counters["ratelimit_server.Check.total_requests"].value == 1
+    assert stats.timers["ratelimit_server.Check.response_time"].counts == {0: 1}
+
+
+async def test_statsd_sends_each_timer_value_since_the_last_flush_over_udp(
+    statsd: socket.socket,
+) -> None:
+    stats = EnvoyStats()
+    sink = sink_to(statsd, stats, env="prod")
+    try:
+        stats.rpc("ShouldRateLimit", 0.012)
+        stats.rpc("ShouldRateLimit", 0.0031)
+        stats.rpc("ShouldRateLimit", 0.0031)
+        await sink.flush()
+        assert (
+            statsd.recv(65535)
+            == (
+                f"{SRL_REQUESTS}.__env=prod:3|c\n"
+                f"{SRL_TIME}.__env=prod:3|ms\n"  # grouped by value: statsd sums the interval
+                f"{SRL_TIME}.__env=prod:3|ms\n"
+                f"{SRL_TIME}.__env=prod:12|ms\n"
+            ).encode()
+        )
+
+        stats.rpc("ShouldRateLimit", 0.0035)  # only the values recorded since
+        stats.timer("odd").record(-0.002)  # gostats writes what is no whole value from 0 so
+        await sink.flush()
+        assert (
+            statsd.recv(65535)
+            == (
+                f"{SRL_REQUESTS}.__env=prod:1|c\n"
+                f"{SRL_TIME}.__env=prod:3|ms\n"
+                "odd.__env=prod:-2.000000|ms\n"
+            ).encode()
+        )
+    finally:
+        sink.close()
+
+
+async def test_tcp_sends_each_timer_value_since_the_last_flush(tcp_statsd: TcpStatsd) -> None:
+    stats = EnvoyStats()
+    sink = StatsdSink(stats, "127.0.0.1", tcp_statsd.port)
+    try:
+        stats.timer(SRL_TIME).record(0.25)
+        stats.timer(SRL_TIME).record(0.001)
+        await sink.flush()
+        await sink.flush()  # no value since: nothing is sent
+        stats.timer(SRL_TIME).record(0.0)
+        await sink.flush()
+        expected = f"{SRL_TIME}:1|ms\n{SRL_TIME}:250|ms\n{SRL_TIME}:0|ms\n".encode()
+        assert await tcp_statsd.receive(expected) == expected
+    finally:
+        await sink.aclose()
+
+
+async def test_a_timer_with_more_values_than_the_cap_sends_a_sample_marked_with_its_rate(
+    statsd: socket.socket, caplog: pytest.LogCaptureFixture
+) -> None:
+    stats = EnvoyStats()
+    timer = stats.timer(SRL_TIME)
+    sink = StatsdSink(
+        stats, "127.0.0.1", statsd.getsockname()[1], protocol="udp", max_timer_lines=10
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="ratelimit"):
+            for milliseconds in range(95):
+                timer.record(milliseconds / 1000)
+            await sink.flush()  # one in 10 of the 95, rounded: 10 lines at rate 0.1
+            first = statsd.recv(65535).decode().splitlines()
+            for _ in range(930):  # one in 93 of 930: 1/93 is written so that 1 / rate >= 93
+                timer.record(0.007)
+            await sink.flush()
+            second = statsd.recv(65535).decode().splitlines()
+            for _ in range(10):  # at the cap: every value, unmarked
+                timer.record(0.001)
+            await sink.flush()
+            third = statsd.recv(65535).decode().splitlines()
+    finally:
+        sink.close()
+    assert len(first) == 10
+    values = [int(line.removeprefix(f"{SRL_TIME}:").removesuffix("|ms|@0.1")) for line in first]
+    assert len(set(values)) == 10  # drawn without replacement
+    assert all(0 <= value < 95 for value in values)
+    assert values == sorted(values)
+    assert second == [f"{SRL_TIME}:7|ms|@0.01075268817204301"] * 10
+    assert int(1 / 0.01075268817204301) == 93  # statsd_exporter counts each int(1 / rate) times
+    assert third == [f"{SRL_TIME}:1|ms"] * 10
+    [logged] = [record.message for record in caplog.records]
+    assert logged.startswith(f"statsd 127.0.0.1:{statsd.getsockname()[1]}: {SRL_TIME} got 95 ")
+    assert logged.endswith("sending a uniform sample of 10, marked @0.1 (logged once)")
+
+
 def scraped_stats() -> EnvoyStats:
     stats = EnvoyStats()
     two_level = stats.limit("mydomain.key_value")
@@ -614,6 +738,160 @@ def test_a_custom_mapper_file_maps_and_drops(tmp_path: Path) -> None:
     )
 
 
+def histogram_lines(name: str, labels: str, buckets: list[tuple[str, int]]) -> str:
+    return "".join(f'{name}_bucket{{{labels}le="{le}"}} {count}\n' for le, count in buckets)
+
+
+RPC_EXPECTED = (
+    f"""\
+# HELP ratelimit_service_response_time_seconds {HELP}
+# TYPE ratelimit_service_response_time_seconds histogram
+"""
+    + histogram_lines(
+        "ratelimit_service_response_time_seconds",
+        'grpc_method="ShouldRateLimit",',
+        [
+            ("0.005", 1),  # 3 ms: 0.003 s
+            ("0.01", 1),
+            ("0.025", 2),  # 12 ms
+            ("0.05", 2),
+            ("0.1", 2),
+            ("0.25", 2),
+            ("0.5", 2),
+            ("1", 2),
+            ("2.5", 2),
+            ("5", 2),
+            ("10", 2),
+            ("+Inf", 2),
+        ],
+    )
+    + f"""\
+ratelimit_service_response_time_seconds_sum{{grpc_method="ShouldRateLimit"}} 0.015
+ratelimit_service_response_time_seconds_count{{grpc_method="ShouldRateLimit"}} 2
+# HELP ratelimit_service_total_requests {HELP}
+# TYPE ratelimit_service_total_requests counter
+ratelimit_service_total_requests{{grpc_method="ShouldRateLimit"}} 2
+"""
+)
+
+
+def test_prometheus_serves_an_rpc_as_the_go_services_histogram_and_counter() -> None:
+    stats = EnvoyStats()
+    sink = PrometheusSink(stats)
+    stats.timer(SRL_TIME)  # a timer with no value yet has no series
+    assert sink.exposition() == ""
+    stats.rpc("ShouldRateLimit", 0.0031)
+    stats.rpc("ShouldRateLimit", 0.012)
+    assert sink.exposition() == RPC_EXPECTED
+
+    stats.rpc("ShouldRateLimit", 0.005)  # read at the scrape; le is inclusive
+    text = sink.exposition()
+    assert (
+        'ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",'
+        'le="0.005"} 2\n' in text
+    )
+    assert 'ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 3\n' in (
+        text
+    )
+
+
+def test_response_time_as_milliseconds_keeps_the_name_and_buckets() -> None:
+    # PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true: the Go service takes the scale out
+    stats = EnvoyStats()
+    stats.rpc("ShouldRateLimit", 0.012)
+    mapper = StatsdMapper.default(response_time_as_milliseconds=True)
+    assert mapper.map(SRL_TIME, "observer") == Mapped(
+        "ratelimit_service_response_time_seconds",
+        (("grpc_method", "ShouldRateLimit"),),
+        observer=Histogram(DEFAULT_BUCKETS),
+    )
+    text = PrometheusSink(stats, mapper).exposition()
+    assert 'le="10"} 0\n' in text
+    assert 'ratelimit_service_response_time_seconds_sum{grpc_method="ShouldRateLimit"} 12\n' in (
+        text
+    )
+
+
+def test_a_custom_mapper_maps_timers_into_histograms_and_summaries(tmp_path: Path) -> None:
+    mapper_file = tmp_path / "mapper.yaml"
+    mapper_file.write_text(
+        textwrap.dedent(
+            """
+            defaults:
+              observer_type: histogram
+              histogram_options: {buckets: [1, 10]}
+            mappings:
+              - match: "ratelimit_server.*.response_time"
+                name: rpc_seconds
+                help: "An RPC's time."
+                scale: 0.001
+                observer_type: summary
+                summary_options:
+                  quantiles: [{quantile: 0.99, error: 0.001}, {quantile: 0.5, error: 0.05}]
+                  max_age: 1m
+                  age_buckets: 2
+                labels: {method: "$1"}
+              - match: "ratelimit.service.*.redis"
+                name: redis_seconds
+                match_metric_type: timer
+                timer_type: histogram
+                buckets: [0.001, 0.01]
+                scale: 0.001
+              - match: "ratelimit.service.*.redis"  # a counter's: the first is for timers
+                name: never
+              - match: "ratelimit_server.*.total_requests"
+                match_metric_type: counter
+                name: requests
+                labels: {method: "$1"}
+            """
+        )
+    )
+    now = 1000.0
+    stats = EnvoyStats()
+    for milliseconds in (1, 2, 3, 4, 100):
+        stats.rpc("ShouldRateLimit", milliseconds / 1000)
+    stats.timer("ratelimit.service.call.redis").record(0.001)  # le is inclusive
+    stats.timer("ratelimit.service.call.redis").record(0.0025)
+    stats.timer("other.timer").record(5.0)  # no rule: the defaults' histogram, no scale
+    stats.counter("ratelimit.service.call.redis").add(1)
+    sink = PrometheusSink(stats, StatsdMapper.from_file(mapper_file), clock=lambda: now)
+
+    def summary(*quantiles: str, total: str, count: int) -> str:
+        return (
+            "# HELP rpc_seconds An RPC's time.\n# TYPE rpc_seconds summary\n"
+            + "".join(
+                f'rpc_seconds{{method="ShouldRateLimit",quantile="{q}"}} {value}\n'
+                for q, value in zip(("0.5", "0.99"), quantiles, strict=True)
+            )
+            + f'rpc_seconds_sum{{method="ShouldRateLimit"}} {total}\n'
+            + f'rpc_seconds_count{{method="ShouldRateLimit"}} {count}\n'
+        )
+
+    assert sink.exposition() == (
+        f"# HELP never {HELP}\n# TYPE never counter\nnever 1\n"
+        + f"# HELP other_timer {HELP}\n# TYPE other_timer histogram\n"
+        + histogram_lines("other_timer", "", [("1", 0), ("10", 0), ("+Inf", 1)])
+        + "other_timer_sum 5000\nother_timer_count 1\n"
+        + f"# HELP redis_seconds {HELP}\n# TYPE redis_seconds histogram\n"
+        + histogram_lines("redis_seconds", "", [("0.001", 1), ("0.01", 2), ("+Inf", 2)])
+        + "redis_seconds_sum 0.003\nredis_seconds_count 2\n"
+        + f"# HELP requests {HELP}\n# TYPE requests counter\n"
+        + 'requests{method="ShouldRateLimit"} 5\n'
+        + summary("0.003", "0.1", total="0.11", count=5)  # values 1, 2, 3, 4, 100 ms
+    )
+
+    # client_golang's summary answers from its head stream: with max_age 1m in 2 steps,
+    # emptied every 30 s from its start; the head holds the values since the boundary two
+    # steps before its own end
+    now = 1045.0
+    stats.rpc("ShouldRateLimit", 0.05)
+    assert summary("0.003", "0.1", total="0.16", count=6) in sink.exposition()
+    now = 1070.0  # the head now holds what came after 1030: the 50 ms alone
+    assert summary("0.05", "0.05", total="0.16", count=6) in sink.exposition()
+    now = 1200.0  # nothing since 1150: no quantile
+    assert summary("NaN", "NaN", total="0.16", count=6) in sink.exposition()
+
+
 def test_the_default_mapper_maps_as_statsd_exporter() -> None:
     mapper = StatsdMapper.default()
     assert mapper.map(HITS) == Mapped(
@@ -633,6 +911,17 @@ def test_the_default_mapper_maps_as_statsd_exporter() -> None:
         "ratelimit_service_response_time_seconds",
         (("grpc_method", "ShouldRateLimit"),),
         scale=0.001,
+    )
+    # a timer: the histogram of the Go service's mapping, in seconds, client_golang's buckets
+    assert mapper.map("ratelimit_server.ShouldRateLimit.response_time", "observer") == Mapped(
+        "ratelimit_service_response_time_seconds",
+        (("grpc_method", "ShouldRateLimit"),),
+        scale=0.001,
+        observer=Histogram((0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)),
+    )
+    # counter-only rules leave a timer of that name alone: unmapped, a summary
+    assert mapper.map("ratelimit_server.ShouldRateLimit.total_requests", "observer") == Mapped(
+        "ratelimit_server_ShouldRateLimit_total_requests", observer=Summary()
     )
 
 
@@ -670,12 +959,91 @@ def test_an_unmapped_name_is_escaped(name: str, escaped: str) -> None:
         ("mappings: [{match: a.b, name: x, action: keep}]", 'invalid action type "keep"'),
         ("mappings: [{match: a.b, name: x, match_metric_type: set}]", "invalid metric type"),
         ("mappings: {a: b}", "mappings must be a list"),
+        ("mappings: [{match: a.b, name: x, observer_type: gauge}]", "invalid observer type"),
+        (
+            "mappings: [{match: a.b, name: x, timer_type: histogram, summary_options: {}}]",
+            "cannot use histogram observer and summary options at the same time",
+        ),
+        (
+            "defaults: {observer_type: summary}\n"
+            "mappings: [{match: a.b, name: x, histogram_options: {}}]",
+            "cannot use summary observer and histogram options at the same time",
+        ),
+        (
+            "mappings: [{match: a.b, name: x, buckets: [1], histogram_options: {buckets: [2]}}]",
+            "cannot use buckets in both the top level and histogram options",
+        ),
+        (
+            "mappings: [{match: a.b, name: x, quantiles: [], summary_options: {quantiles: []}}]",
+            "cannot use quantiles in both the top level and summary options",
+        ),
+        (
+            "mappings: [{match: a.b, name: x, observer_type: histogram, buckets: [1, 1]}]",
+            "histogram buckets must be in increasing order",
+        ),
+        ("defaults: {buckets: [2, 1]}", "histogram buckets must be in increasing order"),
+        ("mappings: [{match: a.b, name: x, buckets: [one]}]", "must be a number"),
+        ("defaults: {summary_options: {max_age: -1s}}", "illegal max age"),
+        ("defaults: {summary_options: {max_age: 10}}", None),  # nanoseconds, as go-yaml reads it
+        ("mappings: [{match: a.b, name: x, summary_options: {max_age: 1x}}]", "max_age"),
         ("mappings: [", "while parsing"),
     ],
 )
-def test_a_mapper_statsd_exporter_refuses_is_an_error(yaml_text: str, message: str) -> None:
+def test_a_mapper_statsd_exporter_refuses_is_an_error(yaml_text: str, message: str | None) -> None:
+    if message is None:
+        StatsdMapper.from_yaml(yaml_text, "mapper.yaml")  # what it takes
+        return
     with pytest.raises(ConfigFileError, match=message):
         StatsdMapper.from_yaml(yaml_text, "mapper.yaml")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "observer"),
+    [
+        ("", Summary()),  # no type anywhere: a summary, client_golang's defaults
+        ("defaults: {timer_type: histogram}", Histogram()),
+        ("defaults: {observer_type: histogram, buckets: [1, 2, .inf]}", Histogram((1, 2))),
+        (
+            "defaults: {quantiles: [{quantile: 0.9, error: 0.01}],"
+            " summary_options: {max_age: 5m}}",  # the older quantiles replace every option
+            Summary(((0.9, 0.01),)),
+        ),
+        (
+            "defaults: {summary_options: {quantiles: [{quantile: 0.5, error: 0.1}],"
+            " max_age: 2m, age_buckets: 4}}",
+            Summary(((0.5, 0.1),), 120.0, 4),
+        ),
+    ],
+)
+def test_an_unmapped_timer_is_observed_as_the_defaults_say(
+    yaml_text: str, observer: Histogram | Summary
+) -> None:
+    mapped = StatsdMapper.from_yaml(yaml_text).map("a.timer", "observer")
+    assert mapped == Mapped("a_timer", observer=observer)
+
+
+@pytest.mark.parametrize(
+    ("fields", "observer"),
+    [
+        ("", Summary(max_age=120.0)),  # no type anywhere: a summary, with the defaults
+        (
+            "timer_type: summary, quantiles: [{quantile: 0.5, error: 0.1}]",
+            Summary(((0.5, 0.1),), 120.0),
+        ),
+        ("quantiles: [{quantile: 0.5, error: 0.1}]", Summary(max_age=120.0)),  # typeless: unread
+        ("observer_type: '', timer_type: histogram", Summary(max_age=120.0)),  # empty: a summary
+        ("summary_options: {age_buckets: 3}", Summary(age_buckets=3)),  # typeless: its own, whole
+        ("timer_type: histogram, histogram_options: {buckets: [3]}", Histogram((3,))),
+    ],
+)
+def test_a_rules_observer_is_settled_as_statsd_exporter_settles_it(
+    fields: str, observer: Histogram | Summary
+) -> None:
+    mapper = StatsdMapper.from_yaml(
+        "defaults: {summary_options: {max_age: 2m}}\n"
+        f"mappings: [{{match: a.b, name: x, {fields}}}]"
+    )
+    assert mapper.map("a.b", "observer") == Mapped("x", observer=observer)
 
 
 def test_a_missing_mapper_file_is_an_error(tmp_path: Path) -> None:

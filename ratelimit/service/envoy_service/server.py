@@ -32,6 +32,7 @@ import logging
 import os
 import random
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -152,6 +153,7 @@ class _Rls(rls_pb2_grpc.RateLimitServiceServicer):
     ) -> rls_pb2.RateLimitResponse:
         service = self.service
         service.in_flight += 1
+        started = time.monotonic()
         try:
             return await service.answers.should_rate_limit(request)
         except ServiceError as exc:
@@ -163,7 +165,25 @@ class _Rls(rls_pb2_grpc.RateLimitServiceServicer):
             await context.abort(grpc.StatusCode.UNKNOWN, str(exc))
         finally:
             service.in_flight -= 1
+            service.stats.rpc("ShouldRateLimit", time.monotonic() - started)
         raise AssertionError("unreachable: abort raises")
+
+
+class _Health(health.aio.HealthServicer):  # type: ignore[misc]  # untyped package
+    """gRPC health, its ``Check`` counted and timed as its service's interceptor does."""
+
+    def __init__(self, stats: EnvoyStats) -> None:
+        super().__init__()
+        self.stats = stats
+
+    async def Check(  # the RPC's name
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> health_pb2.HealthCheckResponse:
+        started = time.monotonic()
+        try:
+            return await super().Check(request, context)
+        finally:
+            self.stats.rpc("Check", time.monotonic() - started)
 
 
 class EnvoyService:
@@ -180,7 +200,7 @@ class EnvoyService:
         self.answers, self.store = answers_of(settings, self.stats, counts)
         self.in_flight = 0
         self.server = grpc.aio.server()
-        self.health = health.aio.HealthServicer()
+        self.health = _Health(self.stats)
         self.healthy = {"redis": settings.backend_type == "memory", "sigterm": True}
         if settings.healthy_with_at_least_one_config_loaded:
             self.healthy["config"] = False
@@ -287,7 +307,12 @@ class EnvoyService:
 
         if settings.use_prometheus:
             path = settings.prometheus_mapper_yaml
-            mapper = StatsdMapper.from_file(path) if path else StatsdMapper.default()
+            milliseconds = settings.prometheus_response_time_as_milliseconds
+            mapper = (
+                StatsdMapper.from_file(path)
+                if path
+                else StatsdMapper.default(response_time_as_milliseconds=milliseconds)
+            )
             prometheus = PrometheusSink(self.stats, mapper, settings.extra_tags)
             self.metrics_port = await prometheus.start(
                 settings.prometheus_addr, settings.prometheus_path

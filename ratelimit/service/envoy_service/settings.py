@@ -197,6 +197,9 @@ class EnvoySettings:
     prometheus_addr: str = variable_field("PROMETHEUS_ADDR", ":9090")
     prometheus_path: str = variable_field("PROMETHEUS_PATH", "/metrics")
     prometheus_mapper_yaml: str = variable_field("PROMETHEUS_MAPPER_YAML", "")
+    prometheus_response_time_as_milliseconds: bool = variable_field(
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", False, go_bool
+    )
     runtime_root: str = variable_field("RUNTIME_ROOT", "/srv/runtime_data/current")
     runtime_subdirectory: str = variable_field("RUNTIME_SUBDIRECTORY", "")
     runtime_appdirectory: str = variable_field("RUNTIME_APPDIRECTORY", "config")
@@ -391,7 +394,6 @@ _IGNORED_DEFAULTS: dict[str, tuple[Parser, str]] = {
     "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": (go_int, ""),
     "USE_DOG_STATSD": (go_bool, "false"),
     "USE_DOG_STATSD_MOGRIFIERS": (as_text, ""),
-    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": (go_bool, "false"),
     "REDIS_PIPELINE_WINDOW": (go_duration, "0"),
     "REDIS_PIPELINE_LIMIT": (go_int, "0"),
     "REDIS_CLUSTER_PIPELINE_PARALLELISM": (go_int, "1"),
@@ -425,9 +427,8 @@ IGNORED: tuple[str, ...] = tuple(_IGNORED_DEFAULTS)
 """Go's variables this service does not act on: gRPC connection ages; the client
 certificate's SAN check (``GRPC_CLIENT_TLS_SAN``, refused when set: a client certificate is
 checked against ``GRPC_CLIENT_TLS_CACERT`` alone); configuration over xDS
-(``CONFIG_TYPE=GRPC_XDS_SOTW`` is refused); DogStatsD; Prometheus' millisecond response
-times; radix's pipelining, Redis health and start-up retries; memcache
-(``BACKEND_TYPE=memcache`` is refused); tracing."""
+(``CONFIG_TYPE=GRPC_XDS_SOTW`` is refused); DogStatsD; radix's pipelining, Redis health
+and start-up retries; memcache (``BACKEND_TYPE=memcache`` is refused); tracing."""
 
 
 def unhonoured(env: Mapping[str, str]) -> list[str]:
