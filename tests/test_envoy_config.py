@@ -5,6 +5,7 @@ its loader's YAML decoding (go-yaml v2)."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import struct_pb2
 
 from ratelimit.service.envoy_config import (
     UNITS,
@@ -415,6 +417,7 @@ def test_dot_files_are_skipped_when_asked(tmp_path: Path) -> None:
         ("descriptors: []\n", "config file cannot have empty domain"),
         ("", "config file cannot have empty domain"),
         ("domain: ~\n", "config file cannot have empty domain"),
+        ("~\n", "config file cannot have empty domain"),  # a null document is an empty map
         (
             "domain: d\ndescriptors:\n  - value: v\n"
             "    rate_limit: {unit: day, requests_per_unit: 1}\n",
@@ -579,3 +582,389 @@ def test_the_check_command_for_our_algorithms(tmp_path: Path) -> None:
     )
     assert log.returncode == 1
     assert "names a burst" in log.stdout
+
+
+def test_merge_keys_apply_where_they_stand(tmp_path: Path) -> None:
+    """``<<: *anchor`` (and ``<<: [*a, *b]``), in both of its loader's decodings, as go-yaml
+    applies it: in document order, so a key after ``<<`` wins and one before it loses; of a
+    list of maps the first wins."""
+    config = loaded(
+        tmp_path,
+        """\
+        domain: test-domain
+        descriptors:
+          - &base
+            key: base
+            rate_limit: &minute {unit: minute, requests_per_unit: 10}
+          - <<: *base
+            value: later
+          - <<: *base
+            key: other
+            rate_limit: {unit: hour, requests_per_unit: 2}
+          - key: before
+            rate_limit: {unit: hour, requests_per_unit: 1}
+            <<: {rate_limit: *minute}
+          - <<: [{key: first, value: a}, {key: second, value: b, shadow_mode: y}]
+            rate_limit: {unit: second, requests_per_unit: 3}
+        """,
+    )
+    assert limit(config, ("base", "x")) == (10, "MINUTE", "")
+    assert limit(config, ("base", "later")) == (10, "MINUTE", "")
+    assert limit(config, ("other", "x")) == (2, "HOUR", "")  # written after <<: it wins
+    assert limit(config, ("before", "x")) == (10, "MINUTE", "")  # written before <<: it loses
+    first = config.limit_of("test-domain", [("first", "a")])
+    assert first is not None
+    assert first.limit.requests_per_unit == 3
+    assert first.limit.shadow_mode  # merged from the second map, which names no key of its own
+    assert limit(config, ("second", "b")) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("domain: d\n<<: 1\n", "map merge requires map or sequence of maps as the value"),
+        ("domain: d\n<<: [{a: 1}, 2]\n", "map merge requires map or sequence of maps as the value"),
+        (
+            "l: &l [{domain: d}]\n<<: *l\n",
+            "map merge requires map or sequence of maps as the value",
+        ),
+        ("domain: d\n<<: *nowhere\n", "unknown anchor 'nowhere' referenced"),
+        ("domain: d\n<<: {ratelimit: 1}\n", None),  # merged keys are checked too
+    ],
+)
+def test_merge_key_errors_are_go_yamls(tmp_path: Path, text: str, message: str | None) -> None:
+    expected = (
+        f"error loading config file: yaml: {message}"
+        if message
+        else "config error, unknown key 'ratelimit'"
+    )
+    assert refused(tmp_path, text) == expected
+
+
+def test_an_anchor_may_be_defined_again(tmp_path: Path) -> None:
+    config = loaded(
+        tmp_path,
+        """\
+        domain: d
+        descriptors:
+          - key: a
+            rate_limit: &r {unit: second, requests_per_unit: 1}
+          - key: b
+            rate_limit: &r {unit: hour, requests_per_unit: 2}
+          - key: c
+            rate_limit: *r
+        """,
+    )
+    assert limit(config, ("c", "x"), domain="d") == (2, "HOUR", "")  # the latest of the name
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("y", True),
+        ("Y", True),
+        ("yes", True),
+        ("On", True),
+        ("TRUE", True),
+        ("n", False),
+        ("N", False),
+        ("NO", False),
+        ("off", False),
+        ("oN", "oN"),
+        ("1e3", 1000.0),
+        ("-1E-2", -0.01),
+        ("1.", 1.0),
+        (".5", 0.5),
+        ("08", 8.0),  # not octal: a float
+        ("010", 8),
+        ("0x1F", 31),
+        ("-0x10", -16),
+        ("0o17", 15),
+        ("0b101", 5),
+        ("0b-101", -5),
+        ("1_000", 1000),
+        ("+1", 1),
+        ("9223372036854775808", 2**63),  # a uint64
+        ("18446744073709551616", 2.0**64),  # past uint64: a float
+        ("1e400", "1e400"),  # out of range: text
+        (".inf", math.inf),
+        ("-.Inf", -math.inf),
+        ("+.INF", math.inf),
+        ("~", None),
+        ("", None),
+        ("Null", None),
+        ("1:30", "1:30"),  # no base 60
+        ("2001-12-14", "2001-12-14"),  # a timestamp, kept as text
+        ("<<", "<<"),
+        ("=", "="),
+    ],
+)
+def test_plain_scalars_resolve_as_go_yaml_resolves_them(text: str, value: Any) -> None:
+    from ratelimit.service.envoy_config.yaml_scalars import resolve
+
+    resolved = resolve("", text)[1]
+    assert resolved == value
+    assert type(resolved) is type(value)
+
+
+def test_go_yamls_tags_of_plain_scalars(tmp_path: Path) -> None:
+    from ratelimit.service.envoy_config.yaml_scalars import NULL, TIMESTAMP, resolve
+
+    assert resolve("", "2001-12-14T21:59:43.10-05:00")[0] == TIMESTAMP
+    assert resolve("", "2001-12-14 21:59:43.10")[0] == TIMESTAMP
+    assert resolve("", "2001-02-30")[1] == "2001-02-30"  # no such day: a string
+    assert math.isnan(resolve("", ".NaN")[1])
+    assert resolve("tag:yaml.org,2002:float", "1") == ("tag:yaml.org,2002:float", 1.0)
+    assert resolve("tag:yaml.org,2002:str", "~") == ("tag:yaml.org,2002:str", "~")
+    assert resolve("", "null")[0] == NULL
+
+
+def test_flags_and_counts_are_read_as_go_yaml_reads_them(tmp_path: Path) -> None:
+    config = loaded(
+        tmp_path,
+        """\
+        domain: d
+        descriptors:
+          - key: a
+            shadow_mode: Y
+            quota_mode: n
+            rate_limit: {unit: minute, requests_per_unit: 0o17}
+          - key: b
+            shadow_mode: off
+            rate_limit: {unit: minute, requests_per_unit: 1_000, unlimited: N}
+          - key: c
+            rate_limit: {unit: minute, requests_per_unit: +0x10}
+        """,
+    )
+    a = config.limit_of("d", [("a", "x")])
+    assert a is not None
+    assert (a.limit.requests_per_unit, a.limit.shadow_mode, a.limit.quota_mode) == (15, True, False)
+    b = config.limit_of("d", [("b", "x")])
+    assert b is not None
+    assert (b.limit.requests_per_unit, b.limit.shadow_mode) == (1000, False)
+    assert limit(config, ("c", "x"), domain="d") == (16, "MINUTE", "")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rate_limit: {unit: minute, requests_per_unit: 1e3}", "error checking config"),
+        ("rate_limit: {unit: minute, requests_per_unit: 08}", "error checking config"),
+        ("rate_limit: {unit: minute, requests_per_unit: .inf}", "error checking config"),
+        ("value: 9223372036854775808", "error checking config"),
+        ("y: 1", "config error, key is not of type string: true"),
+        ("1e6: 1", "config error, key is not of type string: 1e+06"),
+        ("1234567.0: 1", "config error, key is not of type string: 1.234567e+06"),
+        (
+            "shadow_mode: 2001-12-14 21:59:43",
+            "error loading config file: yaml: unmarshal errors:\n"
+            "  line 4: cannot unmarshal !!timestamp `2001-12...` into bool",
+        ),
+        (
+            "shadow_mode: !!int abc",
+            "error loading config file: yaml: cannot decode !!str `abc` as a !!int",
+        ),
+    ],
+)
+def test_scalars_go_yaml_reads_otherwise_are_its_errors(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """A float is no leaf its loader's key check allows, so ``requests_per_unit: 1e3`` is
+    refused before go-yaml could truncate it into a ``uint32``."""
+    assert refused(tmp_path, f"domain: d\ndescriptors:\n  - key: k\n    {text}\n") == message
+
+
+def test_metadata_keys_below_the_first_level_are_text(tmp_path: Path) -> None:
+    """Its loader's ``convertMap``: every key below the first level printed by ``%v``; the
+    first level's as written. What is kept goes into a protobuf ``Struct``."""
+    config = loaded(
+        tmp_path,
+        """\
+        domain: d
+        descriptors:
+          - key: k
+            metadata:
+              codes: {429: limited, true: t, 1.50: f, ~: nothing, 1e6: big}
+              rows: [{1: a}, [{2: b}], 3]
+              1.50: as written
+              ~: an empty key
+              flags: {on: yes}
+            rate_limit: {unit: minute, requests_per_unit: 1}
+        """,
+    )
+    matched = config.limit_of("d", [("k", "x")])
+    assert matched is not None
+    metadata = matched.metadata
+    assert metadata is not None
+    struct = struct_pb2.Struct()
+    struct.update(metadata)  # TypeError for a key that is not text
+    assert struct.fields["codes"].struct_value.fields["429"].string_value == "limited"
+    assert metadata == {
+        "codes": {"429": "limited", "true": "t", "1.5": "f", "<nil>": "nothing", "1e+06": "big"},
+        "rows": [{"1": "a"}, [{"2": "b"}], 3],
+        "1.50": "as written",
+        "": "an empty key",
+        "flags": {"true": True},
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"domain: d\xff\n", "invalid leading UTF-8 octet"),
+        (b"domain: caf\xc3(\n", "invalid trailing UTF-8 octet"),
+        (b"domain: \xe2\x82", "incomplete UTF-8 octet sequence"),
+        (b"domain: \xc0\x80\n", "invalid length of a UTF-8 sequence"),
+        (b"domain: \xed\xa0\x80\n", "invalid Unicode character"),
+        (b"domain: d\x01\n", "control characters are not allowed"),
+        (b"domain: d\x01\xff\n", "control characters are not allowed"),  # the first problem
+    ],
+)
+def test_bytes_go_yaml_cannot_read_are_its_errors(
+    tmp_path: Path, data: bytes, message: str
+) -> None:
+    folder = directory(tmp_path)
+    (folder / "bad.yaml").write_bytes(data)
+    with pytest.raises(ConfigFileError) as caught:
+        load_directory(folder)
+    assert str(caught.value) == f"{folder / 'bad.yaml'}: error loading config file: yaml: {message}"
+
+
+def test_byte_order_marks_are_read(tmp_path: Path) -> None:
+    folder = directory(tmp_path)
+    (folder / "a.yaml").write_bytes(b"\xef\xbb\xbfdomain: a\n")
+    (folder / "b.yaml").write_bytes("\ufeffdomain: b\n".encode("utf-16-le"))
+    (folder / "c.yaml").write_bytes("\ufeffdomain: c\n".encode("utf-16-be"))
+    assert sorted(load_directory(folder).domains) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("? {a: 1}\n: x\n", 'invalid map key: map[interface {}]interface {}{"a":1}'),
+        (
+            "domain: d\n? [a, 1.5, ~]\n: x\n",
+            'invalid map key: []interface {}{"a", 1.5, interface {}(nil)}',
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    metadata: {? {b: 2, a: 1} : x}\n",
+            'invalid map key: map[interface {}]interface {}{"a":1, "b":2}',
+        ),
+        (
+            "domain: d\ndescriptors: &a [{key: k, descriptors: *a}]\n",
+            "anchor 'a' value contains itself",
+        ),
+        ("domain: d\nx: &a {<<: *a}\n", "anchor 'a' value contains itself"),
+    ],
+)
+def test_keys_and_aliases_go_yaml_refuses(tmp_path: Path, text: str, message: str) -> None:
+    assert refused(tmp_path, text) == f"error loading config file: yaml: {message}"
+
+
+def test_alias_expansion_and_depth_have_their_limits(tmp_path: Path) -> None:
+    laughs = "".join(
+        f"      l{n}: &l{n} [" + ", ".join([f"*l{n - 1}" if n else "lol"] * 9) + "]\n"
+        for n in range(6)
+    )
+    expanding = f"domain: d\ndescriptors:\n  - key: k\n    metadata:\n{laughs}"
+    assert refused(tmp_path, expanding) == (
+        "error loading config file: yaml: document contains excessive aliasing"
+    )
+    deep = "domain: d\ndescriptors: " + "[" * 3000 + "]" * 3000 + "\n"
+    assert refused(tmp_path, deep) == "error loading config file: nested too deeply to be read"
+
+
+def _runtime_tree(tmp_path: Path) -> Path:
+    """``root/ratelimit``: ``config/edge.yaml``, ``config/team/api.yaml``, ``config.yaml``
+    beside them; files of other applications; a dangling Emacs lock; a Kubernetes copy."""
+    sub = tmp_path / "root" / "ratelimit"
+    (sub / "config" / "team").mkdir(parents=True)
+    (sub / "other").mkdir()
+    (sub / "config" / "..2026_01_01").mkdir()
+    (sub / "config" / "edge.yaml").write_text("domain: edge\n")
+    (sub / "config" / "team" / "api.yaml").write_text("domain: api\n")
+    (sub / "config.yaml").write_text("domain: beside\n")
+    (sub / "configx.yaml").write_text("domain: not-ours\n")
+    (sub / "other" / "x.yaml").write_text("domain: not-ours\n")
+    (sub / "config" / "..2026_01_01" / "edge.yaml").write_text("domain: edge\n")
+    (sub / "config" / ".#edge.yaml").symlink_to("root@host.1234:1700000000")
+    return tmp_path / "root"
+
+
+def test_load_runtime_watching_the_root_reads_what_goruntime_reads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``RUNTIME_WATCH_ROOT=true``: every file under ``ROOT/SUB`` whose key (its path there,
+    ``/`` made ``.``) starts with ``APPDIR.``; what cannot be read is skipped, and said."""
+    from ratelimit.service.envoy_config import load_runtime, runtime_files
+
+    root = str(_runtime_tree(tmp_path))
+    sub = Path(root) / "ratelimit"
+    files = runtime_files(root, "ratelimit", "config", True, True)
+    assert [(f.key, f.path) for f in files] == [
+        ("config.edge.yaml", str(sub / "config" / "edge.yaml")),
+        ("config.team.api.yaml", str(sub / "config" / "team" / "api.yaml")),
+        ("config.yaml", str(sub / "config.yaml")),
+    ]
+    config = load_runtime(root, "ratelimit", "config", True, False, True)
+    assert list(config.domains) == ["edge", "api", "beside"]
+    with (
+        caplog.at_level("WARNING", logger="ratelimit.service"),
+        pytest.raises(ConfigFileError) as caught,
+    ):
+        load_runtime(root, "ratelimit", "config", True, False, False)
+    assert str(caught.value) == "config.edge.yaml: duplicate domain 'edge' in config file"
+    lock = sub / "config" / ".#edge.yaml"
+    assert f"runtime: error reading {lock}: open {lock}: no such file or directory" in (
+        caplog.messages
+    )
+    (sub / "config" / "..2026_01_01" / "edge.yaml").unlink()
+    keys = [f.key for f in runtime_files(root, "ratelimit", "config", True, False)]
+    assert keys == [
+        "config..#edge.yaml",
+        "config.edge.yaml",
+        "config.team.api.yaml",
+        "config.yaml",
+    ]
+    assert list(load_runtime(root, "ratelimit", "config", True, False, False).domains) == [
+        "edge",
+        "api",
+        "beside",
+    ]
+
+
+def test_load_runtime_without_watching_the_root_reads_the_app_directory(tmp_path: Path) -> None:
+    from ratelimit.service.envoy_config import load_runtime, runtime_files
+
+    root = str(_runtime_tree(tmp_path))
+    keys = [f.key for f in runtime_files(root, "ratelimit", "config", False, True)]
+    assert keys == ["edge.yaml", "team.api.yaml"]
+    (Path(root) / "ratelimit" / "config" / "team" / "api.yaml").write_text("domain: edge\n")
+    with pytest.raises(ConfigFileError) as caught:
+        load_runtime(root, "ratelimit", "config", False, False, True)
+    assert str(caught.value) == "team.api.yaml: duplicate domain 'edge' in config file"
+    (Path(root) / "ratelimit" / "config" / "team" / "api.yaml").write_text("domain: api\n")
+    config = load_runtime(root, "ratelimit", "config", False, False, True)
+    assert list(config.domains) == ["edge", "api"]
+    assert runtime_files(root + "/ratelimit", "", "config", False, True)[0].key == "edge.yaml"
+
+
+def test_load_runtime_reads_nothing_where_goruntime_reads_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No ``RUNTIME_SUBDIRECTORY`` (its default) with ``RUNTIME_WATCH_ROOT``, or no
+    ``RUNTIME_APPDIRECTORY`` without: its nil loader, an empty configuration; a directory
+    that is missing: an empty one too, with a warning."""
+    from ratelimit.service.envoy_config import load_runtime, runtime_files
+
+    root = str(_runtime_tree(tmp_path))
+    assert runtime_files(root, "", "ratelimit", True, True) == []
+    assert load_runtime(root, "", "ratelimit", True, False, True).domains == {}
+    assert load_runtime(root, "ratelimit", "", False, False, True).domains == {}
+    missing = Path(root) / "missing"
+    with caplog.at_level("WARNING", logger="ratelimit.service"):
+        assert load_runtime(root, "missing", "config", True, False, True).domains == {}
+    assert (
+        f"runtime: error processing {missing}: lstat {missing}: no such file or directory"
+        in caplog.messages
+    )

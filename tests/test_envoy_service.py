@@ -252,11 +252,11 @@ async def test_the_watch_outlives_a_failure(
     failing = {"left": 3}
     real = envoy_server.signature
 
-    def flaky(directory: str, ignore_dotfiles: bool) -> tuple[Any, ...]:
+    def flaky(settings: EnvoySettings) -> tuple[Any, ...]:
         if failing["left"]:
             failing["left"] -= 1
             raise RuntimeError("a directory that cannot be walked for a moment")
-        return real(directory, ignore_dotfiles)
+        return real(settings)
 
     monkeypatch.setattr(envoy_server, "signature", flaky)
     await until(lambda: failing["left"] == 0)

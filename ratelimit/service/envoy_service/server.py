@@ -43,7 +43,12 @@ from ratelimit.core.extras import needs_extra
 from ratelimit.errors import BackendError, ConfigurationError
 from ratelimit.front.limiter import RateLimit
 from ratelimit.service.config import address
-from ratelimit.service.envoy_config import ConfigFileError, EnvoyConfig, load_directory
+from ratelimit.service.envoy_config import (
+    ConfigFileError,
+    EnvoyConfig,
+    load_runtime,
+    runtime_files,
+)
 from ratelimit.service.envoy_service.answers import (
     Answering,
     BadUnit,
@@ -127,20 +132,25 @@ def answering_of(settings: EnvoySettings) -> Answering:
     )
 
 
-def signature(directory: str, ignore_dotfiles: bool) -> tuple[Any, ...]:
-    """What changes when anything in ``directory`` changes: where it resolves to, and each
-    file's path, inode, size and modification time (symlinks followed)."""
-    seen: list[tuple[Any, ...]] = [(os.path.realpath(directory),)]
-    for root, dirs, files in os.walk(directory):
-        if ignore_dotfiles:
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in sorted(files):
-            if ignore_dotfiles and name.startswith("."):
-                continue
-            path = os.path.join(root, name)
-            with contextlib.suppress(OSError):
-                st = os.stat(path)
-                seen.append((path, st.st_ino, st.st_size, st.st_mtime_ns))
+def signature(settings: EnvoySettings) -> tuple[Any, ...]:
+    """What changes when the configuration changes: where ``RUNTIME_ROOT`` resolves to (a
+    swapped link), and each file its service would read (:func:`~ratelimit.service.
+    envoy_config.runtime_files`) with its inode, size and modification time."""
+    seen: list[tuple[Any, ...]] = [(os.path.realpath(settings.runtime_root),)]
+    files = runtime_files(
+        settings.runtime_root,
+        settings.runtime_subdirectory,
+        settings.runtime_appdirectory,
+        settings.runtime_watch_root,
+        settings.runtime_ignore_dotfiles,
+    )
+    for file in files:
+        try:
+            st = os.stat(file.path)
+        except OSError:
+            seen.append((file.path,))
+            continue
+        seen.append((file.path, st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(seen)
 
 
@@ -220,11 +230,13 @@ class EnvoyService:
         """Load the configuration directory; on an error keep the one in use, log it and
         count ``config_load_error`` (``SetConfig``)."""
         settings = self.settings
-        directory = settings.config_directory
-        self._seen = signature(directory, settings.runtime_ignore_dotfiles)
+        self._seen = signature(settings)
         try:
-            config = load_directory(
-                directory,
+            config = load_runtime(
+                settings.runtime_root,
+                settings.runtime_subdirectory,
+                settings.runtime_appdirectory,
+                settings.runtime_watch_root,
                 settings.merge_domain_config,
                 settings.runtime_ignore_dotfiles,
                 settings.algorithm,
@@ -424,7 +436,7 @@ class EnvoyService:
         while True:
             await asyncio.sleep(WATCH_EVERY)
             try:
-                seen = signature(settings.config_directory, settings.runtime_ignore_dotfiles)
+                seen = signature(settings)
                 if seen != self._seen:
                     self.load()
                 if not self.healthy["redis"]:
