@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ from ratelimit.service.envoy_service import server as envoy_server
 from ratelimit.service.envoy_service.server import EnvoyService
 from ratelimit.service.envoy_service.settings import EnvoySettings
 from ratelimit.service.proto.envoy import rls_pb2, rls_pb2_grpc
+from tests.service_process import EnvoyProcess
 
 pytestmark = pytest.mark.timeout(60)
 RLS = rls_pb2.RateLimitResponse
@@ -262,3 +265,84 @@ async def test_the_watch_outlives_a_failure(
     await until(lambda: failing["left"] == 0)
     file_changed(path, SECOND)
     await until(lambda: service.stats.config_load_success.value == 2)
+
+
+async def test_prometheus_and_a_unix_socket(tmp_path: Path, started: Callable[..., Any]) -> None:
+    """``USE_PROMETHEUS`` (with ``USE_STATSD=false``, as its service requires) serves its
+    stat names on ``PROMETHEUS_ADDR``; ``GRPC_UDS`` serves gRPC on a Unix socket."""
+    (config_dir(tmp_path) / "edge.yaml").write_text(FIRST)
+    socket_path = tmp_path / "rl.sock"
+    service = await started(
+        USE_PROMETHEUS="true", PROMETHEUS_ADDR="127.0.0.1:0", GRPC_UDS=str(socket_path)
+    )
+    async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        for _ in range(3):
+            await stub.ShouldRateLimit(asked())
+    assert service.metrics_port
+    async with httpx.AsyncClient() as client:
+        scraped = (await client.get(f"http://127.0.0.1:{service.metrics_port}/metrics")).text
+    lines = scraped.splitlines()
+    hits = 'ratelimit_service_rate_limit_total_hits{domain="edge",key1="remote_address"} 3'
+    assert hits in lines
+    over = 'ratelimit_service_rate_limit_over_limit{domain="edge",key1="remote_address"} 1'
+    assert over in lines
+    assert 'ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 3' in lines
+
+
+async def test_statsd_gets_its_stat_names(tmp_path: Path, started: Callable[..., Any]) -> None:
+    """``USE_STATSD`` (the default), over TCP as gostats sends them."""
+    (config_dir(tmp_path) / "edge.yaml").write_text(FIRST)
+    received: list[bytes] = []
+
+    async def take(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            received.append(line)
+        writer.close()
+
+    listener = await asyncio.start_server(take, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        service = await started(
+            USE_STATSD="true",
+            STATSD_HOST="127.0.0.1",
+            STATSD_PORT=str(port),
+            STATS_FLUSH_INTERVAL="50ms",
+        )
+        await service.answers.should_rate_limit(asked())
+        line = b"ratelimit.service.rate_limit.edge.remote_address.total_hits:1|c\n"
+        await until(lambda: line in received)
+    finally:
+        listener.close()
+
+
+def test_the_command_names_what_it_does_not_honour(tmp_path: Path) -> None:
+    """One warning at start names the variables set that are not honoured; a flag of the
+    rules-file service with ``--envoy`` stops it."""
+    (config_dir(tmp_path) / "edge.yaml").write_text(FIRST)
+    env = environment(tmp_path, GRPC_MAX_CONNECTION_AGE="1h", TRACING_ENABLED="true")
+    with EnvoyProcess(env) as process:
+        assert process.port
+    warned = [line for line in process.lines if "not honoured" in line]
+    assert len(warned) == 1
+    assert warned[0].endswith("GRPC_MAX_CONNECTION_AGE, TRACING_ENABLED\"")
+    refused = subprocess.run(
+        [sys.executable, "-m", "ratelimit", "serve", "--envoy", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert refused.returncode != 0
+    assert "--port with --envoy" in refused.stderr
+
+
+def test_json_logs(tmp_path: Path) -> None:
+    """``LOG_FORMAT=json``: one JSON object a line, at ``LOG_LEVEL``."""
+    (config_dir(tmp_path) / "edge.yaml").write_text(FIRST)
+    env = environment(tmp_path, LOG_FORMAT="json", LOG_LEVEL="info")
+    with EnvoyProcess(env) as process:
+        assert process.port
+    logged = [json.loads(line) for line in process.lines if line.startswith("{")]
+    assert any(entry["@message"] == "Successfully loaded new configuration" for entry in logged)
+    assert all(entry["level"] in ("info", "warning", "error") for entry in logged)
