@@ -325,7 +325,7 @@ def test_the_command_names_what_it_does_not_honour(tmp_path: Path) -> None:
         assert process.port
     warned = [line for line in process.lines if "not honoured" in line]
     assert len(warned) == 1
-    assert warned[0].endswith("GRPC_MAX_CONNECTION_AGE, TRACING_ENABLED\"")
+    assert warned[0].endswith('GRPC_MAX_CONNECTION_AGE, TRACING_ENABLED"')
     refused = subprocess.run(
         [sys.executable, "-m", "ratelimit", "serve", "--envoy", "--port", "1"],
         capture_output=True,

@@ -395,7 +395,7 @@ class EnvoyService:
     async def _healthcheck(self, method: str, body: bytes) -> Reply:
         if self.is_healthy():
             return 200, "text/plain; charset=utf-8", b"OK"
-        return 500, "text/plain; charset=utf-8", b""
+        return 500, "", b""  # as its service answers: no body, no content type
 
     async def _rlconfig(self, method: str, body: bytes) -> Reply:
         config = self.config
