@@ -40,9 +40,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from decimal import Decimal
 from typing import Literal
 
+from ratelimit.service.envoy_config.yaml_scalars import format_float
 from ratelimit.service.envoy_service.mapper import (
     Histogram,
     Mapped,
@@ -292,23 +292,4 @@ def _escaped(text: str, *, quotes: bool) -> str:
 def go_float(value: float) -> str:
     """A value as Go's text format writes it (``strconv.FormatFloat(v, 'g', -1, 64)``):
     ``5``, ``0.25``, ``1.234567e+06`` (exponent form from 1e6 up and below 1e-4)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "0"
-    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
-    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
-    assert isinstance(exponent, int)
-    point = len(digit_tuple) + exponent  # the decimal point's place after the first digit
-    scale = point - 1
-    minus = "-" if value < 0 else ""
-    if scale < -4 or scale >= 6:
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{minus}{mantissa}e{'-' if scale < 0 else '+'}{abs(scale):02d}"
-    if point <= 0:
-        return f"{minus}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return minus + digits + "0" * (point - len(digits))
-    return f"{minus}{digits[:point]}.{digits[point:]}"
+    return format_float(value)
