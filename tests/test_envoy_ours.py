@@ -56,6 +56,9 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 0}
   - key: internal
     rate_limit: {unlimited: true}
+  - key: tokens
+    always_count: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
 """
 
 
@@ -271,3 +274,29 @@ async def test_global_shadow_mode_lets_everything_through(clock: FakeClock) -> N
     clock.now = 8_000_000.0
     user = descriptor(("user", "s"))
     assert [(await ask(answers, user)).overall_code for _ in range(5)] == [OK] * 5
+
+
+async def test_always_count_never_loses_a_usage_report(clock: FakeClock) -> None:
+    """``always_count`` (ours): tokens reported after the fact are counted even when the
+    report is over the limit, or above what the limit admits at once; the next request is
+    refused."""
+    answers = answers_of(clock)
+    clock.now = 9_000_000.0
+    tokens = descriptor(("tokens", "tenant"))
+    first = await ask(answers, tokens, hits=60)
+    assert (first.overall_code, first.statuses[0].limit_remaining) == (OK, 40)
+    assert (await ask(answers, tokens, hits=60)).overall_code == OVER  # counted: 120
+    look = await ask(answers, descriptor(("tokens", "tenant"), hits=0))
+    assert look.overall_code == OVER
+    other = descriptor(("tokens", "other"))
+    assert (await ask(answers, other, hits=150)).overall_code == OVER  # above 100 at once
+    assert (await ask(answers, other)).overall_code == OVER  # and counted
+    assert stat(answers, "tokens.total_hits") == 60 + 60 + 150 + 1
+
+
+def test_always_count_is_ours_only(tmp_path: Path) -> None:
+    text = "domain: d\ndescriptors:\n  - key: k\n    always_count: true\n"
+    (tmp_path / "d.yaml").write_text(text + "    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+    with pytest.raises(ConfigFileError, match="unknown key 'always_count'"):
+        load_directory(tmp_path)
+    assert load_directory(tmp_path, algorithm="sliding-log").limit_of("d", [("k", "x")])

@@ -48,6 +48,8 @@ class EnvoyLimit:
     shadow_mode: bool = False
     quota_mode: bool = False
     detailed_metric: bool = False
+    always_count: bool = False
+    """Ours: counted whether or not refused (usage reported after the fact)."""
     rules: str = ""
     """For our algorithms: the limit as rules of this package's grammar (``"10/1s"``,
     ``"10/1s | 100/1m"`` for a ``rate_limit`` list, a ``rule`` as written); ``""`` when it
@@ -246,7 +248,8 @@ def _load(
             limit = _limit(name, descriptor, full)
             if algorithm:
                 rules = rules_of(name, descriptor, full, limit.unit, algorithm)
-                limit = dataclasses.replace(limit, rules=rules)
+                always = descriptor.always_count
+                limit = dataclasses.replace(limit, rules=rules, always_count=always)
         if descriptor.share_threshold and "*" not in final:
             raise error(
                 name,

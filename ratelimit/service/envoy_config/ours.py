@@ -11,6 +11,7 @@ Each limit becomes rules of our grammar (:attr:`~.descriptors.EnvoyLimit.rules`)
   selector (a descriptor's rules count per descriptor). A ``rate_limit`` beside it may only
   name it (``name``, ``replaces``).
 
+``always_count: true`` (ours too) counts a descriptor's hits whether or not they are refused.
 A limit of 0 requests admits nothing (its rules are ``""``). Rules that the algorithm cannot
 keep, or that do not parse, are a load error naming the file and the descriptor.
 """

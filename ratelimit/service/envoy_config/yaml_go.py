@@ -71,7 +71,7 @@ VALID_KEYS = frozenset(
     )
 )
 """Every key its loader allows, at any depth (``validKeys``); what ``metadata`` holds is free."""
-OURS = frozenset(("rule",))
+OURS = frozenset(("rule", "always_count"))
 """The keys a configuration for our algorithms may have besides (``RATELIMIT_ALGORITHM``):
 ``rule``, a descriptor's rules in this package's grammar."""
 
@@ -318,6 +318,8 @@ class YamlDescriptor:
     """Ours only: the limits after the first of a ``rate_limit`` written as a list."""
     rule: str = ""
     """Ours only: the descriptor's rules in this package's grammar."""
+    always_count: bool = False
+    """Ours only: its hits are counted whether or not they are refused (usage reports)."""
     descriptors: list[YamlDescriptor] = field(default_factory=list)
     shadow_mode: bool = False
     quota_mode: bool = False
@@ -373,6 +375,8 @@ class _Decoder:
             found.rate_limit = self.rate_limit(limits)
         if self.ours and "rule" in fields:
             found.rule = self.text(fields["rule"])
+        if self.ours and "always_count" in fields:
+            found.always_count = self.flag(fields["always_count"])
         if "descriptors" in fields:
             found.descriptors = self.list(
                 fields["descriptors"], "[]config.YamlDescriptor", self.descriptor

@@ -19,6 +19,8 @@ quota modes, headers, metadata, stats); how they are counted is ours:
 - ``duration_until_reset`` of a refused descriptor is the time until its rules would admit
   the request (an ``&``'s first side to admit), not until a window ends: Envoy turns the
   largest into ``Retry-After``; ``current_limit`` is the descriptor's tightest rule;
+- an ``always_count`` descriptor is decided first, apart, and counted whether or not it
+  was refused (usage reported after the fact);
 - descriptors in ``shadow_mode`` are decided apart, never refuse, and count only when the
   request was admitted; ``SHADOW_MODE`` decides the enforced ones in shadow.
 
@@ -109,7 +111,11 @@ class OurAnswers(EnvoyAnswers):
         over: dict[int, bool] = {}  # whether each descriptor's own rules refuse it
         alone: list[_Asked] = []  # decided before the others: blocked, or only asked
         for a in asked:
-            if a.hits and not self._admits(a):
+            if a.hits and a.found.limit.always_count and not a.found.limit.shadow_mode:
+                decision = await self._always(request.domain, a)
+                over[a.n] = filled(_matched([a]), decision, statuses, _nowhere(statuses))[0]
+                alone.append(a)
+            elif a.hits and not self._admits(a):
                 self._blocked(a, statuses[a.n])
                 over[a.n] = True
                 alone.append(a)
@@ -218,9 +224,11 @@ class OurAnswers(EnvoyAnswers):
         record: bool,
         quotas: int = 0,
         shadow: bool = False,
+        always: bool = False,
     ) -> Decision:
         """One decision of ``asked`` (its last ``quotas`` under an ``&``), each descriptor
-        its own hits (``record=False``: one request's worth, only asked)."""
+        its own hits (``record=False``: one request's worth, only asked; ``always``: counted
+        even when refused)."""
         trees: list[Node] = []
         values: dict[str, str] = {}
         names: dict[str, dict[str, str]] = {}
@@ -243,15 +251,36 @@ class OurAnswers(EnvoyAnswers):
         tree = plain[0] if len(plain) == 1 else Or(*plain)
         compiled = compile_tree(tree, pinned=True)
         cost = costs[0] if len(set(costs)) == 1 else tuple(costs)
-        return await self.limiter.decide(
-            compiled,
-            f"envoy/{domain}",
-            tuple(values[s] for s in compiled.selectors),
-            cost=cost,
-            shadow=shadow,
-            record=record,
-            within=self.timeout,
+        selected = tuple(values[s] for s in compiled.selectors)
+        key = f"envoy/{domain}"
+        if not always:
+            return await self.limiter.decide(
+                compiled,
+                key,
+                selected,
+                cost=cost,
+                shadow=shadow,
+                record=record,
+                within=self.timeout,
+            )
+        try:
+            self.limiter.check(compiled, cost)
+        except ConfigurationError:  # above what its rules admit at once: counted, refused
+            await self.limiter.record(compiled, key, selected, cost=cost)
+            return await self.limiter.decide(
+                compiled, key, selected, record=False, within=self.timeout
+            )
+        decision = await self.limiter.decide(
+            compiled, key, selected, cost=cost, within=self.timeout
         )
+        if not decision.allowed and not decision.degraded:
+            await self.limiter.record(compiled, key, selected, cost=cost)  # never lost
+        return decision
+
+    async def _always(self, domain: str, asked: _Asked) -> Decision:
+        """An ``always_count`` descriptor: decided, and its hits counted whether or not it
+        was refused (usage reported after the fact, such as tokens at a stream's end)."""
+        return await self._decide(domain, [asked], record=True, always=True)
 
     def _told(self, asked: _Asked, status: RLS.DescriptorStatus, over: bool) -> None:
         """The descriptor's stats, and its ``current_limit`` named as its service names it
