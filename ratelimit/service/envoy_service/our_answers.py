@@ -38,7 +38,7 @@ from typing import Any
 
 from ratelimit.backends.redis.client import close_client
 from ratelimit.core.decision import Decision, RuleState
-from ratelimit.core.plan import compile_tree
+from ratelimit.core.plan import CompiledTree, compile_tree
 from ratelimit.errors import ConfigurationError
 from ratelimit.front.limiter import RateLimit
 from ratelimit.rules.tree import And, Node, Or, to_tree
@@ -75,6 +75,11 @@ class LimiterStore:
             await close_client(self.client)
 
 
+KEPT = 4096
+"""How many answers of each kind (can a limit admit these hits, a decision's tree) are
+kept; all are forgotten when there are more."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Asked:
     """A limited descriptor of the request, as our decision takes it."""
@@ -102,6 +107,10 @@ class OurAnswers(EnvoyAnswers):
         self.limiter = limiter
         self.timeout = timeout
         self._descriptor_limits: dict[tuple[str, str], DescriptorLimit] = {}
+        self._admitting: dict[tuple[int, int], bool] = {}  # by id: each limit is kept
+        self._trees: dict[
+            tuple[tuple[tuple[int, str], ...], int], tuple[CompiledTree, tuple[int, ...]]
+        ] = {}
 
     async def _counted(
         self, request: rls_pb2.RateLimitRequest, found: Sequence[Found | None]
@@ -192,11 +201,19 @@ class OurAnswers(EnvoyAnswers):
         one = asked.found.limit
         if not one.rules and not (one.requests_per_unit and one.unit):
             return False
+        known = self._admitting.get((id(asked.limit), asked.hits))
+        if known is not None:
+            return known
         try:
             self.limiter.check(compile_tree(asked.limit.rules), asked.hits)
         except ConfigurationError:
-            return False
-        return True
+            admits = False
+        else:
+            admits = True
+        if len(self._admitting) >= KEPT:
+            self._admitting.clear()
+        self._admitting[(id(asked.limit), asked.hits)] = admits
+        return admits
 
     def _blocked(self, asked: _Asked, status: RLS.DescriptorStatus) -> None:
         """A descriptor whose rules never admit its hits: ``OVER_LIMIT``, counting nothing
@@ -229,9 +246,9 @@ class OurAnswers(EnvoyAnswers):
         """One decision of ``asked`` (its last ``quotas`` under an ``&``), each descriptor
         its own hits (``record=False``: one request's worth, only asked; ``always``: counted
         even when refused)."""
-        trees: list[Node] = []
         values: dict[str, str] = {}
         names: dict[str, dict[str, str]] = {}
+        used: list[tuple[DescriptorLimit, str]] = []
         costs: list[int] = []
         for a in asked:
             named = names.setdefault(a.limit.selector, {})
@@ -240,16 +257,10 @@ class OurAnswers(EnvoyAnswers):
                 selector = f"{a.limit.selector}#{len(named)}" if named else a.limit.selector
                 named[a.value] = selector
                 values[selector] = a.value
-            own = selector == a.limit.selector
-            trees.append(a.limit.tree if own else per_selector(a.limit.rules, selector))
-            costs += [a.hits if record else 1] * len(compile_tree(a.limit.rules).rules)
-        plain, quota = trees[: len(trees) - quotas], trees[len(trees) - quotas :]
-        if len(quota) > 1:
-            plain.append(And(*quota))
-        else:
-            plain += quota
-        tree = plain[0] if len(plain) == 1 else Or(*plain)
-        compiled = compile_tree(tree, pinned=True)
+            used.append((a.limit, selector))
+        compiled, leaves = self._compiled(tuple(used), quotas)
+        for a, count in zip(asked, leaves, strict=True):
+            costs += [a.hits if record else 1] * count
         cost = costs[0] if len(set(costs)) == 1 else tuple(costs)
         selected = tuple(values[s] for s in compiled.selectors)
         key = f"envoy/{domain}"
@@ -276,6 +287,33 @@ class OurAnswers(EnvoyAnswers):
         if not decision.allowed and not decision.degraded:
             await self.limiter.record(compiled, key, selected, cost=cost)  # never lost
         return decision
+
+    def _compiled(
+        self, used: tuple[tuple[DescriptorLimit, str], ...], quotas: int
+    ) -> tuple[CompiledTree, tuple[int, ...]]:
+        """The tree of a decision: each limit's rules under the selector it counts under
+        here, the last ``quotas`` under an ``&``, the others beside them; and how many
+        rules each limit has. Kept: a service sees the same few combinations again."""
+        ids = tuple((id(limit), selector) for limit, selector in used)
+        known = self._trees.get((ids, quotas))
+        if known is not None:
+            return known
+        trees: list[Node] = [
+            limit.tree if selector == limit.selector else per_selector(limit.rules, selector)
+            for limit, selector in used
+        ]
+        plain, quota = trees[: len(trees) - quotas], trees[len(trees) - quotas :]
+        if len(quota) > 1:
+            plain.append(And(*quota))
+        else:
+            plain += quota
+        tree = plain[0] if len(plain) == 1 else Or(*plain)
+        leaves = tuple(len(compile_tree(limit.rules).rules) for limit, _ in used)
+        found = compile_tree(tree, pinned=True), leaves
+        if len(self._trees) >= KEPT:
+            self._trees.clear()
+        self._trees[(ids, quotas)] = found
+        return found
 
     async def _always(self, domain: str, asked: _Asked) -> Decision:
         """An ``always_count`` descriptor: decided, and its hits counted whether or not it
