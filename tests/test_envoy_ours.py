@@ -300,3 +300,23 @@ def test_always_count_is_ours_only(tmp_path: Path) -> None:
     with pytest.raises(ConfigFileError, match="unknown key 'always_count'"):
         load_directory(tmp_path)
     assert load_directory(tmp_path, algorithm="sliding-log").limit_of("d", [("k", "x")])
+
+
+async def test_values_that_join_alike_count_apart(clock: FakeClock) -> None:
+    """A value holding ``_`` cannot make another descriptor's counter its own (one
+    client spending another's limit): each entry is its own field of the counter's value."""
+    limiter = RateLimit(MemoryBackend(clock=clock), algorithm="sliding-log", denial_cache=0)
+    text = """\
+domain: d
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: model
+        rate_limit: {unit: hour, requests_per_unit: 1}
+"""
+    answers = OurAnswers(config_of(text), limiter, EnvoyStats(), Answering())
+    clock.now = 10_000_000.0
+    victim = descriptor(("tenant", "a_model_b"), ("model", "c"))
+    crafted = descriptor(("tenant", "a"), ("model", "b_model_c"))
+    assert (await ask(answers, crafted)).overall_code == OK
+    assert (await ask(answers, victim)).overall_code == OK

@@ -54,7 +54,7 @@ from ratelimit.service.envoy_service.answers import (
 from ratelimit.service.envoy_service.counting import MemoryCounts
 from ratelimit.service.envoy_service.stats import EnvoyStats
 from ratelimit.service.proto.envoy import rls_pb2
-from ratelimit.service.rules_file import DescriptorLimit, per_selector
+from ratelimit.service.rules_file import DescriptorLimit, joined, per_selector
 from ratelimit.service.statuses import Matched, below_cost, fill, filled
 
 
@@ -170,11 +170,11 @@ class OurAnswers(EnvoyAnswers):
 
     def _asked(self, request: rls_pb2.RateLimitRequest, n: int, one: Found) -> _Asked:
         descriptor = request.descriptors[n]
-        parts = [request.domain]
+        parts = []
         for i, entry in enumerate(descriptor.entries):
             shared = one.shared[i] if i < len(one.shared) else ""
             parts += [entry.key, shared or entry.value]
-        value = "_".join(parts)
+        value = joined(parts)  # fields apart: a value holding "_" is never another's
         return _Asked(n, one, self._ours(one), value, hits_of(request, descriptor))
 
     def _ours(self, one: Found) -> DescriptorLimit:
