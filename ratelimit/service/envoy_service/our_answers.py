@@ -226,8 +226,7 @@ class OurAnswers(EnvoyAnswers):
                 RLS.RateLimit(name=one.name, requests_per_unit=0, unit=_unit(one.unit))
             )
             if one.unit:
-                seconds = int(SPANS_SECONDS[one.unit])
-                status.duration_until_reset.seconds = seconds
+                status.duration_until_reset.seconds = one.seconds
             return
         _, tightest = below_cost(compiled, (), lambda rule: False)
         code = RLS.OK if one.shadow_mode else RLS.OVER_LIMIT
@@ -336,10 +335,6 @@ class OurAnswers(EnvoyAnswers):
         near = math.floor(allowed * self.answering.near_limit_ratio)
         if allowed and allowed - status.limit_remaining > near:
             stats.near_limit.add(hits)
-
-
-SPANS_SECONDS = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86_400}
-SPANS_SECONDS |= {"WEEK": 7 * 86_400, "MONTH": 30 * 86_400, "YEAR": 365 * 86_400}
 
 
 def _unit(name: str) -> RLS.RateLimit.Unit.ValueType:

@@ -162,7 +162,6 @@ class _Rls(rls_pb2_grpc.RateLimitServiceServicer):
         self, request: rls_pb2.RateLimitRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> rls_pb2.RateLimitResponse:
         service = self.service
-        service.in_flight += 1
         started = time.monotonic()
         try:
             return await service.answers.should_rate_limit(request)
@@ -174,7 +173,6 @@ class _Rls(rls_pb2_grpc.RateLimitServiceServicer):
             service.stats.redis_error.add()
             await context.abort(grpc.StatusCode.UNKNOWN, str(exc))
         finally:
-            service.in_flight -= 1
             service.stats.rpc("ShouldRateLimit", time.monotonic() - started)
         raise AssertionError("unreachable: abort raises")
 
@@ -208,7 +206,6 @@ class EnvoyService:
         self.settings = settings
         self.stats = EnvoyStats()
         self.answers, self.store = answers_of(settings, self.stats, counts)
-        self.in_flight = 0
         self.server = grpc.aio.server()
         self.health = _Health(self.stats)
         self.healthy = {"redis": settings.backend_type == "memory", "sigterm": True}
