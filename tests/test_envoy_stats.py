@@ -230,16 +230,18 @@ class TcpStatsd:
         return self
 
     async def stop(self) -> None:
-        """Stop listening and close every connection (statsd goes away)."""
+        """Stop listening and close every connection (statsd goes away). The connections
+        close first: since Python 3.12 ``Server.wait_closed`` waits for them."""
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
-            self._server = None
         for writer in self._writers:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
         self._writers.clear()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
 
     async def receive(self, expected: bytes) -> bytes:
         """What was received, once it is at least as long as ``expected``."""

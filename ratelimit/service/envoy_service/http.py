@@ -38,7 +38,6 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from email.utils import formatdate
-from http import HTTPStatus
 from urllib.parse import unquote
 
 Reply = tuple[int, str, bytes]
@@ -62,10 +61,28 @@ _LENGTH = re.compile(r"[0-9]{1,19}")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
+# net/http's StatusText for what this server answers. Go's phrases, not Python's: Python
+# 3.13 renamed some (413 "Content Too Large"), and a client reading the status line should
+# see what the Go service writes.
+_GO_PHRASES = {
+    100: "Continue",
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    413: "Request Entity Too Large",
+    417: "Expectation Failed",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    505: "HTTP Version Not Supported",
+}
+
+
 def text(status: int, body: str | None = None) -> Reply:
     """A ``text/plain`` reply; by default the status's phrase and a newline, as Go's
     ``http.Error`` writes it."""
-    said = f"{HTTPStatus(status).phrase}\n" if body is None else body
+    said = f"{_phrase(status)}\n" if body is None else body
     return status, PLAIN, said.encode()
 
 
@@ -95,10 +112,7 @@ def _unreadable(status: int, detail: str = "") -> _Refusal:
 
 
 def _phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return f"status code {status}"
+    return _GO_PHRASES.get(status, f"status code {status}")
 
 
 def _tokens(values: Iterable[str]) -> set[str]:
