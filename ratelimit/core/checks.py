@@ -62,6 +62,17 @@ decide in-process on this process's share of each limit (:mod:`ratelimit.pipelin
 
 
 MAX_OVERRIDE_REFRESH = 60.0
+MAX_LEASE = 60.0
+
+
+def check_lease(seconds: object, where: str = "lease") -> None:
+    """``lease``: seconds from 0 to :data:`MAX_LEASE` (0: every call asks the store)."""
+    if not is_number(seconds) or not 0 <= seconds <= MAX_LEASE:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"{where} must be seconds from 0 to {MAX_LEASE:g} (how long a process may hold a "
+            f"slice of a limit it took from the store; 0: every call asks the store), not "
+            f"{seconds!r}"
+        )
 
 
 def check_override_refresh(seconds: object) -> None:

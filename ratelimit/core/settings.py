@@ -20,6 +20,7 @@ from ratelimit.core.checks import (
     check_clock,
     check_denial_cache,
     check_flag,
+    check_lease,
     check_local,
     check_lock_settings,
     check_on_error,
@@ -29,6 +30,7 @@ from ratelimit.core.checks import (
     check_timeout,
 )
 from ratelimit.core.decision import Hook
+from ratelimit.errors import ConfigurationError
 
 ENGINE_SETTINGS = (
     "use_scripts",
@@ -98,6 +100,11 @@ class Settings:
       whether the overrides (``rl.overrides``) changed, which is how late a change made
       elsewhere may reach its decisions; ``0`` asks before every decision (one more
       round trip each).
+    - ``lease`` (seconds, default 0: every call asks the store): lets each process take a
+      slice of a hot limit from the store at once and admit calls from it in-process,
+      for at most this long; the store counts the slice before any call of it is
+      admitted, so the limit is never exceeded, and what is left of it is given back
+      (``limit(..., lease=)`` chooses per limit; :mod:`ratelimit.backends.leases`).
     - ``clock`` (seconds): replaces the storage's clock, for tests that step time (and
       the time of day overrides expire by).
 
@@ -125,6 +132,7 @@ class Settings:
     spread: bool | None = None
     shadow: bool = False
     override_refresh: float = 1.0
+    lease: float = 0
     clock: Callable[[], float] | None = None
 
     def __post_init__(self) -> None:
@@ -152,6 +160,13 @@ class Settings:
         check_on_error(self.on_error)
         check_local(self.on_error, self.local_share, self.background, self.sync_rate)
         check_sync_rate(self.sync_rate, self.algorithm, self.use_scripts)
+        check_lease(self.lease)
+        if self.lease and self.sync_rate:
+            raise ConfigurationError(
+                "lease and sync_rate are two ways of deciding in-process: choose one (a "
+                "lease is never over the limit; sync_rate may be, by what each process "
+                "admits between syncs)"
+            )
 
     def replace(self, **changes: object) -> Settings:
         """These settings with ``changes``, checked again."""
@@ -186,6 +201,7 @@ class SettingsKeywords(TypedDict, total=False):
     spread: bool | None
     shadow: bool
     override_refresh: float
+    lease: float
     clock: Callable[[], float] | None
 
 

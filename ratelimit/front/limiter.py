@@ -27,6 +27,7 @@ from ratelimit.backends.base import (
     clock_of,
     override_store,
 )
+from ratelimit.backends.leases import LeasedBackend
 from ratelimit.core.checks import check_cost, counter_update
 from ratelimit.core.costs import CostValue, per_leaf
 from ratelimit.core.decision import Decision, Hook
@@ -60,7 +61,7 @@ class RateLimit(LimitMaker):
     ``sync_rate``, ``on_error``, ``local_share``, ``timeout``, ``denial_cache``, ``hooks``,
     ``background``, ``use_scripts``, ``auto_pipeline``, ``disable_locks``, ``lock_ttl``,
     ``lock_polling_interval``, ``lock_timeout``, ``spread``, ``shadow``,
-    ``override_refresh`` and ``clock``; or ``settings=`` gives a ``Settings`` made
+    ``override_refresh``, ``lease`` and ``clock``; or ``settings=`` gives a ``Settings`` made
     beforehand (keywords given too replace its values). Every setting is checked here, so
     a bad one fails when the limiter is made.
 
@@ -89,6 +90,8 @@ class RateLimit(LimitMaker):
         self.algorithm = settings.algorithm
         algorithm = named(settings.algorithm)
         check_supported(backend, algorithm)
+        if settings.lease:
+            backend = LeasedBackend(backend, settings.lease)
         self._backend = backend
         self._hooks = Hooks(settings.hooks)
         self._policy = FailurePolicy(settings.on_error, self._hooks, settings.local_share)
@@ -158,6 +161,7 @@ class RateLimit(LimitMaker):
         spread: bool | None = _UNSET,
         shadow: bool = _UNSET,
         override_refresh: float = _UNSET,
+        lease: float = _UNSET,
         clock: Callable[[], float] | None = _UNSET,
         **options: Any,
     ) -> RateLimit:

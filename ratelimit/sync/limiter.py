@@ -118,6 +118,7 @@ class RateLimit:
         spread: bool | None = _UNSET,
         shadow: bool = _UNSET,
         override_refresh: float = _UNSET,
+        lease: float = _UNSET,
         clock: Callable[[], float] | None = _UNSET,
         **options: Any,
     ) -> RateLimit:

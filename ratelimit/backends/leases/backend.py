@@ -1,0 +1,278 @@
+"""Leases (``lease=``): one hot shared limit decided in-process, never over the limit.
+
+:class:`LeasedBackend` stands in front of a store. For a leased limit, a call that finds no
+lease asks the store for a slice of the limit in one decision, of the slice's whole cost
+(:mod:`.sizing` sizes it): the store counts the slice at once, atomically, as it would count
+that many calls, or refuses it. The calls that follow take their cost from the slice, with no
+round trip, until it is used up or its hold ends; what is left then is given back by a
+settle (the refund rules of :mod:`ratelimit.core.settling`: only what the reservation still
+holds). Because the store counted every call of a slice before any was admitted, a leased
+limit admits no more than the store would have, call by call; what leases cost is capacity
+held unused in one process for at most a hold, which :mod:`.sizing` keeps small near the
+limit (per-call decisions there, exact as without leases).
+
+Leased: a decision that records (not a peek), of one cost on every identifier, of a tree of
+single rules and ``|`` (``Or``). An ``&`` tree (``And``: limited only when every side is)
+decides per call: a slice of it admitted would let calls through on one side's room while
+counting them on the other's, which a lease could not give back exactly. The window counters
+end a lease where the store's window ends, so that every call a slice admits runs in the
+window that counted it.
+
+A lease held when the store fails is spent (its calls were counted); then the failure policy
+answers. ``reset`` ends this process's leases of its identifiers without giving back (the
+store forgets their counts). ``aclose`` gives back every lease, then closes the store. A
+process that dies holding a lease leaves it counted: it ages out with its window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from ratelimit.backends.base import Backend, Clock, SettleStore, check_settles, clock_of
+from ratelimit.backends.leases.sizing import Sizer
+from ratelimit.core.decision import Decision, make_decision
+from ratelimit.core.plan import CompiledTree, CounterUpdate, Identifier, Plan
+from ratelimit.core.settling import reservation, settlement
+from ratelimit.rules.tree import And, Node, Rule
+
+logger = logging.getLogger("ratelimit")
+
+GIVE_BACK_WITHIN = 5.0
+"""Seconds ``aclose`` waits for the give-backs under way."""
+
+
+def leasable(compiled: CompiledTree) -> bool:
+    """Whether calls of ``compiled`` may be leased: single rules and ``|`` only."""
+
+    def plain(node: Node) -> bool:
+        if isinstance(node, Rule):
+            return True
+        if isinstance(node, And):
+            return False
+        return all(plain(child) for child in node.children)
+
+    return plain(compiled.tree)
+
+
+class _Lease:
+    """One limit's lease in this process: what is left of its slice, until when, and what
+    giving it back needs (``reserved``: the slice's decision)."""
+
+    __slots__ = (
+        "ends",
+        "generation",
+        "left",
+        "most",
+        "plans",
+        "refilling",
+        "remaining",
+        "reserved",
+        "rule",
+        "sizer",
+        "timer",
+    )
+
+    def __init__(self, hold: float, most: float) -> None:
+        self.left = 0.0
+        self.ends = 0.0
+        self.reserved: Decision | None = None
+        self.remaining: float | None = None
+        """What the store said the limit had left after the last slice (``None``: unknown)."""
+        self.rule: Rule | None = None
+        self.most = most
+        self.sizer = Sizer(hold)
+        self.refilling: asyncio.Future[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.generation = 0
+        self.plans: dict[float, Plan] = {}
+        """The slice plans, by size."""
+
+
+class LeasedBackend:
+    """A store behind leases (``RateLimit(..., lease=seconds)``): see the module.
+
+    ``hold``: seconds a lease lasts at most (0: limits decide per call unless
+    :meth:`hold_for` says otherwise). ``clock``: the lease clock (default: the store's
+    injected clock when it has one, else ``time.monotonic``). Every capability of the store
+    (settle, overrides, slots, its algorithms) is the store's own."""
+
+    def __init__(self, store: Backend, hold: float, clock: Clock | None = None) -> None:
+        check_settles(store)
+        self.store = store
+        self.hold = hold
+        self._holds: dict[tuple[str, str], float] = {}
+        self._leases: dict[tuple[CompiledTree, tuple[Identifier, ...]], _Lease] = {}
+        injected = clock_of(store)
+        self._timed = clock is None and injected is None
+        self._clock: Clock = clock or injected or time.monotonic
+        self._giving: set[asyncio.Future[Any]] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def hold_for(self, namespace: str, key: str, seconds: float) -> None:
+        """Lease the limit of ``key`` for ``seconds`` (``limit(..., lease=)``; 0: per call)."""
+        self._holds[namespace, key] = seconds
+
+    async def decide(self, plan: Plan) -> Decision:
+        hold = self._holds.get((plan.namespace, plan.key), self.hold) if self._holds else self.hold
+        if not hold or not plan.record or plan.costs or not plan.identifiers:
+            return await self.store.decide(plan)
+        lease = self._leases.get((plan.compiled, plan.identifiers))
+        if lease is None:
+            if not leasable(plan.compiled):
+                return await self.store.decide(plan)
+            lease = self._lease(plan, hold)
+        cost = plan.cost
+        while True:
+            if lease.left >= cost and self._clock() < lease.ends:
+                lease.left -= cost
+                lease.sizer.asked(cost)
+                left = lease.remaining
+                return make_decision(
+                    True, 0.0, lease.rule, None if left is None else int(left + lease.left),
+                    plan.key,
+                )  # fmt: skip
+            if lease.refilling is None:
+                return await self._refill(lease, plan)
+            await asyncio.shield(lease.refilling)  # a slice is on its way: then look again
+
+    async def admits(self, plan: Plan) -> Decision | None:
+        """:meth:`decide`, answering ``None`` for an admission (the direct path's)."""
+        decision = await self.decide(plan)
+        return None if decision.allowed else decision
+
+    def _lease(self, plan: Plan, hold: float) -> _Lease:
+        rules = plan.compiled.rules
+        resolved = [rules[leaf] for leaf, k in enumerate(plan.leaf_identifiers) if k >= 0]
+        most = min(rule.burst or rule.count for rule in resolved)
+        lease = self._leases[plan.compiled, plan.identifiers] = _Lease(hold, most)
+        return lease
+
+    async def _refill(self, lease: _Lease, plan: Plan) -> Decision:
+        """Take a new slice for a call of ``plan`` (the old one given back first)."""
+        self._end(lease)
+        cost = plan.cost
+        now = self._clock()
+        size = lease.sizer.size(now, cost, lease.remaining, lease.most)
+        if size <= cost:  # one call: decided as without leases
+            decision = await self.store.decide(plan)
+            lease.remaining = decision.remaining if decision.allowed else 0
+            return decision
+        sliced = lease.plans.get(size)
+        if sliced is None:
+            sliced = lease.plans[size] = dataclasses.replace(plan, cost=size)
+        lease.refilling = asyncio.get_running_loop().create_future()
+        try:
+            decision = await self.store.decide(sliced)
+        finally:
+            lease.refilling.set_result(None)
+            lease.refilling = None
+        if not decision.allowed:  # no room for the slice: the call alone
+            lease.remaining = 0
+            decision = await self.store.decide(plan)
+            if decision.allowed:
+                lease.remaining = decision.remaining
+            return decision
+        lease.remaining = decision.remaining
+        lease.rule = decision.rule
+        lease.reserved = decision
+        lease.left = size - cost
+        lease.ends = now + self._held(lease.sizer.hold, decision)
+        lease.generation += 1
+        if self._timed:
+            lease.timer = asyncio.get_running_loop().call_later(
+                lease.ends - now, self._expired, lease, lease.generation
+            )
+        left = decision.remaining
+        return make_decision(
+            True, 0.0, decision.rule, None if left is None else int(left + lease.left), plan.key
+        )
+
+    @staticmethod
+    def _held(hold: float, decision: Decision) -> float:
+        """How long a slice may be used: ``hold``, and for the window counters no further
+        than the end of the store's window it was counted in."""
+        reserved = decision._reservation
+        if not reserved:
+            return hold
+        plan, at_us = reserved[0], reserved[1]
+        if not plan.algorithm.windowed:
+            return hold
+        rules = plan.compiled.rules
+        for leaf, k in enumerate(plan.leaf_identifiers):
+            if k >= 0:
+                span_us = rules[leaf].span_ms * 1000
+                hold = min(hold, (span_us - at_us % span_us) / 1_000_000)
+        return hold
+
+    def _expired(self, lease: _Lease, generation: int) -> None:
+        if lease.generation == generation:
+            self._end(lease)
+
+    def _end(self, lease: _Lease) -> None:
+        """End ``lease``: give back what is left of its slice."""
+        if lease.timer is not None:
+            lease.timer.cancel()
+            lease.timer = None
+        decided, left = lease.reserved, lease.left
+        lease.reserved = None
+        lease.left = 0.0
+        if decided is None or left <= 0:
+            return
+        reserved = reservation(decided)
+        if reserved is None:
+            return
+        plan, at_us, counts, *times = reserved
+        given = settlement(plan, at_us, counts, plan.cost - left, *times)
+        if given.empty:
+            return
+        if lease.remaining is not None:
+            lease.remaining += left
+        store: SettleStore = self.store  # type: ignore[assignment]  # checked when made
+        task = asyncio.ensure_future(store.settle(given))
+        self._giving.add(task)
+        task.add_done_callback(self._given)
+
+    def _given(self, task: asyncio.Future[Any]) -> None:
+        self._giving.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:  # what it held stays counted, and ages out with its window
+            logger.warning("ratelimit: a lease could not be given back (%s)", error)
+
+    async def reset(self, plan: Plan) -> None:
+        """End this process's leases on ``plan``'s identifiers (nothing given back: the
+        store forgets them), then reset the store."""
+        gone = set(plan.identifiers)
+        for (_, identifiers), lease in self._leases.items():
+            if gone.intersection(identifiers):
+                if lease.timer is not None:
+                    lease.timer.cancel()
+                    lease.timer = None
+                lease.reserved = None
+                lease.left = 0.0
+                lease.remaining = None
+                lease.sizer.forget()
+        await self.store.reset(plan)
+
+    async def update_counter(self, update: CounterUpdate) -> float:
+        return await self.store.update_counter(update)
+
+    async def give_back(self) -> None:
+        """End every lease, giving back what is left, and wait for the give-backs (at
+        most :data:`GIVE_BACK_WITHIN` seconds)."""
+        for lease in self._leases.values():
+            self._end(lease)
+        if self._giving:
+            await asyncio.wait(list(self._giving), timeout=GIVE_BACK_WITHIN)
+
+    async def aclose(self) -> None:
+        """Give every lease back (:meth:`give_back`), then close the store."""
+        await self.give_back()
+        await self.store.aclose()

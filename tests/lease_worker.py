@@ -1,0 +1,59 @@
+"""One OS process of the lease tests: coroutines hammering one hot limit with leases.
+
+Run as ``python -m tests.lease_worker URL NAMESPACE ALGORITHM RULE SECONDS LEASE TASKS``: it
+says it is ready, waits for the go signal (a BLPOP), then ``TASKS`` coroutines call the
+limit of ``RULE`` (selector ``apikey``, value ``k``) for ``SECONDS`` seconds, each admitted
+call recorded as the wall-clock times (``time.time()``, the clock Redis's ``TIME`` reads on
+this machine) just before it was asked and just after it was admitted. Prints them as JSON,
+with the number of calls made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import redis.asyncio as aioredis
+
+from ratelimit import RateLimit
+
+
+async def main(
+    url: str, namespace: str, algorithm: str, rule: str, seconds: float, lease: float, tasks: int
+) -> dict[str, object]:
+    rl = RateLimit.from_url(url, namespace, algorithm=algorithm, lease=lease, timeout=None)
+    limit = rl.limit(rule, key="hot", apikey="k")
+    await rl.limit("1000/h", key="warm-up").decide()  # connections before the go
+    control = aioredis.Redis.from_url(url)
+    await control.incr(f"{namespace}:ready")
+    await control.blpop([f"{namespace}:go"], timeout=30)
+    admitted: list[tuple[float, float]] = []
+    calls = 0
+    ends = time.monotonic() + seconds
+
+    async def worker() -> None:
+        nonlocal calls
+        while time.monotonic() < ends:
+            before = time.time()
+            decision = await limit.decide()
+            calls += 1
+            if decision.allowed:
+                assert not decision.degraded, "a degraded admission: the count says nothing"
+                admitted.append((before, time.time()))
+            else:
+                await asyncio.sleep(0)  # the denial cache answers at once: let others run
+
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    await rl.aclose()
+    await control.aclose()
+    return {"admitted": admitted, "calls": calls}
+
+
+if __name__ == "__main__":
+    url, namespace, algorithm, rule, seconds, lease, tasks = sys.argv[1:8]
+    result = asyncio.run(
+        main(url, namespace, algorithm, rule, float(seconds), float(lease), int(tasks))
+    )
+    print(json.dumps(result))

@@ -1,0 +1,327 @@
+"""Leases (``lease=``): a process takes a slice of a limit from the store at once and admits
+from it in-process; the store never counts more than the limit, what is left is given back,
+and near the limit every call asks the store (:mod:`ratelimit.backends.leases`).
+
+These run on ``memory://`` and fakeredis driven by a fake clock (the lease clock follows
+the store's injected one); tests/test_lease_processes.py counts admissions of several OS
+processes on a real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from typing import Any
+
+import fakeredis
+import pytest
+
+from ratelimit import (
+    BackendError,
+    ConfigurationError,
+    MemoryBackend,
+    RateLimit,
+    RateLimitExceeded,
+    RedisScriptBackend,
+)
+from ratelimit.backends.leases import LeasedBackend, leasable
+from ratelimit.backends.leases.sizing import SHARE, Sizer
+from ratelimit.core.decision import Decision
+from ratelimit.core.plan import Plan, compile_tree
+from ratelimit.rules.tree import to_tree
+from ratelimit.settings import Settings
+from ratelimit.sync import RateLimit as SyncRateLimit
+from tests.conftest import FakeClock
+
+pytestmark = pytest.mark.timeout(60)
+
+ALGORITHMS = ["sliding-log", "gcra", "sliding-window", "fixed-window"]
+
+
+class Counting(MemoryBackend):
+    """``memory://`` that counts the decisions it is asked for, and can be made to fail."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.asked = 0
+        self.failing = False
+
+    async def decide(self, plan: Plan) -> Decision:
+        if self.failing:
+            raise BackendError("the store is down (a test's)")
+        self.asked += 1
+        return await super().decide(plan)
+
+
+def _fake(clock: FakeClock) -> RedisScriptBackend:
+    return RedisScriptBackend(fakeredis.FakeAsyncRedis(), clock=clock, owns_client=True)
+
+
+def _store(kind: str, clock: FakeClock) -> Any:
+    return Counting(clock) if kind == "memory" else _fake(clock)
+
+
+async def _hammer(rl: RateLimit, rule: str, calls: int, tasks: int = 16, cost: int = 1) -> int:
+    """``tasks`` coroutines making ``calls`` calls each of one hot ``rule``; how many were
+    admitted (counted here)."""
+    admitted = 0
+
+    async def worker() -> None:
+        nonlocal admitted
+        for _ in range(calls):
+            if (await rl.limit(rule, key="hot", apikey="k", cost=cost).decide()).allowed:
+                admitted += 1
+
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    return admitted
+
+
+async def _counted(store: Any, rule: str, algorithm: str, namespace: str) -> int | None:
+    """What the store has left for ``rule`` (a limiter without leases peeks)."""
+    plain = RateLimit(store, namespace, algorithm=algorithm)
+    decision = await plain.limit(rule, key="hot", apikey="k").peek()
+    return decision.remaining
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("kind", ["memory", "fakeredis"])
+async def test_a_hot_limit_admits_exactly_its_count_and_the_store_counts_them(
+    kind: str, algorithm: str, clock: FakeClock
+) -> None:
+    store = _store(kind, clock)
+    rl = RateLimit(store, "lease", algorithm=algorithm, lease=0.05)
+    try:
+        admitted = await _hammer(rl, "apikey:500/m", calls=60)  # 960 asked
+        assert admitted == 500
+        await rl.storage.give_back()  # type: ignore[attr-defined]
+        assert await _counted(store, "apikey:500/m", algorithm, "lease") == 0
+    finally:
+        await rl.aclose()
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_leases_take_few_store_calls_and_give_back_what_is_left(
+    algorithm: str, clock: FakeClock
+) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", algorithm=algorithm, lease=0.05)
+    admitted = await _hammer(rl, "apikey:100000/m", calls=200)  # 3200, far below the limit
+    assert admitted == 3200
+    assert store.asked / admitted <= 0.05, store.asked
+    await rl.storage.give_back()  # type: ignore[attr-defined]
+    assert await _counted(store, "apikey:100000/m", algorithm, "lease") == 100000 - 3200 - 1
+    await rl.aclose()
+
+
+async def test_aclose_gives_back_what_leases_hold(clock: FakeClock) -> None:
+    server = fakeredis.FakeServer()
+
+    def store() -> RedisScriptBackend:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        return RedisScriptBackend(client, clock=clock, owns_client=True)
+
+    rl = RateLimit(store(), "lease", lease=0.05)
+    assert await _hammer(rl, "apikey:100000/m", calls=50) == 800
+    await rl.aclose()  # gives back what its lease holds, then closes its store
+    other = store()
+    assert await _counted(other, "apikey:100000/m", "sliding-log", "lease") == 100000 - 800 - 1
+    await other.aclose()
+
+
+async def test_a_lease_ends_after_its_hold_and_gives_back_what_is_left(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    limit = rl.limit("apikey:1000/m", key="hot", apikey="k")
+    for _ in range(64):  # leases grow: one call, then doubling
+        assert (await limit.decide()).allowed
+    asked = store.asked
+    assert asked < 64
+    clock.advance(0.06)  # past the hold: the next call takes a new lease
+    assert (await limit.decide()).allowed
+    assert store.asked == asked + 1
+    await asyncio.sleep(0)  # the give-back's task
+    await rl.storage.give_back()  # type: ignore[attr-defined]
+    assert await _counted(store, "apikey:1000/m", "sliding-log", "lease") == 1000 - 65 - 1
+    await rl.aclose()
+
+
+async def test_near_the_limit_every_call_asks_the_store(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    limit = rl.limit("apikey:40/m", key="hot", apikey="k")
+    for _ in range(40):
+        assert (await limit.decide()).allowed
+    asked = store.asked
+    refused = await limit.decide()
+    assert not refused.allowed
+    assert refused.retry_after == pytest.approx(60, abs=0.01)
+    assert store.asked == asked + 1  # the refusal is the store's own
+    with pytest.raises(RateLimitExceeded):
+        async with rl.limit("apikey:40/m", key="hot", apikey="k"):
+            pass
+    await rl.aclose()
+
+
+def test_sizes_start_at_one_call_double_at_most_and_keep_a_share_of_what_is_left() -> None:
+    sizer = Sizer(hold=0.1)
+    assert sizer.size(0.0, 1, None, 1000) == 1  # nothing known yet
+    for _ in range(99):
+        sizer.asked(1)
+    assert sizer.size(0.1, 1, 10_000, 10_000) == 2  # 1000/s x 0.1 s wants 100: doubles at most
+    assert sizer.size(0.1001, 1, 10_000, 10_000) == 4
+    assert sizer.size(0.1002, 1, 40, 10_000) == 4  # an eighth of 40 is 5: 4
+    assert sizer.size(0.1003, 1, 7, 10_000) == 1  # an eighth of 7 is below 2: per call
+    assert sizer.size(0.1004, 3, 10_000, 10_000) == 6  # multiples of the call's cost
+    assert sizer.size(0.1005, 1, 10_000, 16) <= 16  # never more than a call may cost
+    assert SHARE == 0.125
+
+
+async def test_an_idle_process_holds_one_call_only(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    limit = rl.limit("apikey:1000/m", key="hot", apikey="k")
+    for _ in range(5):
+        assert (await limit.decide()).allowed
+        clock.advance(10)  # one call every 10 s: each asks the store for itself
+    assert store.asked == 5
+    await rl.aclose()
+
+
+async def test_an_and_tree_decides_every_call_at_the_store(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    limit = rl.limit("apikey:100/m & 1000/h", key="hot", apikey="k")
+    for _ in range(30):
+        assert (await limit.decide()).allowed
+    assert store.asked == 30
+    assert not leasable(compile_tree(to_tree("a:1/s & 2/m")))
+    assert leasable(compile_tree(to_tree("a:1/s | (2/m | b:3/h)")))
+    await rl.aclose()
+
+
+async def test_an_or_tree_is_leased_and_never_passes_its_tightest_rule(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    admitted = await _hammer(rl, "apikey:300/m | 5000/h", calls=40)
+    assert admitted == 300
+    assert store.asked < 300
+    await rl.aclose()
+
+
+async def test_costs_are_taken_from_the_slice(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    assert await _hammer(rl, "apikey:999/m", calls=40, cost=3) == 333
+    await rl.aclose()
+
+
+async def test_a_peek_asks_the_store_and_takes_nothing(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    limit = rl.limit("apikey:10/m", key="hot", apikey="k")
+    for _ in range(3):
+        assert (await limit.peek()).remaining == 9
+    assert store.asked == 3
+    await rl.aclose()
+
+
+async def test_reset_ends_the_leases_of_its_identifiers(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    assert await _hammer(rl, "apikey:100/m", calls=20) == 100
+    limit = rl.limit("apikey:100/m", key="hot", apikey="k")
+    await limit.reset()
+    assert await _hammer(rl, "apikey:100/m", calls=20) == 100
+    await rl.aclose()
+
+
+async def test_a_lease_held_when_the_store_fails_is_spent_then_the_policy_answers(
+    clock: FakeClock,
+) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05, on_error="deny")
+    limit = rl.limit("apikey:100000/m", key="hot", apikey="k")
+    for _ in range(100):
+        assert (await limit.decide()).allowed
+    store.failing = True
+    spent = 0
+    while (decision := await limit.decide()).allowed:
+        assert not decision.degraded
+        spent += 1
+    assert decision.degraded  # on_error="deny" answers once the lease is spent
+    assert 0 < spent <= 128
+    await rl.aclose()
+
+
+async def test_the_window_counters_end_a_lease_where_its_window_ends() -> None:
+    clock = FakeClock(start=1_000_000.99)  # 10 ms before a second ends
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", algorithm="fixed-window", lease=0.05)
+    limit = rl.limit("apikey:1000/s", key="hot", apikey="k")
+    for _ in range(64):
+        assert (await limit.decide()).allowed
+    asked = store.asked
+    clock.advance(0.02)  # the next second: what is left of the lease is not used there
+    assert (await limit.decide()).allowed
+    assert store.asked == asked + 1
+    await rl.aclose()
+
+
+async def test_lease_per_limit_turns_a_limit_to_per_call(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    rl.storage.hold_for("lease", "cold", 0)  # type: ignore[attr-defined]
+    for _ in range(20):
+        assert (await rl.limit("apikey:1000/m", key="cold", apikey="k").decide()).allowed
+    assert store.asked == 20
+    await rl.aclose()
+
+
+async def test_the_decorator_direct_path_takes_from_the_lease(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+
+    @rl.limit("apikey:1000/m")
+    async def call(apikey: str) -> None:
+        return None
+
+    for _ in range(200):
+        await call("k")
+    assert store.asked < 20
+    await rl.aclose()
+
+
+@pytest.mark.parametrize("bad", [-1, 61, float("nan"), float("inf"), "0.05", True])
+def test_a_bad_lease_is_refused_when_the_limiter_is_made(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="lease must be seconds from 0 to 60"):
+        RateLimit.from_url("memory://", lease=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="lease must be seconds"):
+        Settings(lease=bad)  # type: ignore[arg-type]
+
+
+def test_lease_with_sync_rate_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="lease and sync_rate"):
+        Settings(lease=0.05, sync_rate=1, algorithm="fixed-window")
+
+
+def test_the_sync_api_takes_leases() -> None:
+    namespace = f"sync-{uuid.uuid4().hex[:8]}"
+    rl = SyncRateLimit.from_url("memory://", namespace, lease=0.05)
+    try:
+        limit = rl.limit("apikey:50/m", key="hot", apikey="k")
+        assert sum(limit.decide().allowed for _ in range(80)) == 50
+    finally:
+        rl.close()
+
+
+def test_a_store_that_cannot_settle_is_refused() -> None:
+    class Plain:
+        async def decide(self, plan: Plan) -> Decision: ...
+        async def reset(self, plan: Plan) -> None: ...
+        async def update_counter(self, update: Any) -> float: ...
+        async def aclose(self) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="cannot settle"):
+        LeasedBackend(Plain(), 0.05)  # type: ignore[arg-type]
+    assert math.isclose(0.05, 0.05)
