@@ -205,15 +205,32 @@ class RedisServer:
                 text = log.read_text(errors="replace") if log.exists() else ""
                 raise _Exited(code, text)
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # answering
-                        return self
+                if self._answers_as_ours():
+                    return self
             except OSError:
                 pass
             time.sleep(0.02)  # waiting for a child process to listen, not for a window
         self.stop()
         raise RuntimeError(f"{self.binary} did not answer PING on port {self.port} within 10 s")
+
+    def _answers_as_ours(self) -> bool:
+        """Whether this server's process answers on its port. Another server on the port
+        (one started since the pick: two nodes of one cluster may pick one port) answers
+        too, until ours exits for want of it: its ``process_id`` tells them apart."""
+        assert self._process is not None
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+            sock.sendall(b"INFO server\r\n")
+            reply = b""
+            while not reply.endswith(b"\r\n\r\n") and not reply.startswith(b"-"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return False
+                reply += chunk
+                if reply.startswith(b"-") and reply.endswith(b"\r\n"):
+                    break
+        if reply.startswith(b"-NOAUTH"):  # a password: its pid cannot be read; alive is ours
+            return self._process.poll() is None
+        return f"process_id:{self._process.pid}\r\n".encode() in reply
 
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
