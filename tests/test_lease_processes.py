@@ -22,24 +22,49 @@ WINDOWS = 20
 PROCESSES = 4
 
 
-async def test_four_processes_never_admit_past_a_fixed_window_limit_in_any_window(
-    redis_url: str, redis_client: aioredis.Redis
-) -> None:
-    """``apikey:100/500ms`` (fixed windows), leased for 50 ms by four processes of eight
-    coroutines, hammered for 20 windows: no window admits more than 100 calls (each
-    admission counted in the window it surely ran in: asked and admitted within it), and
-    every whole window admits at least 100 less what four leases may hold unused."""
+async def _hammered(
+    redis_url: str, redis_client: aioredis.Redis, algorithm: str
+) -> tuple[list[tuple[float, float]], int]:
+    """Four processes of eight coroutines hammering ``apikey:100/500ms`` leased for 50 ms
+    for 21 spans: each admission as (asked, admitted) wall-clock times, and the calls made."""
     namespace = f"lease-{uuid.uuid4().hex[:8]}"
     seconds = str(SPAN * (WINDOWS + 1))
     outputs = await run_workers(
         redis_client,
         namespace,
         "tests.lease_worker",
-        *(redis_url, namespace, "fixed-window", f"apikey:{COUNT}/500ms", seconds, "0.05", "8"),
+        *(redis_url, namespace, algorithm, f"apikey:{COUNT}/500ms", seconds, "0.05", "8"),
         count=PROCESSES,
     )
     results = [json.loads(out) for out in outputs]
-    admitted = [tuple(pair) for result in results for pair in result["admitted"]]
+    admitted = [(float(a), float(b)) for result in results for a, b in result["admitted"]]
+    return admitted, sum(int(result["calls"]) for result in results)
+
+
+async def test_four_processes_never_admit_past_a_sliding_log_in_any_span(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    """The sliding log: no span of 500 ms (starting at any call) holds more than 100
+    calls surely admitted in it (asked and admitted within it)."""
+    admitted, calls = await _hammered(redis_url, redis_client, "sliding-log")
+    admitted.sort()
+    assert calls > len(admitted) >= COUNT * WINDOWS // 2
+    for i, (start, _) in enumerate(admitted):
+        inside = 0
+        for asked, done in admitted[i:]:
+            if asked >= start + SPAN:
+                break
+            inside += done < start + SPAN
+        assert inside <= COUNT, f"{inside} calls in the 500 ms from {start}"
+
+
+async def test_four_processes_never_admit_past_a_fixed_window_limit_in_any_window(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
+    """Fixed windows: no window admits more than 100 calls (each admission counted in the
+    window it surely ran in: asked and admitted within it), and every whole window admits
+    at least 100 less what four leases may hold unused."""
+    admitted, calls = await _hammered(redis_url, redis_client, "fixed-window")
     surely: Counter[int] = Counter()
     anywhere: Counter[int] = Counter()
     for before, after in admitted:
@@ -55,5 +80,4 @@ async def test_four_processes_never_admit_past_a_fixed_window_limit_in_any_windo
     assert len(whole) >= WINDOWS - 2
     unused = PROCESSES * max(1, int(SHARE * COUNT))  # what four leases may hold unused
     assert all(anywhere[w] >= COUNT - unused for w in whole), sorted(anywhere.items())
-    calls = sum(int(result["calls"]) for result in results)
     assert calls > len(admitted)  # it was hammered past the limit

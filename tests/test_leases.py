@@ -23,6 +23,7 @@ from ratelimit import (
     RateLimit,
     RateLimitExceeded,
     RedisScriptBackend,
+    SettleError,
 )
 from ratelimit.backends.leases import LeasedBackend, leasable
 from ratelimit.backends.leases.sizing import SHARE, Sizer
@@ -99,7 +100,10 @@ async def test_a_hot_limit_admits_exactly_its_count_and_the_store_counts_them(
         await rl.aclose()
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+LEASED = ["sliding-log", "sliding-window", "fixed-window"]
+
+
+@pytest.mark.parametrize("algorithm", LEASED)
 async def test_leases_take_few_store_calls_and_give_back_what_is_left(
     algorithm: str, clock: FakeClock
 ) -> None:
@@ -110,6 +114,58 @@ async def test_leases_take_few_store_calls_and_give_back_what_is_left(
     assert store.asked / admitted <= 0.05, store.asked
     await rl.storage.give_back()  # type: ignore[attr-defined]
     assert await _counted(store, "apikey:100000/m", algorithm, "lease") == 100000 - 3200 - 1
+    await rl.aclose()
+
+
+async def test_gcra_decides_every_call_at_the_store(clock: FakeClock) -> None:
+    """A GCRA slice taken at once would let the bucket refill while its calls were still
+    to come: GCRA decides per call under ``lease=``."""
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", algorithm="gcra", lease=0.05)
+    assert await _hammer(rl, "apikey:100000/m", calls=10) == 160
+    assert store.asked == 160
+    await rl.aclose()
+
+
+async def test_the_sliding_log_stamps_a_leases_calls_again_when_it_ends(
+    clock: FakeClock,
+) -> None:
+    """A call admitted from a lease is counted from when its lease ends, not from when the
+    slice was taken: no stamp is older than its call."""
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    limit = rl.limit("apikey:64/s", key="hot", apikey="k")
+    while (await limit.decide()).allowed:
+        pass
+    clock.advance(0.04)
+    await rl.storage.give_back()  # type: ignore[attr-defined]
+    clock.advance(0.97)  # a second after the slices were taken, 0.97 s after they ended
+    left = await _counted(store, "apikey:64/s", "sliding-log", "lease")
+    assert left is not None
+    assert left < 32  # the leased calls still count
+    clock.advance(0.05)  # a second after the leases ended
+    assert await _counted(store, "apikey:64/s", "sliding-log", "lease") == 63
+    await rl.aclose()
+
+
+@pytest.mark.parametrize("algorithm", LEASED)
+async def test_a_leased_call_settles_against_its_lease(algorithm: str, clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", algorithm=algorithm, lease=0.05)
+    limit = rl.limit("apikey:1000/m", key="hot", apikey="k")
+    for _ in range(8):
+        await limit.decide()
+    decision = await limit.decide()
+    assert decision.allowed
+    asked = store.asked
+    assert await limit.settle(decision, 0)  # back to the lease
+    with pytest.raises(SettleError, match="settled already"):
+        await limit.settle(decision, 0)
+    excess = await limit.decide()
+    assert await limit.settle(excess, 5)  # four more, recorded now
+    assert store.asked == asked  # a settle is no decision
+    await rl.storage.give_back()  # type: ignore[attr-defined]
+    assert await _counted(store, "apikey:1000/m", algorithm, "lease") == 1000 - (9 - 1 + 5) - 1
     await rl.aclose()
 
 

@@ -52,6 +52,11 @@ class Algorithm:
     """Whether its counts merge from diffs (``sync_rate > 0``: local counters synced later)."""
     bursts: ClassVar[bool] = False
     """Whether a rule may name a ``burst``."""
+    stamps: ClassVar[bool] = False
+    """Whether it keeps the time of each hit (the sliding log): a lease's calls are stamped
+    again when it ends (:mod:`ratelimit.backends.leases`)."""
+    leases: ClassVar[bool] = True
+    """Whether calls may be admitted from leases (:mod:`ratelimit.backends.leases`)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

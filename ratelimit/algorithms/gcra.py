@@ -204,6 +204,8 @@ class Gcra(Algorithm):
     __slots__ = ()
     stores = "a GCRA arrival time"
     bursts = True
+    leases = False  # a slice counted when taken, its calls running up to a hold later,
+    # would let the bucket refill for a while it was in use: per call (see leases)
 
     def outcome(self, rule: Rule, leaf: int, cost: float, counted: Counted, now_us: int) -> Outcome:
         tat_us, remainder = counted

@@ -88,6 +88,7 @@ class SlidingLog(Algorithm):
 
     __slots__ = ()
     stores = "a sliding log"
+    stamps = True
 
     def outcome(self, rule: Rule, leaf: int, cost: float, counted: Counted, now_us: int) -> Outcome:
         return log_outcome(rule, leaf, cost, counted, now_us)

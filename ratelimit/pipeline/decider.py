@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, cast
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Backend, SettleStore, SlotStore, check_settles, holds_slots
+from ratelimit.backends.leases import LeaseShare
 from ratelimit.core.costs import per_leaf
 from ratelimit.core.decision import Decision, HeldDecision, make_decision
 from ratelimit.core.plan import CompiledTree, Cost, CounterUpdate, Plan, cached_plan, compile_tree
@@ -367,6 +368,14 @@ class Decider:
         reserved = reservation(decision)
         if reserved is None:
             return False
+        if reserved[0].__class__ is LeaseShare:  # admitted from a lease: settled against it
+            share: LeaseShare = reserved[0]
+            compiled, algorithm = share.plan.compiled, share.plan.algorithm
+            cost = per_leaf(compiled, actual, algorithm, "the settled cost", settled=True)
+            excess = share.settled(cost, decision.key)
+            if excess is None:
+                return True
+            return await self.policy.settle(cast(SettleStore, self.backend), excess)
         if isinstance(reserved[0], Settling):  # taken: a caller cancelled, or a second settle
             again: Settling = reserved[0]
             compiled, algorithm = again.plan.compiled, again.plan.algorithm

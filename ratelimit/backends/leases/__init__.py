@@ -1,6 +1,6 @@
 """Leases: a slice of a shared limit taken from the store at once, admitted in-process
 (``RateLimit(..., lease=seconds)``): :class:`~.backend.LeasedBackend`."""
 
-from ratelimit.backends.leases.backend import LeasedBackend, leasable
+from ratelimit.backends.leases.backend import LeasedBackend, LeaseShare, leasable
 
-__all__ = ["LeasedBackend", "leasable"]
+__all__ = ["LeaseShare", "LeasedBackend", "leasable"]

@@ -12,11 +12,21 @@ held unused in one process for at most a hold, which :mod:`.sizing` keeps small 
 limit (per-call decisions there, exact as without leases).
 
 Leased: a decision that records (not a peek), of one cost on every identifier, of a tree of
-single rules and ``|`` (``Or``). An ``&`` tree (``And``: limited only when every side is)
-decides per call: a slice of it admitted would let calls through on one side's room while
-counting them on the other's, which a lease could not give back exactly. The window counters
-end a lease where the store's window ends, so that every call a slice admits runs in the
-window that counted it.
+single rules and ``|`` (``Or``), on the sliding log or the window counters. An ``&`` tree
+(``And``: limited only when every side is) decides per call: a slice of it admitted would let
+calls through on one side's room while counting them on the other's, which a lease could not
+give back exactly. GCRA decides per call too: a slice taken at once lets the bucket refill
+while its calls are still to come, so calls admitted from it later could pass the bucket
+by its rate times the hold.
+
+Every call is admitted no earlier than its slice was counted, and no later than when the
+store counts it for good: the window counters end a lease where the store's window ends, so
+that every call a slice admits is admitted in the window that counted it; the sliding log
+stamps the calls a lease admitted again when it ends (recorded now, then the slice's
+stamps taken back, in that order: the store over-counts for a moment, never under), so that
+no stamp is older than its call. A call admitted from a lease settles (``settle=``,
+``count_when=``) against it: a refund goes back to the lease while it lasts, an excess is
+recorded at once.
 
 A lease held when the store fails is spent (its calls were counted); then the failure policy
 answers. ``reset`` ends this process's leases of its identifiers without giving back (the
@@ -36,7 +46,8 @@ from ratelimit.backends.base import Backend, Clock, SettleStore, check_settles, 
 from ratelimit.backends.leases.sizing import Sizer
 from ratelimit.core.decision import Decision, make_decision
 from ratelimit.core.plan import CompiledTree, CounterUpdate, Identifier, Plan
-from ratelimit.core.settling import reservation, settlement
+from ratelimit.core.settling import Settlement, reservation, settlement
+from ratelimit.errors import SettleError
 from ratelimit.rules.tree import And, Node, Rule
 
 logger = logging.getLogger("ratelimit")
@@ -56,6 +67,38 @@ def leasable(compiled: CompiledTree) -> bool:
         return all(plain(child) for child in node.children)
 
     return plain(compiled.tree)
+
+
+class LeaseShare:
+    """A call admitted from a lease, as its decision's reservation: what settling it does
+    (:meth:`settled`, which ``Decider.settle`` asks)."""
+
+    __slots__ = ("cost", "generation", "lease", "plan", "taken")
+
+    def __init__(self, lease: _Lease, plan: Plan) -> None:
+        self.lease = lease
+        self.generation = lease.generation
+        self.plan = plan
+        self.cost = plan.cost
+        self.taken = False
+
+    def settled(self, actual: float | tuple[float, ...], key: str) -> Settlement | None:
+        """Settle the call at ``actual`` (checked already): a refund goes back to its
+        lease while the lease lasts (after it, what the lease gave back stands); an excess
+        is the :class:`Settlement` to record now. ``SettleError`` when settled already."""
+        if self.taken:
+            raise SettleError(f"this decision of key {key!r} was settled already")
+        self.taken = True
+        plan, lease = self.plan, self.lease
+        actuals = actual if isinstance(actual, tuple) else (actual,) * len(plan.leaf_identifiers)
+        refund = min(max(self.cost - a, 0.0) for a in actuals)
+        if refund and lease.generation == self.generation and lease.reserved is not None:
+            lease.left += refund
+        deltas = tuple(
+            max(a - self.cost, 0.0) if k >= 0 else 0.0
+            for a, k in zip(actuals, plan.leaf_identifiers, strict=True)
+        )
+        return Settlement(plan, 0, deltas) if any(deltas) else None
 
 
 class _Lease:
@@ -124,7 +167,7 @@ class LeasedBackend:
             return await self.store.decide(plan)
         lease = self._leases.get((plan.compiled, plan.identifiers))
         if lease is None:
-            if not leasable(plan.compiled):
+            if not plan.algorithm.leases or not leasable(plan.compiled):
                 return await self.store.decide(plan)
             lease = self._lease(plan, hold)
         cost = plan.cost
@@ -135,7 +178,7 @@ class LeasedBackend:
                 left = lease.remaining
                 return make_decision(
                     True, 0.0, lease.rule, None if left is None else int(left + lease.left),
-                    plan.key,
+                    plan.key, None, [LeaseShare(lease, plan)],
                 )  # fmt: skip
             if lease.refilling is None:
                 return await self._refill(lease, plan)
@@ -190,24 +233,28 @@ class LeasedBackend:
             )
         left = decision.remaining
         return make_decision(
-            True, 0.0, decision.rule, None if left is None else int(left + lease.left), plan.key
-        )
+            True, 0.0, decision.rule, None if left is None else int(left + lease.left),
+            plan.key, None, [LeaseShare(lease, plan)],
+        )  # fmt: skip
 
     @staticmethod
     def _held(hold: float, decision: Decision) -> float:
-        """How long a slice may be used: ``hold``, and for the window counters no further
-        than the end of the store's window it was counted in."""
+        """How long a slice may be used: ``hold``; for the window counters no further than
+        the end of the store's window it was counted in; for the sliding log a quarter of
+        the shortest span at most (its stamps must still count when they are stamped
+        again: :meth:`_end`)."""
         reserved = decision._reservation
         if not reserved:
             return hold
         plan, at_us = reserved[0], reserved[1]
-        if not plan.algorithm.windowed:
-            return hold
         rules = plan.compiled.rules
         for leaf, k in enumerate(plan.leaf_identifiers):
             if k >= 0:
                 span_us = rules[leaf].span_ms * 1000
-                hold = min(hold, (span_us - at_us % span_us) / 1_000_000)
+                if plan.algorithm.windowed:
+                    hold = min(hold, (span_us - at_us % span_us) / 1_000_000)
+                else:
+                    hold = min(hold, span_us / 4_000_000)
         return hold
 
     def _expired(self, lease: _Lease, generation: int) -> None:
@@ -215,28 +262,41 @@ class LeasedBackend:
             self._end(lease)
 
     def _end(self, lease: _Lease) -> None:
-        """End ``lease``: give back what is left of its slice."""
+        """End ``lease``: give back what is left of its slice (on the sliding log, its
+        calls stamped again first)."""
         if lease.timer is not None:
             lease.timer.cancel()
             lease.timer = None
         decided, left = lease.reserved, lease.left
         lease.reserved = None
         lease.left = 0.0
-        if decided is None or left <= 0:
+        if decided is None:
             return
         reserved = reservation(decided)
         if reserved is None:
             return
         plan, at_us, counts, *times = reserved
-        given = settlement(plan, at_us, counts, plan.cost - left, *times)
-        if given.empty:
+        used = plan.cost - left
+        if left <= 0 and not plan.algorithm.stamps:
+            return
+        if plan.algorithm.stamps and used > 0:  # the calls it admitted, stamped again now
+            stamped = tuple(used if k >= 0 else 0.0 for k in plan.leaf_identifiers)
+            writes = [Settlement(plan, 0, stamped), settlement(plan, at_us, counts, 0, *times)]
+        else:
+            writes = [settlement(plan, at_us, counts, used, *times)]
+        if writes[-1].empty:
             return
         if lease.remaining is not None:
             lease.remaining += left
-        store: SettleStore = self.store  # type: ignore[assignment]  # checked when made
-        task = asyncio.ensure_future(store.settle(given))
+        task = asyncio.ensure_future(self._write(writes))
         self._giving.add(task)
         task.add_done_callback(self._given)
+
+    async def _write(self, writes: list[Settlement]) -> None:
+        """Record ``writes`` in order: each after the one before it is recorded."""
+        store: SettleStore = self.store  # type: ignore[assignment]  # checked when made
+        for write in writes:
+            await store.settle(write)
 
     def _given(self, task: asyncio.Future[Any]) -> None:
         self._giving.discard(task)
