@@ -326,11 +326,44 @@ async def test_the_window_counters_end_a_lease_where_its_window_ends() -> None:
 async def test_lease_per_limit_turns_a_limit_to_per_call(clock: FakeClock) -> None:
     store = Counting(clock)
     rl = RateLimit(store, "lease", lease=0.05)
-    rl.storage.hold_for("lease", "cold", 0)  # type: ignore[attr-defined]
     for _ in range(20):
-        assert (await rl.limit("apikey:1000/m", key="cold", apikey="k").decide()).allowed
+        limit = rl.limit("apikey:1000/m", key="cold", apikey="k", lease=0)
+        assert (await limit.decide()).allowed
     assert store.asked == 20
     await rl.aclose()
+
+
+async def test_lease_per_limit_on_a_limiter_without_leases(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease")
+
+    @rl.limit("apikey:1000/m")
+    async def plain(apikey: str) -> None:
+        return None
+
+    @rl.limit("apikey:1000/m", lease=0.05)
+    async def leased(apikey: str) -> None:
+        return None
+
+    for _ in range(100):
+        await plain("k")
+    assert store.asked == 100  # made before leases came: decides as it did
+    for _ in range(100):
+        await leased("k")
+    assert store.asked < 100 + 20
+    blocks = store.asked
+    for _ in range(100):
+        async with rl.limit("apikey:1000/m", key="block", apikey="k", lease=0.05):
+            pass
+    assert store.asked < blocks + 20
+    await rl.aclose()
+
+
+@pytest.mark.parametrize("bad", [-1, 61, "0.05", True])
+def test_a_bad_lease_per_limit_is_refused_when_the_limit_is_made(bad: object) -> None:
+    rl = RateLimit.from_url("memory://")
+    with pytest.raises(ConfigurationError, match=r"limit\(lease=\) must be seconds"):
+        rl.limit("apikey:5/m", apikey="k", lease=bad)  # type: ignore[call-overload]
 
 
 async def test_the_decorator_direct_path_takes_from_the_lease(clock: FakeClock) -> None:
@@ -366,6 +399,8 @@ def test_the_sync_api_takes_leases() -> None:
     try:
         limit = rl.limit("apikey:50/m", key="hot", apikey="k")
         assert sum(limit.decide().allowed for _ in range(80)) == 50
+        one = rl.limit("apikey:50/m", key="one", apikey="k", lease=0)
+        assert sum(one.decide().allowed for _ in range(80)) == 50
     finally:
         rl.close()
 

@@ -65,14 +65,16 @@ MAX_OVERRIDE_REFRESH = 60.0
 MAX_LEASE = 60.0
 
 
-def check_lease(seconds: object, where: str = "lease") -> None:
-    """``lease``: seconds from 0 to :data:`MAX_LEASE` (0: every call asks the store)."""
-    if not is_number(seconds) or not 0 <= seconds <= MAX_LEASE:  # type: ignore[operator]
+def check_lease(seconds: float, where: str = "lease") -> float:
+    """``lease``: seconds from 0 to :data:`MAX_LEASE` (0: every call asks the store);
+    returns them."""
+    if not is_number(seconds) or not 0 <= seconds <= MAX_LEASE:
         raise ConfigurationError(
             f"{where} must be seconds from 0 to {MAX_LEASE:g} (how long a process may hold a "
             f"slice of a limit it took from the store; 0: every call asks the store), not "
             f"{seconds!r}"
         )
+    return seconds
 
 
 def check_override_refresh(seconds: object) -> None:

@@ -27,13 +27,17 @@ to a cancellation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 from ratelimit.algorithms import Counted
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import Cost, Plan
 from ratelimit.errors import SettleError
+
+CountWhen = Callable[[Any], "bool | Awaitable[bool]"]
+"""``count_when=``: of a call's outcome (its result, or the exception it raised), whether
+it counts (a call it does not count is refunded: settled to 0)."""
 
 
 class Settlement(NamedTuple):

@@ -24,6 +24,7 @@ from ratelimit.errors import ConfigurationError
 
 LIMIT_OWN = (
     "rules", "key", "selector", "cost", "settle", "wait", "shadow", "penalty", "count_when",
+    "lease",
 )  # fmt: skip
 """The keywords of ``limit()`` that are not selector values."""
 CONCURRENCY_OWN = ("limits", "key", "selector", "lease", "wait", "reserve", "reserve_by")

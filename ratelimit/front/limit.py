@@ -11,11 +11,12 @@ from types import TracebackType
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.core.checks import check_cost, check_flag
+from ratelimit.core.checks import check_cost, check_flag, check_lease
 from ratelimit.core.costs import CallCost, CostLike, CostValue, per_leaf
 from ratelimit.core.decision import Decision, HeldDecision, RateLimitExceeded
 from ratelimit.core.plan import CompiledTree, Cost, compile_tree
 from ratelimit.core.selectors import CallSite, Parameters, SelectorSources, resolve, resolved_now
+from ratelimit.core.settling import CountWhen
 from ratelimit.errors import ConfigurationError, SelectorNotFoundError
 from ratelimit.front.chosen import UNRESOLVED, Chooser, ChosenRules, RulesLike
 from ratelimit.front.decorator import UNANSWERED, decorate
@@ -35,9 +36,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 Decide = Callable[[CallKey, bool, bool, "float | None", Overriding], Awaitable[Decision]]
 """``decide(call, record, shadow, within, override)``: the decider's, or a penalizer's."""
-CountWhen = Callable[[Any], "bool | Awaitable[bool]"]
-"""``count_when=``: of a call's outcome (its result, or the exception it raised), whether
-it counts."""
 penalty_logger = logging.getLogger("ratelimit.penalties")
 
 
@@ -68,14 +66,12 @@ class Limit:
         site: str = "",
         penalty: object = None,
         count_when: CountWhen | None = None,
+        lease: float | None = None,
     ) -> None:
         self._site = site
-        if count_when is not None:
-            if not callable(count_when):
-                raise TypeError(
-                    f"count_when must be a callable of the call's outcome, not {count_when!r}"
-                )
-            decider.check_settling(count_when)  # it refunds by a settle
+        self._lease = lease if lease is None else check_lease(lease, "limit(lease=)")
+        if count_when is not None:  # it refunds by a settle
+            decider.check_settling(count_when, "count_when", "outcome")
         self._count_when = count_when
         self._entered: dict[asyncio.Task[Any] | None, list[Decision]] = {}
         """Under ``count_when``, the decisions of the ``async with`` blocks under way, by
@@ -110,6 +106,8 @@ class Limit:
         )
         if self._compiled is not None and key:
             registry.register(key, self._compiled, self._sources)
+        if lease is not None:  # where its blocks count (a decorator: its function's name)
+            decider.lease_for(self._own_key(), lease)
         self._penalizer = penalizer_for(
             decider, penalty, self._compiled, f"key {key!r}" if key else site
         )
@@ -482,6 +480,8 @@ class Limit:
             findable(self._compiled, self._sources, parameters, func, key)
         if self._compiled is not None and self._key is None:
             self._registry.register(key, self._compiled, self._sources)
+        if self._lease is not None and self._key is None:
+            self._decider.lease_for(key, self._lease)
         return key, parameters
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[object, None, R]]:

@@ -186,7 +186,7 @@ class RateLimit(LimitMaker):
         """The backend this limiter decides with: the one given, or the one
         :meth:`from_url` opened (a :class:`~ratelimit.MemoryBackend`,
         :class:`~ratelimit.RedisScriptBackend`, ...), for its own inspectors."""
-        return self._backend
+        return self._decider.backend
 
     @property
     def storage_failing(self) -> bool:
@@ -323,7 +323,7 @@ class RateLimit(LimitMaker):
         """
         algorithm = self._decider.algorithm
         cost = per_leaf(compiled, cost, algorithm, "the recorded cost", settled=True)
-        check_settles(self._backend)
+        check_settles(self._decider.backend)
         call = new_call_key(CallKey, (compiled, self.namespace, key, values, cost, algorithm))
         return await self._decider.record(call)
 
@@ -356,8 +356,9 @@ class RateLimit(LimitMaker):
                 print(await rl.setup())
         """
         self._decider.check_open()
-        if isinstance(self._backend, SetUpStore):
-            return await self._backend.setup()
+        backend = self._decider.backend
+        if isinstance(backend, SetUpStore):
+            return await backend.setup()
         return NOTHING_TO_SET_UP
 
     async def aclose(self) -> None:
@@ -373,7 +374,7 @@ class RateLimit(LimitMaker):
         if self._background is not None:
             await self._background.aclose()
         await self._decider.finish()
-        await self._backend.aclose()
+        await self._decider.backend.aclose()
 
     async def __aenter__(self) -> RateLimit:
         return self

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, overload
 
 from ratelimit.core.costs import CostLike, CostValue
 from ratelimit.core.settings import Settings
+from ratelimit.core.settling import CountWhen
 from ratelimit.front.chosen import RulesLike
 from ratelimit.front.concurrency import DEFAULT_LEASE, Concurrency
-from ratelimit.front.limit import CountWhen, Limit
+from ratelimit.front.limit import Limit
 from ratelimit.front.registry import Registry
 from ratelimit.front.reserve import DEFAULT_BY
 from ratelimit.front.wrapping import block_key
@@ -97,6 +98,7 @@ class LimitMaker:
         shadow: bool | None = None,
         penalty: str | None = None,
         count_when: CountWhen | None = None,
+        lease: float | None = None,
         **selectors: object,
     ) -> CostedSettledLimit[P, R]: ...
 
@@ -113,6 +115,7 @@ class LimitMaker:
         shadow: bool | None = None,
         penalty: str | None = None,
         count_when: CountWhen | None = None,
+        lease: float | None = None,
         **selectors: object,
     ) -> CostedLimit[P]: ...
 
@@ -129,6 +132,7 @@ class LimitMaker:
         shadow: bool | None = None,
         penalty: str | None = None,
         count_when: CountWhen | None = None,
+        lease: float | None = None,
         **selectors: object,
     ) -> SettledLimit[R]: ...
 
@@ -145,6 +149,7 @@ class LimitMaker:
         shadow: bool | None = None,
         penalty: str | None = None,
         count_when: CountWhen | None = None,
+        lease: float | None = None,
         **selectors: object,
     ) -> Limit: ...
 
@@ -160,6 +165,7 @@ class LimitMaker:
         shadow: bool | None = None,
         penalty: str | None = None,
         count_when: CountWhen | None = None,
+        lease: float | None = None,
         **selectors: object,
     ) -> Limit:
         """A limit to use as ``@decorator`` or in ``async with``.
@@ -197,6 +203,9 @@ class LimitMaker:
         ``count_when=lambda ok: not ok`` counts failed logins only, and
         ``count_when=lambda outcome: isinstance(outcome, BadPassword)`` those that raise
         it. Every call is still decided first, its cost reserved while it runs.
+        ``lease``: seconds this limit's calls may be admitted from a slice of it this
+        process took from the store (:mod:`ratelimit.backends.leases`); ``0`` asks the
+        store on every call; default: the limiter's ``lease`` setting.
         ``**selectors``: selector values as literals, callables or async callables.
 
         Raises ``RuleSyntaxError`` for a bad rule and ``ConfigurationError`` for a cost or
@@ -215,8 +224,9 @@ class LimitMaker:
         """
         site = "" if key is not None else block_key(1)  # where its blocks count
         return self._limit_at(
-            site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty, count_when
-        )
+            site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty, count_when,
+            lease,
+        )  # fmt: skip
 
     def _limit_at(
         self,
@@ -231,6 +241,7 @@ class LimitMaker:
         selectors: dict[str, object],
         penalty: str | None = None,
         count_when: CountWhen | None = None,
+        lease: float | None = None,
     ) -> Limit:
         """:meth:`limit`, made at ``site`` (the key of its blocks without ``key=``): for
         :mod:`ratelimit.sync`, whose callers made it."""
@@ -253,6 +264,7 @@ class LimitMaker:
             site,
             penalty,
             count_when,
+            lease,
         )
 
     def concurrency(

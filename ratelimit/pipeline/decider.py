@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, cast
 
 from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Backend, SettleStore, SlotStore, check_settles, holds_slots
-from ratelimit.backends.leases import LeaseShare
+from ratelimit.backends.leases import LeasedBackend, LeaseShare
 from ratelimit.core.costs import per_leaf
 from ratelimit.core.decision import Decision, HeldDecision, make_decision
 from ratelimit.core.plan import CompiledTree, Cost, CounterUpdate, Plan, cached_plan, compile_tree
@@ -345,11 +345,23 @@ class Decider:
         store = self.policy.holding(claim, revoke) or self.slot_store()  # where it was taken
         await store.release_slots(claim, revoke=revoke)
 
-    def check_settling(self, settle: object) -> None:
-        """``settle=`` can work here: a callable, a store that settles, and no background
+    def lease_for(self, key: str, seconds: float) -> None:
+        """Lease the limit of ``key`` for ``seconds`` (``limit(..., lease=)``; 0: per
+        call), putting leases in front of the backend when it has none yet (the limiter's
+        ``lease`` setting was 0): limits made before keep deciding as they did."""
+        backend = self.backend
+        if not isinstance(backend, LeasedBackend):
+            if not seconds:
+                return
+            backend = self.backend = LeasedBackend(backend, 0)
+        backend.hold_for(self.namespace, key, seconds)
+
+    def check_settling(self, settle: object, name: str = "settle", of: str = "result") -> None:
+        """``settle=`` (or ``name=``, a callable of the call's ``of``, which settles: as
+        ``count_when=``) can work here: a callable, a store that settles, and no background
         counting (which admits a call before it counts it: nothing to settle yet)."""
         if not callable(settle):
-            raise TypeError(f"settle must be a callable of the call's result, not {settle!r}")
+            raise TypeError(f"{name} must be a callable of the call's {of}, not {settle!r}")
         if self.background is not None:
             raise ConfigurationError(
                 "settle= needs background=False: background counting admits a call before "

@@ -233,6 +233,7 @@ class RateLimit:
         shadow: bool | None = None,
         penalty: str | None = None,
         count_when: Callable[[Any], bool] | None = None,
+        lease: float | None = None,
         **selectors: object,
     ) -> Limit:
         """A limit as ``@decorator`` of a plain function or in ``with``: the arguments of
@@ -242,7 +243,7 @@ class RateLimit:
         def make(limiter: AsyncRateLimit) -> AsyncLimit:
             return limiter._limit_at(
                 site, rules, key, selector, cost, settle, wait, shadow, selectors, penalty,
-                count_when,
+                count_when, lease,
             )  # fmt: skip
 
         return Limit(self, make)
