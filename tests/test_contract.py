@@ -5,6 +5,7 @@ Time is a fake clock handed to the backend; no test sleeps.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,16 @@ import pytest
 
 from ratelimit import And, Or, RateLimit, RateLimitExceeded, Rule
 from ratelimit.core.decision import Decision
-from tests.conftest import FakeClock, supporting
+from tests.conftest import BackendFactory, FakeClock, supporting
+
+
+@pytest.fixture(params=[0, 0.05], ids=["per-call", "leased"])
+def rl(
+    request: pytest.FixtureRequest, make_backend: BackendFactory, namespace: str, clock: FakeClock
+) -> RateLimit:
+    """A RateLimit on the parametrized backend driven by the fake clock: deciding every
+    call at the store, and with ``lease=0.05`` (leases: the same answers)."""
+    return RateLimit(make_backend(clock), namespace, lease=request.param)
 
 
 async def decide(
@@ -296,3 +306,20 @@ async def test_a_clock_stepping_back_never_admits_more_through_the_counter_api(
     clock.advance(-3600)
     assert await rl.sliding_window("api", 3600) >= 5
     assert await rl.increment("api", 3600) >= 6
+
+
+async def test_a_hot_limit_admits_exactly_its_count(rl: RateLimit, clock: FakeClock) -> None:
+    """Sixteen callers hammering one limit big enough for leases: exactly its count, and
+    the store counts exactly that once the leases are given back."""
+    limit = rl.limit("user:300/m", key="hot", user="u")
+
+    async def caller() -> int:
+        return sum([(await limit.decide()).allowed for _ in range(30)])
+
+    assert sum(await asyncio.gather(*(caller() for _ in range(16)))) == 300
+    give_back = getattr(rl.storage, "give_back", None)
+    if give_back is not None:
+        await give_back()
+    assert (await limit.peek()).remaining == 0
+    clock.advance(60)
+    assert (await limit.peek()).remaining == 299
