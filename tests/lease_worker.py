@@ -1,8 +1,10 @@
 """One OS process of the lease tests: coroutines hammering one hot limit with leases.
 
-Run as ``python -m tests.lease_worker URL NAMESPACE ALGORITHM RULE SECONDS LEASE TASKS``: it
-says it is ready, waits for the go signal (a BLPOP), then ``TASKS`` coroutines call the
-limit of ``RULE`` (selector ``apikey``, value ``k``) for ``SECONDS`` seconds, each admitted
+Run as ``python -m tests.lease_worker URL NAMESPACE ALGORITHM RULE SECONDS LEASE TASKS
+[STORAGE]`` (``STORAGE``: the store's URL, a cluster's say, when it is not the Redis at
+``URL`` that coordinates the start): it says it is ready, waits for the go signal (a
+BLPOP), then ``TASKS`` coroutines call the limit of ``RULE`` (selector ``apikey``, value
+``k``) for ``SECONDS`` seconds, each admitted
 call recorded as the wall-clock times (``time.time()``, the clock Redis's ``TIME`` reads on
 this machine) just before it was asked and just after it was admitted. Prints them as JSON,
 with the number of calls made.
@@ -21,9 +23,18 @@ from ratelimit import RateLimit
 
 
 async def main(
-    url: str, namespace: str, algorithm: str, rule: str, seconds: float, lease: float, tasks: int
+    url: str,
+    namespace: str,
+    algorithm: str,
+    rule: str,
+    seconds: float,
+    lease: float,
+    tasks: int,
+    storage: str = "",
 ) -> dict[str, object]:
-    rl = RateLimit.from_url(url, namespace, algorithm=algorithm, lease=lease, timeout=None)
+    rl = RateLimit.from_url(
+        storage or url, namespace, algorithm=algorithm, lease=lease, timeout=None
+    )
     limit = rl.limit(rule, key="hot", apikey="k")
     await rl.limit("1000/h", key="warm-up").decide()  # connections before the go
     control = aioredis.Redis.from_url(url)
@@ -54,6 +65,8 @@ async def main(
 if __name__ == "__main__":
     url, namespace, algorithm, rule, seconds, lease, tasks = sys.argv[1:8]
     result = asyncio.run(
-        main(url, namespace, algorithm, rule, float(seconds), float(lease), int(tasks))
+        main(
+            url, namespace, algorithm, rule, float(seconds), float(lease), int(tasks), *sys.argv[8:]
+        )
     )
     print(json.dumps(result))

@@ -1,17 +1,21 @@
-"""Leases across OS processes on a real Redis: four processes hammer one hot limit, and the
-test counts what each admitted, by wall-clock time, in every window of the limit."""
+"""Leases across OS processes on a real Redis and on a cluster of three nodes: four processes
+hammer one hot limit, and the test counts what each admitted, by wall-clock time, in every
+window of the limit."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from ratelimit.backends.leases.sizing import SHARE
+from tests.redis_server import RedisCluster
 from tests.workers import run_workers
 
 pytestmark = [pytest.mark.redis, pytest.mark.long, pytest.mark.timeout(120)]
@@ -23,10 +27,11 @@ PROCESSES = 4
 
 
 async def _hammered(
-    redis_url: str, redis_client: aioredis.Redis, algorithm: str
+    redis_url: str, redis_client: aioredis.Redis, algorithm: str, storage: str = ""
 ) -> tuple[list[tuple[float, float]], int]:
     """Four processes of eight coroutines hammering ``apikey:100/500ms`` leased for 50 ms
-    for 21 spans: each admission as (asked, admitted) wall-clock times, and the calls made."""
+    for 21 spans (on ``storage``, else the Redis at ``redis_url``): each admission as
+    (asked, admitted) wall-clock times, and the calls made."""
     namespace = f"lease-{uuid.uuid4().hex[:8]}"
     seconds = str(SPAN * (WINDOWS + 1))
     outputs = await run_workers(
@@ -34,6 +39,7 @@ async def _hammered(
         namespace,
         "tests.lease_worker",
         *(redis_url, namespace, algorithm, f"apikey:{COUNT}/500ms", seconds, "0.05", "8"),
+        *([storage] if storage else []),
         count=PROCESSES,
     )
     results = [json.loads(out) for out in outputs]
@@ -41,12 +47,25 @@ async def _hammered(
     return admitted, sum(int(result["calls"]) for result in results)
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def storage(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Where the workers' limiter counts: the test's Redis (``""``), or a cluster of three
+    nodes of its own (``redis+cluster://``)."""
+    if request.param == "redis":
+        yield ""
+        return
+    if os.environ.get("REDIS_URL"):
+        pytest.skip("REDIS_URL points at one server; the cluster test starts its own nodes")
+    with RedisCluster() as cluster:
+        yield cluster.url.replace("redis://", "redis+cluster://", 1)
+
+
 async def test_four_processes_never_admit_past_a_sliding_log_in_any_span(
-    redis_url: str, redis_client: aioredis.Redis
+    redis_url: str, redis_client: aioredis.Redis, storage: str
 ) -> None:
     """The sliding log: no span of 500 ms (starting at any call) holds more than 100
     calls surely admitted in it (asked and admitted within it)."""
-    admitted, calls = await _hammered(redis_url, redis_client, "sliding-log")
+    admitted, calls = await _hammered(redis_url, redis_client, "sliding-log", storage)
     admitted.sort()
     assert calls > len(admitted) >= COUNT * WINDOWS // 2
     for i, (start, _) in enumerate(admitted):
@@ -59,12 +78,12 @@ async def test_four_processes_never_admit_past_a_sliding_log_in_any_span(
 
 
 async def test_four_processes_never_admit_past_a_fixed_window_limit_in_any_window(
-    redis_url: str, redis_client: aioredis.Redis
+    redis_url: str, redis_client: aioredis.Redis, storage: str
 ) -> None:
     """Fixed windows: no window admits more than 100 calls (each admission counted in the
     window it surely ran in: asked and admitted within it), and every whole window admits
     at least 100 less what four leases may hold unused."""
-    admitted, calls = await _hammered(redis_url, redis_client, "fixed-window")
+    admitted, calls = await _hammered(redis_url, redis_client, "fixed-window", storage)
     surely: Counter[int] = Counter()
     anywhere: Counter[int] = Counter()
     for before, after in admitted:
