@@ -195,6 +195,8 @@ GOOD: list[tuple[dict[str, str], str, object]] = [
         True,
     ),
     ({"RATELIMIT_ALGORITHM": "gcra"}, "algorithm", "gcra"),
+    ({"RATELIMIT_ALGORITHM": "sliding-log", "RATELIMIT_LEASE": "0.05"}, "lease", 0.05),
+    ({"RATELIMIT_ALGORITHM": "sliding-log", "RATELIMIT_LEASE": "50ms"}, "lease", 0.05),
     ({"EXTRA_TAGS": "a:1,b:2"}, "extra_tags", {"a": "1", "b": "2"}),
     ({"EXTRA_TAGS": "a: 1,a:2"}, "extra_tags", {"a": "2"}),  # kept as given, last wins
     ({"EXTRA_TAGS": "  "}, "extra_tags", {}),
@@ -293,6 +295,11 @@ BAD: list[tuple[dict[str, str], str]] = [
         "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS='maybe'",
     ),
     ({"RATELIMIT_ALGORITHM": "leaky"}, "RATELIMIT_ALGORITHM='leaky': one of sliding-log"),
+    (
+        {"RATELIMIT_ALGORITHM": "sliding-log", "RATELIMIT_LEASE": "61"},
+        "RATELIMIT_LEASE='61': a lease is seconds from 0 to 60",
+    ),
+    ({"RATELIMIT_LEASE": "0.05"}, "RATELIMIT_LEASE='0.05': leases are for our algorithms"),
     ({"GRPC_SERVER_USE_TLS": "yes"}, "GRPC_SERVER_USE_TLS='yes': true or false"),
     ({"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT"),
     (

@@ -421,3 +421,20 @@ def test_a_store_that_cannot_settle_is_refused() -> None:
 
     with pytest.raises(ConfigurationError, match="cannot settle"):
         LeasedBackend(Plain(), 0.05)
+
+
+async def test_a_leased_call_has_its_rules_states(clock: FakeClock) -> None:
+    """HTTP's RateLimit headers and the service read a decision's states: a call admitted
+    from a lease has each rule's, with what the store left after the slice and what the
+    lease still holds."""
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    limit = rl.limit("apikey:1000/m | apikey:5000/h", key="hot", apikey="k")
+    decisions = [await limit.decide() for _ in range(40)]
+    assert store.asked < 40
+    last = decisions[-1]
+    assert [state.rule.count for state in last.states] == [1000, 5000]
+    assert last.states[0].remaining == last.remaining
+    assert last.states[1].remaining == last.remaining + 4000
+    assert all(0 < state.reset_after <= 3600 for state in last.states)
+    await rl.aclose()

@@ -25,6 +25,11 @@ start, and a bad one stops the service with a message naming the variable.
   and every replica of the service count);
 - ``RATELIMIT_ALGORITHM``, default ``sliding-log``: ``sliding-window``, ``fixed-window`` or
   ``gcra`` (the only one that takes ``burst N`` in rules);
+- ``RATELIMIT_LEASE``, default ``0`` (off): the limiter's ``lease``, seconds (``0.05``) or a
+  duration (``50ms``), at most 60: each process takes a slice of a hot limit from the store
+  in one decision and answers the requests that follow from it
+  (:mod:`ratelimit.backends.leases`; GCRA, ``&`` trees and requests whose descriptors
+  count different ``hits_addend`` still ask the store every time);
 - ``RATELIMIT_METRICS``, default ``prometheus`` when ``prometheus-client`` is installed
   (the ``server`` extra brings it), else ``otel``: Prometheus metrics served at
   ``/metrics`` (:mod:`ratelimit.service.prometheus`), OpenTelemetry metrics on the global
@@ -60,7 +65,7 @@ from urllib.parse import urlsplit
 from ratelimit.algorithms import ALGORITHMS, SLIDING_LOG
 from ratelimit.backends.redis.schemes import SCHEMES as REDIS_SCHEMES
 from ratelimit.backends.urls import redacted, storage_url_problem
-from ratelimit.core.checks import check_local_share
+from ratelimit.core.checks import MAX_LEASE, check_local_share
 from ratelimit.errors import ConfigurationError, RuleSyntaxError
 from ratelimit.rules.tree import to_tree
 from ratelimit.service.tls import tls_files
@@ -101,6 +106,7 @@ class ServiceConfig:
     metrics_host: str | None = None
     workers: int = 1
     algorithm: str = SLIDING_LOG
+    lease: float = 0.0
     max_descriptors: int = MAX_DESCRIPTORS
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -216,6 +222,8 @@ def _read_deciding(read: Read, values: dict[str, object]) -> None:
                 f"{variable}={text!r}: the algorithm is one of {', '.join(ALGORITHMS)}"
             )
         values["algorithm"] = text
+    if found := read("RATELIMIT_LEASE"):
+        values["lease"] = lease(*found)
 
 
 def _read_answering(read: Read, values: dict[str, object]) -> None:
@@ -281,20 +289,53 @@ def port(variable: str, text: str) -> int:
     return int(text)
 
 
-def duration(text: str, variable: str) -> float:
-    """Seconds from ``"1.5"``, ``"250ms"``, ``"1s"`` or Go's ``"1m30s"``."""
+def seconds_of(text: str) -> float | None:
+    """Seconds from ``"1.5"``, ``"250ms"``, ``"1s"`` or Go's ``"1m30s"``; ``None`` for
+    anything else."""
     try:
-        seconds = float(text)
+        return float(text)
     except ValueError:
         if not _DURATION.match(text):
-            raise ConfigurationError(
-                f"{variable}={text!r}: a duration is seconds (1.5) or like 250ms, 1s, 1m30s"
-            ) from None
-        seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _PART.findall(text))
+            return None
+        return sum(float(n) * _UNIT_S[unit] for n, unit in _PART.findall(text))
+
+
+def duration(text: str, variable: str) -> float:
+    """Seconds from ``"1.5"``, ``"250ms"``, ``"1s"`` or Go's ``"1m30s"``."""
+    seconds = seconds_of(text)
+    if seconds is None:
+        raise ConfigurationError(
+            f"{variable}={text!r}: a duration is seconds (1.5) or like 250ms, 1s, 1m30s"
+        )
     if not 0 < seconds <= 3600:
         raise ConfigurationError(
             f"{variable}={text!r}: the timeout must be above 0 and at most an hour"
         )
+    return seconds
+
+
+LEASE_EXPECTED = (
+    f"a lease is seconds from 0 to {MAX_LEASE:g} (0.05, or a duration such as 50ms; 0: off, "
+    "every decision asks the store): how long a process may answer from a slice of a limit "
+    "it took from the store"
+)
+
+
+def lease_seconds(text: str) -> float | None:
+    """``RATELIMIT_LEASE``'s seconds (``0.05``, ``50ms``), from 0 to
+    :data:`~ratelimit.core.checks.MAX_LEASE`; ``None`` for anything else."""
+    seconds = seconds_of(text)
+    if seconds is None or not 0 <= seconds <= MAX_LEASE:  # NaN too
+        return None
+    return seconds
+
+
+def lease(variable: str, text: str) -> float:
+    """``RATELIMIT_LEASE``: :func:`lease_seconds`, or ``ConfigurationError`` naming
+    ``variable``."""
+    seconds = lease_seconds(text)
+    if seconds is None:
+        raise ConfigurationError(f"{variable}={text!r}: {LEASE_EXPECTED}")
     return seconds
 
 

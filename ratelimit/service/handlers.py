@@ -346,6 +346,7 @@ class Handlers:
             costs += [cost] * len(compile_tree(limit.rules).rules)
         # pinned: a descriptor's counters stay in the domain's slot whichever came with it
         compiled = compile_tree(trees[0] if len(trees) == 1 else Or(*trees), pinned=True)
+        # one cost when every descriptor counts the same: a plan that leases (RATELIMIT_LEASE)
         per_leaf = costs[0] if len(set(costs)) == 1 else tuple(costs)
         key, selected = f"envoy/{domain}", tuple(values[s] for s in compiled.selectors)
         try:  # the others were checked before anything was counted (_lowered)

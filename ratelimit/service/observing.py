@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ratelimit.algorithms import named
 from ratelimit.errors import ConfigurationError
 from ratelimit.service.config import ServiceConfig, address, bare_host
 from ratelimit.service.tls import described
@@ -69,6 +70,13 @@ def start_line(config: ServiceConfig, port: int, metrics_port: int | None, worke
     parts.append(f"storage {config.storage}")
     if config.rules_file:
         parts.append(f"rules file {Path(config.rules_file)}")
+    if config.lease:
+        leases = named(config.algorithm).leases
+        parts.append(
+            f"leases of {config.lease:g} s"
+            if leases
+            else f"no leases: {config.algorithm} decides every request at the store"
+        )
     if metrics_port is not None:
         where = address(config.metrics_host or config.host, metrics_port)
         parts.append(f"metrics on http://{where}/metrics")

@@ -189,6 +189,7 @@ class Service:
                 on_error=config.on_error,
                 local_share=config.local_share,
                 algorithm=config.algorithm,
+                lease=config.lease,
                 hooks=hooks,
             )
         else:
@@ -198,6 +199,7 @@ class Service:
                 on_error=config.on_error,
                 local_share=config.local_share,
                 algorithm=config.algorithm,
+                lease=config.lease,
                 timeout=config.timeout,
                 lock_ttl=max(10.0, 2 * config.timeout),  # outlives the work it guards
                 hooks=hooks,
@@ -334,7 +336,8 @@ class Service:
            client that waits for its answers sends no more), at most :data:`HOLD_MOST`;
         3. the server stops taking streams (HTTP/2 GOAWAY: a client's next call goes
            elsewhere, or fails ``UNAVAILABLE`` without reaching it), the held calls are
-           refused ``UNAVAILABLE``, and the storage is closed.
+           refused ``UNAVAILABLE``, and the storage is closed (what this process's leases
+           hold unused given back first: ``RATELIMIT_LEASE``).
 
         gRPC cancels a call that reached the server but no handler when the server stops:
         holding new calls in step 2 keeps that queue empty.

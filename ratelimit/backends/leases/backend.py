@@ -38,14 +38,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from typing import Any
 
 from ratelimit.backends.base import Backend, Clock, SettleStore, check_settles, clock_of
 from ratelimit.backends.leases.sizing import Sizer
-from ratelimit.core.decision import Decision, make_decision
-from ratelimit.core.plan import CompiledTree, CounterUpdate, Identifier, Plan
+from ratelimit.core.decision import Decision, RuleState, make_decision
+from ratelimit.core.plan import PLANS, CompiledTree, CounterUpdate, Identifier, Plan
 from ratelimit.core.settling import Settlement, reservation, settlement
 from ratelimit.errors import SettleError
 from ratelimit.rules.tree import And, Node, Rule
@@ -67,6 +68,15 @@ def leasable(compiled: CompiledTree) -> bool:
         return all(plain(child) for child in node.children)
 
     return plain(compiled.tree)
+
+
+def _shared_states(decided: Decision | None, left: float) -> tuple[RuleState, ...]:
+    """The rules' states of a call admitted from a slice decided ``decided``, ``left``
+    remaining in the lease after it: each rule has what the store said it had after the
+    slice, and what the lease still holds."""
+    if decided is None:
+        return ()
+    return tuple(state._replace(remaining=int(state.remaining + left)) for state in decided.states)
 
 
 class LeaseShare:
@@ -106,6 +116,7 @@ class _Lease:
     giving it back needs (``reserved``: the slice's decision)."""
 
     __slots__ = (
+        "decided",
         "ends",
         "generation",
         "left",
@@ -123,6 +134,9 @@ class _Lease:
         self.left = 0.0
         self.ends = 0.0
         self.reserved: Decision | None = None
+        """The slice's decision, until it is given back."""
+        self.decided: Decision | None = None
+        """The last slice's decision (its rules' states, for the calls it admits)."""
         self.remaining: float | None = None
         """What the store said the limit had left after the last slice (``None``: unknown)."""
         self.rule: Rule | None = None
@@ -153,6 +167,8 @@ class LeasedBackend:
         self._timed = clock is None and injected is None
         self._clock: Clock = clock or injected or time.monotonic
         self._giving: set[asyncio.Future[Any]] = set()
+        self._by_plan: dict[Plan, _Lease] = {}
+        """The lease of each plan seen, by identity (plans are shared: :data:`PLANS`)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -160,16 +176,14 @@ class LeasedBackend:
     def hold_for(self, namespace: str, key: str, seconds: float) -> None:
         """Lease the limit of ``key`` for ``seconds`` (``limit(..., lease=)``; 0: per call)."""
         self._holds[namespace, key] = seconds
+        self._by_plan.clear()  # looked up again, with this hold
 
     async def decide(self, plan: Plan) -> Decision:
-        hold = self._holds.get((plan.namespace, plan.key), self.hold) if self._holds else self.hold
-        if not hold or not plan.record or plan.costs or not plan.identifiers:
-            return await self.store.decide(plan)
-        lease = self._leases.get((plan.compiled, plan.identifiers))
+        lease = self._by_plan.get(plan)
         if lease is None:
-            if not plan.algorithm.leases or not leasable(plan.compiled):
+            lease = self._leased(plan)
+            if lease is None:
                 return await self.store.decide(plan)
-            lease = self._lease(plan, hold)
         cost = plan.cost
         while True:
             if lease.left >= cost and self._clock() < lease.ends:
@@ -178,16 +192,41 @@ class LeasedBackend:
                 left = lease.remaining
                 return make_decision(
                     True, 0.0, lease.rule, None if left is None else int(left + lease.left),
-                    plan.key, None, [LeaseShare(lease, plan)],
+                    plan.key, functools.partial(_shared_states, lease.decided, lease.left),
+                    [LeaseShare(lease, plan)],
                 )  # fmt: skip
             if lease.refilling is None:
                 return await self._refill(lease, plan)
             await asyncio.shield(lease.refilling)  # a slice is on its way: then look again
 
     async def admits(self, plan: Plan) -> Decision | None:
-        """:meth:`decide`, answering ``None`` for an admission (the direct path's)."""
+        """:meth:`decide`, answering ``None`` for an admission (the direct path's), which
+        a lease answers without building a decision."""
+        lease = self._by_plan.get(plan)
+        if lease is not None:
+            cost = plan.cost
+            if lease.left >= cost and self._clock() < lease.ends:
+                lease.left -= cost
+                lease.sizer.asked(cost)
+                return None
         decision = await self.decide(plan)
         return None if decision.allowed else decision
+
+    def _leased(self, plan: Plan) -> _Lease | None:
+        """The lease of ``plan``'s limit in this process (made now if need be), or ``None``
+        when its calls are decided one by one (see the module)."""
+        hold = self._holds.get((plan.namespace, plan.key), self.hold) if self._holds else self.hold
+        if not hold or not plan.record or plan.costs or not plan.identifiers:
+            return None
+        if not plan.algorithm.leases or not leasable(plan.compiled):
+            return None
+        lease = self._leases.get((plan.compiled, plan.identifiers))
+        if lease is None:
+            lease = self._lease(plan, hold)
+        if len(self._by_plan) >= PLANS:
+            self._by_plan.clear()
+        self._by_plan[plan] = lease
+        return lease
 
     def _lease(self, plan: Plan, hold: float) -> _Lease:
         rules = plan.compiled.rules
@@ -223,7 +262,7 @@ class LeasedBackend:
             return decision
         lease.remaining = decision.remaining
         lease.rule = decision.rule
-        lease.reserved = decision
+        lease.reserved = lease.decided = decision
         lease.left = size - cost
         lease.ends = now + self._held(lease.sizer.hold, decision)
         lease.generation += 1
@@ -234,7 +273,8 @@ class LeasedBackend:
         left = decision.remaining
         return make_decision(
             True, 0.0, decision.rule, None if left is None else int(left + lease.left),
-            plan.key, None, [LeaseShare(lease, plan)],
+            plan.key, functools.partial(_shared_states, decision, lease.left),
+            [LeaseShare(lease, plan)],
         )  # fmt: skip
 
     @staticmethod

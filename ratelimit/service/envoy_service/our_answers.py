@@ -22,7 +22,11 @@ quota modes, headers, metadata, stats); how they are counted is ours:
 - an ``always_count`` descriptor is decided first, apart, and counted whether or not it
   was refused (usage reported after the fact);
 - descriptors in ``shadow_mode`` are decided apart, never refuse, and count only when the
-  request was admitted; ``SHADOW_MODE`` decides the enforced ones in shadow.
+  request was admitted; ``SHADOW_MODE`` decides the enforced ones in shadow;
+- with ``RATELIMIT_LEASE`` the limiter leases (:mod:`ratelimit.backends.leases`): a
+  decision whose descriptors all count the same hits is given one cost (a plan without
+  per-identifier costs), which is answered from a lease unless an ``&`` (quota
+  descriptors) joins it; descriptors of different hits are decided per request.
 
 The store's failure is the request's error (``redis_error``), as its service answers one:
 Envoy's ``failure_mode_deny`` then decides.
@@ -260,6 +264,7 @@ class OurAnswers(EnvoyAnswers):
         compiled, leaves = self._compiled(tuple(used), quotas)
         for a, count in zip(asked, leaves, strict=True):
             costs += [a.hits if record else 1] * count
+        # one cost when every descriptor counts the same: a plan that leases
         cost = costs[0] if len(set(costs)) == 1 else tuple(costs)
         selected = tuple(values[s] for s in compiled.selectors)
         key = f"envoy/{domain}"

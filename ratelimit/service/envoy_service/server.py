@@ -36,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ratelimit.algorithms import named
 from ratelimit.backends.memory import MemoryBackend
 from ratelimit.backends.redis.envoy.connection import redis_client
 from ratelimit.backends.redis.envoy.windows import RedisWindows
@@ -93,7 +94,8 @@ def answers_of(
 ) -> tuple[EnvoyAnswers, Store]:
     """The answers as its service gives them, counted on its windows (``counts``, else
     :func:`counts_of`); or, with ``RATELIMIT_ALGORITHM``, decided by our algorithm on the
-    same store (:mod:`.our_answers`). And what to ask whether the store answers, and close."""
+    same store (:mod:`.our_answers`), leased with ``RATELIMIT_LEASE``. And what to ask
+    whether the store answers, and close."""
     timeout = settings.redis.timeout if settings.redis.timeout > 0 else None
     if settings.algorithm:
         memory = settings.backend_type == "memory"
@@ -103,6 +105,7 @@ def answers_of(
             settings.cache_key_prefix,
             algorithm=settings.algorithm,
             on_error="raise",
+            lease=settings.lease,
         )
         ours = OurAnswers(None, limiter, stats, answering_of(settings), timeout)
         return ours, LimiterStore(limiter, client, timeout)
@@ -506,6 +509,13 @@ async def serve_envoy(settings: EnvoySettings, unhonoured: list[str]) -> None:
             "ratelimit: these envoyproxy/ratelimit variables are set but not honoured here "
             "(see docs/migrating-from-envoy-ratelimit.md): %s",
             ", ".join(unhonoured),
+        )
+    if settings.lease and settings.algorithm and not named(settings.algorithm).leases:
+        logger.warning(
+            "ratelimit: RATELIMIT_LEASE=%g does nothing with RATELIMIT_ALGORITHM=%s, which "
+            "decides every request at the store",
+            settings.lease,
+            settings.algorithm,
         )
     service = EnvoyService(settings)
     await service.start()

@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 from ratelimit.algorithms import ALGORITHMS, named
 from ratelimit.backends.redis.envoy.connection import address_of, endpoints, scheme_of
 from ratelimit.errors import ConfigurationError
+from ratelimit.service.config import LEASE_EXPECTED, lease_seconds
 from ratelimit.service.envoy_service.go_values import (
     Parser,
     Unreadable,
@@ -59,6 +60,14 @@ def _algorithm(text: str) -> str:
         return named(text).name
     except ConfigurationError:
         raise Unreadable(f"one of {', '.join(ALGORITHMS)} (unset: its fixed windows)") from None
+
+
+def _lease(text: str) -> float:
+    """``RATELIMIT_LEASE``: the lease of our algorithms' limiter (seconds, 0: off)."""
+    seconds = lease_seconds(text)
+    if seconds is None:
+        raise Unreadable(LEASE_EXPECTED)
+    return seconds
 
 
 _PERSECOND_URL = "/var/run/nutcracker/ratelimitpersecond.sock"
@@ -188,6 +197,11 @@ class EnvoySettings:
     algorithm: str | None = variable_field("RATELIMIT_ALGORITHM", None, _algorithm)
     """Ours (not in ``settings.go``): every limit decided by this algorithm of ours
     (:mod:`~ratelimit.service.envoy_service.our_answers`); ``None``: its fixed windows."""
+    lease: float = variable_field("RATELIMIT_LEASE", 0.0, _lease)
+    """Ours (not in ``settings.go``): the ``lease`` of our algorithms' limiter, seconds
+    (``0.05``, ``50ms``; 0: off): each process answers a hot descriptor from a slice of its
+    limit taken from the store in one decision (:mod:`ratelimit.backends.leases`). With
+    ``RATELIMIT_ALGORITHM`` only: its fixed windows lease nothing, so it is refused without."""
     extra_tags: dict[str, str] = field(
         default_factory=dict, metadata={"variable": "EXTRA_TAGS", "parse": go_map}
     )
@@ -253,6 +267,14 @@ class EnvoySettings:
         json = self.log_format.lower() == "json"
         object.__setattr__(self, "log_format", "json" if json else "text")
         self._check_choices()
+        if self.lease and not self.algorithm:
+            raise ConfigurationError(
+                f"RATELIMIT_LEASE='{self.lease:g}': leases are for our algorithms "
+                "(RATELIMIT_ALGORITHM=sliding-log, sliding-window or fixed-window); with "
+                "RATELIMIT_ALGORITHM unset, its own fixed windows count request by request, "
+                "as envoyproxy/ratelimit does, and lease nothing: set RATELIMIT_ALGORITHM, or "
+                "unset RATELIMIT_LEASE"
+            )
         if self.stats_flush_interval <= 0:
             raise ConfigurationError(
                 f"STATS_FLUSH_INTERVAL='{self.stats_flush_interval}s': a duration above 0"
@@ -364,7 +386,7 @@ def _variables(kind: type[Any], prefix: str = "", shared: bool = True) -> tuple[
 
 GOSTATS = ("STATSD_PROTOCOL",)
 """The variables of the stats library its service is built with (gostats) that it honours."""
-OURS = ("RATELIMIT_ALGORITHM",)
+OURS = ("RATELIMIT_ALGORITHM", "RATELIMIT_LEASE")
 """The variables of ours that ``serve --envoy`` reads besides its service's."""
 HONOURED: tuple[str, ...] = (
     _variables(EnvoySettings)
