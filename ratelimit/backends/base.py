@@ -276,8 +276,9 @@ def holds_slots(backend: object) -> TypeGuard[SlotStore]:
 Admit = Callable[[Plan], "Decision | None"]
 """A store's decision without a coroutine: ``None`` when admitted and recorded, the refusal
 otherwise (``MemoryBackend.admit``)."""
-Admitter = Callable[[CompiledTree, Algorithm], Admit]
-"""``admitter(compiled, algorithm)``: a store's :data:`Admit` for plans of that tree."""
+Admitter = Callable[[CompiledTree, Algorithm], "Admit | None"]
+"""``admitter(compiled, algorithm)``: a store's :data:`Admit` for plans of that tree, or
+``None`` where it has none (a coroutine decides them)."""
 
 
 def admitting(backend: object) -> Admitter | None:

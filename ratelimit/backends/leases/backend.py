@@ -41,8 +41,9 @@ import dataclasses
 import functools
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Backend, Clock, SettleStore, check_settles, clock_of
 from ratelimit.backends.leases.sizing import Sizer
 from ratelimit.core.decision import Decision, RuleState, make_decision
@@ -50,6 +51,9 @@ from ratelimit.core.plan import PLANS, CompiledTree, CounterUpdate, Identifier, 
 from ratelimit.core.settling import Settlement, reservation, settlement
 from ratelimit.errors import SettleError
 from ratelimit.rules.tree import And, Node, Rule
+
+if TYPE_CHECKING:
+    from ratelimit.backends.memory.admit import AdmitIdentified
 
 logger = logging.getLogger("ratelimit")
 
@@ -167,6 +171,8 @@ class LeasedBackend:
         self._timed = clock is None and injected is None
         self._clock: Clock = clock or injected or time.monotonic
         self._giving: set[asyncio.Future[Any]] = set()
+        self._by_one: dict[tuple[CompiledTree, Identifier], _Lease] = {}
+        """The leases of single identifiers (:meth:`identified`)."""
         self._by_plan: dict[Plan, _Lease] = {}
         """The lease of each plan seen, by identity (plans are shared: :data:`PLANS`)."""
 
@@ -212,6 +218,26 @@ class LeasedBackend:
         decision = await self.decide(plan)
         return None if decision.allowed else decision
 
+    def admitter(self, compiled: CompiledTree, algorithm: Algorithm) -> None:
+        """None: a call a lease cannot admit needs a coroutine (:meth:`admits`)."""
+        return None
+
+    def identified(self, compiled: CompiledTree, algorithm: Algorithm) -> AdmitIdentified:
+        """The fused direct path's admission (:mod:`ratelimit.front.fused`): a call taken
+        from the live lease of its identifier (``True``), else ``False``, nothing done, for
+        the direct path to decide (which takes a new slice)."""
+        leases, clock = self._by_one, self._clock
+
+        def take(identifier: Identifier, cost: float = 1) -> bool:
+            lease = leases.get((compiled, identifier))
+            if lease is None or lease.left < cost or clock() >= lease.ends:
+                return False
+            lease.left -= cost
+            lease.sizer.asked(cost)
+            return True
+
+        return take
+
     def _leased(self, plan: Plan) -> _Lease | None:
         """The lease of ``plan``'s limit in this process (made now if need be), or ``None``
         when its calls are decided one by one (see the module)."""
@@ -233,6 +259,8 @@ class LeasedBackend:
         resolved = [rules[leaf] for leaf, k in enumerate(plan.leaf_identifiers) if k >= 0]
         most = min(rule.burst or rule.count for rule in resolved)
         lease = self._leases[plan.compiled, plan.identifiers] = _Lease(hold, most)
+        if len(plan.identifiers) == 1:
+            self._by_one[plan.compiled, plan.identifiers[0]] = lease
         return lease
 
     async def _refill(self, lease: _Lease, plan: Plan) -> Decision:
