@@ -438,3 +438,34 @@ async def test_a_leased_call_has_its_rules_states(clock: FakeClock) -> None:
     assert last.states[1].remaining == last.remaining + 4000
     assert all(0 < state.reset_after <= 3600 for state in last.states)
     await rl.aclose()
+
+
+async def test_a_refusal_is_asked_again_once_leases_elsewhere_have_ended(
+    clock: FakeClock,
+) -> None:
+    """Room held in another process's lease comes back within its hold: a refusal is kept
+    in the denial cache for at most the hold, and reports the store's whole wait meanwhile."""
+    store = Counting(clock)
+    holder = RateLimit(store, "lease", lease=0.05)
+    other = RateLimit(store, "lease", lease=0.05)
+    hot = holder.limit("apikey:64/m", key="hot", apikey="k")
+    for _ in range(16):
+        assert (await hot.decide()).allowed  # slices taken: some of them not used yet
+    taken = 64 - (await _counted(store, "apikey:64/m", "sliding-log", "lease") or 0) - 1
+    limit = other.limit("apikey:64/m", key="hot", apikey="k")
+    admitted = 0
+    while (await limit.decide()).allowed:
+        admitted += 1
+    assert admitted == 64 - taken
+    asked = store.asked
+    clock.advance(0.01)
+    cached = await limit.decide()
+    assert not cached.allowed
+    assert cached.retry_after > 59  # the store's wait, not the hold
+    assert store.asked == asked  # answered by the denial cache
+    clock.advance(0.05)  # the holder's lease ended: what it held is given back
+    await holder.storage.give_back()  # type: ignore[attr-defined]
+    assert (await limit.decide()).allowed  # asked again, and room was back
+    assert store.asked == asked + 1
+    await holder.storage.give_back()  # type: ignore[attr-defined]
+    await other.aclose()

@@ -96,6 +96,8 @@ class RateLimit(LimitMaker):
         self._hooks = Hooks(settings.hooks)
         self._policy = FailurePolicy(settings.on_error, self._hooks, settings.local_share)
         self._denials = DenialCache(settings.denial_cache, clock=clock_of(backend))
+        if settings.lease:  # room held in leases elsewhere comes back within a hold
+            self._denials.longest = settings.lease
         self._background = (
             BackgroundCounter(
                 lambda plan: self._policy.decide(backend, plan), self._denials.remember

@@ -355,6 +355,8 @@ class Decider:
                 return
             backend = self.backend = LeasedBackend(backend, 0)
         backend.hold_for(self.namespace, key, seconds)
+        if seconds:  # room held in leases elsewhere comes back within a hold
+            self.denials.longest = max(self.denials.longest or 0.0, seconds)
 
     def check_settling(self, settle: object, name: str = "settle", of: str = "result") -> None:
         """``settle=`` (or ``name=``, a callable of the call's ``of``, which settles: as

@@ -36,7 +36,11 @@ class DenialCache:
     def __init__(self, size: int = 10_000, clock: Callable[[], float] | None = None) -> None:
         self.size = size
         self._clock = clock or time.monotonic
-        self._until: OrderedDict[Call, tuple[float, Decision]] = OrderedDict()
+        self.longest: float | None = None
+        """Seconds a refusal is held at most (``None``: until its ``retry_after``): with
+        leases, room held in another process's lease comes back within its hold, and the
+        store is asked again then (:mod:`ratelimit.backends.leases`)."""
+        self._until: OrderedDict[Call, tuple[float, Decision, float]] = OrderedDict()
         self.held = self._until
         """The refusals held, by call (read-only: its truth says whether any is)."""
         self._keys: dict[tuple[str, str], int] = {}
@@ -54,12 +58,13 @@ class DenialCache:
         entry = self._until.get(call)
         if entry is None:
             return None
-        until, decision = entry
-        left = until - self._clock()
-        if left <= 0:
+        kept, decision, until = entry
+        now = self._clock()
+        if kept <= now:
             del self._until[call]
             self._dropped(call)
             return None
+        left = until - now
         states = functools.partial(_later, decision, decision.retry_after - left)
         return make_decision(False, left, decision.rule, 0, decision.key, states)
 
@@ -83,7 +88,10 @@ class DenialCache:
         if call not in held:
             named = (call.namespace, call.key)
             self._keys[named] = self._keys.get(named, 0) + 1
-        held[call] = (self._clock() + decision.retry_after, decision)
+        now = self._clock()
+        until = now + decision.retry_after
+        longest = self.longest
+        held[call] = (until if longest is None else min(until, now + longest), decision, until)
         held.move_to_end(call)
         while len(held) > self.size:
             self._dropped(held.popitem(last=False)[0])

@@ -1,7 +1,7 @@
 """Leases on one hot limit, four OS processes on one Redis: decisions/s, store calls and client
 CPU per decision, and calls admitted past the limit, side by side in one run.
 
-    python bench/leases.py [--seconds 12] [--processes 4] [--tasks 32]
+    python bench/bench_leases.py [--seconds 12] [--processes 4] [--tasks 32]
 
 Starts its own redis-server (or uses ``REDIS_URL``). Rows:
 
@@ -187,13 +187,12 @@ def main() -> None:
     base = hot["per call"]["decisions/s"]
     for mode, row in hot.items():
         assert row["admitted"] == row["calls"], f"{mode}: a call was refused below the limit"
-        name = {"per call": "per call (batched)", "lease": "lease=0.05", "memory": "memory://"}[
-            mode
-        ]
+        names = {"per call": "per call (batched)", "lease": "lease=0.05", "memory": "memory://"}
+        name = names[mode]
         store = "—" if mode == "memory" else f"{row['store calls/decision']:.3f}"
-        server = row["Redis CPU us/decision"]
-        core = "—" if mode == "memory" else f"{1e6 / max(server, 1e-3):,.0f}"
-        served = "—" if mode == "memory" else f"{server:.2f}"
+        used = row["Redis CPU us/decision"]
+        core = "—" if mode == "memory" else f"{1e6 / max(used, 1e-3):,.0f}"
+        served = "—" if mode == "memory" else f"{used:.2f}"
         print(
             f"| {name} | {row['decisions/s']:,.0f} | {row['decisions/s'] / base:.2f} | {store} "
             f"| {row['client CPU us/decision']:.1f} | {served} | {core} |"
