@@ -469,3 +469,17 @@ async def test_a_refusal_is_asked_again_once_leases_elsewhere_have_ended(
     assert store.asked == asked + 1
     await holder.storage.give_back()  # type: ignore[attr-defined]
     await other.aclose()
+
+
+async def test_a_penalized_limit_under_leases_still_holds_back(clock: FakeClock) -> None:
+    store = Counting(clock)
+    rl = RateLimit(store, "lease", lease=0.05)
+    limit = rl.limit("user:40/m", key="hot", user="u", penalty="user: 3 refusals/m for 10m")
+    assert sum([(await limit.decide()).allowed for _ in range(40)]) == 40
+    refusals = [await limit.decide() for _ in range(5)]
+    assert not any(d.allowed for d in refusals)
+    clock.advance(61)  # the window has passed, the hold has not
+    held = await limit.decide()
+    assert not held.allowed
+    assert held.penalty == pytest.approx(600 - 61, abs=1)
+    await rl.aclose()
