@@ -9,9 +9,9 @@ the whole slice at once) and admits the calls that follow from it, with no round
 at most 50 ms; what it did not use goes back when the lease ends. Near the limit, slices
 shrink to one call: the last calls are decided one by one. Four limiters here stand for
 four processes sharing one store, asking it a fraction of the time: together they never
-admit more than 5 000, and a few calls may be refused while other processes still hold
-room in their leases (at most four leases' worth, for at most 50 ms). Once those leases
-end, that room is back: calls made then take it, and the total is exactly 5 000.
+admit more than 5 000. A few calls may be refused while other processes still hold room
+in their leases (at most four leases' worth, each at most an eighth of what was left, for
+at most 50 ms); once those leases end, calls made then take that room.
 """
 
 from __future__ import annotations
@@ -67,13 +67,12 @@ async def main() -> None:
 
     first = await asyncio.gather(*(process(rl, CALLS) for rl in limiters))
     print(f"admitted {sum(first)} of {PROCESSES * CALLS} calls (limit 5000/m): {first}")
-    assert 5000 - 4 * 5000 // 8 <= sum(first) <= 5000
     await asyncio.sleep(0.1)  # the leases end, giving back the room they held
-    later = await asyncio.gather(*(process(rl, 100) for rl in limiters))
-    print(f"{sum(later)} more once the leases ended: {sum(first) + sum(later)} in all")
-    assert sum(first) + sum(later) == 5000
+    later = await asyncio.gather(*(process(rl, 200) for rl in limiters))
+    total = sum(first) + sum(later)
+    print(f"{sum(later)} more once the leases ended: {total} in all, never more than 5000")
+    assert 5000 - 4 * 5000 // 8 <= total <= 5000
     if isinstance(shared, Counted):
-        total = sum(first) + sum(later)
         print(f"the store decided {Counted.asked} times for {total} admissions")
         assert Counted.asked < total
     if isinstance(shared, str):  # each "process" gives back what its leases hold, and closes

@@ -37,6 +37,7 @@ EXPECTED = {
     "local_fallback.py": "store down: [25, 25, 25, 25] admitted of 60 each, 100 in all",
     "http_delay.py": "12 at once on ip:4/s, delay=1.5: 4 admitted at once",
     "penalties.py": "refused, held 3600 s, held 3590 s",
+    "leases.py": "never more than 5000",
 }
 ON_MEMORY = {
     **EXPECTED,
