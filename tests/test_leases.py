@@ -135,16 +135,18 @@ async def test_the_sliding_log_stamps_a_leases_calls_again_when_it_ends(
     store = Counting(clock)
     rl = RateLimit(store, "lease", lease=0.05)
     limit = rl.limit("apikey:64/s", key="hot", apikey="k")
-    while (await limit.decide()).allowed:
-        pass
-    clock.advance(0.04)
-    await rl.storage.give_back()  # type: ignore[attr-defined]
-    clock.advance(0.97)  # a second after the slices were taken, 0.97 s after they ended
-    left = await _counted(store, "apikey:64/s", "sliding-log", "lease")
-    assert left is not None
-    assert left < 32  # the leased calls still count
-    clock.advance(0.05)  # a second after the leases ended
-    assert await _counted(store, "apikey:64/s", "sliding-log", "lease") == 63
+    assert (await limit.decide()).allowed  # one call, at the store: stamped now (t0)
+    assert (await limit.decide()).allowed  # a slice of two taken at t0
+    assert store.asked == 2
+    clock.advance(0.03)
+    assert (await limit.decide()).allowed  # from the slice, at t0 + 0.03
+    assert store.asked == 2
+    clock.advance(0.01)
+    await rl.storage.give_back()  # type: ignore[attr-defined]  # its two calls: t0 + 0.04
+    clock.advance(0.97)  # t0 + 1.01: the slice's own stamps (t0) would have left
+    assert await _counted(store, "apikey:64/s", "sliding-log", "lease") == 64 - 2 - 1
+    clock.advance(0.04)  # t0 + 1.05: a second after the lease ended
+    assert await _counted(store, "apikey:64/s", "sliding-log", "lease") == 64 - 1
     await rl.aclose()
 
 
@@ -287,6 +289,7 @@ async def test_reset_ends_the_leases_of_its_identifiers(clock: FakeClock) -> Non
     assert await _hammer(rl, "apikey:100/m", calls=20) == 100
     limit = rl.limit("apikey:100/m", key="hot", apikey="k")
     await limit.reset()
+    clock.advance(0.001)  # a give-back never takes back across a reset of its microsecond
     assert await _hammer(rl, "apikey:100/m", calls=20) == 100
     await rl.aclose()
 

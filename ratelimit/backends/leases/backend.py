@@ -123,6 +123,7 @@ class _Lease:
         "decided",
         "ends",
         "generation",
+        "giving",
         "left",
         "most",
         "plans",
@@ -147,6 +148,8 @@ class _Lease:
         self.most = most
         self.sizer = Sizer(hold)
         self.refilling: asyncio.Future[None] | None = None
+        self.giving: asyncio.Future[None] | None = None
+        """The last give-back of this lease's slices, while it is written."""
         self.timer: asyncio.TimerHandle | None = None
         self.generation = 0
         self.plans: dict[float, Plan] = {}
@@ -264,8 +267,19 @@ class LeasedBackend:
         return lease
 
     async def _refill(self, lease: _Lease, plan: Plan) -> Decision:
-        """Take a new slice for a call of ``plan`` (the old one given back first)."""
+        """Take a new slice for a call of ``plan``, once the old one is given back: the
+        store then holds no room of this process's twice (the sliding log's calls stamped
+        again, then its slice taken back), and what came back counts in the next size.
+        Callers meanwhile wait for this refill."""
         self._end(lease)
+        giving = lease.giving
+        if giving is not None and not giving.done():
+            waited = lease.refilling = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait([giving])  # its errors are logged by _given
+            finally:
+                lease.refilling = None
+                waited.set_result(None)
         cost = plan.cost
         now = self._clock()
         size = lease.sizer.size(now, cost, lease.remaining, lease.most)
@@ -356,7 +370,7 @@ class LeasedBackend:
             return
         if lease.remaining is not None:
             lease.remaining += left
-        task = asyncio.ensure_future(self._write(writes))
+        task = lease.giving = asyncio.ensure_future(self._write(writes))
         self._giving.add(task)
         task.add_done_callback(self._given)
 
@@ -376,8 +390,11 @@ class LeasedBackend:
 
     async def reset(self, plan: Plan) -> None:
         """End this process's leases on ``plan``'s identifiers (nothing given back: the
-        store forgets them), then reset the store."""
+        store forgets them), wait for their give-backs under way (a sliding log's calls
+        stamped again after the reset would count calls made before it), then reset the
+        store."""
         gone = set(plan.identifiers)
+        writing = []
         for (_, identifiers), lease in self._leases.items():
             if gone.intersection(identifiers):
                 if lease.timer is not None:
@@ -387,6 +404,10 @@ class LeasedBackend:
                 lease.left = 0.0
                 lease.remaining = None
                 lease.sizer.forget()
+                if lease.giving is not None and not lease.giving.done():
+                    writing.append(lease.giving)
+        if writing:
+            await asyncio.wait(writing, timeout=GIVE_BACK_WITHIN)
         await self.store.reset(plan)
 
     async def update_counter(self, update: CounterUpdate) -> float:
