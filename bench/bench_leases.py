@@ -23,19 +23,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
+from tests.lease_worker import per_window
 from tests.redis_server import RedisServer
 
 HOT = "apikey:100000/m"
@@ -128,14 +127,7 @@ def run(
     calls = sum(r["calls"] for r in results)
     admitted = [tuple(pair) for r in results for pair in r["admitted"]]
     elapsed = max(r["elapsed"] for r in results)
-    surely: Counter[int] = Counter()
-    anywhere: Counter[int] = Counter()
-    for asked, done in admitted:
-        first, last = math.floor(asked / SPAN), math.floor(done / SPAN)
-        if first == last:
-            surely[first] += 1
-        for window in range(first, last + 1):
-            anywhere[window] += 1
+    surely, anywhere = per_window(admitted, SPAN)
     whole = sorted(anywhere)[1:-1]
     return {
         "decisions/s": calls / elapsed,

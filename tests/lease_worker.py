@@ -14,12 +14,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterable
 
 import redis.asyncio as aioredis
 
 from ratelimit import RateLimit
+
+
+def per_window(
+    admitted: Iterable[tuple[float, float]], span: float
+) -> tuple[Counter[int], Counter[int]]:
+    """Admissions, each (asked, admitted) wall-clock times, counted per window of ``span``
+    seconds (window ``n`` starts at ``n * span``, as the fixed windows' stores align them):
+    those surely admitted in it (asked and admitted within it), and those that may have
+    been (asked or admitted within it, or across it)."""
+    surely: Counter[int] = Counter()
+    anywhere: Counter[int] = Counter()
+    for asked, done in admitted:
+        first, last = math.floor(asked / span), math.floor(done / span)
+        if first == last:
+            surely[first] += 1
+        for window in range(first, last + 1):
+            anywhere[window] += 1
+    return surely, anywhere
 
 
 async def main(

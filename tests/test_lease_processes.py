@@ -5,16 +5,15 @@ window of the limit."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from ratelimit.backends.leases.sizing import SHARE
+from tests.lease_worker import per_window
 from tests.redis_server import RedisCluster
 from tests.workers import run_workers
 
@@ -84,14 +83,7 @@ async def test_four_processes_never_admit_past_a_fixed_window_limit_in_any_windo
     window it surely ran in: asked and admitted within it), and every whole window admits
     at least 100 less what four leases may hold unused."""
     admitted, calls = await _hammered(redis_url, redis_client, "fixed-window", storage)
-    surely: Counter[int] = Counter()
-    anywhere: Counter[int] = Counter()
-    for before, after in admitted:
-        first, last = math.floor(before / SPAN), math.floor(after / SPAN)
-        if first == last:
-            surely[first] += 1
-        for window in range(first, last + 1):
-            anywhere[window] += 1
+    surely, anywhere = per_window(admitted, SPAN)
     assert surely, "nothing admitted"
     assert max(surely.values()) <= COUNT, sorted(surely.items())
     windows = sorted(anywhere)
