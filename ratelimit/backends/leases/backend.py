@@ -87,7 +87,16 @@ class LeaseShare:
     """A call admitted from a lease, as its decision's reservation: what settling it does
     (:meth:`settled`, which ``Decider.settle`` asks)."""
 
-    __slots__ = ("cost", "generation", "lease", "plan", "taken")
+    __slots__ = (
+        "cancelled",
+        "cost",
+        "cost_settled",
+        "generation",
+        "lease",
+        "plan",
+        "taken",
+        "write",
+    )
 
     def __init__(self, lease: _Lease, plan: Plan) -> None:
         self.lease = lease
@@ -95,6 +104,11 @@ class LeaseShare:
         self.plan = plan
         self.cost = plan.cost
         self.taken = False
+        self.write: asyncio.Future[Any] | None = None
+        """The write of its excess, once settled with one (``Decider.settle``)."""
+        self.cancelled = False
+        """Whether the caller awaiting :attr:`write` was cancelled (settling again waits)."""
+        self.cost_settled: float | tuple[float, ...] = 0.0
 
     def settled(self, actual: float | tuple[float, ...], key: str) -> Settlement | None:
         """Settle the call at ``actual`` (checked already): a refund goes back to its
@@ -130,6 +144,7 @@ class _Lease:
         "refilling",
         "remaining",
         "reserved",
+        "resets",
         "rule",
         "sizer",
         "timer",
@@ -148,6 +163,8 @@ class _Lease:
         self.most = most
         self.sizer = Sizer(hold)
         self.refilling: asyncio.Future[None] | None = None
+        self.resets = 0
+        """How many times the limit was reset here (a slice asked before one is not used)."""
         self.giving: asyncio.Future[None] | None = None
         """The last give-back of this lease's slices, while it is written."""
         self.timer: asyncio.TimerHandle | None = None
@@ -258,6 +275,8 @@ class LeasedBackend:
         return lease
 
     def _lease(self, plan: Plan, hold: float) -> _Lease:
+        if len(self._leases) >= PLANS:
+            self._prune()
         rules = plan.compiled.rules
         resolved = [rules[leaf] for leaf, k in enumerate(plan.leaf_identifiers) if k >= 0]
         most = min(rule.burst or rule.count for rule in resolved)
@@ -265,6 +284,22 @@ class LeasedBackend:
         if len(plan.identifiers) == 1:
             self._by_one[plan.compiled, plan.identifiers[0]] = lease
         return lease
+
+    def _prune(self) -> None:
+        """Forget the leases holding nothing (no slice, none on its way or given back):
+        one per limit and identifiers seen would otherwise grow without bound."""
+        idle = [
+            found
+            for found, lease in self._leases.items()
+            if lease.reserved is None
+            and lease.refilling is None
+            and (lease.giving is None or lease.giving.done())
+        ]
+        for found in idle:
+            del self._leases[found]
+        kept = {id(lease) for lease in self._leases.values()}
+        self._by_one = {k: v for k, v in self._by_one.items() if id(v) in kept}
+        self._by_plan.clear()
 
     async def _refill(self, lease: _Lease, plan: Plan) -> Decision:
         """Take a new slice for a call of ``plan``, once the old one is given back: the
@@ -291,11 +326,16 @@ class LeasedBackend:
         if sliced is None:
             sliced = lease.plans[size] = dataclasses.replace(plan, cost=size)
         lease.refilling = asyncio.get_running_loop().create_future()
+        resets = lease.resets
         try:
             decision = await self.store.decide(sliced)
         finally:
             lease.refilling.set_result(None)
             lease.refilling = None
+        if decision.allowed and lease.resets != resets:  # reset meanwhile: it forgot the slice
+            return make_decision(
+                True, 0.0, decision.rule, None, plan.key, None, [LeaseShare(lease, plan)]
+            )  # the call, admitted before the reset as any call; its slice not used
         if not decision.allowed:  # no room for the slice: the call alone
             lease.remaining = 0
             decision = await self.store.decide(plan)
@@ -403,6 +443,7 @@ class LeasedBackend:
                 lease.reserved = None
                 lease.left = 0.0
                 lease.remaining = None
+                lease.resets += 1  # a slice on its way is not used: the store forgets it
                 lease.sizer.forget()
                 if lease.giving is not None and not lease.giving.done():
                     writing.append(lease.giving)
