@@ -774,11 +774,11 @@ async def test_refunds_never_give_a_lease_more_than_its_slice_holds(
     for decision in taken:
         generation, before = lease.generation, lease.left
         held = lease.reserved
-        assert await limit.settle(decision, 0)
-        grew = lease.left - before
         reserved = decision._reservation
         assert reserved
         share = reserved[0] if isinstance(reserved[0], LeaseShare) else None
+        assert await limit.settle(decision, 0)
+        grew = lease.left - before
         ours = share is not None and share.generation == generation
         assert grew == (1 if ours and held is not None else 0)
         if held is not None:

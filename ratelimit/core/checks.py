@@ -63,6 +63,11 @@ decide in-process on this process's share of each limit (:mod:`ratelimit.pipelin
 
 MAX_OVERRIDE_REFRESH = 60.0
 MAX_LEASE = 60.0
+LEASE_WITH_SYNC_RATE = (
+    "two ways of deciding in-process: choose one (a lease is never over the limit; "
+    "sync_rate may be, by what each process admits between syncs)"
+)
+"""Why ``lease`` and ``sync_rate`` are refused together (the limiter's, a limit's)."""
 
 
 def check_lease(seconds: float, where: str = "lease") -> float:

@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 
 from ratelimit.algorithms import SLIDING_LOG, named
 from ratelimit.core.checks import (
+    LEASE_WITH_SYNC_RATE,
     check_clock,
     check_denial_cache,
     check_flag,
@@ -162,11 +163,7 @@ class Settings:
         check_sync_rate(self.sync_rate, self.algorithm, self.use_scripts)
         check_lease(self.lease)
         if self.lease and self.sync_rate:
-            raise ConfigurationError(
-                "lease and sync_rate are two ways of deciding in-process: choose one (a "
-                "lease is never over the limit; sync_rate may be, by what each process "
-                "admits between syncs)"
-            )
+            raise ConfigurationError(f"lease and sync_rate are {LEASE_WITH_SYNC_RATE}")
 
     def replace(self, **changes: object) -> Settings:
         """These settings with ``changes``, checked again."""

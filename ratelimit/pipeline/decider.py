@@ -30,6 +30,7 @@ from ratelimit.algorithms import Algorithm
 from ratelimit.backends.base import Backend, SettleStore, SlotStore, check_settles, holds_slots
 from ratelimit.backends.leases import LeasedBackend, LeaseShare
 from ratelimit.backends.synced import SyncedBackend
+from ratelimit.core.checks import LEASE_WITH_SYNC_RATE
 from ratelimit.core.costs import per_leaf
 from ratelimit.core.decision import Decision, HeldDecision, make_decision
 from ratelimit.core.plan import CompiledTree, Cost, CounterUpdate, Plan, cached_plan, compile_tree
@@ -41,7 +42,6 @@ from ratelimit.errors import (
     LimiterClosedError,
     LockTimeoutError,
     RateLimitError,
-    SettleError,
 )
 from ratelimit.overrides.cache import OverrideCache
 from ratelimit.overrides.lowered import Never, Overriding, refusal
@@ -357,9 +357,7 @@ class Decider:
                 return
             if isinstance(backend, SyncedBackend):
                 raise ConfigurationError(
-                    "limit(lease=) on a limiter with sync_rate: two ways of deciding "
-                    "in-process, choose one (a lease is never over the limit; sync_rate may "
-                    "be, by what each process admits between syncs)"
+                    f"limit(lease=) on a limiter with sync_rate: {LEASE_WITH_SYNC_RATE}"
                 )
             backend = self.backend = LeasedBackend(backend, 0)
         backend.hold_for(self.namespace, key, seconds)
@@ -390,19 +388,23 @@ class Decider:
         reserved = reservation(decision)
         if reserved is None:
             return False
-        if reserved[0].__class__ is LeaseShare:  # admitted from a lease: settled against it
-            return await self._settle_share(reserved[0], decision.key, actual)
         if isinstance(reserved[0], Settling):  # taken: a caller cancelled, or a second settle
             again: Settling = reserved[0]
             compiled, algorithm = again.plan.compiled, again.plan.algorithm
             cost = per_leaf(compiled, actual, algorithm, "the settled cost", settled=True)
             return await again.again(decision.key, cost)
-        plan, at_us, counts, *times = reserved
-        cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
-        if cost == plan.cost and not plan.costs:  # what was reserved: nothing to write
-            reserved[:] = [Settling(plan, cost)]  # a second settle raises
-            return True
-        settling = settlement(plan, at_us, counts, cost, *times)
+        if reserved[0].__class__ is LeaseShare:  # admitted from a lease: settled against it
+            share: LeaseShare = reserved[0]
+            plan = share.plan
+            cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
+            settling = share.settled(cost)  # its excess; a refund goes back to the lease
+        else:
+            plan, at_us, counts, *times = reserved
+            cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
+            if cost == plan.cost and not plan.costs:  # what was reserved: nothing to write
+                reserved[:] = [Settling(plan, cost)]  # a second settle raises
+                return True
+            settling = settlement(plan, at_us, counts, cost, *times)
         taken = Settling(plan, cost)
         reserved[:] = [taken]  # a second settle raises
         if settling.empty:
@@ -412,34 +414,6 @@ class Decider:
             return written
         settle_writes.start(self, taken, settling)  # a cancelled caller leaves it running
         return await taken.wait()
-
-    async def _settle_share(self, share: LeaseShare, key: str, actual: object) -> bool:
-        """Settle a call a lease admitted (:meth:`settle`): its excess written in a task of
-        its own, which a cancelled caller leaves running (settling again at the same cost
-        answers what it answers, as a call decided alone)."""
-        compiled, algorithm = share.plan.compiled, share.plan.algorithm
-        cost = per_leaf(compiled, actual, algorithm, "the settled cost", settled=True)
-        write = share.write
-        if write is None:
-            excess = share.settled(cost, key)
-            if excess is None:
-                return True
-            backend = cast(SettleStore, self.backend)
-            write = share.write = self.finish_later(self.policy.settle(backend, excess))
-            share.cost_settled = cost
-        elif not share.cancelled:
-            raise SettleError(f"this decision of key {key!r} was settled already")
-        elif cost != share.cost_settled:
-            raise SettleError(
-                f"this decision of key {key!r} is being settled at {share.cost_settled!r} (a "
-                f"caller was cancelled while it was recorded), not {cost!r}"
-            )
-        share.cancelled = False
-        try:
-            return bool(await asyncio.shield(write))
-        except asyncio.CancelledError:
-            share.cancelled = True
-            raise
 
     async def record(self, call: CallKey) -> bool:
         """Count ``call`` whatever its rules say, past the limit if need be (a usage report

@@ -49,11 +49,13 @@ from ratelimit.backends.leases.sizing import Sizer
 from ratelimit.core.decision import Decision, RuleState, make_decision
 from ratelimit.core.plan import PLANS, CompiledTree, CounterUpdate, Identifier, Plan
 from ratelimit.core.settling import Settlement, reservation, settlement
-from ratelimit.errors import SettleError
 from ratelimit.rules.tree import And, Node, Rule
 
 if TYPE_CHECKING:
     from ratelimit.backends.memory.admit import AdmitIdentified
+
+_UNSEEN: Any = object()
+"""A plan :class:`LeasedBackend` has not looked at yet."""
 
 logger = logging.getLogger("ratelimit")
 
@@ -85,38 +87,21 @@ def _shared_states(decided: Decision | None, left: float) -> tuple[RuleState, ..
 
 class LeaseShare:
     """A call admitted from a lease, as its decision's reservation: what settling it does
-    (:meth:`settled`, which ``Decider.settle`` asks)."""
+    (:meth:`settled`, which ``Decider.settle`` asks; a second settle finds the
+    :class:`~ratelimit.core.settling.Settling` it left there, as for a call decided alone)."""
 
-    __slots__ = (
-        "cancelled",
-        "cost",
-        "cost_settled",
-        "generation",
-        "lease",
-        "plan",
-        "taken",
-        "write",
-    )
+    __slots__ = ("cost", "generation", "lease", "plan")
 
     def __init__(self, lease: _Lease, plan: Plan) -> None:
         self.lease = lease
         self.generation = lease.generation
         self.plan = plan
         self.cost = plan.cost
-        self.taken = False
-        self.write: asyncio.Future[Any] | None = None
-        """The write of its excess, once settled with one (``Decider.settle``)."""
-        self.cancelled = False
-        """Whether the caller awaiting :attr:`write` was cancelled (settling again waits)."""
-        self.cost_settled: float | tuple[float, ...] = 0.0
 
-    def settled(self, actual: float | tuple[float, ...], key: str) -> Settlement | None:
+    def settled(self, actual: float | tuple[float, ...]) -> Settlement:
         """Settle the call at ``actual`` (checked already): a refund goes back to its
-        lease while the lease lasts (after it, what the lease gave back stands); an excess
-        is the :class:`Settlement` to record now. ``SettleError`` when settled already."""
-        if self.taken:
-            raise SettleError(f"this decision of key {key!r} was settled already")
-        self.taken = True
+        lease while the lease lasts (after it, what the lease gave back stands); the
+        excess is the :class:`Settlement` to record now (empty: none)."""
         plan, lease = self.plan, self.lease
         actuals = actual if isinstance(actual, tuple) else (actual,) * len(plan.leaf_identifiers)
         refund = min(max(self.cost - a, 0.0) for a in actuals)
@@ -126,7 +111,7 @@ class LeaseShare:
             max(a - self.cost, 0.0) if k >= 0 else 0.0
             for a, k in zip(actuals, plan.leaf_identifiers, strict=True)
         )
-        return Settlement(plan, 0, deltas) if any(deltas) else None
+        return Settlement(plan, 0, deltas)
 
 
 class _Lease:
@@ -144,11 +129,19 @@ class _Lease:
         "refilling",
         "remaining",
         "reserved",
-        "resets",
         "rule",
         "sizer",
         "timer",
     )
+
+    def take(self, cost: float, now: float) -> bool:
+        """Take ``cost`` from the slice if it holds that much and has not ended at ``now``
+        (the lease clock's reading)."""
+        if self.left < cost or now >= self.ends:
+            return False
+        self.left -= cost
+        self.sizer.asked(cost)
+        return True
 
     def __init__(self, hold: float, most: float) -> None:
         self.left = 0.0
@@ -163,8 +156,6 @@ class _Lease:
         self.most = most
         self.sizer = Sizer(hold)
         self.refilling: asyncio.Future[None] | None = None
-        self.resets = 0
-        """How many times the limit was reset here (a slice asked before one is not used)."""
         self.giving: asyncio.Future[None] | None = None
         """The last give-back of this lease's slices, while it is written."""
         self.timer: asyncio.TimerHandle | None = None
@@ -193,8 +184,9 @@ class LeasedBackend:
         self._giving: set[asyncio.Future[Any]] = set()
         self._by_one: dict[tuple[CompiledTree, Identifier], _Lease] = {}
         """The leases of single identifiers (:meth:`identified`)."""
-        self._by_plan: dict[Plan, _Lease] = {}
-        """The lease of each plan seen, by identity (plans are shared: :data:`PLANS`)."""
+        self._by_plan: dict[Plan, _Lease | None] = {}
+        """The lease of each plan seen (``None``: decided per call), by identity (plans are
+        shared: :data:`PLANS`)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -205,16 +197,14 @@ class LeasedBackend:
         self._by_plan.clear()  # looked up again, with this hold
 
     async def decide(self, plan: Plan) -> Decision:
-        lease = self._by_plan.get(plan)
-        if lease is None:
+        lease = self._by_plan.get(plan, _UNSEEN)
+        if lease is _UNSEEN:
             lease = self._leased(plan)
-            if lease is None:
-                return await self.store.decide(plan)
+        if lease is None:  # decided per call
+            return await self.store.decide(plan)
         cost = plan.cost
         while True:
-            if lease.left >= cost and self._clock() < lease.ends:
-                lease.left -= cost
-                lease.sizer.asked(cost)
+            if lease.take(cost, self._clock()):
                 left = lease.remaining
                 return make_decision(
                     True, 0.0, lease.rule, None if left is None else int(left + lease.left),
@@ -229,12 +219,8 @@ class LeasedBackend:
         """:meth:`decide`, answering ``None`` for an admission (the direct path's), which
         a lease answers without building a decision."""
         lease = self._by_plan.get(plan)
-        if lease is not None:
-            cost = plan.cost
-            if lease.left >= cost and self._clock() < lease.ends:
-                lease.left -= cost
-                lease.sizer.asked(cost)
-                return None
+        if lease is not None and lease.take(plan.cost, self._clock()):
+            return None
         decision = await self.decide(plan)
         return None if decision.allowed else decision
 
@@ -250,25 +236,27 @@ class LeasedBackend:
 
         def take(identifier: Identifier, cost: float = 1) -> bool:
             lease = leases.get((compiled, identifier))
-            if lease is None or lease.left < cost or clock() >= lease.ends:
-                return False
-            lease.left -= cost
-            lease.sizer.asked(cost)
-            return True
+            return lease is not None and lease.take(cost, clock())
 
         return take
 
     def _leased(self, plan: Plan) -> _Lease | None:
         """The lease of ``plan``'s limit in this process (made now if need be), or ``None``
-        when its calls are decided one by one (see the module)."""
+        when its calls are decided one by one (see the module); kept by plan either way, so
+        a plan's next call does not ask again."""
         hold = self._holds.get((plan.namespace, plan.key), self.hold) if self._holds else self.hold
-        if not hold or not plan.record or plan.costs or not plan.identifiers:
-            return None
-        if not plan.algorithm.leases or not leasable(plan.compiled):
-            return None
-        lease = self._leases.get((plan.compiled, plan.identifiers))
-        if lease is None:
-            lease = self._lease(plan, hold)
+        lease = None
+        if (
+            hold
+            and plan.record
+            and not plan.costs
+            and plan.identifiers
+            and plan.algorithm.leases
+            and leasable(plan.compiled)
+        ):
+            lease = self._leases.get((plan.compiled, plan.identifiers))
+            if lease is None:
+                lease = self._lease(plan, hold)
         if len(self._by_plan) >= PLANS:
             self._by_plan.clear()
         self._by_plan[plan] = lease
@@ -298,7 +286,8 @@ class LeasedBackend:
         for found in idle:
             del self._leases[found]
         kept = {id(lease) for lease in self._leases.values()}
-        self._by_one = {k: v for k, v in self._by_one.items() if id(v) in kept}
+        for one in [k for k, lease in self._by_one.items() if id(lease) not in kept]:
+            del self._by_one[one]  # in place: the fused paths hold this dict
         self._by_plan.clear()
 
     async def _refill(self, lease: _Lease, plan: Plan) -> Decision:
@@ -326,13 +315,13 @@ class LeasedBackend:
         if sliced is None:
             sliced = lease.plans[size] = dataclasses.replace(plan, cost=size)
         lease.refilling = asyncio.get_running_loop().create_future()
-        resets = lease.resets
+        generation = lease.generation  # a reset meanwhile moves it
         try:
             decision = await self.store.decide(sliced)
         finally:
             lease.refilling.set_result(None)
             lease.refilling = None
-        if decision.allowed and lease.resets != resets:  # reset meanwhile: it forgot the slice
+        if decision.allowed and lease.generation != generation:  # the store forgot the slice
             return make_decision(
                 True, 0.0, decision.rule, None, plan.key, None, [LeaseShare(lease, plan)]
             )  # the call, admitted before the reset as any call; its slice not used
@@ -443,7 +432,7 @@ class LeasedBackend:
                 lease.reserved = None
                 lease.left = 0.0
                 lease.remaining = None
-                lease.resets += 1  # a slice on its way is not used: the store forgets it
+                lease.generation += 1  # a slice on its way is not used: the store forgets it
                 lease.sizer.forget()
                 if lease.giving is not None and not lease.giving.done():
                     writing.append(lease.giving)
