@@ -92,7 +92,6 @@ class RateLimit(LimitMaker):
         check_supported(backend, algorithm)
         if settings.lease:
             backend = LeasedBackend(backend, settings.lease)
-        self._backend = backend
         self._hooks = Hooks(settings.hooks)
         self._policy = FailurePolicy(settings.on_error, self._hooks, settings.local_share)
         self._denials = DenialCache(settings.denial_cache, clock=clock_of(backend))
