@@ -10,6 +10,7 @@ processes on a real Redis.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 from typing import Any
 
@@ -25,8 +26,10 @@ from ratelimit import (
     RedisScriptBackend,
     SettleError,
 )
+from ratelimit.backends.base import OverrideStore, SettleStore, shortcut
 from ratelimit.backends.leases import LeasedBackend, leasable
 from ratelimit.backends.leases.sizing import SHARE, Sizer
+from ratelimit.backends.penalty_store import PenaltyStore
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import Plan, compile_tree
 from ratelimit.rules.tree import to_tree
@@ -486,3 +489,50 @@ async def test_a_penalized_limit_under_leases_still_holds_back(clock: FakeClock)
     assert not held.allowed
     assert held.penalty == pytest.approx(600 - 61, abs=1)
     await rl.aclose()
+
+
+class _DecidesOnly:
+    """A store that decides and settles, and keeps nothing else."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryBackend()
+
+    async def decide(self, plan: Plan) -> Decision:
+        return await self.inner.decide(plan)
+
+    async def settle(self, settlement: Any) -> None:
+        await self.inner.settle(settlement)
+
+
+def test_a_leased_store_has_its_store_s_capabilities_in_its_class() -> None:
+    """The store protocols' ``isinstance`` checks read attributes statically since Python
+    3.12 (``inspect.getattr_static``: no ``__getattr__``): a leased store's class holds
+    the store's methods, so it settles and keeps overrides and penalties as its store
+    does, on every Python, and claims none its store lacks."""
+    leased = LeasedBackend(MemoryBackend(), 0.05)
+    for name in ("settle", "overrides_write", "penalty_left", "settle_now"):
+        assert inspect.getattr_static(leased, name, None) is not None, name
+    assert isinstance(leased, SettleStore)
+    assert isinstance(leased, OverrideStore)
+    assert isinstance(leased, PenaltyStore)
+    bare = LeasedBackend(_DecidesOnly(), 0.05)  # type: ignore[arg-type]
+    assert isinstance(bare, SettleStore)
+    assert inspect.getattr_static(bare, "overrides_write", None) is None
+    assert not isinstance(bare, OverrideStore)
+    assert type(bare).__name__ == type(leased).__name__ == "LeasedBackend"
+
+
+def test_shortcuts_look_through_a_leased_store() -> None:
+    """A shortcut of two methods both the store's is the store's own (a subclass overriding
+    ``settle`` alone keeps every settle on it); one whose general method the leases hold
+    (``decide``) is none: every decision goes through the lease."""
+
+    class CountsSettles(MemoryBackend):
+        async def settle(self, settlement: Any) -> None:
+            await super().settle(settlement)
+
+    plain = LeasedBackend(MemoryBackend(), 0.05)
+    assert shortcut(plain, "settle_now", "settle") is not None
+    assert shortcut(plain, "decide_now", "decide") is None
+    assert shortcut(plain, "decide_unless_held", "decide") is None
+    assert shortcut(LeasedBackend(CountsSettles(), 0.05), "settle_now", "settle") is None

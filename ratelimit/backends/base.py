@@ -288,6 +288,22 @@ def admitting(backend: object) -> Admitter | None:
     return admitter
 
 
+class Forwarded:
+    """A method of the store a wrapper holds (its attribute :attr:`TO`), read from that
+    store at each use: a class attribute of the wrapper, not ``__getattr__``, because the
+    store protocols' ``isinstance`` checks (``SettleStore``, ``OverrideStore``,
+    ``PenaltyStore``...) read attributes statically since Python 3.12, so only what the
+    wrapper's class holds counts as its capability. :func:`shortcut` looks through it."""
+
+    TO = "store"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, wrapper: object, owner: type | None = None) -> Any:
+        return self if wrapper is None else getattr(getattr(wrapper, self.TO), self.name)
+
+
 def shortcut(backend: object, name: str, general: str) -> Any | None:
     """``backend``'s method ``name``, a shortcut to what its method ``general`` does, when
     the class that defines it defines the ``general`` in force too; else ``None`` (a
@@ -297,6 +313,8 @@ def shortcut(backend: object, name: str, general: str) -> Any | None:
         own = vars(cls)
         if name in own:
             in_force = own.get(general) is getattr(type(backend), general, None)
+            if in_force and isinstance(own[name], Forwarded):  # both the wrapped store's
+                return shortcut(getattr(backend, Forwarded.TO), name, general)
             return getattr(backend, name) if in_force else None
         if general in own:
             return None

@@ -39,12 +39,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import inspect
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from ratelimit.algorithms import Algorithm
-from ratelimit.backends.base import Backend, Clock, SettleStore, check_settles, clock_of
+from ratelimit.backends.base import (
+    Backend,
+    Clock,
+    Forwarded,
+    SettleStore,
+    check_settles,
+    clock_of,
+)
 from ratelimit.backends.leases.sizing import Sizer
 from ratelimit.core.decision import Decision, RuleState, make_decision
 from ratelimit.core.plan import PLANS, CompiledTree, CounterUpdate, Identifier, Plan
@@ -164,6 +172,28 @@ class _Lease:
         """The slice plans, by size."""
 
 
+_FORWARDING: dict[tuple[type, frozenset[str]], type[LeasedBackend]] = {}
+"""The class of the leased stores of each store class (and instance methods), by them."""
+
+
+def _forwarding(cls: type[LeasedBackend], store: object) -> type[LeasedBackend]:
+    """A subclass of ``cls`` holding a :class:`~ratelimit.backends.base.Forwarded` for
+    each public method of ``store`` that ``cls`` has not: the store's capabilities, and no
+    more."""
+    names = frozenset(
+        name
+        for name in dir(store)
+        if not name.startswith("_")
+        and not hasattr(cls, name)
+        and callable(inspect.getattr_static(store, name, None))
+    )
+    kind = _FORWARDING.get((type(store), names))
+    if kind is None:
+        methods = {name: Forwarded(name) for name in names}
+        kind = _FORWARDING[type(store), names] = type(cls.__name__, (cls,), methods)
+    return kind
+
+
 class LeasedBackend:
     """A store behind leases (``RateLimit(..., lease=seconds)``): see the module.
 
@@ -171,6 +201,9 @@ class LeasedBackend:
     :meth:`hold_for` says otherwise). ``clock``: the lease clock (default: the store's
     injected clock when it has one, else ``time.monotonic``). Every capability of the store
     (settle, overrides, slots, its algorithms) is the store's own."""
+
+    def __new__(cls, store: Backend, hold: float, clock: Clock | None = None) -> LeasedBackend:
+        return object.__new__(_forwarding(cls, store))
 
     def __init__(self, store: Backend, hold: float, clock: Clock | None = None) -> None:
         check_settles(store)
