@@ -22,6 +22,7 @@ from ratelimit import (
 )
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.core.plan import compile_tree
+from ratelimit.core.settling import by_leaf, settlement
 from ratelimit.rules.tree import to_tree
 from tests.conftest import BackendFactory, FakeClock, supporting
 
@@ -320,3 +321,30 @@ async def test_the_door_settles_for_front_ends_of_one_s_own() -> None:
     assert await rl.settle(decision, {"tokens": 5})
     after = await rl.decide(tree, "door", ("k",), cost={"tokens": 1}, record=False)
     assert left(after) == [("api:3/m", 1), ("api:100 tokens/m", 94)]
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+async def test_a_one_rule_settlement_is_the_leaf_by_leaf_one(
+    algorithm: str, clock: FakeClock
+) -> None:
+    """``settlement`` answers a plan of one rule without its loops: the same Settlement as
+    ``by_leaf``'s, for refunds, excesses and the cost reserved, of reservations made on
+    a bucket empty, part full and full, and of an arrival time where GCRA's push recorded
+    less than the cost."""
+    rl = RateLimit(MemoryBackend(clock=clock), "s1", algorithm=algorithm)
+    limit = rl.limit("user:10/m", key="k", user="u")
+    reservations = []
+    for _ in range(8):
+        decision = await limit.decide(cost=3)
+        if decision._reservation is not None:
+            reservations.append(list(decision._reservation))
+        clock.advance(1.5)
+    assert len(reservations) >= 3
+    for plan, at_us, counts, *_ in reservations:
+        ahead = [(at_us + 3_600_000_000, 0)]  # GCRA: past the burst, as an excess leaves it
+        for actual in (0, 1, 2, 3, 4, 7):
+            for parts in ((), (at_us - 1000,)):
+                for read in (counts, ahead):
+                    one = settlement(plan, at_us, read, actual, *([parts] if parts else []))
+                    assert one == by_leaf(plan, at_us, read, actual, parts), (actual, parts)
+    await rl.aclose()

@@ -187,6 +187,28 @@ def settlement(
     ``times``: per leaf, the time its part was decided at (a decision by parts), else
     ``at_us`` for every leaf."""
     rules = plan.compiled.rules
+    algorithm = plan.algorithm
+    if len(rules) == 1 and plan.leaf_identifiers[0] == 0:  # one rule: the loops below, once
+        rule, reserved, at = rules[0], plan.identifier_cost(0), times[0] if times else at_us
+        delta = max(0.0, actual[0] if isinstance(actual, tuple) else actual) - reserved
+        if delta >= 0:
+            return Settlement(plan, at_us, (delta,), (), times)
+        delta = -algorithm.refundable(rule, reserved, counts[0], at, -delta)
+        until = algorithm.held_until(rule, reserved, counts[0], at)
+        return Settlement(plan, at_us, (delta,), (until,) if delta < 0 else (), times)
+    return by_leaf(plan, at_us, counts, actual, times)
+
+
+def by_leaf(
+    plan: Plan,
+    at_us: int,
+    counts: Sequence[Counted],
+    actual: Cost,
+    times: tuple[int, ...] = (),
+) -> Settlement:
+    """:func:`settlement` of any tree, leaf by leaf (a leaf's identifier settles the most
+    any of its leaves really cost)."""
+    rules, algorithm = plan.compiled.rules, plan.algorithm
     per_identifier = [0.0] * len(plan.identifiers)
     for leaf, k in enumerate(plan.leaf_identifiers):
         if k >= 0:
@@ -194,7 +216,6 @@ def settlement(
             per_identifier[k] = max(per_identifier[k], real)
     deltas = []
     held: list[Counted] = []
-    algorithm = plan.algorithm
     for leaf, k in enumerate(plan.leaf_identifiers):
         if k < 0:
             deltas.append(0.0)

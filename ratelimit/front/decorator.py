@@ -220,7 +220,10 @@ def decorate(
         else:
             started = decider.started()
             decision = now(known[0]) if now is not None else await decider.ask(known[0], hold)
-            if penalizer is not None and not decision.allowed:
+            if decision.allowed:
+                if decider.hooks:  # as Limit._told tells an admission
+                    decider.tell(decision, started)
+            elif penalizer is not None:
                 decision = await limit._penalized(known, decision, shadow, target, cost, started)
             else:
                 decision, waits = limit._told(decision, known, shadow, started, cost)

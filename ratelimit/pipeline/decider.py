@@ -400,7 +400,12 @@ class Decider:
             settling = share.settled(cost)  # its excess; a refund goes back to the lease
         else:
             plan, at_us, counts, *times = reserved
-            cost = per_leaf(plan.compiled, actual, plan.algorithm, "the settled cost", settled=True)
+            if actual.__class__ is int and actual >= 0:  # the commonest: passes check_actual
+                cost = actual
+            else:
+                cost = per_leaf(
+                    plan.compiled, actual, plan.algorithm, "the settled cost", settled=True
+                )
             if cost == plan.cost and not plan.costs:  # what was reserved: nothing to write
                 reserved[:] = [Settling(plan, cost)]  # a second settle raises
                 return True

@@ -37,19 +37,32 @@ class SettleTables(Tables):
         return mark is not None and mark[0] >= at_us and mark[1] > now
 
     def _settle_logs(self, settlement: Settlement, now: int) -> None:
-        plan, deltas = settlement.plan, settlement.deltas
-        for k, (identifier, (keep, span_ms)) in enumerate(
-            zip(plan.identifiers, limits_per_identifier(plan), strict=True)
-        ):
-            delta = int(deltas[plan.leaf_identifiers.index(k)])
-            if delta < 0 and self._reset_since(identifier, settlement.at_us, now):
-                continue  # reserved before a reset, which forgot it (its hits' time too)
-            log = live(self._logs, identifier, now, Log)
-            keep = log.kept = max(keep, log.kept)
-            settle_log(log.hits, delta, settlement.at_us, now, keep, span_ms * US_PER_MS)
-            if delta > 0:
-                log.expires_us = max(log.expires_us, now + span_ms * US_PER_MS)
-                self._logs[identifier] = log
+        plan = settlement.plan
+        rules = plan.compiled.rules
+        if len(rules) == 1:  # one rule (resolved: a settlement has something to record)
+            self._settle_log(settlement, now, 0, rules[0].count, rules[0].span_ms)
+            return
+        for k, (keep, span_ms) in enumerate(limits_per_identifier(plan)):
+            self._settle_log(settlement, now, k, keep, span_ms)
+
+    def _settle_log(
+        self, settlement: Settlement, now: int, k: int, keep: int, span_ms: int
+    ) -> None:
+        """Settle identifier ``k``'s log, kept to ``keep`` hits over ``span_ms``."""
+        plan = settlement.plan
+        identifier = plan.identifiers[k]
+        delta = int(settlement.deltas[plan.leaf_identifiers.index(k)])
+        if delta < 0 and self._reset_since(identifier, settlement.at_us, now):
+            return  # reserved before a reset, which forgot it (its hits' time too)
+        log = live(self._logs, identifier, now, Log)
+        if keep < log.kept:
+            keep = log.kept
+        else:
+            log.kept = keep
+        settle_log(log.hits, delta, settlement.at_us, now, keep, span_ms * US_PER_MS)
+        if delta > 0:
+            log.expires_us = max(log.expires_us, now + span_ms * US_PER_MS)
+            self._logs[identifier] = log
 
     def _settle_windows(self, settlement: Settlement, now: int) -> None:
         plan = settlement.plan
