@@ -87,15 +87,15 @@ class Settling:
         self._outcome: Callable[[asyncio.Future[Any]], bool] | None = None
 
     def follow(
-        self, source: asyncio.Future[Any], outcome: Callable[[asyncio.Future[Any]], bool]
+        self, loop: asyncio.AbstractEventLoop, outcome: Callable[[asyncio.Future[Any]], bool]
     ) -> None:
-        """Answer what ``outcome`` makes of ``source`` (the store's write) once it ends:
-        its value, or the error it raises."""
-        self.write = source.get_loop().create_future()
+        """Answer what ``outcome`` makes of the store's write once it ends (:meth:`finished`,
+        its done callback): its value, or the error it raises."""
+        self.write = loop.create_future()
         self._outcome = outcome
-        source.add_done_callback(self._ended)
 
-    def _ended(self, source: asyncio.Future[Any]) -> None:
+    def finished(self, source: asyncio.Future[Any]) -> None:
+        """The store's write (``source``, after :meth:`follow`) ended."""
         self.ended = True
         write = self.write
         assert write is not None

@@ -137,13 +137,20 @@ class Decider:
         self.closed = False
         self._unfinished: set[asyncio.Future[Any]] = set()
 
-    def finish_later(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
+    def finish_later(
+        self, work: Awaitable[Any], then: Callable[[asyncio.Future[Any]], None] | None = None
+    ) -> asyncio.Future[Any]:
         """Run ``work`` off its caller's path (a slot given back after its caller left),
-        and finish it before the limiter closes (:meth:`finish`). Its errors are its own
-        to log."""
+        and finish it before the limiter closes (:meth:`finish`); ``then``: called with it
+        once it ended (in the same callback: one per settle, not two). Its errors are its
+        own to log."""
         task = asyncio.ensure_future(work)
-        self._unfinished.add(task)  # kept until done: the loop holds tasks only weakly
-        task.add_done_callback(self._unfinished.discard)
+        unfinished = self._unfinished
+        unfinished.add(task)  # kept until done: the loop holds tasks only weakly
+        if then is None:
+            task.add_done_callback(unfinished.discard)
+        else:
+            task.add_done_callback(functools.partial(_ended_then, unfinished.discard, then))
         return task
 
     async def finish(self, seconds: float = FINISH_WITHIN) -> None:
@@ -456,6 +463,15 @@ class Decider:
         if update.value < 0:
             self.denials.forget(update.identifier.namespace, update.identifier.key)
         return rate
+
+
+def _ended_then(
+    discard: Callable[[asyncio.Future[Any]], None],
+    then: Callable[[asyncio.Future[Any]], None],
+    task: asyncio.Future[Any],
+) -> None:
+    discard(task)
+    then(task)
 
 
 def _shadowed(decision: Decision) -> Decision:

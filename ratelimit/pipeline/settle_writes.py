@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast, runtime_checkable
 
 from ratelimit.backends.base import SettleStore, shortcut
@@ -52,7 +52,9 @@ class SettleSite(Protocol):
     @property
     def denials(self) -> DenialCache: ...
 
-    def finish_later(self, work: Awaitable[Any]) -> asyncio.Future[Any]: ...
+    def finish_later(
+        self, work: Awaitable[Any], then: Callable[[asyncio.Future[Any]], None] | None = None
+    ) -> asyncio.Future[Any]: ...
 
 
 def start(site: SettleSite, taken: Settling, settlement: Settlement) -> None:
@@ -62,8 +64,8 @@ def start(site: SettleSite, taken: Settling, settlement: Settlement) -> None:
         work = cast(SettleWriter, backend).settle_write(settlement)
     else:
         work = cast(SettleStore, backend).settle(settlement)  # checked when the limit was made
-    source = site.finish_later(work)  # a future stays itself; a coroutine gets a task
-    taken.follow(source, functools.partial(_outcome, site, settlement))
+    taken.follow(asyncio.get_running_loop(), functools.partial(_outcome, site, settlement))
+    site.finish_later(work, taken.finished)  # a future stays itself; a coroutine gets a task
 
 
 def written_now(site: SettleSite, settlement: Settlement) -> bool | None:
