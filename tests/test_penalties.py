@@ -97,13 +97,40 @@ async def test_unused_penalty_keeps_the_direct_path() -> None:
 
     assert plain._direct("plain", plain._bind(f)[1])[0] is not None
     # memory:// tells a hold without a coroutine: a penalized limit's calls go direct too,
-    # but never fused (a refusal is noted)
+    # and fused (its holds read first; a refusal goes on to the direct path, which notes it)
     direct, _, fused = held._direct("held", held._bind(f)[1])
     assert direct is not None
-    assert fused is None
+    assert fused is not None
     waiting = rl.limit("ip:5/s", key="waiting", penalty="5 refusals/m for 1h", wait=1)
     assert waiting._direct("waiting", waiting._bind(f)[1]) == (None, None, None)
     assert plain._decide == rl._decider.decide
+
+
+async def test_a_fused_penalized_limit_holds_a_value_past_its_rules(clock: FakeClock) -> None:
+    """On the fused path (memory://), a value's refusals start its hold, which refuses it
+    while the rule would admit it again, and only it; the hold ends in its time."""
+    rl = RateLimit(MemoryBackend(clock=clock))
+    limit = rl.limit("ip:2/s", penalty="3 refusals/m for 1h")
+
+    async def f(ip: str) -> str:
+        return ip
+
+    assert limit._direct("f", limit._bind(f)[1])[2] is not None  # fused
+    checked = limit(f)
+    for _ in range(2):
+        assert await checked("a") == "a"
+    for n in range(3):
+        with pytest.raises(RateLimitExceeded) as refused:
+            await checked("a")
+        assert (refused.value.decision.penalty is None) == (n < 2)  # the third starts it
+    clock.advance(5)  # the rule admits "a" again: the hold does not
+    with pytest.raises(RateLimitExceeded) as held:
+        await checked("a")
+    assert held.value.decision.penalty == pytest.approx(3595, abs=1.01)
+    assert await checked("b") == "b"
+    clock.advance(3600)
+    assert await checked("a") == "a"
+    await rl.aclose()
 
 
 # --- what a hold does, on every store ---

@@ -29,6 +29,9 @@ from ratelimit.pipeline.decider import Decider
 Fused = Callable[[tuple[Any, ...], dict[str, Any]], bool]
 """``fused(args, kwargs)``: ``True`` when the call was admitted and recorded; ``False``,
 nothing done, for the direct path to decide it."""
+Free = Callable[[str], bool]
+"""``free(value)``: nothing holds back a call of this selector value now (a penalty's hold,
+read without a coroutine: ``Penalizer.free``); ``False`` sends it to the direct path."""
 DirectPaths = tuple["PlanOf | None", "Admit | None", "Fused | None"]
 """A decorated limit's direct path, its store's admission, and its fused path."""
 
@@ -40,14 +43,16 @@ def direct_paths(
     sources: SelectorSources,
     parameters: Parameters,
     cost: Cost | None,
+    free: Free | None = None,
 ) -> DirectPaths:
     """What a decorated limit of a tree of its own, of a fixed cost and no ``settle=``,
     decides its calls by (``Limit.__call__``): :func:`fused_path`, else
-    :func:`~ratelimit.front.direct.direct_path` with :func:`~ratelimit.front.direct.admission`."""
+    :func:`~ratelimit.front.direct.direct_path` with :func:`~ratelimit.front.direct.admission`.
+    ``free``: whether nothing holds back a call of a selector value (a penalty's holds)."""
     return (
         direct_path(decider, compiled, key, sources, parameters, cost),
         admission(decider, compiled),
-        fused_path(decider, compiled, key, sources, parameters, cost),
+        fused_path(decider, compiled, key, sources, parameters, cost, free),
     )
 
 
@@ -72,9 +77,10 @@ def fused_path(
     sources: SelectorSources,
     parameters: Parameters,
     cost: Cost | None,
+    free: Free | None = None,
 ) -> Fused | None:
     """The fused direct path of one decorated limit, or ``None`` when its shape or its store
-    never allows one."""
+    never allows one; ``free``: as for :func:`direct_paths`."""
     names = compiled.selectors
     if decider.hooks or decider.background is not None or sources.obj is not None:
         return None
@@ -100,7 +106,7 @@ def fused_path(
         if decider.denials.held or (overrides is not None and not overrides.quiet(key)):
             return False
         value = args[position]
-        if value.__class__ is not str:
+        if value.__class__ is not str or (free is not None and not free(value)):
             return False
         identifier = identifiers.get(value)
         if identifier is None:

@@ -488,20 +488,20 @@ class Limit:
         return decorate(self, func)  # ratelimit.front.decorator
 
     def _direct(self, key: str, parameters: Parameters) -> DirectPaths:
-        """The direct path of this limit decorating a function of ``parameters`` (a tree of
-        its own; a fixed cost, or a callable's per call), the store's admission without a
-        coroutine, and the fused path (:func:`~ratelimit.front.fused.direct_paths`; none
-        under ``settle=`` or ``count_when=``, which read whole decisions)."""
+        """The direct path of this limit on a function of ``parameters`` (a tree of its own;
+        a fixed cost, or a callable's per call), the store's admission without a coroutine,
+        and the fused path (:func:`~ratelimit.front.fused.direct_paths`; a penalty's holds
+        read there as ``Penalizer.free``; none under ``settle=`` or ``count_when=``)."""
         compiled, decider, penalizer = self._compiled, self._decider, self._penalizer
         if type(compiled) is not CompiledTree:
             return None, None, None
         if penalizer is not None and (not penalizer.direct or self._wait):
             return None, None, None  # a hold read with a coroutine; refusals waited out
         cost = self._cost.of(compiled, decider.algorithm) if self._cost.fixed else None
-        direct, admit, fused = direct_paths(decider, compiled, key, self._sources, parameters, cost)
-        if self._settle or self._count_when or penalizer is not None:
-            fused = None
-        return direct, admit, fused
+        free = None if penalizer is None else penalizer.free(compiled, key)
+        paths = direct_paths(decider, compiled, key, self._sources, parameters, cost, free)
+        fused = not (self._settle or self._count_when or (penalizer is not None and free is None))
+        return paths if fused else (paths[0], paths[1], None)  # whole decisions; a hold read
 
     def _chooser(self, key: str, parameters: Parameters) -> Chooser | None:
         """The paths of each rules entry of a mapping keyed by a keyword selector

@@ -164,6 +164,20 @@ class Penalizer:
             return False
         return target
 
+    def free(self, compiled: CompiledTree, key: str) -> Callable[[str], bool] | None:
+        """For the fused path of a limit of ``compiled`` (one selector) under ``key``:
+        whether nothing holds back a call of a selector value now (:meth:`unheld`, as the
+        direct path asks it; an admission is then all there is to it), where the store
+        tells a hold without a coroutine (``held_now``); ``None`` elsewhere."""
+        if self._held_now is None:
+            return None
+        unheld = self.unheld
+
+        def free(value: str) -> bool:
+            return unheld(compiled, key, (value,)) is not False
+
+        return free
+
     def asking(self, target: Identifier | None, shadow: bool) -> Asker | None:
         """For the direct path, what asks the store to decide a call of ``target``
         (:meth:`unheld`) with its hold read in the same step (``Decider.ask``'s ``hold``:
