@@ -37,7 +37,7 @@ from ratelimit.backends.redis.keys import (
     name_of,
     reset_key,
 )
-from ratelimit.backends.redis.resp import Command, Script, pack_args, pack_keys
+from ratelimit.backends.redis.resp import Command, Script, bulk, pack_args, pack_keys
 from ratelimit.core.plan import PLANS, CompiledTree, Plan
 from ratelimit.core.settling import Settlement
 
@@ -272,38 +272,42 @@ def settle_command(
     and layout (:func:`_settle_parts`): the call just decided on it finds it there.
     ``spread``: the engine's setting, as for :func:`plan_command`."""
     plan = settlement.plan
-    script, keys, packed_keys, head, tail, whole = _settle_parts(
+    script, keys, packed_keys, head, tail, whole, packed_head, packed_tail = _settle_parts(
         plan, spread and not plan.compiled.pinned
     )
     # whole hits as integers (the log's LREM count, GCRA's steps); repr: exact floats
     if whole:
-        deltas = " ".join([str(int(d)) for d in settlement.deltas])
+        deltas = " ".join([str(int(d)) for d in settlement.deltas]).encode()
     else:
-        deltas = " ".join([repr(float(d)) for d in settlement.deltas])
+        deltas = " ".join([repr(float(d)) for d in settlement.deltas]).encode()
     now = b"" if clock is None else str(clock_us(clock)).encode()
-    held = " ".join([f"{int(us)} {int(remainder)}" for us, remainder in settlement.held])
-    args = (now, *head, deltas.encode(), str(settlement.at_us).encode(), *tail, held.encode())
+    held = " ".join([f"{int(us)} {int(remainder)}" for us, remainder in settlement.held]).encode()
+    at = str(settlement.at_us).encode()
+    args = (now, *head, deltas, at, *tail, held)
+    packed = b"".join([bulk(now), packed_head, bulk(deltas), bulk(at), packed_tail, bulk(held)])
     if settlement.starts:  # GCRA, a held part's refund (settle_gcra.lua's ARGV[8])
-        starts = " ".join([f"{int(us)} {int(rem)}" for us, rem in settlement.starts])
-        args = (*args, starts.encode())
-    return Command(script, keys, args, pack_args(args), packed_keys)
+        starts = " ".join([f"{int(us)} {int(rem)}" for us, rem in settlement.starts]).encode()
+        args, packed = (*args, starts), packed + bulk(starts)
+    return Command(script, keys, args, packed, packed_keys)
 
 
 @functools.lru_cache(maxsize=PLANS)
 def _settle_parts(
     plan: Plan, spread: bool = False
-) -> tuple[Script, list[str], bytes, tuple[bytes, ...], tuple[bytes, ...], bool]:
+) -> tuple[Script, list[str], bytes, tuple[bytes, ...], tuple[bytes, ...], bool, bytes, bytes]:
     """What a plan's settles share: the settle script, its keys (plain and packed), the
     arguments before the deltas (tree, slots) and after the time (the script's extra),
-    and whether deltas are whole. Kept per plan and layout (``spread``: the effective
-    one), as :data:`command_of` and :data:`spread_command_of` keep decisions'."""
+    whether deltas are whole, and those arguments packed. Kept per plan and layout
+    (``spread``: the effective one), as :data:`command_of` and :data:`spread_command_of`
+    keep decisions'."""
     scripted = BY_ALGORITHM[plan.algorithm.name]
     slots, owners = scripted.slots(plan.compiled, plan.leaf_identifiers)
     decided = spread_command_of(plan) if spread else command_of(plan)  # the decision's, cached
     keys = [*decided.keys, *reset_keys(plan, owners, spread)]
     head = (tree_wire(plan.compiled), " ".join(str(i + 1) for i in slots).encode())
     tail = tuple(scripted.extra(plan.compiled))
-    return scripted.settle, keys, pack_keys(keys), head, tail, scripted.whole
+    packed = pack_args(head), pack_args(tail)
+    return scripted.settle, keys, pack_keys(keys), head, tail, scripted.whole, *packed
 
 
 def reset_keys(plan: Plan, owners: tuple[int, ...] | None, spread: bool = False) -> list[str]:
