@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import random
 import uuid
+from typing import Any
 
 import pytest
 
-from ratelimit import RateLimit
+from ratelimit import MemoryBackend, RateLimit, RateLimitExceeded
 from ratelimit.algorithms import ALGORITHMS
 from ratelimit.core.checks import check_cost
 from ratelimit.core.decision import Decision
@@ -193,3 +194,32 @@ async def test_postgres_decides_costs_as_memory_does(postgres_url: str, algorith
         assert g.states == w.states, f"step {step}"
     await rl.aclose()
     await ref.aclose()
+
+
+async def test_a_decorated_call_awaits_what_its_cost_callable_returns_once() -> None:
+    """A cost callable that is a coroutine function, or returns an awaitable, is awaited
+    once per decorated call (the direct path calls it without a coroutine of its own)."""
+    rl = RateLimit(MemoryBackend())
+    asked: list[str] = []
+
+    async def price(user: str) -> int:
+        asked.append(user)
+        return 3
+
+    def later(user: str) -> Any:
+        return price(user)
+
+    for n, cost in enumerate((price, later)):
+
+        @rl.limit("user:10/m", key=f"k{n}", cost=cost)
+        async def work(user: str) -> str:
+            return user
+
+        asked.clear()
+        for _ in range(3):
+            assert await work("u") == "u"
+        with pytest.raises(RateLimitExceeded) as refused:
+            await work("u")  # 9 counted: 3 more is past 10
+        assert refused.value.decision.remaining == 0
+        assert asked == ["u"] * 4
+    await rl.aclose()

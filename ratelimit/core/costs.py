@@ -176,13 +176,21 @@ class CallCost:
     ) -> Any:
         """What the callable answers for ``args`` (unchecked: :meth:`call` checks it;
         :attr:`what` names it in errors); the fixed cost as given."""
-        function = self._function
-        if function is None:
-            return self._given
-        value = function(*args, **(kwargs or {}))
+        value = self.answer_now(args, kwargs)
         if not _is_number(value) and inspect.isawaitable(value):
             value = await value
         return value
+
+    def answer_now(
+        self, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Any:
+        """What the callable returns for ``args``, not awaited: a number, or an awaitable of
+        one (:meth:`answer` awaits it; a decorated call does, without a coroutine of its
+        own); the fixed cost as given."""
+        function = self._function
+        if function is None:
+            return self._given
+        return function(*args, **(kwargs or {}))
 
     @property
     def what(self) -> str:

@@ -15,6 +15,7 @@ answer, the rules mapping's value), so nothing of the caller's runs twice.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NamedTuple, ParamSpec, Protocol, TypeVar
 
@@ -168,7 +169,7 @@ def decorate(
     direct, admit, fused, chooser, price, penalizer, wholes, now, ask = paths_of(
         limit, key, parameters
     )
-    decider, answer, compiled = limit._decider, limit._cost.answer, limit._compiled
+    decider, answer, compiled = limit._decider, limit._cost.answer_now, limit._compiled
     answers = chooser is not None or price is not None  # a callable of the caller's, per call
     binds = parameters.binds
 
@@ -189,7 +190,9 @@ def decorate(
             if price is None:
                 known = plan_of(args, kwargs)
             else:  # the cost callable answers once, whichever path decides
-                answered = await answer(args, kwargs)
+                answered = answer(args, kwargs)  # a number, or an awaitable of one
+                if answered.__class__ is not int and inspect.isawaitable(answered):
+                    answered = await answered
                 cost = price(answered)
                 known = None if cost is None else plan_of(args, kwargs, cost)
         target = hold = None
