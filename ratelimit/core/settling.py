@@ -188,7 +188,7 @@ def settlement(
     ``at_us`` for every leaf."""
     rules = plan.compiled.rules
     algorithm = plan.algorithm
-    if len(rules) == 1 and plan.leaf_identifiers[0] == 0:  # one rule: the loops below, once
+    if len(rules) == 1 and plan.leaf_identifiers[0] == 0:  # one rule: by_leaf's loops, once
         rule, reserved, at = rules[0], plan.identifier_cost(0), times[0] if times else at_us
         delta = max(0.0, actual[0] if isinstance(actual, tuple) else actual) - reserved
         if delta >= 0:
