@@ -536,3 +536,21 @@ def test_shortcuts_look_through_a_leased_store() -> None:
     assert shortcut(plain, "decide_now", "decide") is None
     assert shortcut(plain, "decide_unless_held", "decide") is None
     assert shortcut(LeasedBackend(CountsSettles(), 0.05), "settle_now", "settle") is None
+
+
+def test_a_subclass_of_the_leased_store_keeps_its_own_methods() -> None:
+    """The class made per store class is made per leased class too: a subclass of
+    ``LeasedBackend`` made after a plain one is itself (its ``decide``), and a plain one
+    made after it is not."""
+
+    class Counted(LeasedBackend):
+        async def decide(self, plan: Plan) -> Decision:
+            return await super().decide(plan)
+
+    plain = LeasedBackend(MemoryBackend(), 0.05)
+    counted = Counted(MemoryBackend(), 0.05)
+    again = LeasedBackend(MemoryBackend(), 0.05)
+    assert isinstance(counted, Counted)
+    assert counted.hold == 0.05  # its __init__ ran
+    assert not isinstance(plain, Counted)
+    assert not isinstance(again, Counted)

@@ -172,8 +172,8 @@ class _Lease:
         """The slice plans, by size."""
 
 
-_FORWARDING: dict[tuple[type, frozenset[str]], type[LeasedBackend]] = {}
-"""The class of the leased stores of each store class (and instance methods), by them."""
+_FORWARDING: dict[tuple[type, type, frozenset[str]], type[LeasedBackend]] = {}
+"""The class of the leased stores, by leased class, store class and the store's methods."""
 
 
 def _forwarding(cls: type[LeasedBackend], store: object) -> type[LeasedBackend]:
@@ -187,10 +187,10 @@ def _forwarding(cls: type[LeasedBackend], store: object) -> type[LeasedBackend]:
         and not hasattr(cls, name)
         and callable(inspect.getattr_static(store, name, None))
     )
-    kind = _FORWARDING.get((type(store), names))
+    kind = _FORWARDING.get((cls, type(store), names))
     if kind is None:
         methods = {name: Forwarded(name) for name in names}
-        kind = _FORWARDING[type(store), names] = type(cls.__name__, (cls,), methods)
+        kind = _FORWARDING[cls, type(store), names] = type(cls.__name__, (cls,), methods)
     return kind
 
 
