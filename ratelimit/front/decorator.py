@@ -69,14 +69,6 @@ class Limit(Protocol):
         started: float = 0.0,
     ) -> Decision: ...
     async def _waited(self, call: CallKey, refusal: Decision) -> Decision: ...
-    def _told(
-        self,
-        decision: Decision,
-        known: Direct,
-        shadow: bool,
-        started: float,
-        cost: Cost | None = None,
-    ) -> tuple[Decision, CallKey | None]: ...
     def _refusal(
         self,
         known: Direct,
@@ -224,14 +216,13 @@ def decorate(
             started = decider.started()
             decision = now(known[0]) if now is not None else await decider.ask(known[0], hold)
             if decision.allowed:
-                if decider.hooks:  # as Limit._told tells an admission
-                    decider.tell(decision, started)
+                decider.tell(decision, started)  # told as Decider.decide tells the hooks
             elif penalizer is not None:
                 decision = await limit._penalized(known, decision, shadow, target, cost, started)
             else:
-                decision, waits = limit._told(decision, known, shadow, started, cost)
-                if waits is not None:
-                    decision = await limit._waited(waits, decision)
+                call, decision = limit._refusal(known, decision, shadow, started, cost)
+                if not decision.shadow:
+                    decision = await limit._waited(call, decision)
         if counted is None and settle is None:
             return await func(*args, **kwargs)
         return await _settled_after(limit, decision, func, args, kwargs)

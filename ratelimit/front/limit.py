@@ -554,24 +554,6 @@ class Limit:
         decider = self._decider
         return await admitted(lambda: decider.decide(call, True), self._wait, first=refusal)
 
-    def _told(
-        self,
-        decision: Decision,
-        known: Direct,
-        shadow: bool,
-        started: float,
-        cost: Cost | None = None,
-    ) -> tuple[Decision, CallKey | None]:
-        """A whole decision of the direct path, told to the hooks as :meth:`Decider.decide`
-        tells them (the decision took since ``started``, when they are timed): the decision
-        as told (marked ``shadow`` when let through), and the call's key when it is a
-        refusal to wait out under ``wait=`` (:meth:`_refusal`; else ``RateLimitExceeded``)."""
-        if decision.allowed:
-            self._decider.tell(decision, started)
-            return decision, None
-        call, decision = self._refusal(known, decision, shadow, started, cost)
-        return decision, None if decision.shadow else call
-
     def _refusal(
         self,
         known: Direct,
