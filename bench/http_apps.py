@@ -3,6 +3,8 @@ to 1000 a minute per ``X-API-Key`` (the load spreads over 1000 keys, so nothing 
 counters in the Redis at ``BENCH_REDIS``. ``BENCH_APP`` picks the limiter:
 
 - ``none``: no limiter (the ceiling);
+- ``none-dependency``: no limiter, a FastAPI dependency that does nothing;
+- ``redis-dependency``: no limiter, a dependency that awaits one Redis ``INCR``;
 - ``ratelimit``: ours, ``RateLimitMiddleware`` (sliding log, the default; RateLimit headers);
 - ``ratelimit-dependency``: ours, a ``RouteLimit`` dependency (with the middleware for headers);
 - ``ratelimit-fixed``: ours on a fixed window, as slowapi counts by default;
@@ -33,6 +35,46 @@ def plain() -> FastAPI:
     app = FastAPI()
 
     @app.get("/ping")
+    async def ping() -> str:
+        return "pong"
+
+    return app
+
+
+def noop_dependency() -> FastAPI:
+    """No limiter, and a dependency that does nothing: what FastAPI's dependency
+    injection costs any dependency, ours included."""
+    app = FastAPI()
+
+    async def nothing(request: Request) -> None:
+        return None
+
+    @app.get("/ping", dependencies=[Depends(nothing)])
+    async def ping() -> str:
+        return "pong"
+
+    return app
+
+
+def redis_dependency() -> FastAPI:
+    """No limiter, and a dependency that awaits one Redis round trip (``INCR`` of the
+    request's key, as the simplest fixed window would): what any dependency that waits on
+    I/O costs, the garbage collector's share included."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(REDIS)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await client.aclose()
+
+    app = FastAPI(lifespan=lifespan)
+
+    async def count(request: Request) -> None:
+        await client.incr(f"{PREFIX}:{request.headers['x-api-key']}")
+
+    @app.get("/ping", dependencies=[Depends(count)])
     async def ping() -> str:
         return "pong"
 
@@ -127,6 +169,8 @@ def app() -> FastAPI:
     which = os.environ.get("BENCH_APP", "none")
     factories = {
         "none": plain,
+        "none-dependency": noop_dependency,
+        "redis-dependency": redis_dependency,
         "ratelimit": ours,
         "ratelimit-dependency": lambda: ours(dependency=True),
         "ratelimit-fixed": lambda: ours("fixed-window"),

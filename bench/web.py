@@ -35,6 +35,8 @@ from tests.redis_server import RedisServer
 
 CONTENDERS = {
     "no limiter": "none",
+    "no limiter, a dependency that does nothing": "none-dependency",
+    "no limiter, a dependency that awaits one Redis INCR": "redis-dependency",
     "ratelimit: middleware (sliding log)": "ratelimit",
     "ratelimit: RouteLimit dependency": "ratelimit-dependency",
     "ratelimit: middleware, fixed window": "ratelimit-fixed",

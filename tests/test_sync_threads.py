@@ -10,8 +10,10 @@ import threading
 import uuid
 
 import pytest
+import redis
 
 from ratelimit import BackendError, RateLimitExceeded
+from ratelimit.backends.redis.script import blocking
 from ratelimit.backends.redis.script.blocking import SyncPipeline
 from ratelimit.sync import RateLimit
 from tests.redis_server import RedisServer
@@ -74,7 +76,7 @@ def test_a_missed_deadline_on_the_direct_path_is_a_timeout() -> None:
 
             work("ann")  # the first call registers the limit, on the loop
             work("ann")  # the direct path's connection is open, its deadline the kernel's
-            (connection,) = pipeline_of(rl)._idle
+            ((connection, _),) = pipeline_of(rl)._idle
             sock = connection._sock
             assert sock.gettimeout() is None
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) != bytes(16)
@@ -87,3 +89,70 @@ def test_a_missed_deadline_on_the_direct_path_is_a_timeout() -> None:
             work("ann")  # a new connection: the one that missed its deadline was closed
         finally:
             rl.close()
+
+
+def test_a_connection_the_server_closed_while_idle_is_opened_again() -> None:
+    """A restart closes the direct path's connections while they sit idle (a restart
+    takes longer than ``RECHECK_IDLE``): the next call connects again, and is decided."""
+    with RedisServer() as server:
+        rl = RateLimit.from_url(server.url, "threads-restart", on_error="raise")
+        try:
+
+            @rl.limit("user:5/m")
+            def work(user: str) -> None: ...
+
+            work("ann")  # registers the limit, on the loop
+            work("ann")  # the direct path's connection is open
+            ((before, _),) = pipeline_of(rl)._idle
+            server.restart()  # same port, empty
+            work("ann")  # no BackendError: the closed connection was noticed
+            ((after, _),) = pipeline_of(rl)._idle
+            assert after is before
+            assert after._sock is not None  # connected again
+            key = f"{work.__module__}.{work.__qualname__}"
+            # counted from nothing: one call, and the one a peek asks about
+            assert rl.limit(key=key, user="ann").peek().remaining == 3
+        finally:
+            rl.close()
+
+
+def test_a_connection_back_within_the_recheck_time_is_written_to_at_once(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection used again within ``RECHECK_IDLE`` is written to without asking the
+    kernel first whether the server closed it (a system call, and a thread switch at 32
+    threads); one the server did close in between fails that one call, as a call under
+    way when it closed would, and the next call connects again."""
+    asked: list[object] = []
+    closed_by_server = blocking._closed_by_server
+
+    def counted(connection: object) -> bool:
+        asked.append(connection)
+        return closed_by_server(connection)
+
+    monkeypatch.setattr(blocking, "_closed_by_server", counted)
+    monkeypatch.setattr(blocking, "RECHECK_IDLE", 3600.0)
+    rl = RateLimit.from_url(redis_url, f"threads-recheck-{uuid.uuid4().hex[:8]}", on_error="raise")
+    try:
+
+        @rl.limit("user:50/m")
+        def work(user: str) -> None: ...
+
+        work("ann")  # registers the limit, on the loop
+        for _ in range(10):
+            work("ann")
+        assert len(asked) == 1  # the new connection's first call only
+        ((connection, _),) = pipeline_of(rl)._idle
+        killer = redis.Redis.from_url(redis_url)
+        connection.send_command("CLIENT", "ID")
+        client_id = connection.read_response()
+        killer.client_kill_filter(_id=client_id)
+        killer.close()
+        with pytest.raises(BackendError):
+            work("ann")  # written at once to a connection the server had closed
+        work("ann")  # a new connection
+        monkeypatch.setattr(blocking, "RECHECK_IDLE", 0.0)
+        work("ann")
+        assert len(asked) == 2  # the first connection's first call, then every call
+    finally:
+        rl.close()

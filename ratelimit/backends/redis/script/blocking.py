@@ -34,18 +34,24 @@ rather than by Python, which polls a socket with a timeout before each ``send`` 
 again only the calls that missed them. A call is sent once: after a dropped connection or a
 missed deadline (the socket's timeout, ``timeout``) its script may or may not have run, and
 each of its callers gets the error, which the engine maps to ``BackendError`` (answered by the
-failure policy). A connection that failed is closed; one the server closed while idle (a
-restart) is opened again before it is written to.
+failure policy). A connection that failed is closed. One the server closed while it sat idle
+for :data:`RECHECK_IDLE` or more (a restart, an idle timeout) is opened again before it is
+written to; asking the kernel costs a system call (and at 32 threads, a thread switch: a
+quarter of a decision's CPU), so a connection back within that time is written to at once:
+a server that closed it in between (a restart is rarely that fast; ``CLIENT KILL``) fails
+that one call, as a call under way when it closed would.
 """
 
 from __future__ import annotations
 
 import collections
 import copy
+import math
 import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -66,6 +72,9 @@ from ratelimit.backends.redis.script.batch import combine, split
 from ratelimit.backends.redis.script.engine import RedisScriptBackend
 from ratelimit.backends.redis.script.pipeline import MAX_BATCH
 
+RECHECK_IDLE = 0.01
+"""Seconds a connection may sit idle and be written to again without first asking the
+kernel whether the server closed it (see the module's docstring)."""
 IN_FLIGHT = 64
 """Most calls (or batches) out at once, each from its own thread on its own connection;
 past it, calls queue and go out together (see the module's docstring)."""
@@ -105,9 +114,10 @@ class SyncPipeline:
         self._in_flight = 0
         self._queue: collections.deque[_Queued] = collections.deque()
         self._lock = threading.Lock()
-        self._idle: list[Any] = []
-        """Connections of ours no call is using (taken and given back without a lock: a
-        list's ``pop`` and ``append`` are atomic)."""
+        self._idle: list[tuple[Any, float]] = []
+        """Connections of ours no call is using, each with when its last call began
+        (``time.monotonic``), taken and given back without a lock (a list's ``pop`` and
+        ``append`` are atomic)."""
 
     async def call(self, command: Command, key: str) -> Any:
         """The reply of ``command``; ``BackendError`` (naming ``key``) if it failed."""
@@ -136,7 +146,7 @@ class SyncPipeline:
     async def close_idle(self) -> None:
         """Close the idle connections: one carried a reply that was not Redis's (the next
         calls connect again)."""
-        for connection in list(self._idle):
+        for connection, _ in list(self._idle):
             connection.disconnect()
 
     def _execute(self, command: Command) -> Any:
@@ -212,12 +222,13 @@ class SyncPipeline:
 
     def _talk(self, commands: list[Command]) -> list[Any]:
         idle = self._idle
+        began = time.monotonic()
         try:
-            connection = idle.pop()
+            connection, since = idle.pop()
         except IndexError:  # as many connections as calls out at once
-            connection = self.client.connection_pool.get_connection()
+            connection, since = self.client.connection_pool.get_connection(), -math.inf
         try:
-            if _closed_by_server(connection):
+            if began - since >= RECHECK_IDLE and _closed_by_server(connection):
                 connection.disconnect()  # Redis closed it (a restart): connect again
             if connection._sock is None:
                 connection.connect()
@@ -248,7 +259,7 @@ class SyncPipeline:
             connection.disconnect()
             raise
         finally:
-            idle.append(connection)
+            idle.append((connection, began))
 
 
 def _read(connection: Any) -> Any:
