@@ -235,6 +235,48 @@ def test_a_failure_on_the_direct_path_is_answered_by_the_failure_policy(on_error
 
 
 @pytest.mark.redis
+def test_plain_decorated_calls_on_redis_are_admitted_without_a_decision(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decorated function's plain calls take its table of plans and the script engine's
+    ``admits`` in the calling thread, as the async decorator's do: an admission builds no
+    decision; a refusal is read whole, raised, and remembered in the denial cache."""
+    from ratelimit.backends.redis.script import decisions
+
+    built: list[Decision] = []
+    stored_verdict = decisions.stored_verdict
+
+    def counted(*args: Any) -> Decision:
+        built.append(stored_verdict(*args))
+        return built[-1]
+
+    monkeypatch.setattr(decisions, "stored_verdict", counted)
+    with RateLimit.from_url(redis_url, f"direct-admits-{uuid.uuid4().hex[:8]}") as rl:
+
+        @rl.limit("user:3/m")
+        def work(user: str) -> str:
+            return user
+
+        assert work("ann") == "ann"  # the first call: the loop (a whole decision)
+        handed = HandOvers(rl.portal)
+        before = len(built)
+        assert [work("ann"), work("ann")] == ["ann", "ann"]
+        assert len(built) == before  # admitted by the script's verdict alone
+        with pytest.raises(RateLimitExceeded) as refused:
+            work("ann")
+        assert len(built) == before + 1
+        assert refused.value.decision.remaining == 0
+        assert refused.value.decision.retry_after > 0
+        assert rl.limiter.cached_refusals == 1
+        with pytest.raises(RateLimitExceeded):
+            work("ann")  # the denial cache answers (the general path, in this thread)
+        assert len(built) == before + 1
+        assert handed.count == 0
+        key = f"{work.__module__}.{work.__qualname__}"
+        assert rl.limit(key=key, user="bob").peek().remaining == 2  # another user untouched
+
+
+@pytest.mark.redis
 def test_a_script_flush_is_survived_on_the_direct_path(redis_url: str) -> None:
     import redis
 

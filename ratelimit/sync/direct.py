@@ -12,15 +12,19 @@ parsing) run to its end at once in the calling thread, on a twin of the limiter'
 whose backend answers without suspending.
 
 The decorator's decisions (:meth:`DirectPath.admit`) and the front ends' door
-(:meth:`DirectPath.decide`, without ``within=`` or an override) take it. What is not a
-plain decision goes to the loop as before (they answer ``None``): a limiter with hooks,
-``settle=``, ``wait=``, a cost callable, rules chosen per call, selectors that are not the
-call's own arguments (callables, a selector object, keywords: they run on the loop, in the
-caller's context), an override in force for the key (or overrides not read yet, or a key
-the store has not been told of), background counting, an outage under way (the loop's
-decisions end it), a closed limiter, and every store but those two (Cluster, Sentinel, the
-command engine, ``sync_rate``, PostgreSQL). Anything set
-later (an override, hooks) is looked at on every call, so it takes effect at the next one.
+(:meth:`DirectPath.decide`, without ``within=`` or an override) take it. A decorated
+function's plain calls go shorter still, as the async decorator's do: their plan comes
+from the limit's table of plans (:func:`ratelimit.front.direct.direct_path`), and the store
+admits it without a decision being built (``memory://``'s own admission, or the Redis
+script engine's ``admits``: :meth:`DirectPath.admission`); only a refusal is read whole.
+What is not a plain decision goes to the loop as before (they answer ``None``): a limiter
+with hooks, ``settle=``, ``wait=``, a cost callable, rules chosen per call, selectors that
+are not the call's own arguments (callables, a selector object, keywords: they run on the
+loop, in the caller's context), an override in force for the key (or overrides not read
+yet, or a key the store has not been told of), background counting, an outage under way
+(the loop's decisions end it), a closed limiter, and every store but those two (Cluster,
+Sentinel, the command engine, ``sync_rate``, PostgreSQL). Anything set later (an override,
+hooks) is looked at on every call, so it takes effect at the next one.
 A failure of the store on the direct path is answered by the same failure policy
 (``on_error``) in the calling thread, as on the loop.
 
@@ -33,14 +37,15 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ratelimit.backends.memory.backend import MemoryBackend
 from ratelimit.backends.redis.script.blocking import blocking_engine
 from ratelimit.backends.redis.script.engine import RedisScriptBackend
 from ratelimit.core.decision import Decision, RateLimitExceeded
-from ratelimit.core.plan import CompiledTree, Cost
+from ratelimit.core.plan import CompiledTree, Cost, Plan
 from ratelimit.core.selectors import CallSite, resolved_now
+from ratelimit.front.direct import asker
 from ratelimit.front.limit import Limit
 from ratelimit.front.limiter import RateLimit as AsyncRateLimit
 from ratelimit.pipeline.decider import CallKey, Decider, new_call_key
@@ -73,6 +78,16 @@ class LockedDenials(DenialCache):
     def clear(self) -> None:
         with self._lock:
             super().clear()
+
+
+class ToTheLoop(Exception):
+    """An admission of the direct path (:meth:`DirectPath.admission`) while an outage is
+    under way: the call goes to the loop, whose decisions end it."""
+
+
+Admission = Callable[[Plan], "Decision | None"]
+"""``admit(plan)``: ``None`` when the store admitted (and recorded) ``plan``, else its
+decision (a refusal, or the failure policy's answer)."""
 
 
 class DirectPath:
@@ -125,6 +140,26 @@ class DirectPath:
         if not decision.allowed and not decision.shadow:
             raise RateLimitExceeded(decision)
         return decision
+
+    def admission(self) -> Admission | None:
+        """The store's admission of a plan in the calling thread, for the decorator's plain
+        calls (:func:`ratelimit.sync.limits._direct_parts`), where the store answers an
+        admission without building a decision (the Redis script engine's ``admits``, under
+        the failure policy: :func:`~ratelimit.front.direct.asker`); ``None`` elsewhere
+        (``memory://``'s own admission is the limit's). Raises :class:`ToTheLoop` while
+        an outage is under way."""
+        asked = asker(self._decider)
+        if asked == self._decider.ask:
+            return None
+        ask = cast("Callable[[Plan], Coroutine[Any, Any, Decision | None]]", asked)
+        policy = self._main.policy
+
+        def admit(plan: Plan) -> Decision | None:
+            if policy.outage_started is not None:
+                raise ToTheLoop
+            return run_now(ask(plan))
+
+        return admit
 
     def decide(
         self,

@@ -19,7 +19,7 @@ from ratelimit.front.concurrency import Concurrency as AsyncConcurrency
 from ratelimit.front.concurrency import Held
 from ratelimit.front.limit import Limit as AsyncLimit
 from ratelimit.front.wrapping import call_site, function_name, is_async
-from ratelimit.sync.direct import DirectPath
+from ratelimit.sync.direct import DirectPath, ToTheLoop
 from ratelimit.sync.portal import Portal
 
 if TYPE_CHECKING:
@@ -102,15 +102,21 @@ def remake(owner: RateLimit, limiter: AsyncRateLimit) -> None:
                 twin._remake(limiter, owner.generation)
 
 
-def _direct_parts(limit: AsyncLimit, key: str, parameters: Parameters) -> list[Any]:
-    """The async ``limit``'s direct path and its store's admission (``None`` for none):
-    what a plain limit's calls are admitted by in the calling thread. Anything more (hooks,
+def _direct_parts(
+    limit: AsyncLimit, key: str, parameters: Parameters, direct: DirectPath
+) -> list[Any]:
+    """The async ``limit``'s direct path and the store's admission of its plans in the
+    calling thread (``memory://``'s own, or the Redis script engine's through ``direct``:
+    :meth:`DirectPath.admission`; ``None`` for none): what a plain limit's calls are
+    admitted by in the calling thread, from a table of its plans. Anything more (hooks,
     which run on the limiter's loop; settle, count_when, a cost callable, a penalty) is
     decided on the loop."""
     plan_of, admit, _ = limit._direct(key, parameters)
     plain = not (limit._settle or limit._count_when or limit._penalizer)
     if not plain or not limit._cost.fixed or limit._decider.told:
         plan_of = None
+    if admit is None and plan_of is not None:
+        admit = direct.admission()
     return [plan_of, admit]
 
 
@@ -137,16 +143,20 @@ class Limit(_Twin[AsyncLimit]):
             if direct is not None and not portal.closed:
                 portal.check_caller()
                 if made[0] is not limit:  # the async limit's own direct path, made once
-                    made[:] = [limit, *_direct_parts(limit, key, parameters)]
+                    made[:] = [limit, *_direct_parts(limit, key, parameters, direct)]
                 plan_of, admit = made[1], made[2]
                 known = None if plan_of is None or admit is None else plan_of(args, kwargs)
-                if known is not None:  # memory://: admitted here, as the async decorator does
-                    refused = admit(known[0])
-                    if refused is not None and not refused.allowed:
-                        call, refused = limit._refusal(known, refused, limit._shadow)
-                        if not refused.shadow:
-                            portal.run(lambda: limit._waited(call, refused))
-                    return func(*args, **kwargs)
+                if known is not None:  # admitted here, from the plan, as the async decorator
+                    try:
+                        refused = admit(known[0])
+                    except ToTheLoop:  # an outage under way: the loop's decisions end it
+                        pass
+                    else:
+                        if refused is not None and not refused.allowed:
+                            call, refused = limit._refusal(known, refused, limit._shadow)
+                            if not refused.shadow:
+                                portal.run(lambda: limit._waited(call, refused))
+                        return func(*args, **kwargs)
             site = call_site(func, parameters, args, kwargs)
             decision = None
             if direct is not None and not portal.closed:
