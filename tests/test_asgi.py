@@ -168,6 +168,53 @@ async def test_query_and_user_sources() -> None:
         assert [(await http.get("/u")).status_code for _ in range(2)] == [200, 429]
 
 
+async def test_sources_of_one_request_are_read_once_each_in_order_async_ones_awaited() -> None:
+    """A plain source, an async one, then a plain one (and a typed one after them): each
+    read once, in the tree's order, the async one's value awaited, a typed value converted
+    after it was awaited; the same values when every source is plain."""
+    from ratelimit.asgi.request import HTTPRequest
+    from ratelimit.asgi.sources import Source, resolve, resolve_now
+
+    reads: list[str] = []
+
+    def plain(name: str, value: object) -> Source:
+        def read(request: object) -> object:
+            reads.append(name)
+            return value
+
+        return Source(read, name)
+
+    async def later(value: object) -> object:
+        return value
+
+    def awaited(name: str, value: object) -> Source:
+        def read(request: object) -> object:
+            reads.append(name)
+            return later(value)
+
+        return Source(read, name)
+
+    request = HTTPRequest({"type": "http", "headers": []}, TrustedProxies())
+    names = ("a", "b", "c", "d")
+    mixed = {
+        "a": plain("a", "ann"),
+        "b": awaited("b", b"bytes"),
+        "c": plain("c", 7),
+        "d": header("x-n", type=int),
+    }
+    mixed["d"] = Source(awaited("d", "012").read, "d", convert=mixed["d"].convert, expected="int")
+    read = resolve_now(names, mixed, request)
+    assert read.__class__ is not tuple  # an awaitable, from the async source on
+    assert await read == ("ann", "bytes", "7", "12")  # type: ignore[misc]
+    assert reads == ["a", "b", "c", "d"]
+    reads.clear()
+    given = ("x", None, "", 3)
+    every = {name: plain(name, value) for name, value in zip(names, given, strict=True)}
+    assert resolve_now(names, every, request) == ("x", None, "", "3")  # no coroutine
+    assert await resolve(names, every, request) == ("x", None, "", "3")
+    assert reads == ["a", "b", "c", "d"] * 2
+
+
 def test_client_addresses() -> None:
     def scope(peer: str | None, *headers: tuple[bytes, bytes]) -> dict[str, Any]:
         return {"client": None if peer is None else (peer, 1), "headers": list(headers)}

@@ -241,16 +241,15 @@ def test_plain_decorated_calls_on_redis_are_admitted_without_a_decision(
     """A decorated function's plain calls take its table of plans and the script engine's
     ``admits`` in the calling thread, as the async decorator's do: an admission builds no
     decision; a refusal is read whole, raised, and remembered in the denial cache."""
-    from ratelimit.backends.redis.script import decisions
+    from ratelimit.core.evaluation import stored_verdict
 
     built: list[Decision] = []
-    stored_verdict = decisions.stored_verdict
 
     def counted(*args: Any) -> Decision:
         built.append(stored_verdict(*args))
         return built[-1]
 
-    monkeypatch.setattr(decisions, "stored_verdict", counted)
+    monkeypatch.setattr("ratelimit.backends.redis.script.decisions.stored_verdict", counted)
     with RateLimit.from_url(redis_url, f"direct-admits-{uuid.uuid4().hex[:8]}") as rl:
 
         @rl.limit("user:3/m")

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 
 from ratelimit.asgi.header_map import HeaderMap
 from ratelimit.asgi.request import HTTPRequest
-from ratelimit.asgi.sources import Source, client_ip, resolve, sources_for
+from ratelimit.asgi.sources import Source, Values, client_ip, resolve, resolve_now, sources_for
 from ratelimit.core.costs import CostValue, units
 from ratelimit.core.decision import Decision
 from ratelimit.core.plan import CompiledTree, compile_tree
@@ -161,11 +161,15 @@ class HTTPLimit:
         """One request's decision under ``key`` (the limiter's shadow setting unless this
         limit has its own), under the override in force for its values if one is."""
         compiled = self.compiled
-        values = (
-            await resolve(compiled.selectors, self.sources, request) if compiled.selectors else ()
-        )
-        found = await limiter.overrides.find(
-            key, dict(zip(compiled.selectors, values, strict=True))
+        values: Values = ()
+        if compiled.selectors:
+            read = resolve_now(compiled.selectors, self.sources, request)
+            values = read if read.__class__ is tuple else await read  # type: ignore[misc]
+        overrides = limiter.overrides
+        found = (
+            None
+            if overrides.quiet(key)
+            else await overrides.find(key, dict(zip(compiled.selectors, values, strict=True)))
         )
         if found is not None:
             try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,17 +197,54 @@ def _as_source(value: object, name: str, where: str) -> Source:
     )
 
 
+Values = tuple[str | None, ...]
+"""One request's selector values, in the order of its tree's selectors."""
+
+
+def resolve_now(
+    names: tuple[str, ...], sources: Mapping[str, Source], request: HTTPRequest
+) -> Values | Awaitable[Values]:
+    """The selector values of one request, in the order of ``names``; an awaitable of them
+    once a source answers an awaitable (a body field, an async function), which reads the
+    sources after it then (each source is read once)."""
+    values: list[str | None] = []
+    for i, name in enumerate(names):
+        source = sources[name]
+        value = source.read(request)
+        if value is not None and value.__class__ is not str and inspect.isawaitable(value):
+            return _resolved(names, sources, request, values, i, value)
+        values.append(_value(source, value))
+    return tuple(values)
+
+
 async def resolve(
     names: tuple[str, ...], sources: Mapping[str, Source], request: HTTPRequest
-) -> tuple[str | None, ...]:
+) -> Values:
     """The selector values of one request, in the order of ``names``."""
-    values: list[str | None] = []
-    for name in names:
+    values = resolve_now(names, sources, request)
+    return values if values.__class__ is tuple else await values  # type: ignore[misc]
+
+
+async def _resolved(
+    names: tuple[str, ...],
+    sources: Mapping[str, Source],
+    request: HTTPRequest,
+    values: list[str | None],
+    at: int,
+    awaited: Awaitable[object],
+) -> Values:
+    """:func:`resolve_now` from the source at ``at``, whose value is ``awaited``."""
+    values.append(_value(sources[names[at]], await awaited))
+    for name in names[at + 1 :]:
         source = sources[name]
         value = source.read(request)
         if inspect.isawaitable(value):
             value = await value
-        if source.convert is not None and value is not None and value != "":
-            value = converted(value, source.convert, source.what, source.expected)
-        values.append(as_text(value))
+        values.append(_value(source, value))
     return tuple(values)
+
+
+def _value(source: Source, value: object) -> str | None:
+    if source.convert is not None and value is not None and value != "":
+        value = converted(value, source.convert, source.what, source.expected)
+    return as_text(value)

@@ -154,6 +154,13 @@ class Overrides:
             await cache.current()
         return cache.match(key, values) if cache.has(key) else None
 
+    def quiet(self, key: str) -> bool:
+        """For front ends of your own: whether a call of ``key`` is decided by its own rules
+        now, with nothing to await first (no override for ``key`` in this process's copy,
+        which is up to date); when not, :meth:`find` answers."""
+        cache = self._cache
+        return cache is None or cache.quiet(key)
+
     def rules_of(self, override: Override, key: str, limit: CompiledTree) -> CompiledTree:
         """For front ends of your own: the rules to decide a call of ``key`` under
         ``override`` (``limit``: the limit's own rules). Every identifier is kept where
