@@ -16,9 +16,10 @@ The decorator's decisions (:meth:`DirectPath.admit`) and the front ends' door
 function's plain calls go shorter still, as the async decorator's do: their plan comes
 from the limit's table of plans (:func:`ratelimit.front.direct.direct_path`), and the store
 admits it without a decision being built (``memory://``'s own admission, or the Redis
-script engine's ``admits``: :meth:`DirectPath.admission`); only a refusal is read whole.
-What is not a plain decision goes to the loop as before (they answer ``None``): a limiter
-with hooks, ``settle=``, ``wait=``, a cost callable, rules chosen per call, selectors that
+script engine's ``admits``: :meth:`DirectPath.admission`); only a refusal is read whole,
+and under ``wait=`` waited out on the loop. What is not a plain decision goes to the loop
+as before (they answer ``None``): a limiter with hooks, ``settle=``, ``wait=`` (on
+:meth:`DirectPath.admit`'s way), a cost callable, rules chosen per call, selectors that
 are not the call's own arguments (callables, a selector object, keywords: they run on the
 loop, in the caller's context), an override in force for the key (or overrides not read
 yet, or a key the store has not been told of), background counting, an outage under way
