@@ -31,20 +31,18 @@ rather than by Python, which polls a socket with a timeout before each ``send`` 
 ``recv``.
 
 ``NOSCRIPT`` (Redis restarted, or its scripts flushed) loads the missing scripts and sends
-again only the calls that missed them. A connection that failed is closed. After a missed
-deadline (the socket's timeout, ``timeout``), or a connection dropped once something was
-answered on it, a call's script may or may not have run: each of its callers gets the
-error, which the engine maps to ``BackendError`` (answered by the failure policy).
-
-Whether the server closed a connection (a restart, an idle timeout, ``CLIENT KILL``) is
-asked of the kernel before writing only when the connection sat idle for
-:data:`RECHECK_IDLE` or more: asking costs a system call, and at 32 threads a thread switch
-(a quarter of a decision's CPU). A connection back within that time is written to at once;
-if the server had closed it, it answers nothing (the end of the stream, or a reset, before
-any reply), and its calls, which the server never read, are sent once more on a new
-connection. A server that ran a call and was cut off before its reply left (a kill or a
-crash between the two) has it counted twice then: a stricter answer, never a call
-admitted past the limit.
+again only the calls that missed them. A call is sent once: after a dropped connection or a
+missed deadline (the socket's timeout, ``timeout``) its script may or may not have run, and
+each of its callers gets the error, which the engine maps to ``BackendError`` (answered by the
+failure policy). A connection that failed is closed. One the server closed while it sat idle
+for :data:`RECHECK_IDLE` or more (a restart, an idle timeout) is opened again before it is
+written to; asking the kernel costs a system call (and at 32 threads, a thread switch: a
+quarter of a decision's CPU), so a connection back within that time is written to at once:
+a server that closed it in between (``CLIENT KILL``; a restart by a person or a supervisor
+takes longer, one scripted back to back may not) fails that one call, as a call under way
+when it closed would, and the next call connects again. Such a call is not sent again on a
+new connection: a kill that reached the server after the call did looks the same from
+here (nothing answered), and a call sent again then would count twice.
 """
 
 from __future__ import annotations
@@ -235,19 +233,28 @@ class SyncPipeline:
         except IndexError:  # as many connections as calls out at once
             connection, since = self.client.connection_pool.get_connection(), -math.inf
         try:
-            unlooked = began - since < RECHECK_IDLE
-            if not unlooked and _closed_by_server(connection):
+            if began - since >= RECHECK_IDLE and _closed_by_server(connection):
                 connection.disconnect()  # Redis closed it (a restart): connect again
-            try:
-                return _exchange(connection, commands)
-            except _Unanswered as unanswered:
-                if not unlooked:
-                    raise unanswered.error from None
-            # Written to without looking, and closed before anything was answered: the
-            # server had closed it (a kill) and ran none of it; sent once more, anew.
-            return _exchange(connection, commands)
-        except _Unanswered as unanswered:
-            raise unanswered.error from None
+            if connection._sock is None:
+                connection.connect()
+            _deadline_in_kernel(connection._sock)
+            connection.send_packed_command(
+                [b"".join([c.packed for c in commands])], check_health=False
+            )
+            replies = [_read(connection) for _ in commands]
+            missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            if not missing:
+                return replies
+            scripts = {commands[i].script.sha: commands[i].script for i in missing}
+            again = [s.load for s in scripts.values()] + [commands[i].packed for i in missing]
+            connection.send_packed_command([b"".join(again)], check_health=False)
+            for _ in scripts:
+                loaded = _read(connection)
+                if isinstance(loaded, Exception):
+                    raise loaded
+            for i in missing:
+                replies[i] = _read(connection)
+            return replies
         except redis.ConnectionError as exc:
             connection.disconnect()  # replies left unread would be read as another's
             if isinstance(exc.__context__, BlockingIOError):  # the kernel's deadline passed
@@ -258,48 +265,6 @@ class SyncPipeline:
             raise
         finally:
             idle.append((connection, began))
-
-
-class _Unanswered(Exception):
-    """``error`` (a ``ConnectionError``, not a missed deadline) ended an exchange before
-    any reply was read: its connection was closed, by the server or on the way, before it
-    answered anything (:meth:`SyncPipeline._talk` sends it once more on a connection it
-    wrote to without looking whether the server had closed it)."""
-
-    def __init__(self, error: redis.ConnectionError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _exchange(connection: Any, commands: list[Command]) -> list[Any]:
-    """Send ``commands`` on ``connection`` (connected first if it is not) and read their
-    replies; ``NOSCRIPT`` loads the missing scripts and sends those calls again.
-    :class:`_Unanswered` (the connection closed) when no reply came."""
-    try:
-        if connection._sock is None:
-            connection.connect()
-        _deadline_in_kernel(connection._sock)
-        connection.send_packed_command([b"".join([c.packed for c in commands])], check_health=False)
-        first = _read(connection)
-    except redis.ConnectionError as exc:
-        if isinstance(exc.__context__, BlockingIOError):  # a missed deadline: maybe it ran
-            raise
-        connection.disconnect()
-        raise _Unanswered(exc) from exc
-    replies = [first] + [_read(connection) for _ in commands[1:]]
-    missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-    if not missing:
-        return replies
-    scripts = {commands[i].script.sha: commands[i].script for i in missing}
-    again = [s.load for s in scripts.values()] + [commands[i].packed for i in missing]
-    connection.send_packed_command([b"".join(again)], check_health=False)
-    for _ in scripts:
-        loaded = _read(connection)
-        if isinstance(loaded, Exception):
-            raise loaded
-    for i in missing:
-        replies[i] = _read(connection)
-    return replies
 
 
 def _read(connection: Any) -> Any:
